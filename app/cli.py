@@ -1,0 +1,40 @@
+"""``headroom``: the GUI by default; ``plan``, ``measure``, ``serve``, ``doctor``, ``engine``,
+``sessions`` for headless use. Each subcommand lives in ``app/commands/<name>.py`` and exposes
+``register(subparsers)``, which adds its parser and sets ``func(args) -> int``."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from app import __version__
+
+#: Subcommand modules, in the order ``--help`` lists them.
+COMMANDS = ("plan", "measure", "serve", "sessions", "doctor", "engine", "gui")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="headroom",
+        description="See how a GGUF model and its context fit your GPUs, then serve it.",
+    )
+    parser.add_argument("--version", action="version", version=f"headroom {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        module = importlib.import_module(f"app.commands.{name}")
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args_list = sys.argv[1:] if argv is None else argv
+    parser = build_parser()
+    args = parser.parse_args(args_list)
+    if args.command is None:
+        args = parser.parse_args(["gui", *args_list])
+    try:
+        rc: int = args.func(args)
+    except KeyboardInterrupt:
+        return 130
+    return rc

@@ -1,0 +1,1 @@
+"""One module per ``headroom`` subcommand; each has ``register(subparsers)``."""

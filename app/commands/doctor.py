@@ -1,0 +1,115 @@
+"""``headroom doctor``: a true report of what this machine has for Headroom."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+from typing import Any
+
+from app import __version__
+from app.engine import native_build
+from app.engine.libpath import ensure_llama_cpp_lib
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("doctor", help="report Python, Qt, llama-cpp-python, NVML, engines, cache")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=run)
+
+
+def _pyside() -> dict[str, Any]:
+    try:
+        import PySide6
+
+        return {"ok": True, "version": PySide6.__version__}
+    except ImportError as exc:
+        return {"ok": False, "reason": f"PySide6 not importable: {exc}"}
+
+
+def _llama_cpp() -> dict[str, Any]:
+    lib_dir = ensure_llama_cpp_lib()
+    try:
+        import llama_cpp
+    except (ImportError, OSError, RuntimeError, FileNotFoundError) as exc:
+        return {"ok": False, "reason": f"llama-cpp-python not loadable: {exc}", "lib_dir": lib_dir}
+    offload = bool(llama_cpp.llama_supports_gpu_offload())
+    return {
+        "ok": True,
+        "version": getattr(llama_cpp, "__version__", "unknown"),
+        "gpu_offload": offload,
+        "lib_dir": lib_dir,
+        "note": "" if offload else
+        'CPU build: pass 1 measures CPU buffers only; for GPU numbers install a CUDA build '
+        '(CMAKE_ARGS="-DGGML_CUDA=on" pip install llama-cpp-python==0.3.36)',
+    }
+
+
+def _nvml() -> dict[str, Any]:
+    from app.planner.devices import nvml_status
+
+    return nvml_status()
+
+
+def _engines() -> list[dict[str, Any]]:
+    from app.engine.discover import discover_engines
+
+    return [e.to_json() for e in discover_engines()]
+
+
+def collect() -> dict[str, Any]:
+    report: dict[str, Any] = {
+        "headroom": __version__,
+        "python": f"{platform.python_version()} ({sys.executable})",
+        "platform": platform.platform(),
+        "pyside6": _pyside(),
+        "llama_cpp_python": _llama_cpp(),
+        "cache_dir": str(native_build.cache_dir()),
+    }
+    try:
+        report["nvml"] = _nvml()
+    except ImportError as exc:  # devices module not importable
+        report["nvml"] = {"ok": False, "reason": str(exc)}
+    try:
+        report["engines"] = _engines()
+    except ImportError:
+        build = native_build.find_build()
+        report["engines"] = [] if build is None else [{"path": str(build.server), "kind": "llama-server",
+                                                       "version": build.commit[:9], "backend": build.backend}]
+    return report
+
+
+def _line(label: str, value: str) -> str:
+    return f"{label:<18} {value}"
+
+
+def run(args: argparse.Namespace) -> int:
+    report = collect()
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    print(_line("Headroom", report["headroom"]))
+    print(_line("Python", report["python"]))
+    qt = report["pyside6"]
+    print(_line("PySide6", qt["version"] if qt["ok"] else qt["reason"]))
+    lc = report["llama_cpp_python"]
+    if lc["ok"]:
+        mode = "GPU offload: yes" if lc["gpu_offload"] else "GPU offload: no (CPU build)"
+        print(_line("llama-cpp-python", f"{lc['version']} — {mode}; library from {lc['lib_dir']}"))
+        if lc["note"]:
+            print(_line("", lc["note"]))
+    else:
+        print(_line("llama-cpp-python", lc["reason"]))
+    nv = report["nvml"]
+    if nv.get("ok"):
+        print(_line("NVML", f"driver {nv.get('driver', '?')}, CUDA {nv.get('cuda', '?')}, {nv.get('gpus', 0)} GPU(s)"))
+    else:
+        print(_line("NVML", f"unavailable — {nv.get('reason', 'unknown reason')}"))
+    engines = report["engines"]
+    if not engines:
+        print(_line("Engines", "none found (run `headroom engine build`)"))
+    for e in engines:
+        print(_line("Engine", f"{e.get('kind', '?')} {e.get('version', '')} at {e.get('path', '?')}"))
+    print(_line("Cache", report["cache_dir"]))
+    return 0

@@ -1,0 +1,38 @@
+"""``headroom engine build``: build the stock engine from llama-cpp-python's vendored llama.cpp."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from app.engine import native_build
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("engine", help="build or locate the stock llama-server")
+    esub = p.add_subparsers(dest="engine_command", metavar="ACTION", required=True)
+    b = esub.add_parser("build", help="build llama-server from source (cached by commit and backend)")
+    b.add_argument("--jobs", type=int, default=None)
+    b.add_argument("--bindings", action="store_true", help="also install llama-cpp-python without compiling")
+    b.set_defaults(func=run_build)
+    w = esub.add_parser("where", help="print the cached build's bin directory")
+    w.set_defaults(func=run_where)
+
+
+def run_build(args: argparse.Namespace) -> int:
+    argv = ["--python", sys.executable]
+    if args.jobs:
+        argv += ["--jobs", str(args.jobs)]
+    if args.bindings:
+        argv.append("--bindings")
+    return native_build.main(argv)
+
+
+def run_where(args: argparse.Namespace) -> int:
+    build = native_build.find_build()
+    if build is None:
+        print("no engine built yet: run `headroom engine build`", file=sys.stderr)
+        return 1
+    print(build.bin_dir)
+    return 0

@@ -1,0 +1,16 @@
+"""`headroom gui` (not written yet)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("gui", help="(not available yet)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    print("headroom gui: not available yet")
+    return 2

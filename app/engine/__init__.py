@@ -1,0 +1,1 @@
+"""Engines: build, discover, probe, launch and supervise llama-server / llamafile."""

@@ -1,0 +1,41 @@
+"""Point llama-cpp-python at the engine build's libllama when it has none of its own.
+
+``./dev`` installs llama-cpp-python with ``-DLLAMA_BUILD=OFF`` so llama.cpp is compiled once (by
+native/); the bindings then find the library through ``LLAMA_CPP_LIB_PATH``. A llama-cpp-python
+that ships its own library (e.g. a CUDA build the user installed) is left alone.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+from app.engine.native_build import find_build
+
+
+def bundled_lib_dir() -> Path | None:
+    """The installed llama_cpp package's own ``lib`` directory, if it holds a libllama."""
+    spec = importlib.util.find_spec("llama_cpp")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    lib = Path(next(iter(spec.submodule_search_locations))) / "lib"
+    if any(lib.glob("libllama.*")) or any(lib.glob("llama.dll")):
+        return lib
+    return None
+
+
+def ensure_llama_cpp_lib() -> str | None:
+    """Set ``LLAMA_CPP_LIB_PATH`` when needed (before ``import llama_cpp``); return the directory
+    the bindings will load from, or None when no library can be found."""
+    current = os.environ.get("LLAMA_CPP_LIB_PATH")
+    if current:
+        return current
+    own = bundled_lib_dir()
+    if own is not None:
+        return str(own)
+    build = find_build()
+    if build is None:
+        return None
+    os.environ["LLAMA_CPP_LIB_PATH"] = build.bin_dir
+    return build.bin_dir

@@ -1,0 +1,246 @@
+"""Build the stock engine from the llama.cpp tree vendored in llama-cpp-python's sdist.
+
+Standard library only: ``native/build.sh`` runs this file before any virtual environment
+exists, and ``headroom engine build`` imports it.
+
+The result lives under the user cache directory, keyed by llama.cpp commit and backend::
+
+    ~/.cache/headroom/engines/llama.cpp-<commit9>-<backend>/build/bin/{llama-server,...,libllama.so}
+
+The same build provides ``libllama.so`` for llama-cpp-python (installed with
+``-DLLAMA_BUILD=OFF`` and pointed here through ``LLAMA_CPP_LIB_PATH``), so llama.cpp is
+compiled once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+#: The llama-cpp-python release Headroom pins (pyproject.toml says the same).
+LLAMA_CPP_PYTHON_VERSION = "0.3.36"
+SDIST_NAME = f"llama_cpp_python-{LLAMA_CPP_PYTHON_VERSION}"
+
+#: Targets built: the server, the fit tool, the RPC server, the library llama-cpp-python loads
+#: (``llama`` + ``mtmd``) and the batched bench used by the shared-sequence repro (DOMAIN.md §5).
+TARGETS = ("llama-server", "llama-fit-params", "ggml-rpc-server", "llama", "mtmd", "llama-batched-bench")
+BINARIES = ("llama-server", "llama-fit-params", "ggml-rpc-server")
+
+
+def cache_dir() -> Path:
+    """Headroom's cache directory (XDG_CACHE_HOME honoured; HEADROOM_CACHE_DIR overrides)."""
+    override = os.environ.get("HEADROOM_CACHE_DIR")
+    if override:
+        return Path(override)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "headroom"
+
+
+@dataclass(frozen=True)
+class EngineBuild:
+    """What a finished build is: where, which llama.cpp, which backend, how long it took."""
+
+    commit: str
+    backend: str
+    backend_reason: str
+    bin_dir: str
+    seconds: float
+
+    @property
+    def server(self) -> Path:
+        return Path(self.bin_dir) / "llama-server"
+
+    @property
+    def fit_params(self) -> Path:
+        return Path(self.bin_dir) / "llama-fit-params"
+
+
+def _log(msg: str) -> None:
+    print(f"[engine-build] {msg}", flush=True)
+
+
+def sdist_path(python: str = sys.executable) -> Path:
+    """The pinned sdist, downloaded once into the cache."""
+    dest = cache_dir() / "sdist"
+    tarball = dest / f"{SDIST_NAME}.tar.gz"
+    if tarball.is_file():
+        return tarball
+    dest.mkdir(parents=True, exist_ok=True)
+    _log(f"downloading llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION} sdist (76 MB, once)")
+    subprocess.run(
+        [python, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+         f"llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}", "-d", str(dest)],
+        check=True,
+    )
+    if not tarball.is_file():
+        raise RuntimeError(f"pip download did not produce {tarball}")
+    return tarball
+
+
+def source_tree(python: str = sys.executable) -> Path:
+    """The extracted sdist (with its git metadata, so ``--version`` names the commit)."""
+    root = cache_dir() / "src" / SDIST_NAME
+    if (root / "vendor" / "llama.cpp" / "CMakeLists.txt").is_file():
+        return root
+    tarball = sdist_path(python)
+    tmp = root.parent / f".{SDIST_NAME}.partial"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    _log(f"extracting {tarball.name}")
+    with tarfile.open(tarball) as tf:
+        tf.extractall(tmp, filter="tar")
+    shutil.rmtree(root, ignore_errors=True)
+    (tmp / SDIST_NAME).rename(root)
+    shutil.rmtree(tmp, ignore_errors=True)
+    return root
+
+
+def vendored_commit(tree: Path) -> str:
+    """The llama.cpp commit the sdist vendors, read from its submodule git metadata."""
+    head = tree / ".git" / "modules" / "vendor" / "llama.cpp" / "HEAD"
+    try:
+        text = head.read_text().strip()
+    except OSError:
+        return "unknown"
+    return text[:40] if len(text) >= 9 and not text.startswith("ref:") else "unknown"
+
+
+def detect_backend() -> tuple[str, str]:
+    """``("cuda", why)`` when nvcc and cuBLAS are both present, else ``("cpu", why)``."""
+    if os.environ.get("HEADROOM_ENGINE_BACKEND") == "cpu":
+        return "cpu", "CPU forced by HEADROOM_ENGINE_BACKEND=cpu"
+    nvcc = shutil.which("nvcc") or next(
+        (p for p in ("/usr/local/cuda/bin/nvcc",) if os.access(p, os.X_OK)), None
+    )
+    if nvcc is None:
+        return "cpu", "CUDA off: nvcc not found"
+    cuda_root = Path(nvcc).resolve().parent.parent
+    patterns = [
+        str(cuda_root / "lib64" / "libcublas.so*"),
+        str(cuda_root / "targets" / "*" / "lib" / "libcublas.so*"),
+        "/usr/lib/x86_64-linux-gnu/libcublas.so*",
+        "/usr/lib/aarch64-linux-gnu/libcublas.so*",
+    ]
+    if not any(glob.glob(p) for p in patterns):
+        return "cpu", f"CUDA off: nvcc found at {nvcc} but no cuBLAS (libcublas.so) next to it"
+    return "cuda", f"CUDA on: nvcc at {nvcc} and cuBLAS found"
+
+
+def build_dir(commit: str, backend: str) -> Path:
+    return cache_dir() / "engines" / f"llama.cpp-{commit[:9]}-{backend}"
+
+
+def find_build(backend: str | None = None) -> EngineBuild | None:
+    """A finished build in the cache (the CUDA one preferred), or None. Never builds."""
+    root = cache_dir() / "engines"
+    candidates = sorted(root.glob("llama.cpp-*/build.json"))
+    builds: list[EngineBuild] = []
+    for stamp in candidates:
+        try:
+            data = json.loads(stamp.read_text())
+            build = EngineBuild(**data)
+        except (OSError, ValueError, TypeError):
+            continue
+        if build.server.is_file() and (backend is None or build.backend == backend):
+            builds.append(build)
+    builds.sort(key=lambda b: (b.backend != "cuda", b.commit))
+    return builds[0] if builds else None
+
+
+def cmake_args(backend: str) -> list[str]:
+    args = [
+        "-DCMAKE_BUILD_TYPE=Release",
+        "-DBUILD_SHARED_LIBS=ON",
+        "-DLLAMA_USE_PREBUILT_UI=OFF",  # offline: no web UI download
+        "-DLLAMA_OPENSSL=OFF",  # loopback serving needs no TLS
+        "-DGGML_RPC=ON",
+        "-DLLAMA_BUILD_TESTS=OFF",
+        "-DGGML_NATIVE=OFF" if os.environ.get("HEADROOM_PORTABLE") else "-DGGML_NATIVE=ON",
+    ]
+    if backend == "cuda":
+        args.append("-DGGML_CUDA=ON")
+        archs = os.environ.get("HEADROOM_CUDA_ARCHS")
+        if archs:
+            args += [f"-DCMAKE_CUDA_ARCHITECTURES={archs}", "-DGGML_CUDA_FA_ALL_QUANTS=OFF"]
+    if shutil.which("ninja"):
+        args += ["-G", "Ninja"]
+    return args
+
+
+def build(python: str = sys.executable, jobs: int | None = None) -> EngineBuild:
+    """Build (or find in the cache) the stock engine. Returns where it is."""
+    started = time.monotonic()
+    tree = source_tree(python)
+    commit = vendored_commit(tree)
+    backend, reason = detect_backend()
+    _log(reason)
+    out = build_dir(commit, backend)
+    stamp = out / "build.json"
+    cached = find_build(backend)
+    if cached is not None and Path(cached.bin_dir).parent.parent == out:
+        _log(f"cache hit: {out} (llama.cpp {commit[:9]}, {backend}), nothing to do")
+        return cached
+    if shutil.which("cmake") is None:
+        raise RuntimeError("cmake not found: install it (apt-get install cmake) to build the engine")
+    bdir = out / "build"
+    bdir.mkdir(parents=True, exist_ok=True)
+    src = tree / "vendor" / "llama.cpp"
+    _log(f"configuring llama.cpp {commit[:9]} ({backend}) in {bdir}")
+    subprocess.run(["cmake", "-S", str(src), "-B", str(bdir), *cmake_args(backend)], check=True)
+    n = jobs or os.cpu_count() or 2
+    _log(f"building {', '.join(TARGETS)} with {n} jobs")
+    subprocess.run(
+        ["cmake", "--build", str(bdir), "--config", "Release", "-j", str(n), "--target", *TARGETS],
+        check=True,
+    )
+    for name in BINARIES:
+        if not (bdir / "bin" / name).is_file():
+            raise RuntimeError(f"build finished but {name} is missing in {bdir / 'bin'}")
+    result = EngineBuild(commit, backend, reason, str(bdir / "bin"), round(time.monotonic() - started, 1))
+    stamp.write_text(json.dumps(asdict(result), indent=2))
+    _log(f"done in {result.seconds:.0f} s: {result.bin_dir}")
+    return result
+
+
+def install_bindings(python: str, build_info: EngineBuild) -> None:
+    """Install llama-cpp-python's Python code from the same sdist without compiling llama.cpp again.
+
+    ``-DLLAMA_BUILD=OFF`` skips the library build; at run time Headroom sets
+    ``LLAMA_CPP_LIB_PATH`` to the engine build's ``bin`` directory (app/engine/libpath.py).
+    """
+    tarball = sdist_path(python)
+    env = dict(os.environ, CMAKE_ARGS="-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF")
+    _log("installing llama-cpp-python bindings (no compile; libraries from the engine build)")
+    subprocess.run([python, "-m", "pip", "install", "--no-deps", str(tarball)], check=True, env=env)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--python", default=sys.executable, help="interpreter whose pip downloads/installs")
+    parser.add_argument("--jobs", type=int, default=None)
+    parser.add_argument("--bindings", action="store_true", help="also install llama-cpp-python into --python")
+    parser.add_argument("--print-bin-dir", action="store_true")
+    args = parser.parse_args(argv)
+    try:
+        info = build(args.python, args.jobs)
+        if args.bindings:
+            install_bindings(args.python, info)
+    except (RuntimeError, OSError, subprocess.CalledProcessError) as exc:
+        print(f"[engine-build] failed: {exc}", file=sys.stderr)
+        return 1
+    if args.print_bin_dir:
+        print(info.bin_dir)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+"""What pass 1 measured: the engine allocator's own numbers, per backend device.
+
+Produced by ``app.planner.measure`` (the llama-cpp-python ``no_alloc`` probe) or by an engine
+that measures itself; consumed by the solver. Sizes are bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class DeviceMeasurement:
+    """One backend device as llama.cpp names it (``CPU``, ``CUDA0``, ``CUDA_Host``).
+
+    host: True for host memory (``*_Host`` / ``*_Mapped`` / ``CPU``).
+    """
+
+    name: str
+    compute: int = 0
+    kv: int = 0
+    host: bool = False
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """A pass-1 result. ``backend`` is what measured ("CPU", "CUDA"); only true for that backend."""
+
+    devices: tuple[DeviceMeasurement, ...]
+    backend: str
+    llama_commit: str
+    seconds: float
+    source: str = "llama-cpp-python no_alloc probe"
+    kv_lines: tuple[str, ...] = field(default=())
+
+    def device(self, name: str) -> DeviceMeasurement | None:
+        return next((d for d in self.devices if d.name == name), None)
+
+    @property
+    def gpu_compute(self) -> dict[str, int]:
+        return {d.name: d.compute for d in self.devices if not d.host}
+
+    @property
+    def host_compute(self) -> int:
+        return sum(d.compute for d in self.devices if d.host)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Measurement:
+        devs = tuple(DeviceMeasurement(**d) for d in data.get("devices", ()))
+        return cls(devs, data["backend"], data["llama_commit"], float(data["seconds"]),
+                   data.get("source", "llama-cpp-python no_alloc probe"), tuple(data.get("kv_lines", ())))

@@ -1,0 +1,74 @@
+"""The launch settings: one object that both pass 1 (the probe) and the engine argv are built from.
+
+Pass 1 is only true when its context parameters are *exactly* the launch's (DOMAIN.md §1), so
+both sides read this one dataclass. Defaults mirror llama-server's, not the C API's
+(``swa_full`` is false in llama-server, true in ``llama_context_default_params``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+#: Cache types llama-server accepts for ``-ctk/-ctv`` (common/arg.cpp, kv_cache_types).
+KV_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+
+#: ggml_type enum values (ggml/include/ggml.h) for the cache types above.
+GGML_TYPE_IDS = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8,
+                 "iq4_nl": 20, "bf16": 30}
+
+#: Sentinel for "offload every layer" (llama-server ``-ngl 999`` / ``all``).
+ALL_LAYERS = 999
+
+
+@dataclass(frozen=True)
+class LaunchSettings:
+    """Every parameter that changes what the engine allocates.
+
+    n_parallel: ``-np``. kv_unified: ``-kvu`` (llama-server's ``-np`` auto means 4 slots *and*
+    unified; Headroom always passes both explicitly). flash_attn: "on" | "off" | "auto".
+    n_gpu_layers: ``-ngl`` (ALL_LAYERS = everything). offload_kqv False = ``-nkvo``.
+    """
+
+    n_ctx: int = 4096
+    type_k: str = "f16"
+    type_v: str = "f16"
+    n_parallel: int = 1
+    kv_unified: bool = False
+    swa_full: bool = False
+    n_ubatch: int = 512
+    n_batch: int = 2048
+    flash_attn: str = "on"
+    n_gpu_layers: int = ALL_LAYERS
+    offload_kqv: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("type_k", "type_v"):
+            if getattr(self, name) not in KV_TYPES:
+                raise ValueError(f"{name} must be one of {', '.join(KV_TYPES)}, not {getattr(self, name)!r}")
+        if self.flash_attn not in ("on", "off", "auto"):
+            raise ValueError(f"flash_attn must be on, off or auto, not {self.flash_attn!r}")
+        if self.n_ctx < 1 or self.n_parallel < 1 or self.n_ubatch < 1 or self.n_batch < 1:
+            raise ValueError("n_ctx, n_parallel, n_ubatch and n_batch must be positive")
+        if self.n_gpu_layers < 0:
+            raise ValueError("n_gpu_layers must be >= 0")
+
+    @property
+    def effective_n_batch(self) -> int:
+        """llama.cpp clamps n_ubatch to n_batch (llama-context.cpp: ``n_ubatch = min(n_batch, n_ubatch)``)."""
+        return self.n_batch
+
+    @property
+    def effective_n_ubatch(self) -> int:
+        return min(self.n_batch, self.n_ubatch)
+
+    def with_(self, **changes: Any) -> LaunchSettings:
+        return replace(self, **changes)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> LaunchSettings:
+        known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        return cls(**known)
