@@ -10,7 +10,8 @@ from typing import Any
 
 from app import __version__
 from app.engine import native_build
-from app.engine.libpath import ensure_llama_cpp_lib
+from app.engine.libpath import ensure_llama_cpp_lib, gpu_backends
+from app.planner.units import Bytes
 
 
 def register(sub: Any) -> None:
@@ -34,11 +35,14 @@ def _llama_cpp() -> dict[str, Any]:
         import llama_cpp
     except (ImportError, OSError, RuntimeError, FileNotFoundError) as exc:
         return {"ok": False, "reason": f"llama-cpp-python not loadable: {exc}", "lib_dir": lib_dir}
-    offload = bool(llama_cpp.llama_supports_gpu_offload())
+    backends = gpu_backends(lib_dir)
+    offload = bool(llama_cpp.llama_supports_gpu_offload()) and bool(backends)
     return {
         "ok": True,
         "version": getattr(llama_cpp, "__version__", "unknown"),
         "gpu_offload": offload,
+        "gpu_backends": backends,
+        "llama_supports_gpu_offload": bool(llama_cpp.llama_supports_gpu_offload()),
         "lib_dir": lib_dir,
         "note": "" if offload else
         'CPU build: pass 1 measures CPU buffers only; for GPU numbers install a CUDA build '
@@ -50,6 +54,21 @@ def _nvml() -> dict[str, Any]:
     from app.planner.devices import nvml_status
 
     return nvml_status()
+
+
+def _nvml_lines(nv: dict[str, Any]) -> list[str]:
+    """The NVML part of the report: driver, one line per GPU, then warnings."""
+    if not nv.get("ok"):
+        return [_line("NVML", f"unavailable — {nv.get('reason') or 'unknown reason'}; planning uses the CPU "
+                              "or simulated GPUs (--gpu H200)")]
+    lines = [_line("NVML", f"driver {nv.get('driver') or '?'}, CUDA {nv.get('cuda') or '?'}, "
+                           f"{nv.get('gpus', 0)} GPU(s)" + (f" — {nv['reason']}" if nv.get("reason") else ""))]
+    for d in nv.get("devices", []):
+        link = f", PCIe gen{d['pcie_gen']} x{d['pcie_width']}" if d.get("pcie_gen") else ""
+        lines.append(_line(f"  GPU {d['index']}", f"{d['name']}: {Bytes(d['free'])} free of {Bytes(d['total'])}"
+                                                  f" ({len(d['processes'])} process(es){link})"))
+    lines += [_line("  warning", w) for w in nv.get("warnings", [])]
+    return lines
 
 
 def _engines() -> list[dict[str, Any]]:
@@ -95,17 +114,16 @@ def run(args: argparse.Namespace) -> int:
     print(_line("PySide6", qt["version"] if qt["ok"] else qt["reason"]))
     lc = report["llama_cpp_python"]
     if lc["ok"]:
-        mode = "GPU offload: yes" if lc["gpu_offload"] else "GPU offload: no (CPU build)"
+        mode = (f"GPU offload: yes ({', '.join(lc['gpu_backends'])})" if lc["gpu_offload"]
+                else "GPU offload: no (CPU build; llama_supports_gpu_offload() says "
+                f"{lc['llama_supports_gpu_offload']} because of the RPC backend)")
         print(_line("llama-cpp-python", f"{lc['version']} — {mode}; library from {lc['lib_dir']}"))
         if lc["note"]:
             print(_line("", lc["note"]))
     else:
         print(_line("llama-cpp-python", lc["reason"]))
-    nv = report["nvml"]
-    if nv.get("ok"):
-        print(_line("NVML", f"driver {nv.get('driver', '?')}, CUDA {nv.get('cuda', '?')}, {nv.get('gpus', 0)} GPU(s)"))
-    else:
-        print(_line("NVML", f"unavailable — {nv.get('reason', 'unknown reason')}"))
+    for line in _nvml_lines(report["nvml"]):
+        print(line)
     engines = report["engines"]
     if not engines:
         print(_line("Engines", "none found (run `headroom engine build`)"))

@@ -39,3 +39,19 @@ def ensure_llama_cpp_lib() -> str | None:
         return None
     os.environ["LLAMA_CPP_LIB_PATH"] = build.bin_dir
     return build.bin_dir
+
+
+#: ggml backend libraries that put work on a GPU (the RPC backend is not one of them).
+GPU_BACKEND_LIBS = ("cuda", "hip", "vulkan", "metal", "sycl", "musa", "opencl")
+
+
+def gpu_backends(lib_dir: str | None) -> list[str]:
+    """GPU backends the llama library in ``lib_dir`` can use, from the ggml libraries beside it.
+
+    ``llama_supports_gpu_offload()`` is not enough: it also answers True for a CPU build with the
+    RPC backend (src/llama.cpp: ``... || llama_supports_rpc()``), which our native build enables.
+    """
+    if not lib_dir:
+        return []
+    d = Path(lib_dir)
+    return [name for name in GPU_BACKEND_LIBS if any(d.glob(f"libggml-{name}.*")) or any(d.glob(f"ggml-{name}.*"))]

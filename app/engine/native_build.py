@@ -220,7 +220,7 @@ def install_bindings(python: str, build_info: EngineBuild) -> None:
     tarball = sdist_path(python)
     env = dict(os.environ, CMAKE_ARGS="-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF")
     _log("installing llama-cpp-python bindings (no compile; libraries from the engine build)")
-    subprocess.run([python, "-m", "pip", "install", "--no-deps", str(tarball)], check=True, env=env)
+    subprocess.run([python, "-m", "pip", "install", "-q", str(tarball)], check=True, env=env)
 
 
 def main(argv: list[str] | None = None) -> int:

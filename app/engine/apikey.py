@@ -1,0 +1,68 @@
+"""The API key an engine needs before Headroom lets it listen beyond 127.0.0.1.
+
+Generated once with ``secrets``, stored in the config directory with mode 0600 (created with that
+mode, never chmod-ed after the fact), reused afterwards. A key file readable by others is refused.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import secrets
+import stat
+from pathlib import Path
+
+KEY_FILE = "api_key"
+
+
+def config_dir() -> Path:
+    """Headroom's config directory (HEADROOM_CONFIG_DIR overrides; XDG_CONFIG_HOME honoured)."""
+    override = os.environ.get("HEADROOM_CONFIG_DIR")
+    if override:
+        return Path(override)
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "headroom"
+
+
+def is_loopback(host: str) -> bool:
+    """True for addresses only this machine can reach (``127.0.0.1``, ``::1``, ``localhost``)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class ApiKeyError(Exception):
+    """The stored key cannot be trusted (e.g. readable by other users)."""
+
+
+def key_path(directory: Path | None = None) -> Path:
+    return (directory or config_dir()) / KEY_FILE
+
+
+def load_or_create(directory: Path | None = None) -> str:
+    """The stored key, generated (and written 0600) on first use."""
+    path = key_path(directory)
+    if path.exists():
+        mode = stat.S_IMODE(path.stat().st_mode)
+        if mode & 0o077:
+            raise ApiKeyError(f"{path} is readable by other users (mode {mode:o}); "
+                              f"run `chmod 600 {path}` or delete it to get a new key")
+        key = path.read_text().strip()
+        if key:
+            return key
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    key = secrets.token_urlsafe(32)
+    tmp = path.with_name(f".{KEY_FILE}.{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(key + "\n")
+    os.replace(tmp, path)
+    return key
+
+
+def key_for_host(host: str, directory: Path | None = None) -> str | None:
+    """None on loopback; the stored (or new) key for any other address."""
+    return None if is_loopback(host) else load_or_create(directory)

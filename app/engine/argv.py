@@ -1,0 +1,105 @@
+"""The engine command line, as a pure function of the plan (STYLE.md: prepare / run / result).
+
+Everything that changes what the engine allocates comes from one ``LaunchSettings`` (the same
+object pass 1 measured with), so the launch is the plan. ``--fit off`` stops llama-server from
+silently changing ``-c``/``-ngl`` (DOMAIN.md §1); ``-lv 4`` makes it log the buffer sizes the plan
+check reads. Never a shell: an argument list, shown as one copyable line with ``shlex.join``.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from app.engine.discover import EngineInfo
+from app.planner.settings import LaunchSettings
+from app.planner.units import MiB
+
+if TYPE_CHECKING:
+    from app.planner.plan import Plan
+
+MODES = ("window", "stock", "cpu")
+
+#: Flags left out when a probed engine lacks them: they refine the launch but are not the plan
+#: (an engine without ``--fit`` never fits; without ``--metrics`` there is just no /metrics).
+OPTIONAL = ("--fit", "--metrics", "-lv")
+
+
+class ArgvError(ValueError):
+    """The settings and mode contradict each other (e.g. the window with a unified cache)."""
+
+
+def _optional(engine: EngineInfo, name: str) -> bool:
+    caps = engine.capabilities
+    return caps is None or caps.accepts(name)
+
+
+def build_argv(engine: EngineInfo, settings: LaunchSettings, mode: str, model: Path, host: str, port: int,
+               *, vram_target: int | None = None, api_key: str | None = None,
+               extra: Sequence[str] = ()) -> list[str]:
+    """The exact argument list that launches ``engine`` with ``settings`` in ``mode``.
+
+    mode "window": opencoti's rolling KV window (``--kv-residency-mode window --vram-target MiB``,
+    never with ``-kvu``; vram_target None = 0 = all free VRAM). mode "cpu": ``-ngl 0`` and, for a
+    llamafile, ``--gpu disable``.
+    """
+    if mode not in MODES:
+        raise ArgvError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+    if mode == "window" and settings.kv_unified:
+        raise ArgvError("the KV window cannot be combined with a unified KV cache (-kvu)")
+    if mode == "window" and engine.kind != "opencoti":
+        raise ArgvError(f"the KV window needs the opencoti engine, not {engine.kind}")
+    argv = list(engine.server_prefix)
+    if engine.is_llamafile:
+        argv += ["--gpu", "disable" if mode == "cpu" else "nvidia"]
+    ngl = 0 if mode == "cpu" else settings.n_gpu_layers
+    argv += [
+        "-m", str(model),
+        "-c", str(settings.n_ctx),
+        "-ngl", str(ngl),
+        "-fa", settings.flash_attn,
+        "-ctk", settings.type_k,
+        "-ctv", settings.type_v,
+        "-ub", str(settings.n_ubatch),
+        "-b", str(settings.n_batch),
+        "-np", str(settings.n_parallel),
+    ]
+    if settings.kv_unified:
+        argv.append("-kvu")
+    if settings.swa_full:
+        argv.append("--swa-full")
+    if not settings.offload_kqv:
+        argv.append("-nkvo")
+    if mode == "window":
+        argv += ["--kv-residency-mode", "window", "--vram-target", str((vram_target or 0) // MiB)]
+    if _optional(engine, "--fit"):
+        argv += ["--fit", "off"]
+    if _optional(engine, "-lv"):
+        argv += ["-lv", "4"]
+    if _optional(engine, "--metrics"):
+        argv.append("--metrics")
+    argv += ["--host", host, "--port", str(port)]
+    if api_key:
+        argv += ["--api-key", api_key]
+    argv += list(extra)
+    return argv
+
+
+def argv_for_plan(engine: EngineInfo, plan: Plan, model: Path, host: str, port: int, *,
+                  api_key: str | None = None, extra: Sequence[str] = ()) -> list[str]:
+    """``build_argv`` from a Plan (its launch settings, mode and VRAM target)."""
+    return build_argv(engine, plan.launch, plan.mode, model, host, port, vram_target=plan.vram_target,
+                      api_key=api_key, extra=extra)
+
+
+def shell_line(argv: Sequence[str], *, hide_key: bool = True) -> str:
+    """One copyable shell line; the API key is masked unless ``hide_key`` is False."""
+    shown = list(argv)
+    if hide_key:
+        for i, a in enumerate(shown[:-1]):
+            if a == "--api-key":
+                shown[i + 1] = "$HEADROOM_API_KEY"
+    line = shlex.join(shown)
+    return line.replace(shlex.quote("$HEADROOM_API_KEY"), '"$HEADROOM_API_KEY"')

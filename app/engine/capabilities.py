@@ -1,0 +1,192 @@
+"""Which of the flags Headroom uses an engine binary accepts — probed, never looked up by version.
+
+The probe (DOMAIN.md §4): ``<binary> [--server] <flag> [<value>] -m /nonexistent.gguf``. llama.cpp
+parses every argument before it touches the model, so an unknown flag or value stops it at parse
+time and a known one gets as far as "model not found". Probes run concurrently, each with a
+timeout, and the answers are cached per binary (path, size, mtime) under the cache directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from app.engine.native_build import cache_dir
+from app.planner.settings import KV_TYPES, LaunchSettings
+
+#: Flags probed, by capability name → the arguments that exercise it.
+PROBES: dict[str, tuple[str, ...]] = {
+    "-kvu": ("-kvu",),
+    "--fit": ("--fit", "off"),
+    "-fa on": ("-fa", "on"),
+    "-nkvo": ("-nkvo",),
+    "--swa-full": ("--swa-full",),
+    "--kv-residency-mode": ("--kv-residency-mode", "window"),
+    "--vram-target": ("--vram-target", "0"),
+    "--metrics": ("--metrics",),
+    "--rpc": ("--rpc", "127.0.0.1:1"),
+    "-lv": ("-lv", "4"),
+    **{f"-ctk {t}": ("-ctk", t) for t in KV_TYPES},
+}
+
+MISSING_MODEL = "/nonexistent-headroom-probe.gguf"
+PROBE_TIMEOUT_S = 15.0
+CACHE_FILE = "engine-capabilities.json"
+#: Bump when PROBES or the verdict rules change, so old cache entries are re-probed.
+CACHE_VERSION = 1
+
+# common/arg.cpp, common_params_parse_ex:
+# error: invalid argument: --kv-residency-mode
+_REJECTED = re.compile(r"error: invalid argument: (\S+)")
+# common/arg.cpp, a value the option's handler throws on:
+# error while handling argument "-ctk": Unsupported cache type: q9
+_BAD_VALUE = re.compile(r'error while handling argument "([^"]+)"')
+# ggml/src/gguf.cpp, gguf_init_from_file / src/llama.cpp / tools/server (the model stage, so the
+# flags were all parsed):
+# gguf_init_from_file: failed to open GGUF file '/nonexistent.gguf' (No such file or directory)
+# srv    load_model: failed to load model, '/nonexistent.gguf'
+# ggml/src/ggml-rpc/ggml-rpc.cpp (``--rpc`` connects while parsing, so this also means accepted):
+# .../ggml-rpc.cpp:547: Failed to connect to 127.0.0.1:1
+_ACCEPTED = re.compile(r"failed to open GGUF file|failed to load model|error loading model|Failed to connect to")
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    verdict: str  # "accepted" | "rejected" | "unknown"
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """Probe verdicts per capability name (keys of PROBES)."""
+
+    results: dict[str, ProbeResult] = field(default_factory=dict)
+
+    def accepts(self, name: str) -> bool:
+        r = self.results.get(name)
+        return r is not None and r.verdict == "accepted"
+
+    @property
+    def kv_types(self) -> tuple[str, ...]:
+        return tuple(t for t in KV_TYPES if self.accepts(f"-ctk {t}"))
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: {"verdict": v.verdict, "detail": v.detail} for k, v in self.results.items()}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Capabilities:
+        return cls({k: ProbeResult(v["verdict"], v.get("detail", "")) for k, v in data.items()})
+
+
+def verdict(output: str, timed_out: bool = False) -> ProbeResult:
+    """Read one probe's output (stdout + stderr)."""
+    m = _REJECTED.search(output) or _BAD_VALUE.search(output)
+    if m:
+        return ProbeResult("rejected", m.group(0))
+    m2 = _ACCEPTED.search(output)
+    if m2:
+        return ProbeResult("accepted", m2.group(0))
+    if timed_out:
+        return ProbeResult("unknown", f"no answer within {PROBE_TIMEOUT_S:.0f} s")
+    last = next((ln for ln in reversed(output.splitlines()) if ln.strip()), "no output")
+    return ProbeResult("unknown", last.strip()[:200])
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on right now (bind to port 0, read it back, release it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def engine_env() -> dict[str, str]:
+    """The environment an engine runs with: ours minus ``LLAMA_ARG_*``, so the argv is the only
+    source of settings (llama.cpp reads every option from ``LLAMA_ARG_<NAME>`` too)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_ARG_")}
+
+
+def probe_one(command: Sequence[str], args: Sequence[str], timeout: float = PROBE_TIMEOUT_S) -> ProbeResult:
+    argv = [*command, *args, "--host", "127.0.0.1", "--port", str(free_port()), "-m", MISSING_MODEL]
+    try:
+        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout,
+                              env=engine_env(), check=False)
+    except subprocess.TimeoutExpired as exc:
+        out = (exc.stdout or b"") + (exc.stderr or b"")
+        return verdict(out.decode("utf-8", "replace"), timed_out=True)
+    except OSError as exc:
+        return ProbeResult("unknown", f"cannot run {command[0]}: {exc}")
+    return verdict((proc.stdout + proc.stderr).decode("utf-8", "replace"))
+
+
+def probe_all(command: Sequence[str], names: Sequence[str] | None = None, workers: int = 4) -> Capabilities:
+    """Run the probes for ``names`` (default: all of PROBES) concurrently."""
+    todo = list(names or PROBES)
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        answers = list(pool.map(lambda n: probe_one(command, PROBES[n]), todo))
+    return Capabilities(dict(zip(todo, answers, strict=True)))
+
+
+def _stamp(path: Path) -> dict[str, Any]:
+    st = path.stat()
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "v": CACHE_VERSION}
+
+
+def _read_cache(file: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(file.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def capabilities(binary: Path, command: Sequence[str], *, refresh: bool = False) -> Capabilities:
+    """The binary's capabilities: from the cache when its size and mtime are unchanged, else probed."""
+    binary = binary.resolve()
+    file = cache_dir() / CACHE_FILE
+    stamp = _stamp(binary)
+    entries = _read_cache(file)
+    entry = entries.get(str(binary))
+    if not refresh and isinstance(entry, dict) and entry.get("stamp") == stamp:
+        return Capabilities.from_json(entry["results"])
+    caps = probe_all(command)
+    entries = _read_cache(file)  # re-read: another process may have written meanwhile
+    entries[str(binary)] = {"stamp": stamp, "results": caps.to_json()}
+    file.parent.mkdir(parents=True, exist_ok=True)
+    tmp = file.with_name(f".{CACHE_FILE}.{os.getpid()}")
+    tmp.write_text(json.dumps(entries, indent=1, sort_keys=True))
+    os.replace(tmp, file)
+    return caps
+
+
+def required(settings: LaunchSettings, mode: str) -> list[str]:
+    """The capabilities a launch with these settings cannot do without."""
+    need = [f"-ctk {settings.type_k}", f"-ctk {settings.type_v}"]
+    if settings.kv_unified and mode != "window":
+        need.append("-kvu")
+    if settings.flash_attn == "on":
+        need.append("-fa on")
+    if not settings.offload_kqv:
+        need.append("-nkvo")
+    if settings.swa_full:
+        need.append("--swa-full")
+    if mode == "window":
+        need += ["--kv-residency-mode", "--vram-target"]
+    return list(dict.fromkeys(need))
+
+
+def refusal(caps: Capabilities, settings: LaunchSettings, mode: str) -> str | None:
+    """Why this engine cannot run the plan (None when it can)."""
+    missing = [n for n in required(settings, mode) if not caps.accepts(n)]
+    if not missing:
+        return None
+    why = "; ".join(f"{n}: {caps.results[n].detail}" if n in caps.results else n for n in missing)
+    return f"this engine does not accept {', '.join(missing)} which the plan needs ({why})"

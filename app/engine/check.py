@@ -1,0 +1,186 @@
+"""Plan vs actual: what the engine really allocated, next to what the plan said, per device and part.
+
+Actuals come from the engine's own log (llama-server at ``-lv 4``; parsed by the one parser,
+app.planner.logparse, where a re-logged block replaces the earlier one), from NVML (the engine
+process's real GPU memory, app.planner.devices.Snapshot) and, for the opencoti engine, from the
+``opencoti`` block of ``GET /props``. Buffer rows are ok within 1 MiB (llama.cpp prints MiB with
+two decimals); the NVML row also holds the CUDA context, so it gets a wider tolerance.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from app.planner.logparse import LogBuffers, LogParser, is_host_device
+from app.planner.units import Bytes, MiB
+
+if TYPE_CHECKING:
+    from app.planner.devices import Snapshot
+    from app.planner.plan import Plan
+
+BUFFER_TOLERANCE = 1 * MiB
+#: NVML counts the CUDA context and libraries too (~590 MiB per process on an H200, DOMAIN.md §2);
+#: the plan carries that as ``overhead``, which is an estimate, not a measurement.
+PROCESS_TOLERANCE = 128 * MiB
+HOST = "host"
+PARTS = ("weights", "kv", "compute")
+
+
+@dataclass(frozen=True)
+class CheckRow:
+    device: str  # "CUDA0", ..., or "host"
+    part: str  # "weights" | "kv" | "compute" | "process" | "window cells"
+    planned: int | None
+    actual: int | None
+    tolerance: int = BUFFER_TOLERANCE
+    source: str = "engine log"
+    unit: str = "bytes"
+
+    @property
+    def error(self) -> int | None:
+        if self.planned is None or self.actual is None:
+            return None
+        return self.actual - self.planned
+
+    @property
+    def ok(self) -> bool:
+        err = self.error
+        return err is not None and abs(err) <= self.tolerance
+
+    def _fmt(self, v: int | None) -> str:
+        if v is None:
+            return "—"
+        return f"{v / MiB:,.2f} MiB" if self.unit == "bytes" else f"{v:,}"
+
+    def cells(self) -> tuple[str, str, str, str, str, str]:
+        err = self.error
+        if err is None:
+            verdict, err_s = "?", "—"
+        else:
+            verdict = "ok" if self.ok else "OFF"
+            err_s = f"{err / MiB:+,.2f} MiB" if self.unit == "bytes" else f"{err:+,}"
+        return (self.device, self.part, self._fmt(self.planned), self._fmt(self.actual), err_s, verdict)
+
+
+@dataclass(frozen=True)
+class PlanCheck:
+    rows: tuple[CheckRow, ...]
+    warnings: tuple[str, ...] = ()
+    opencoti: dict[str, Any] | None = None
+    buffers: LogBuffers | None = field(default=None, compare=False)
+
+    @property
+    def ok(self) -> bool:
+        """Every row that has both sides is within its tolerance (and there is at least one)."""
+        judged = [r for r in self.rows if r.error is not None]
+        return bool(judged) and all(r.ok for r in judged)
+
+    def row(self, device: str, part: str) -> CheckRow | None:
+        return next((r for r in self.rows if r.device == device and r.part == part), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ok": self.ok, "warnings": list(self.warnings), "opencoti": self.opencoti,
+                "rows": [dict(asdict(r), error=r.error, ok=r.ok) for r in self.rows]}
+
+    def table(self) -> str:
+        head = ("device", "part", "planned", "actual", "error", "")
+        body = [r.cells() for r in self.rows]
+        widths = [max(len(c[i]) for c in [head, *body]) for i in range(6)]
+        lines = ["  ".join(c[i].rjust(widths[i]) if i in (2, 3, 4) else c[i].ljust(widths[i])
+                           for i in range(6)).rstrip() for c in [head, *body]]
+        return "\n".join(lines + [f"warning: {w}" for w in self.warnings])
+
+
+def actuals(buffers: LogBuffers) -> dict[tuple[str, str], int]:
+    """(device, part) → bytes from the engine log; host devices (``CPU_Mapped``, ``CUDA_Host``,
+    ``CPU``) summed into one ``host`` device, as the plan counts host memory."""
+    out: dict[tuple[str, str], int] = {}
+    for part, block in (("weights", buffers.model), ("kv", buffers.kv), ("compute", buffers.compute)):
+        for dev, size in block.items():
+            key = (HOST if is_host_device(dev) else dev, part)
+            out[key] = out.get(key, 0) + size
+    return out
+
+
+def planned(plan: Plan) -> dict[tuple[str, str], int]:
+    """(device, part) → bytes the plan expects, in the same shape as ``actuals``."""
+    out: dict[tuple[str, str], int] = {}
+    for gpu in plan.gpus:
+        out[(gpu.name, "weights")] = int(gpu.weights)
+        out[(gpu.name, "kv")] = int(gpu.kv_resident)
+        out[(gpu.name, "compute")] = int(gpu.compute)
+    out[(HOST, "weights")] = int(plan.host.weights_mapped)
+    out[(HOST, "kv")] = int(plan.host.kv_tail)
+    out[(HOST, "compute")] = int(plan.host.compute_pinned)
+    return out
+
+
+def fetch_props(base_url: str, api_key: str | None = None, timeout: float = 5.0) -> dict[str, Any] | None:
+    """``GET /props`` as JSON (None when it does not answer)."""
+    host_port = base_url.split("://", 1)[-1].rstrip("/")
+    conn = http.client.HTTPConnection(host_port, timeout=timeout)
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        conn.request("GET", "/props", headers=headers)
+        resp = conn.getresponse()
+        if resp.status != 200:
+            return None
+        data = json.loads(resp.read())
+    except (OSError, http.client.HTTPException, ValueError):
+        return None
+    finally:
+        conn.close()
+    return data if isinstance(data, dict) else None
+
+
+def check_plan(plan: Plan, log_lines: Iterable[str], *, snapshot: Snapshot | None = None,
+               props: dict[str, Any] | None = None) -> PlanCheck:
+    """Compare ``plan`` with the engine's log (and NVML, and /props when given)."""
+    parser = LogParser()
+    for line in log_lines:
+        parser.feed(line)
+    buffers = parser.result(expect_buffers=True)
+    want, got = planned(plan), actuals(buffers)
+    rows: list[CheckRow] = []
+    devices = [g.name for g in plan.gpus] + [HOST]
+    devices += sorted({d for d, _ in got if d not in devices})
+    for dev in devices:
+        for part in PARTS:
+            p, a = want.get((dev, part)), got.get((dev, part))
+            if p is None and a is None:
+                continue
+            if dev == HOST and a is None and p == 0:
+                continue
+            rows.append(CheckRow(dev, part, p, a))
+    warnings = list(buffers.warnings)
+    if snapshot is not None and snapshot.ok:
+        for gpu_plan in plan.gpus:
+            sample = next((g for g in snapshot.gpus if f"CUDA{g.index}" == gpu_plan.name), None)
+            if sample is None or not sample.processes_known:
+                warnings.append(f"NVML did not report the engine's processes on {gpu_plan.name}")
+                continue
+            expect = int(gpu_plan.weights) + int(gpu_plan.kv_resident) + int(gpu_plan.compute) \
+                + int(gpu_plan.overhead)
+            rows.append(CheckRow(gpu_plan.name, "process", expect, sample.engine_used, PROCESS_TOLERANCE, "NVML"))
+    block = (props or {}).get("opencoti")
+    opencoti = block if isinstance(block, dict) else None
+    if opencoti is not None and "n_cells_resident" in opencoti:
+        rows.append(CheckRow("all", "window cells", plan.window_cells, int(opencoti["n_cells_resident"]),
+                             0, "/props opencoti", "cells"))
+    return PlanCheck(tuple(rows), tuple(warnings), opencoti, buffers)
+
+
+def describe(check: PlanCheck) -> str:
+    """One sentence for a status line."""
+    bad = [r for r in check.rows if r.error is not None and not r.ok]
+    if check.ok:
+        return "The engine allocated what the plan said (every buffer within 1 MiB)."
+    if not bad:
+        return "Nothing to compare: " + ("; ".join(check.warnings) or "the engine logged no buffers")
+    worst = max(bad, key=lambda r: abs(r.error or 0))
+    return (f"{len(bad)} part(s) differ from the plan; the largest: {worst.device} {worst.part} "
+            f"{Bytes(abs(worst.error or 0))} {'over' if (worst.error or 0) > 0 else 'under'}.")

@@ -1,0 +1,171 @@
+"""Find the engines on this machine and say what each one is.
+
+Where: the engine the user chose (a path), ``llamafile`` and ``llama-server`` on PATH, llamafiles
+in ``~/.llamafile`` and the app data directory, and the engine Headroom built
+(``app.engine.native_build.find_build()``). What: stock llama-server, Mozilla llamafile (its
+server needs ``--server`` first) or the opencoti llamafile (it accepts ``--kv-residency-mode``,
+found by probing); version and llama.cpp commit from ``--version``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from app.engine import native_build
+from app.engine.capabilities import Capabilities, capabilities, engine_env
+
+KINDS = ("llama-server", "llamafile", "opencoti")
+VERSION_TIMEOUT_S = 15.0
+
+# common/build-info.cpp.in, llama_print_build_info:
+# version: 0.5.0-dev (build 1, commit 0c1e570)
+_STOCK_VERSION = re.compile(r"version: (?P<version>\S+) \(build (?P<build>\d+), commit (?P<commit>\w+)\)")
+# llamafile's own --version (llamafile/version.h):
+# llamafile v0.10.5
+_LLAMAFILE_VERSION = re.compile(r"llamafile v?(?P<version>\d+\.\d+\.\d+\S*)")
+
+
+def data_dir() -> Path:
+    """Headroom's data directory (HEADROOM_DATA_DIR overrides; XDG_DATA_HOME honoured)."""
+    override = os.environ.get("HEADROOM_DATA_DIR")
+    if override:
+        return Path(override)
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "headroom"
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """One engine binary. ``via_sh``: an APE llamafile the kernel would not exec directly."""
+
+    kind: str
+    path: str
+    version: str
+    commit: str
+    source: str
+    via_sh: bool = False
+    capabilities: Capabilities | None = None
+
+    @property
+    def is_llamafile(self) -> bool:
+        return self.kind in ("llamafile", "opencoti")
+
+    @property
+    def launcher(self) -> list[str]:
+        """How to execute the binary (before any engine argument)."""
+        return ["sh", self.path] if self.via_sh else [self.path]
+
+    @property
+    def server_prefix(self) -> list[str]:
+        """launcher + ``--server`` for a llamafile: what every llama-server flag follows."""
+        return [*self.launcher, "--server"] if self.is_llamafile else self.launcher
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind, "version": self.version, "commit": self.commit, "path": self.path,
+            "source": self.source, "via_sh": self.via_sh,
+            "capabilities": None if self.capabilities is None else self.capabilities.to_json(),
+        }
+
+
+def _run_version(launcher: list[str]) -> str | None:
+    try:
+        proc = subprocess.run([*launcher, "--version"], stdin=subprocess.DEVNULL, capture_output=True,
+                              timeout=VERSION_TIMEOUT_S, env=engine_env(), check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return (proc.stdout + proc.stderr).decode("utf-8", "replace")
+
+
+def parse_version(text: str, name: str) -> tuple[str, str, str]:
+    """``(kind, version, commit)`` from ``--version`` output (kind before probing: no opencoti yet)."""
+    m = _STOCK_VERSION.search(text)
+    lf = _LLAMAFILE_VERSION.search(text)
+    if lf is not None:
+        commit = m.group("commit") if m else "unknown"
+        return "llamafile", lf.group("version"), commit
+    if m is not None:
+        return "llama-server", m.group("version"), m.group("commit")
+    return ("llamafile" if "llamafile" in name.lower() else "llama-server"), "unknown", "unknown"
+
+
+def identify(path: Path, source: str, *, probe: bool = True) -> EngineInfo | None:
+    """What the binary at ``path`` is, or None when it is not an engine we can run."""
+    if not path.is_file():
+        return None
+    via_sh = False
+    text = _run_version([str(path)])
+    if text is None:  # e.g. an APE llamafile on a kernel without binfmt support
+        text = _run_version(["sh", str(path)])
+        via_sh = True
+    if text is None:
+        return None
+    kind, version, commit = parse_version(text, path.name)
+    info = EngineInfo(kind, str(path), version, commit, source, via_sh)
+    if not probe:
+        return info
+    caps = capabilities(path, [*info.server_prefix, *(["--gpu", "disable"] if info.is_llamafile else [])])
+    if caps.accepts("--kv-residency-mode"):
+        kind = "opencoti"
+    return replace(info, kind=kind, capabilities=caps)
+
+
+def _llamafiles_in(folder: Path) -> list[Path]:
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir()
+                  if p.is_file() and ("llamafile" in p.name.lower() or p.suffix == ".llamafile")
+                  and os.access(p, os.X_OK))
+
+
+def candidates(chosen: Path | None = None) -> list[tuple[Path, str]]:
+    """Every place an engine may be, in order of preference, without duplicates."""
+    found: list[tuple[Path, str]] = []
+    if chosen is not None:
+        found.append((chosen, "settings"))
+    for name in ("llamafile", "llama-server"):
+        on_path = shutil.which(name)
+        if on_path:
+            found.append((Path(on_path), "PATH"))
+    for folder, label in ((Path.home() / ".llamafile", "~/.llamafile"), (data_dir() / "engines", "data dir"),
+                          (data_dir(), "data dir")):
+        found += [(p, label) for p in _llamafiles_in(folder)]
+    build = native_build.find_build()
+    if build is not None:
+        found.append((build.server, "headroom build"))
+    seen: set[Path] = set()
+    unique: list[tuple[Path, str]] = []
+    for path, label in found:
+        key = path.resolve() if path.exists() else path
+        if key not in seen:
+            seen.add(key)
+            unique.append((path, label))
+    return unique
+
+
+def discover_engines(chosen: Path | None = None, *, probe: bool = True) -> list[EngineInfo]:
+    """Every engine found, identified (and probed unless ``probe`` is False)."""
+    engines: list[EngineInfo] = []
+    for path, label in candidates(chosen):
+        info = identify(path, label, probe=probe)
+        if info is None:
+            continue
+        if info.commit == "unknown" and label == "headroom build":
+            build = native_build.find_build()
+            if build is not None and build.server == path:
+                info = replace(info, commit=build.commit[:9])
+        engines.append(info)
+    return engines
+
+
+def choose(engines: list[EngineInfo], mode: str) -> EngineInfo | None:
+    """The engine for a plan's mode: the window needs opencoti; otherwise the first found."""
+    if mode == "window":
+        return next((e for e in engines if e.kind == "opencoti"), None)
+    return engines[0] if engines else None

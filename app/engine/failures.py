@@ -1,0 +1,152 @@
+"""Why an engine failed to start, read from its log: a table of known lines → actionable messages.
+
+Every pattern has the line it matches above it (STYLE.md, "Log scraping with the sample in the
+comment"); the strings come from the llama.cpp that llama-cpp-python 0.3.36 vendors (file named
+next to each). The first pattern that matches, in table order, wins: the specific causes come
+before the generic ones ("failed to load model" follows most of them).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+#: How many log lines a failure message carries for the user.
+TAIL_LINES = 12
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A classified start-up failure: ``kind`` for code, ``message`` for people, ``tail`` for context."""
+
+    kind: str
+    message: str
+    line: str = ""
+    tail: tuple[str, ...] = field(default=())
+
+    def __str__(self) -> str:
+        text = self.message
+        if self.tail:
+            text += "\nLast engine log lines:\n" + "\n".join(f"  {t}" for t in self.tail)
+        return text
+
+
+@dataclass(frozen=True)
+class _Rule:
+    kind: str
+    pattern: re.Pattern[str]
+    template: str  # str.format with the pattern's named groups
+
+
+def _mib(size: str) -> str:
+    """``'103079215104'`` (bytes, as ggml-alloc prints) → ``'98304 MiB'``."""
+    try:
+        return f"{int(size) / (1024 * 1024):.0f} MiB"
+    except ValueError:
+        return size
+
+
+RULES: tuple[_Rule, ...] = (
+    # ggml/src/ggml-cuda/ggml-cuda.cu, ggml_backend_cuda_buffer_type_alloc_buffer:
+    # ggml_backend_cuda_buffer_type_alloc_buffer: allocating 98304.00 MiB on device 0: cudaMalloc failed: out of memory
+    _Rule("oom", re.compile(r"allocating (?P<size>[0-9.]+) MiB on device (?P<dev>\d+): cudaMalloc failed: out of memory"),
+          "Out of GPU memory at load: CUDA{dev} could not allocate {size} MiB. Lower the context, use a smaller "
+          "KV type, offload fewer layers, or free memory held by other processes."),
+    # ggml/src/ggml-alloc.c, ggml_backend_alloc_ctx_tensors_from_buft / ggml_gallocr_reserve_n:
+    # alloc_tensor_range: failed to allocate CUDA0 buffer of size 103079215104
+    _Rule("oom", re.compile(r"failed to allocate (?P<buf>\S+) buffer of size (?P<size>\d+)"),
+          "Out of memory at load: the {buf} buffer of {size_mib} could not be allocated. Lower the context, "
+          "use a smaller KV type, offload fewer layers, or free memory held by other processes."),
+    # src/llama-kv-cache.cpp, llama_kv_cache::llama_kv_cache:
+    # llama_init_from_model: failed to initialize the context: failed to allocate buffer for kv cache
+    _Rule("oom", re.compile(r"failed to allocate buffer for kv cache"),
+          "Out of memory at load: the KV cache buffer could not be allocated. Lower the context or use a "
+          "smaller KV type (-ctk/-ctv), or keep part of it on the host."),
+    # src/llama-context.cpp, llama_context::llama_context:
+    # llama_init_from_model: failed to initialize the context: failed to allocate compute pp buffers
+    _Rule("oom", re.compile(r"failed to allocate compute (?:pp |tg )?buffers"),
+          "Out of memory at load: the compute buffer could not be allocated. Lower the micro-batch (-ub) "
+          "or the context."),
+    # src/llama-model.cpp, load_tensors (weights):
+    # llama_model_load: error loading model: unable to allocate CUDA0 buffer
+    _Rule("oom", re.compile(r"unable to allocate (?P<buf>\S+) buffer"),
+          "Out of memory at load: the {buf} model (weights) buffer could not be allocated. Offload fewer "
+          "layers (-ngl) or free GPU memory."),
+    # tools/server/server-http.cpp, server_http_context::start:
+    # couldn't bind HTTP server socket, hostname: 127.0.0.1, port: 8080
+    _Rule("port_in_use", re.compile(r"couldn't bind HTTP server socket, hostname: (?P<host>\S+), port: (?P<port>\d+)"),
+          "The engine could not listen on {host}:{port}: the port is in use (or the address is not on this "
+          "machine). Pick another port, or stop whatever holds it."),
+    # common/arg.cpp, common_params_parse_ex:
+    # error: invalid argument: --kv-residency-mode
+    _Rule("unknown_argument", re.compile(r"error: invalid argument: (?P<arg>\S+)"),
+          "This engine does not accept {arg}. Use an engine that has it (Headroom probes each engine's "
+          "flags), or change the setting that needs it."),
+    # ggml/src/gguf.cpp, gguf_init_from_file:
+    # gguf_init_from_file: failed to open GGUF file '/models/x.gguf' (No such file or directory)
+    _Rule("model_unreadable", re.compile(r"failed to open GGUF file '(?P<path>.*)' \((?P<why>[^)]*)\)"),
+          "The engine could not open the model {path}: {why}. Check the path and its permissions."),
+    # ggml/src/gguf.cpp, gguf_init_from_file_impl:
+    # gguf_init_from_file_impl: invalid magic characters: 'junk', expected 'GGUF'
+    # gguf_init_from_file_impl: failed to read tensor info
+    _Rule("model_unreadable",
+          re.compile(r"gguf_init_from_file_impl: (?P<why>invalid magic characters.*|failed to read .*|"
+                     r"tensor .* has invalid .*|.*data is not within the file bounds.*)"),
+          "The model file is not a valid GGUF ({why}). It may be truncated or corrupt: download it again."),
+    # src/llama.cpp, llama_model_load:
+    # llama_model_load: error loading model: error loading model architecture: unknown model architecture: 'x'
+    _Rule("model_unreadable", re.compile(r"error loading model: (?P<why>.*)"),
+          "The engine could not load the model: {why}."),
+    # ggml/src/ggml-backend.cpp, ggml_backend_sched_alloc_graph (an abort, so it comes before GGML_ASSERT):
+    # ggml_backend_sched_alloc_graph: unexpected graph reallocation (graph size = 2048, nodes = 1638, ...
+    _Rule("graph_realloc", re.compile(r"unexpected graph reallocation.*"),
+          "The engine aborted on an unexpected graph reallocation: a decode graph outgrew the reserved "
+          "compute buffer. This is an engine bug for some architectures with shared sequences "
+          "(see Headroom's advisories); update the engine or avoid shared sequences."),
+    # ggml/src/ggml.c, ggml_abort via GGML_ASSERT:
+    # /src/llama-model.cpp:1234: GGML_ASSERT(!ml.no_alloc) failed
+    _Rule("assert", re.compile(r"GGML_ASSERT\((?P<cond>.*)\) failed"),
+          "The engine hit an internal assertion: GGML_ASSERT({cond}). This is an engine bug or an "
+          "unsupported model/setting combination; the log lines below say where."),
+    # tools/server/server-context.cpp, load_model:
+    # srv    load_model: failed to load model, '/models/x.gguf'
+    _Rule("model_unreadable", re.compile(r"failed to load model, '(?P<path>.*)'"),
+          "The engine could not load the model {path}; the log lines below say why."),
+)
+
+
+def classify_line(line: str) -> tuple[_Rule, re.Match[str]] | None:
+    for rule in RULES:
+        m = rule.pattern.search(line)
+        if m:
+            return rule, m
+    return None
+
+
+def classify(lines: Iterable[str], exit_code: int | None = None) -> Failure:
+    """The most specific known failure in ``lines`` (an engine log), else a generic one.
+
+    All lines are scanned and the rule that comes first in RULES wins, so "cudaMalloc failed" beats
+    the "failed to load model" that follows it a few lines later.
+    """
+    seq: Sequence[str] = list(lines)
+    tail = tuple(seq[-TAIL_LINES:])
+    best: tuple[int, _Rule, re.Match[str], str] | None = None
+    for line in seq:
+        found = classify_line(line)
+        if found is None:
+            continue
+        rank = RULES.index(found[0])
+        if best is None or rank < best[0]:
+            best = (rank, found[0], found[1], line)
+    if best is None:
+        how = "stopped" if exit_code is None else f"exited with code {exit_code}"
+        last = next((t for t in reversed(seq) if t.strip()), "")
+        detail = f": {last.strip()}" if last else " without writing a log"
+        return Failure("exited", f"The engine {how} before it was ready{detail}", "", tail)
+    _, rule, m, line = best
+    groups = {k: (v or "") for k, v in m.groupdict().items()}
+    if "size" in groups:
+        groups["size_mib"] = _mib(groups["size"])
+    return Failure(rule.kind, rule.template.format(**groups), line.strip(), tail)

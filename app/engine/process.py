@@ -1,0 +1,325 @@
+"""Supervise one engine process: start, wait until healthy, stop; never leave one behind.
+
+Modelled on ollama's ``llm/llama_server.go`` (STYLE.md "Supervising a server"): the engine runs in
+its own session (process group); output goes to a log file and a bounded deque of last lines;
+``GET /health`` is polled every 250 ms (503 while loading, 200 when ready) against a deadline that
+stretches while the log keeps growing and ends at once if the process exits; stop is SIGTERM, a
+grace period, then SIGKILL to the whole group. The engine must not outlive Headroom:
+
+- the child asks the kernel for SIGKILL when its parent dies (``PR_SET_PDEATHSIG``). Linux ties
+  that to the parent *thread*, so every engine is spawned from one long-lived spawner thread,
+  never from a short-lived worker (a QThread that finished would kill its engine);
+- a PID file per engine under the cache directory names its owner; at the next start, engines
+  whose owner is gone and whose command line still matches are killed (``reap_leftovers``).
+
+No Qt here: listeners are plain callables (the UI wraps them in signals).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import enum
+import http.client
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import IO
+
+from app.engine.capabilities import engine_env
+from app.engine.failures import Failure, classify
+from app.engine.native_build import cache_dir
+
+POLL_S = 0.25
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+class ServerStatus(enum.Enum):
+    STARTING = "starting"  # process running, HTTP not answering yet
+    LOADING = "loading"  # /health answers 503
+    READY = "ready"  # /health answers 200
+    FAILED = "failed"
+    STOPPED = "stopped"
+
+
+class EngineFailed(RuntimeError):
+    """The engine did not become ready; ``failure`` says why in words a user can act on."""
+
+    def __init__(self, failure: Failure) -> None:
+        self.failure = failure
+        super().__init__(str(failure))
+
+
+Listener = Callable[[ServerStatus, str], None]
+
+# One thread spawns every engine, and lives as long as Headroom (see the module docstring).
+_SPAWNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine-spawner")
+_LIVE: set[ServerProcess] = set()
+
+
+def runtime_dir() -> Path:
+    return cache_dir() / "running"
+
+
+def _pdeathsig_preexec(parent: int) -> Callable[[], None]:
+    def preexec() -> None:  # runs in the child between fork and exec: keep it tiny
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            return
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os._exit(1)
+    return preexec
+
+
+def _alive(pid: int) -> bool:
+    """True for a running process (a zombie awaiting its reaper counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in (b"Z", b"X")
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [a.decode("utf-8", "replace") for a in raw.split(b"\0") if a]
+
+
+def reap_leftovers(directory: Path | None = None) -> list[int]:
+    """Kill engines a dead Headroom left behind (PID file, owner gone, cmdline still matches)."""
+    killed: list[int] = []
+    folder = directory or runtime_dir()
+    for pid_file in sorted(folder.glob("engine-*.json")):
+        try:
+            data = json.loads(pid_file.read_text())
+            pid, owner, argv = int(data["pid"]), int(data["owner"]), list(data["argv"])
+        except (OSError, ValueError, KeyError, TypeError):
+            pid_file.unlink(missing_ok=True)
+            continue
+        if _alive(owner) and owner != os.getpid():
+            continue  # another Headroom is still running it
+        if _alive(pid) and _cmdline(pid)[: len(argv)] == argv:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+            killed.append(pid)
+        pid_file.unlink(missing_ok=True)
+    return killed
+
+
+class ServerProcess:
+    """One engine run. ``argv`` already carries ``--host``/``--port`` (app.engine.argv)."""
+
+    def __init__(self, argv: Sequence[str], host: str, port: int, *, log_path: Path | None = None,
+                 tail_lines: int = 400, env: dict[str, str] | None = None) -> None:
+        self.argv = list(argv)
+        self.host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+        self.port = port
+        self.log_path = log_path or runtime_dir() / f"engine-{os.getpid()}-{port}.log"
+        self.env = env if env is not None else engine_env()
+        self.status = ServerStatus.STOPPED
+        self.failure: Failure | None = None
+        self.exit_code: int | None = None
+        self._tail: deque[str] = deque(maxlen=tail_lines)
+        self._listeners: list[Listener] = []
+        self._line_listeners: list[Callable[[str], None]] = []
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._reader: threading.Thread | None = None
+        self._last_output = 0.0
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._pid_file: Path | None = None
+
+    # -- observers -----------------------------------------------------------------------------
+    def add_listener(self, listener: Listener) -> None:
+        """``listener(status, detail)`` on every status change (from whichever thread saw it)."""
+        self._listeners.append(listener)
+
+    def add_line_listener(self, listener: Callable[[str], None]) -> None:
+        """``listener(line)`` for each engine log line (the UI console)."""
+        self._line_listeners.append(listener)
+
+    def _set(self, status: ServerStatus, detail: str = "") -> None:
+        if status == self.status:
+            return
+        self.status = status
+        for cb in list(self._listeners):
+            cb(status, detail)
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._proc is None else self._proc.pid
+
+    @property
+    def base_url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    def tail(self, n: int | None = None) -> list[str]:
+        with self._lock:
+            lines = list(self._tail)
+        return lines if n is None else lines[-n:]
+
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    # -- start ---------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Spawn the engine (from the spawner thread); raises EngineFailed if it cannot be run."""
+        exe = Path(self.argv[0])
+        if not (exe.is_file() and os.access(exe, os.X_OK)):
+            what = "does not exist" if not exe.exists() else "is not an executable file"
+            self._fail(Failure("missing_binary", f"The engine {exe} {what}. Choose another engine or "
+                               "run `headroom engine build`."))
+        reap_leftovers()
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "wb")  # noqa: SIM115 - closed by the reader thread
+        try:
+            self._proc = _SPAWNER.submit(self._spawn).result()
+        except OSError as exc:
+            log.close()
+            self._fail(Failure("missing_binary", f"The engine {exe} could not be started: {exc}."))
+        self._last_output = time.monotonic()
+        self._write_pid_file()
+        _LIVE.add(self)
+        self._reader = threading.Thread(target=self._read, args=(self._proc, log), daemon=True,
+                                        name=f"engine-log-{self._proc.pid}")
+        self._reader.start()
+        self._set(ServerStatus.STARTING, f"pid {self._proc.pid}")
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, env=self.env, start_new_session=True,
+                                preexec_fn=_pdeathsig_preexec(os.getpid()))
+
+    def _write_pid_file(self) -> None:
+        assert self._proc is not None
+        runtime_dir().mkdir(parents=True, exist_ok=True)
+        self._pid_file = runtime_dir() / f"engine-{self._proc.pid}.json"
+        self._pid_file.write_text(json.dumps({"pid": self._proc.pid, "owner": os.getpid(),
+                                              "argv": self.argv, "log": str(self.log_path)}))
+
+    def _read(self, proc: subprocess.Popen[bytes], log: IO[bytes]) -> None:
+        assert proc.stdout is not None
+        with log:
+            for raw in iter(proc.stdout.readline, b""):
+                log.write(raw)
+                log.flush()
+                line = raw.decode("utf-8", "replace").rstrip("\r\n")
+                with self._lock:
+                    self._tail.append(line)
+                    self._last_output = time.monotonic()
+                for cb in list(self._line_listeners):
+                    cb(line)
+        proc.stdout.close()
+
+    def _fail(self, failure: Failure) -> None:
+        self.failure = failure
+        self._set(ServerStatus.FAILED, failure.message)
+        raise EngineFailed(failure)
+
+    # -- wait ----------------------------------------------------------------------------------
+    def health(self) -> int | None:
+        """The HTTP status of ``GET /health``, or None when nothing answers."""
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=2.0)
+        try:
+            conn.request("GET", "/health")
+            return conn.getresponse().status
+        except (OSError, http.client.HTTPException):
+            return None
+        finally:
+            conn.close()
+
+    def wait_ready(self, timeout: float = 60.0, stall: float = 30.0) -> None:
+        """Poll until /health says 200. Fails at once when the engine exits; gives up when the
+        log has been silent for ``stall`` seconds and ``timeout`` has passed since the start."""
+        if self._proc is None:
+            raise RuntimeError("start() first")
+        started = time.monotonic()
+        while True:
+            if self._proc.poll() is not None:
+                self._exited()
+            code = self.health()
+            if code == 200:
+                self._set(ServerStatus.READY, self.base_url)
+                return
+            if code == 503:
+                self._set(ServerStatus.LOADING, "loading the model")
+            now = time.monotonic()
+            with self._lock:
+                silent = now - self._last_output
+            if now - started > timeout and silent > stall:
+                self.stop()
+                tail = tuple(self.tail(12))
+                self._fail(Failure("timeout", f"The engine was not ready after {now - started:.0f} s and "
+                                   f"its log was silent for {silent:.0f} s; it was stopped.", "", tail))
+            if self._stopping.wait(POLL_S):
+                self._fail(Failure("stopped", "The engine was stopped before it was ready."))
+
+    def _exited(self) -> None:
+        assert self._proc is not None
+        self.exit_code = self._proc.wait()
+        if self._reader is not None:
+            self._reader.join(timeout=5.0)
+        self._cleanup()
+        self._fail(classify(self.tail(), self.exit_code))
+
+    def check_alive(self) -> None:
+        """Raise EngineFailed (classified) if a ready engine has died since."""
+        if self._proc is not None and self._proc.poll() is not None and not self._stopping.is_set():
+            self._exited()
+
+    # -- stop ----------------------------------------------------------------------------------
+    def stop(self, grace: float = 10.0) -> int | None:
+        """SIGTERM, wait up to ``grace`` seconds, then SIGKILL the group. Returns the exit code."""
+        self._stopping.set()
+        proc = self._proc
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(grace)
+            except subprocess.TimeoutExpired:
+                pass
+        # The group may hold children even when the leader is gone.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        self.exit_code = proc.wait()
+        if self._reader is not None:
+            self._reader.join(timeout=5.0)
+        self._cleanup()
+        if self.status != ServerStatus.FAILED:
+            self._set(ServerStatus.STOPPED, f"exit code {self.exit_code}")
+        return self.exit_code
+
+    def _cleanup(self) -> None:
+        if self._pid_file is not None:
+            self._pid_file.unlink(missing_ok=True)
+        _LIVE.discard(self)
+
+    def __enter__(self) -> ServerProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+@atexit.register
+def _stop_all() -> None:
+    for server in list(_LIVE):
+        server.stop(grace=3.0)
