@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from app.engine import native_build  # noqa: E402
-from app.engine.libpath import ensure_llama_cpp_lib  # noqa: E402
+from app.engine import native_build
+from app.engine.libpath import ensure_llama_cpp_lib
+from tests.fixtures import gguf_factory, shapes
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Recorded output from machines we do not have (a CUDA engine log, NVML readings).
@@ -37,3 +39,34 @@ def shared_fixtures() -> Path:
     if not SHARED_FIXTURES.is_dir():
         pytest.fail(f"recorded fixtures missing: {SHARED_FIXTURES} (the repo's ../shared/ checkout)")
     return SHARED_FIXTURES
+
+
+# --- generated GGUF models (tests/fixtures/gguf_factory.py; cached under <cache>/test-models) ---
+
+@pytest.fixture(scope="session")
+def tiny_model() -> Path:
+    """A 2-layer llama with seeded random f32 weights and a byte vocab; llama-server generates from it."""
+    return gguf_factory.ensure(shapes.TINY)
+
+
+@pytest.fixture(scope="session")
+def tiny_chat_model() -> Path:
+    """The same tiny model with a ChatML ``tokenizer.chat_template``."""
+    return gguf_factory.ensure(shapes.TINY_CHAT)
+
+
+@pytest.fixture(scope="session")
+def shape_model() -> Callable[[str], Path]:
+    """``shape_model("qwen2.5-14b-instruct-1m-q8_0") -> Path``: a sparse shape-only GGUF
+    (names: ``shapes.BY_NAME``; the specs: ``shapes.SHAPES``)."""
+
+    def get(name: str) -> Path:
+        return gguf_factory.ensure(shapes.BY_NAME[name])
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def tiny_glm5_next_model() -> Path:
+    """A 2-layer k-pool glm5-next (MLA + k-pool indexer, KDA) with seeded random f32 weights."""
+    return gguf_factory.ensure(shapes.TINY_GLM5_NEXT)
