@@ -1,0 +1,107 @@
+"""Simulated GPUs: plan for a card you do not have (``--gpu "RTX 4090"``, ``--gpu "MyCard:20GiB"``).
+
+Each card in the table carries the memory a plan may use on it and where that number comes from.
+Only the H200 has a recorded reading (``shared/fixtures/h200/nvml-readings.txt``: NVML total
+150754820096 B, free 150109880320 B, the difference being the driver's 615 MiB reservation); the
+others use the nominal capacity, as the card's name states it, because their reservation was not
+measured. A simulated card is ``simulated=True`` and its name ends in "(simulated)".
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from app.planner.units import Bytes, GiB
+
+#: Marks every simulated GPU wherever its name shows.
+SIMULATED_SUFFIX = " (simulated)"
+
+
+@dataclass(frozen=True)
+class Card:
+    name: str  # the name NVML reports for the real card
+    aliases: tuple[str, ...]  # what users type; matched case-, space- and dash-insensitively
+    total: int
+    free: int
+    source: str
+
+
+def _nominal(name: str, aliases: tuple[str, ...], gib: int) -> Card:
+    size = gib * GiB
+    return Card(name, aliases, size, size, f"simulated: nominal {gib} GiB (reservation not recorded)")
+
+
+CARDS: tuple[Card, ...] = (
+    _nominal("NVIDIA GeForce RTX 3090", ("RTX 3090", "3090"), 24),
+    _nominal("NVIDIA GeForce RTX 4080", ("RTX 4080", "4080"), 16),
+    _nominal("NVIDIA GeForce RTX 4090", ("RTX 4090", "4090"), 24),
+    _nominal("NVIDIA GeForce RTX 5090", ("RTX 5090", "5090"), 32),
+    _nominal("NVIDIA RTX A6000", ("A6000", "RTX A6000"), 48),
+    _nominal("NVIDIA L40S", ("L40S",), 48),
+    _nominal("NVIDIA A100-SXM4-40GB", ("A100 40GB", "A100-40GB", "A100 40G"), 40),
+    _nominal("NVIDIA A100-SXM4-80GB", ("A100 80GB", "A100-80GB", "A100 80G"), 80),
+    _nominal("NVIDIA H100 80GB HBM3", ("H100", "H100 80GB", "H100 SXM"), 80),
+    Card("NVIDIA H200", ("H200", "H200 SXM"), 150_754_820_096, 150_109_880_320,
+         "simulated: recorded H200 reading (NVML v2, driver 580.159.04)"),
+    _nominal("NVIDIA RTX PRO 6000 Blackwell", ("RTX PRO 6000", "PRO 6000", "RTX 6000 Pro"), 96),
+)
+
+
+def _key(text: str) -> str:
+    """'NVIDIA GeForce RTX 4090' and 'rtx-4090' both → 'rtx4090'."""
+    key = re.sub(r"[\s_\-]+", "", text.lower())
+    for prefix in ("nvidia", "geforce"):
+        key = key.removeprefix(prefix)
+    return key
+
+
+_BY_KEY: dict[str, Card] = {_key(alias): card for card in CARDS for alias in (card.name, *card.aliases)}
+
+
+def known_cards() -> list[str]:
+    """The names users can type, one per card, for help texts and error messages."""
+    return [card.aliases[0] for card in CARDS]
+
+
+def find_card(name: str) -> Card:
+    """The table entry for ``name`` (case/space-insensitive). ValueError lists the known cards."""
+    card = _BY_KEY.get(_key(name))
+    if card is None:
+        raise ValueError(
+            f"unknown GPU {name!r}: known cards are {', '.join(known_cards())}; "
+            "or give the memory yourself, e.g. 'MyCard:20GiB'"
+        )
+    return card
+
+
+@dataclass(frozen=True)
+class SimulatedSpec:
+    """What a ``--gpu`` spec means: a display name, the memory a plan may use, and its source."""
+
+    name: str
+    total: int
+    free: int
+    reserved: int
+    source: str
+
+
+def parse_spec(spec: str) -> SimulatedSpec:
+    """``'RTX 4090'`` → the table's card; ``'MyCard:20GiB'`` → a card of 20 GiB, all of it free.
+
+    A known name with a size (``'H200:100GiB'``) keeps the card's name and uses the given size.
+    """
+    text = spec.strip()
+    if ":" in text:
+        label, _, size_text = text.rpartition(":")
+        label = label.strip()
+        if not label:
+            raise ValueError(f"GPU spec {spec!r} has no name before ':' (try 'MyCard:20GiB')")
+        size = int(Bytes.parse(size_text))
+        if size <= 0:
+            raise ValueError(f"GPU spec {spec!r}: memory must be more than 0")
+        card = _BY_KEY.get(_key(label))
+        name = card.name if card is not None else label
+        return SimulatedSpec(name, size, size, 0, f"simulated: {Bytes(size)} as given")
+    card = find_card(text)
+    return SimulatedSpec(card.name, card.total, card.free, card.total - card.free, card.source)
