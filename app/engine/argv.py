@@ -18,7 +18,7 @@ from app.planner.settings import LaunchSettings
 from app.planner.units import MiB
 
 if TYPE_CHECKING:
-    from app.planner.plan import Plan
+    from app.planner.plan_types import Plan
 
 MODES = ("window", "stock", "cpu")
 

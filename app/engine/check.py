@@ -20,7 +20,7 @@ from app.planner.units import Bytes, MiB
 
 if TYPE_CHECKING:
     from app.planner.devices import Snapshot
-    from app.planner.plan import Plan
+    from app.planner.plan_types import Plan
 
 BUFFER_TOLERANCE = 1 * MiB
 #: NVML counts the CUDA context and libraries too (~590 MiB per process on an H200, DOMAIN.md §2);
@@ -97,9 +97,11 @@ class PlanCheck:
 
 def actuals(buffers: LogBuffers) -> dict[tuple[str, str], int]:
     """(device, part) → bytes from the engine log; host devices (``CPU_Mapped``, ``CUDA_Host``,
-    ``CPU``) summed into one ``host`` device, as the plan counts host memory."""
+    ``CPU``) summed into one ``host`` device, as the plan counts host memory. The logits output
+    buffer counts as compute (the plan's ``compute_pinned`` includes it: app/planner/plan_types.py)."""
     out: dict[tuple[str, str], int] = {}
-    for part, block in (("weights", buffers.model), ("kv", buffers.kv), ("compute", buffers.compute)):
+    for part, block in (("weights", buffers.model), ("kv", buffers.kv), ("compute", buffers.compute),
+                        ("compute", buffers.output)):
         for dev, size in block.items():
             key = (HOST if is_host_device(dev) else dev, part)
             out[key] = out.get(key, 0) + size

@@ -87,12 +87,10 @@ RULES: tuple[_Rule, ...] = (
     # gguf_init_from_file: failed to open GGUF file '/models/x.gguf' (No such file or directory)
     _Rule("model_unreadable", re.compile(r"failed to open GGUF file '(?P<path>.*)' \((?P<why>[^)]*)\)"),
           "The engine could not open the model {path}: {why}. Check the path and its permissions."),
-    # ggml/src/gguf.cpp, gguf_init_from_file_impl:
-    # gguf_init_from_file_impl: invalid magic characters: 'junk', expected 'GGUF'
-    # gguf_init_from_file_impl: failed to read tensor info
-    _Rule("model_unreadable",
-          re.compile(r"gguf_init_from_file_impl: (?P<why>invalid magic characters.*|failed to read .*|"
-                     r"tensor .* has invalid .*|.*data is not within the file bounds.*)"),
+    # ggml/src/gguf.cpp, gguf_init_from_reader (the first complaint is the most specific):
+    # gguf_init_from_reader: invalid magic characters: 'junk', expected 'GGUF'
+    # gguf_init_from_reader: number of tensors is -1 but must be in [0, 53624256028225440]
+    _Rule("model_unreadable", re.compile(r"gguf_init_from_\w+: (?P<why>.+)"),
           "The model file is not a valid GGUF ({why}). It may be truncated or corrupt: download it again."),
     # src/llama.cpp, llama_model_load:
     # llama_model_load: error loading model: error loading model architecture: unknown model architecture: 'x'

@@ -24,6 +24,7 @@ import enum
 import http.client
 import json
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -32,13 +33,14 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import IO
+from typing import IO, NoReturn
 
 from app.engine.capabilities import engine_env
 from app.engine.failures import Failure, classify
 from app.engine.native_build import cache_dir
 
 POLL_S = 0.25
+KEEP_LOGS = 30
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
@@ -69,13 +71,23 @@ def runtime_dir() -> Path:
     return cache_dir() / "running"
 
 
+def _load_prctl() -> Callable[..., int] | None:
+    try:
+        fn: Callable[..., int] = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # not Linux
+        return None
+    return fn
+
+
+#: Looked up once here: the child between fork and exec must not load libraries or take locks.
+_PRCTL = _load_prctl()
+
+
 def _pdeathsig_preexec(parent: int) -> Callable[[], None]:
     def preexec() -> None:  # runs in the child between fork and exec: keep it tiny
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        except (OSError, AttributeError):
+        if _PRCTL is None:
             return
+        _PRCTL(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
         if os.getppid() != parent:  # the parent died before prctl took effect
             os._exit(1)
     return preexec
@@ -110,7 +122,10 @@ def reap_leftovers(directory: Path | None = None) -> list[int]:
         except (OSError, ValueError, KeyError, TypeError):
             pid_file.unlink(missing_ok=True)
             continue
-        if _alive(owner) and owner != os.getpid():
+        if owner == os.getpid():
+            if any(server.pid == pid for server in _LIVE):
+                continue  # ours, running
+        elif _alive(owner):
             continue  # another Headroom is still running it
         if _alive(pid) and _cmdline(pid)[: len(argv)] == argv:
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -118,6 +133,19 @@ def reap_leftovers(directory: Path | None = None) -> list[int]:
             killed.append(pid)
         pid_file.unlink(missing_ok=True)
     return killed
+
+
+def _prune_logs(folder: Path, keep: int = KEEP_LOGS) -> None:
+    """Delete all but the newest ``keep`` engine logs."""
+    def mtime(p: Path) -> float:
+        try:
+            return p.stat().st_mtime
+        except OSError:  # pruned meanwhile by another Headroom
+            return 0.0
+
+    logs = sorted(folder.glob("engine-*.log"), key=mtime, reverse=True)
+    for old in logs[keep:]:
+        old.unlink(missing_ok=True)
 
 
 class ServerProcess:
@@ -173,19 +201,27 @@ class ServerProcess:
             lines = list(self._tail)
         return lines if n is None else lines[-n:]
 
+    def log_lines(self) -> list[str]:
+        """The whole log so far (the tail deque is bounded; the plan check needs the start-up lines)."""
+        try:
+            return self.log_path.read_bytes().decode("utf-8", "replace").splitlines()
+        except OSError:
+            return self.tail()
+
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
     # -- start ---------------------------------------------------------------------------------
     def start(self) -> None:
         """Spawn the engine (from the spawner thread); raises EngineFailed if it cannot be run."""
-        exe = Path(self.argv[0])
+        exe = Path(shutil.which(self.argv[0]) or self.argv[0]) if "/" not in self.argv[0] else Path(self.argv[0])
         if not (exe.is_file() and os.access(exe, os.X_OK)):
             what = "does not exist" if not exe.exists() else "is not an executable file"
             self._fail(Failure("missing_binary", f"The engine {exe} {what}. Choose another engine or "
                                "run `headroom engine build`."))
         reap_leftovers()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        _prune_logs(self.log_path.parent)
         log = open(self.log_path, "wb")  # noqa: SIM115 - closed by the reader thread
         try:
             self._proc = _SPAWNER.submit(self._spawn).result()
@@ -213,20 +249,31 @@ class ServerProcess:
                                               "argv": self.argv, "log": str(self.log_path)}))
 
     def _read(self, proc: subprocess.Popen[bytes], log: IO[bytes]) -> None:
+        """Copy the engine's output to the log file and the tail. Reads chunks, not lines, so a
+        progress line still being written (llama.cpp's dots while loading) counts as activity."""
         assert proc.stdout is not None
+        pending = b""
         with log:
-            for raw in iter(proc.stdout.readline, b""):
-                log.write(raw)
+            fd = proc.stdout.fileno()
+            while chunk := os.read(fd, 65536):
+                log.write(chunk)
                 log.flush()
-                line = raw.decode("utf-8", "replace").rstrip("\r\n")
+                *lines, pending = (pending + chunk).split(b"\n")
                 with self._lock:
-                    self._tail.append(line)
                     self._last_output = time.monotonic()
-                for cb in list(self._line_listeners):
-                    cb(line)
+                self._add_lines(lines)
+            self._add_lines([pending] if pending else [])
         proc.stdout.close()
 
-    def _fail(self, failure: Failure) -> None:
+    def _add_lines(self, raw_lines: list[bytes]) -> None:
+        lines = [raw.decode("utf-8", "replace").rstrip("\r") for raw in raw_lines]
+        with self._lock:
+            self._tail.extend(lines)
+        for line in lines:
+            for cb in list(self._line_listeners):
+                cb(line)
+
+    def _fail(self, failure: Failure) -> NoReturn:
         self.failure = failure
         self._set(ServerStatus.FAILED, failure.message)
         raise EngineFailed(failure)
@@ -243,7 +290,7 @@ class ServerProcess:
         finally:
             conn.close()
 
-    def wait_ready(self, timeout: float = 60.0, stall: float = 30.0) -> None:
+    def wait_ready(self, timeout: float = 120.0, stall: float = 60.0) -> None:
         """Poll until /health says 200. Fails at once when the engine exits; gives up when the
         log has been silent for ``stall`` seconds and ``timeout`` has passed since the start."""
         if self._proc is None:

@@ -1,0 +1,77 @@
+"""Plan vs actual on the recorded H200 start-up log: the right per-device actuals, judged within 1 MiB."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from app.engine.check import HOST, actuals, check_plan, describe
+from app.planner.devices import GpuProcess, GpuSample, Snapshot
+from app.planner.logparse import mib_to_bytes, parse_log
+from app.planner.plan_types import DevicePlan, HostPlan, Plan
+from app.planner.settings import LaunchSettings
+from app.planner.units import GiB, MiB
+
+LOG = "h200/llama-server-qwen2-14b-1m-c524288-fa-ub512-f16.log"
+
+
+def _log(shared: Path) -> list[str]:
+    return (shared / LOG).read_text().splitlines()
+
+
+def _plan(weights: float = 14179.61, kv: float = 98304.0, compute: float = 623.01) -> Plan:
+    gpu = DevicePlan("CUDA0", "NVIDIA H200", 140 * GiB, 0, mib_to_bytes(weights), mib_to_bytes(compute),
+                     mib_to_bytes(kv), 590 * MiB, 256 * MiB, 0)
+    host = HostPlan(128 * GiB, 120 * GiB, mib_to_bytes(788.91), 0, mib_to_bytes(532.01 + 2.32), 0)
+    return Plan(LaunchSettings(n_ctx=524288, n_parallel=4, kv_unified=True), "stock", (gpu,), host, True, "",
+                (), 524288, 0, None)
+
+
+def test_recorded_h200_log_gives_the_per_device_actuals(shared_fixtures: Path) -> None:
+    buffers = parse_log("\n".join(_log(shared_fixtures)))
+    assert buffers.model == {"CPU_Mapped": mib_to_bytes(788.91), "CUDA0": mib_to_bytes(14179.61)}
+    assert buffers.kv == {"CUDA0": mib_to_bytes(98304.00)}
+    assert buffers.compute == {"CUDA0": mib_to_bytes(623.01), "CUDA_Host": mib_to_bytes(532.01)}
+    got = actuals(buffers)
+    assert got[("CUDA0", "weights")] == mib_to_bytes(14179.61)
+    assert got[("CUDA0", "kv")] == mib_to_bytes(98304.00)
+    assert got[("CUDA0", "compute")] == mib_to_bytes(623.01)
+    assert got[(HOST, "weights")] == mib_to_bytes(788.91)
+    # pinned compute plus the 2.32 MiB logits buffer, as the plan counts host compute
+    assert got[(HOST, "compute")] == mib_to_bytes(532.01) + mib_to_bytes(2.32)
+
+
+def test_a_plan_that_held_is_ok_row_by_row_and_nvml_counts_the_cuda_context(shared_fixtures: Path) -> None:
+    # What NVML would show for this engine: the breakdown's self (113106 MiB) + unaccounted (602 MiB).
+    engine = GpuProcess(4242, 113708 * MiB, is_engine=True)
+    snap = Snapshot((GpuSample(0, "NVIDIA H200", 140 * GiB, 20 * GiB, 120 * GiB, 0, (engine,)),), ok=True)
+    check = check_plan(_plan(), _log(shared_fixtures), snapshot=snap)
+    assert check.ok, check.table()
+    kv = check.row("CUDA0", "kv")
+    assert kv is not None and kv.error == 0
+    proc = check.row("CUDA0", "process")
+    assert proc is not None and proc.source == "NVML" and abs(proc.error or 0) < 16 * MiB
+    assert "every buffer within 1 MiB" in describe(check)
+    table = check.table()
+    assert "98,304.00 MiB" in table and "CUDA0" in table
+
+
+def test_a_plan_that_missed_by_more_than_a_mib_is_flagged(shared_fixtures: Path) -> None:
+    check = check_plan(_plan(compute=600.0), _log(shared_fixtures))
+    bad = check.row("CUDA0", "compute")
+    assert bad is not None and not bad.ok
+    assert not check.ok
+    assert "CUDA0 compute 23 MiB over" in describe(check)
+
+
+def test_a_log_without_buffer_lines_warns_instead_of_passing() -> None:
+    check = check_plan(_plan(), ["I srv  llama_server: listening on http://127.0.0.1:8080"])
+    assert not check.ok
+    assert any("verbosity 4" in w for w in check.warnings)
+
+
+def test_opencoti_props_block_adds_the_window_row(shared_fixtures: Path) -> None:
+    props = {"opencoti": {"fully_resident": True, "n_cells_resident": 524288, "n_layers_spilling": 0}}
+    check = check_plan(_plan(), _log(shared_fixtures), props=props)
+    row = check.row("all", "window cells")
+    assert row is not None and row.ok and row.unit == "cells"
+    assert check.opencoti == props["opencoti"]

@@ -1,0 +1,66 @@
+"""Before any process starts: the plan's engine is chosen, and refused with the reason when it can't."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from app.engine.capabilities import PROBES, Capabilities, ProbeResult
+from app.engine.discover import EngineInfo
+from app.engine.launch import LaunchRefused, prepare
+from app.planner.plan_types import DevicePlan, HostPlan, Plan
+from app.planner.settings import LaunchSettings
+from app.planner.units import GiB, MiB
+
+MODEL = Path("/models/m.gguf")
+
+
+def _caps(*rejected: str) -> Capabilities:
+    return Capabilities({n: ProbeResult("rejected" if n in rejected else "accepted",
+                                        f"error: invalid argument: {n.split()[0]}" if n in rejected else "")
+                         for n in PROBES})
+
+
+STOCK = EngineInfo("llama-server", "/bin/llama-server", "0.5.0", "0c1e570", "headroom build",
+                   capabilities=_caps("--kv-residency-mode", "--vram-target"))
+OLD = EngineInfo("llamafile", "/bin/llamafile", "0.9.3", "?", "PATH",
+                 capabilities=_caps("--kv-residency-mode", "--vram-target", "-kvu", "-ctk q8_0"))
+COTI = EngineInfo("opencoti", "/bin/opencoti.llamafile", "0.10.5", "?", "~/.llamafile", capabilities=_caps())
+
+
+def _plan(mode: str, launch: LaunchSettings, feasible: bool = True) -> Plan:
+    gpu = DevicePlan("CUDA0", "NVIDIA H200", 140 * GiB, 0, 14 * GiB, 600 * MiB, 96 * GiB, 590 * MiB, 256 * MiB, 0)
+    host = HostPlan(128 * GiB, 120 * GiB, 800 * MiB, 0, 540 * MiB, 0)
+    return Plan(launch, mode, (gpu,), host, feasible, "fits" if feasible else "KV needs 12 GiB more", (),
+                0, 0, 130 * GiB if mode == "window" else None)
+
+
+def test_window_plans_go_to_opencoti_with_the_vram_target() -> None:
+    spec = prepare(_plan("window", LaunchSettings(n_ctx=1 << 20)), MODEL, [STOCK, COTI], port=8080)
+    assert spec.engine is COTI
+    assert spec.argv[spec.argv.index("--vram-target") + 1] == str(130 * 1024)
+
+
+def test_window_without_opencoti_is_refused() -> None:
+    with pytest.raises(LaunchRefused, match="opencoti"):
+        prepare(_plan("window", LaunchSettings()), MODEL, [STOCK], port=8080)
+
+
+def test_an_engine_lacking_a_planned_flag_is_refused_with_the_probe_answer() -> None:
+    plan = _plan("stock", LaunchSettings(type_k="q8_0", type_v="q8_0", n_parallel=4, kv_unified=True))
+    with pytest.raises(LaunchRefused) as err:
+        prepare(plan, MODEL, [OLD], port=8080)
+    assert "-kvu" in str(err.value) and "-ctk q8_0" in str(err.value) and "/bin/llamafile" in str(err.value)
+    assert "error: invalid argument: -kvu" in str(err.value)
+    # another engine that can is used instead, unless the user chose the one that cannot
+    assert prepare(plan, MODEL, [OLD, STOCK], port=8080).engine is STOCK
+    chosen = replace(OLD, source="settings")
+    with pytest.raises(LaunchRefused, match="-kvu"):
+        prepare(plan, MODEL, [chosen, STOCK], port=8080)
+
+
+def test_a_plan_that_does_not_fit_is_not_launched() -> None:
+    with pytest.raises(LaunchRefused, match="KV needs 12 GiB more"):
+        prepare(_plan("stock", LaunchSettings(), feasible=False), MODEL, [STOCK], port=8080)

@@ -1,0 +1,85 @@
+"""ServerProcess against tiny real processes (``python -c``) standing in for an engine's behaviour:
+503 while loading then 200, a log that keeps growing, silence, a process that ignores SIGTERM."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from app.engine.capabilities import free_port
+from app.engine.process import EngineFailed, ServerProcess, ServerStatus
+
+LOADING_SERVER = """
+import http.server, sys
+calls = {"n": 0}
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        calls["n"] += 1
+        code = 503 if calls["n"] <= 3 else 200
+        self.send_response(code); self.end_headers()
+        self.wfile.write(b'{"status":"ok"}' if code == 200 else b'{"error":{"code":503,"message":"Loading model"}}')
+    def log_message(self, *a):
+        print("request", calls["n"], flush=True)
+print("srv  llama_server: loading model", flush=True)
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"""
+
+CHATTY_THEN_SILENT = """
+import sys, time
+for i in range(20):
+    print(f"load_tensors: line {i}", flush=True)
+    time.sleep(0.1)
+time.sleep(60)
+"""
+
+IGNORES_SIGTERM = """
+import signal, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+print("ignoring SIGTERM", flush=True)
+time.sleep(60)
+"""
+
+
+def _server(script: str, tmp_path: Path, *args: str) -> ServerProcess:
+    port = free_port()
+    return ServerProcess([sys.executable, "-c", script, *args, str(port)], "127.0.0.1", port,
+                         log_path=tmp_path / "engine.log")
+
+
+def test_loading_then_ready_with_statuses_in_order_and_the_log_kept(tmp_path: Path) -> None:
+    server = _server(LOADING_SERVER, tmp_path)
+    seen: list[ServerStatus] = []
+    lines: list[str] = []
+    server.add_listener(lambda s, d: seen.append(s))
+    server.add_line_listener(lines.append)
+    with server:
+        server.start()
+        server.wait_ready(timeout=20)
+        assert seen == [ServerStatus.STARTING, ServerStatus.LOADING, ServerStatus.READY]
+    assert seen[-1] == ServerStatus.STOPPED
+    assert "srv  llama_server: loading model" in lines
+    assert "srv  llama_server: loading model" in (tmp_path / "engine.log").read_text()
+
+
+def test_the_deadline_stretches_while_the_log_grows_then_a_silent_engine_is_stopped(tmp_path: Path) -> None:
+    server = _server(CHATTY_THEN_SILENT, tmp_path)
+    server.start()
+    with pytest.raises(EngineFailed) as err:
+        server.wait_ready(timeout=0.3, stall=1.5)
+    assert err.value.failure.kind == "timeout"
+    assert "load_tensors: line 19" in server.tail()  # it waited through all the log lines
+    assert not server.running()
+
+
+def test_stop_escalates_to_sigkill_for_an_engine_ignoring_sigterm(tmp_path: Path) -> None:
+    server = _server(IGNORES_SIGTERM, tmp_path)
+    server.start()
+    deadline = time.monotonic() + 20
+    while "ignoring SIGTERM" not in server.tail():
+        assert server.running() and time.monotonic() < deadline
+        time.sleep(0.02)
+    assert server.stop(grace=0.5) == -9
+    assert server.status == ServerStatus.STOPPED and not server.running()
