@@ -1,16 +1,190 @@
-"""`headroom sessions` (not written yet)."""
+"""``headroom sessions``: named sessions on a running engine that share one KV pool.
+
+    headroom sessions --url http://127.0.0.1:8080 list
+    headroom sessions --url ... fork "long document ..." --k 3 --names a,b,c
+    headroom sessions --url ... continue b "and the second question?"
+    headroom sessions --url ... metrics | smoke | send NAME PROMPT | save NAME | restore NAME
+
+A PROMPT of ``@path`` is read from that file. Session text is kept (per URL) under the cache
+directory and is saved even when a reply is cut off.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
+from pathlib import Path
 from typing import Any
+
+from app.sessions import fork as ops
+from app.sessions.client import EngineClient, EngineError
+from app.sessions.smoke import run_smoke
+from app.sessions.store import SessionStore
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("sessions", help="(not available yet)")
+    p = sub.add_parser("sessions", help="fork, continue and inspect sessions on a running engine",
+                       description="Fork, continue and inspect named sessions that share one KV pool.")
+    p.add_argument("--url", required=True, help="the engine, e.g. http://127.0.0.1:8080")
+    p.add_argument("--api-key", default=os.environ.get("HEADROOM_API_KEY"),
+                   help="the engine's --api-key (default: $HEADROOM_API_KEY)")
+    acts = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    acts.add_parser("list", help="sessions and the engine's slots")
+    acts.add_parser("metrics", help="prompt/generation counters and slot use")
+    acts.add_parser("smoke", help="the shared-sequence smoke test (fork 2, continue both)")
+    for name, helptext in (("send", "start (or continue) session NAME"), ("continue", "continue session NAME")):
+        a = acts.add_parser(name, help=helptext)
+        a.add_argument("name")
+        a.add_argument("prompt", help="text, or @FILE")
+        _sampling_args(a)
+    f = acts.add_parser("fork", help="one prompt, decoded once, into K sessions")
+    f.add_argument("prompt", help="text, or @FILE")
+    f.add_argument("--k", type=int, default=None, help="how many sessions (default: as many names)")
+    f.add_argument("--names", default=None, help="comma-separated session names (default s1..sK)")
+    _sampling_args(f)
+    for name in ("save", "restore"):
+        s = acts.add_parser(name, help=f"{name} session NAME's slot cache (engine needs --slot-save-path)")
+        s.add_argument("name")
+        if name == "restore":
+            s.add_argument("--slot", type=int, default=None, help="restore into this slot")
     p.set_defaults(func=run)
 
 
+def _sampling_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--n-predict", type=int, default=128)
+    p.add_argument("--temperature", type=float, default=0.8)
+    p.add_argument("--seed", type=int, default=None)
+
+
+def _prompt(text: str) -> str:
+    return Path(text[1:]).read_text(encoding="utf-8") if text.startswith("@") else text
+
+
+class _Printer:
+    """Streams pieces to stdout; with several sessions, a ``[name]`` header when the speaker changes."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.names = names
+        self.last: int | None = None
+
+    def __call__(self, index: int, piece: str) -> None:
+        if len(self.names) > 1 and index != self.last:
+            name = self.names[index] if index < len(self.names) else str(index)
+            sys.stdout.write(f"\n[{name}] ")
+        self.last = index
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+
+
 def run(args: argparse.Namespace) -> int:
-    print("headroom sessions: not available yet")
-    return 2
+    try:
+        client = EngineClient(args.url, args.api_key)
+        store = SessionStore(client.base_url)
+    except ValueError as exc:
+        print(f"headroom sessions: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return _ACTIONS[args.action](client, store, args)
+    except (ValueError, OSError) as exc:
+        print(f"headroom sessions: {exc}", file=sys.stderr)
+        return 2
+    except EngineError as exc:
+        print(f"headroom sessions: {exc}", file=sys.stderr)
+        return 1
+
+
+def _list(client: EngineClient, store: SessionStore, args: argparse.Namespace) -> int:
+    try:
+        slots = {s.id: s for s in client.slots()}
+        engine = f"engine at {client.base_url}: {len(slots)} slots"
+    except EngineError as exc:
+        slots, engine = {}, f"engine not answering ({exc})"
+    print(engine)
+    for s in store.sessions.values():
+        held = slots.get(s.slot) if s.slot is not None else None
+        where = f"slot {s.slot}" + (f" ({held.n_prompt_tokens} tokens cached)" if held else "")
+        flag = "" if s.complete else "  [last reply cut off]"
+        print(f"  {s.name:<16} {where:<32} {len(s.text):>7} chars, {s.turns} turn(s) {s.origin}{flag}")
+    if not store.sessions:
+        print("  (no sessions yet: headroom sessions ... fork PROMPT --k 2)")
+    return 0
+
+
+def _metrics(client: EngineClient, store: SessionStore, args: argparse.Namespace) -> int:
+    c = client.metrics()
+    print(f"prompt tokens decoded   {c.prompt_tokens}")
+    print(f"prompt tokens reused    {c.prompt_tokens_cached}")
+    print(f"tokens generated        {c.tokens_predicted}")
+    print(f"decode calls            {c.decode_calls}")
+    print(f"requests busy/deferred  {c.requests_processing}/{c.requests_deferred}")
+    slots = client.slots()
+    used = sum(s.n_prompt_tokens for s in slots)
+    print(f"slots                   {len(slots)} ({sum(s.is_processing for s in slots)} busy), "
+          f"{used} tokens held (shared cells counted per slot)")
+    return 0
+
+
+def _sampling(args: argparse.Namespace) -> ops.Sampling:
+    return ops.Sampling(args.n_predict, args.temperature, args.seed)
+
+
+def _finish(store: SessionStore, result: ops.TurnResult) -> int:
+    """Save whatever arrived first, then report."""
+    store.put(*result.sessions)
+    print()
+    for s in result.sessions:
+        reused = result.cached_tokens.get(s.name)
+        extra = f", {reused} prompt tokens reused from the cache" if reused is not None else ""
+        print(f"session {s.name}: slot {s.slot}, {len(s.text)} chars{extra}")
+    if result.proof is not None:
+        print(result.proof)
+    if result.error:
+        print(f"headroom sessions: {result.error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _send(client: EngineClient, store: SessionStore, args: argparse.Namespace) -> int:
+    session = store.get(args.name)
+    if args.action == "continue" and session is None:
+        raise ValueError(f"no session {args.name!r} for {client.base_url} (see: list)")
+    result = ops.send(client, session, args.name, _prompt(args.prompt), _sampling(args), _Printer([args.name]))
+    return _finish(store, result)
+
+
+def _fork(client: EngineClient, store: SessionStore, args: argparse.Namespace) -> int:
+    names = [n.strip() for n in args.names.split(",")] if args.names else []
+    k = args.k if args.k is not None else (len(names) or 2)
+    if not names:
+        names = [f"s{i + 1}" for i in range(k)]
+    if len(names) != k:
+        raise ValueError(f"--k {k} but {len(names)} names given")
+    result = ops.fork(client, _prompt(args.prompt), names, _sampling(args), _Printer(names))
+    return _finish(store, result)
+
+
+def _slot_file(client: EngineClient, store: SessionStore, args: argparse.Namespace) -> int:
+    session = store.get(args.name)
+    if session is None:
+        raise ValueError(f"no session {args.name!r} for {client.base_url} (see: list)")
+    if args.action == "save":
+        info = ops.save(client, session)
+        print(f"saved {session.name}: {info.get('n_saved', '?')} tokens to {info.get('filename', '?')}")
+    else:
+        info = ops.restore(client, session, args.slot)
+        if args.slot is not None:
+            session.slot = args.slot
+            store.put(session)
+        print(f"restored {session.name}: {info.get('n_restored', '?')} tokens into slot {info.get('id_slot', '?')}")
+    return 0
+
+
+def _smoke(client: EngineClient, store: SessionStore, args: argparse.Namespace) -> int:
+    result = run_smoke(client.base_url, client.api_key, on_step=lambda s: print(f"  {s}"))
+    print(result)
+    return 0 if result.ok else 1
+
+
+_ACTIONS = {"list": _list, "metrics": _metrics, "send": _send, "continue": _send, "fork": _fork,
+            "save": _slot_file, "restore": _slot_file, "smoke": _smoke}

@@ -1,0 +1,191 @@
+"""Known engine issues that matter before serving shared sessions, keyed by architecture and by
+where the engine's llama.cpp sits relative to the fix (DOMAIN.md §5).
+
+- k-pool models (``qwen4exp``, ``glm5-next``) with shared sequences: decode-time graph re-reserve
+  that later runs out of room in an unchanged graph — fixed in b11412 (#29958); then a data race
+  when sequences share cells on the CPU backend — fixed in 43fe9c642 (#29994), which came after.
+- ``kimi-linear`` and ``minimax-01`` reserve their prompt graph with ``n_seqs = 1``, so
+  multi-sequence graphs re-reserve by design (not a bug, but the compute buffer grows then).
+- opencoti's rolling-KV window is mutually exclusive with ``--kv-unified``.
+
+An engine is placed by its commit (a table of commits we know the date of) or, failing that, by its
+build number. A build number under ``MIN_REAL_BUILD`` is what a tree without git history (the
+llama-cpp-python sdist, a shallow clone) reports — it places nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import Enum
+
+#: Architectures whose KV lives in a k-pool (src/llama-arch.cpp names).
+KPOOL_ARCHS = frozenset({"qwen4exp", "glm5-next"})
+#: Architectures that reserve the final prompt graph with n_seqs = 1 (re-reserve by design).
+SINGLE_SEQ_RESERVE_ARCHS = frozenset({"kimi-linear", "minimax-01"})
+#: Build numbers below this come from a tree without history ("build 0" / "build 1").
+MIN_REAL_BUILD = 100
+
+
+@dataclass(frozen=True)
+class Fix:
+    """A llama.cpp fix: its build number and/or commit, the PR, and what it fixed."""
+
+    name: str
+    build: int | None
+    commit: str | None
+    pr: int
+    date: str
+    what: str
+
+    def label(self) -> str:
+        return self.commit or f"b{self.build}"
+
+
+SCATTER_FIX = Fix("b11412", 11412, None, 29958, "2026-10-06",
+                  "k-pool decode graphs re-reserved at decode time and aborted on growth "
+                  "(always scatter + gather since)")
+RACE_FIX = Fix("43fe9c642", None, "43fe9c642", 29994, "2026-10-06",
+               "a data race on the CPU backend when sequences share k-pool cells "
+               "(partial seq_cp is an assertion failure since)")
+#: Order matters: RACE_FIX landed after SCATTER_FIX.
+KPOOL_FIXES = (SCATTER_FIX, RACE_FIX)
+
+
+class Placement(Enum):
+    HAS = "has the fix"
+    LACKS = "predates the fix"
+    UNKNOWN = "cannot be placed"
+
+
+@dataclass(frozen=True)
+class KnownCommit:
+    commit: str
+    date: str
+    has: frozenset[str]  # Fix.name values this commit includes
+    note: str
+
+
+#: Commits we can place. 0c1e57098 is what llama-cpp-python 0.3.36 vendors (Headroom's build).
+KNOWN_COMMITS = (
+    KnownCommit("0c1e57098", "2026-10-01", frozenset(), "llama.cpp vendored by llama-cpp-python 0.3.36"),
+    KnownCommit("43fe9c642", "2026-10-06", frozenset({SCATTER_FIX.name, RACE_FIX.name}),
+                "the data-race fix itself (#29994)"),
+)
+
+
+def _same_commit(a: str, b: str) -> bool:
+    a, b = a.lower(), b.lower()
+    return len(a) >= 7 and len(b) >= 7 and (a.startswith(b) or b.startswith(a))
+
+
+def known_commit(commit: str | None) -> KnownCommit | None:
+    if not commit or commit == "unknown":
+        return None
+    return next((k for k in KNOWN_COMMITS if _same_commit(k.commit, commit)), None)
+
+
+def place(fix: Fix, commit: str | None, build: int | None) -> Placement:
+    """Where the engine stands relative to ``fix``: by known commit first, then build number."""
+    known = known_commit(commit)
+    if known is not None:
+        return Placement.HAS if fix.name in known.has else Placement.LACKS
+    if build is None or build < MIN_REAL_BUILD:
+        return Placement.UNKNOWN
+    if fix.build is not None:
+        return Placement.HAS if build >= fix.build else Placement.LACKS
+    # A fix known only by commit: a build before an earlier fix in the series predates it too.
+    earlier = KPOOL_FIXES[: KPOOL_FIXES.index(fix)] if fix in KPOOL_FIXES else ()
+    if any(f.build is not None and build < f.build for f in earlier):
+        return Placement.LACKS
+    return Placement.UNKNOWN
+
+
+@dataclass(frozen=True)
+class Advisory:
+    key: str
+    severity: str  # "error" (do not launch like this) | "warning" | "info"
+    title: str
+    detail: str
+    action: str
+
+    def __str__(self) -> str:
+        return f"[{self.severity}] {self.title}: {self.detail} — {self.action}"
+
+
+def _engine_words(commit: str | None, build: int | None) -> str:
+    known = known_commit(commit)
+    if known is not None:
+        return f"llama.cpp {known.commit} ({known.date}, {known.note})"
+    parts = []
+    if commit and commit != "unknown":
+        parts.append(f"commit {commit[:9]}")
+    if build is not None:
+        parts.append(f"build {build}")
+    return "llama.cpp " + (", ".join(parts) if parts else "of unknown commit and build")
+
+
+SMOKE_HINT = ("run the diagnostic smoke test (headroom serve --smoke --diagnostic: launches with "
+              "GGML_SCHED_DEBUG_REALLOC=1, forks two sessions, continues both)")
+
+
+def _kpool(arch: str, fix: Fix, placement: Placement, engine: str) -> Advisory:
+    pr = f"llama.cpp #{fix.pr}, {fix.label()}, {fix.date}"
+    if placement is Placement.LACKS:
+        return Advisory(
+            f"kpool-{fix.name}", "warning", f"{arch} with shared sessions on an engine without {fix.label()}",
+            f"{engine} predates the fix for {fix.what} ({pr}); forking or sharing sessions can abort "
+            "the engine or corrupt replies",
+            f"use an engine at {fix.label()} or later, or serve with -np 1 (no shared sequences); "
+            f"to confirm on this engine, {SMOKE_HINT}")
+    return Advisory(
+        f"kpool-{fix.name}-unplaced", "warning", f"{arch}: cannot tell whether this engine has {fix.label()}",
+        f"{engine} cannot be placed relative to the fix for {fix.what} ({pr})",
+        SMOKE_HINT)
+
+
+def advisories_for(arch: str, engine_commit: str | None, engine_build_number: int | None,
+                   n_parallel: int, kv_unified: bool, window_mode: bool) -> list[Advisory]:
+    """Known issues for serving ``arch`` with these settings on this engine (empty: none known)."""
+    out: list[Advisory] = []
+    shared = n_parallel > 1
+    engine = _engine_words(engine_commit, engine_build_number)
+    if window_mode and kv_unified:
+        out.append(Advisory(
+            "window-excludes-kvu", "error", "the rolling-KV window excludes --kv-unified",
+            "opencoti's window keeps a per-sequence device window and cannot run on one unified pool",
+            "drop -kvu (each slot then gets n_ctx/-np cells and forks copy instead of sharing), "
+            "or serve in stock mode to share one pool"))
+    if window_mode and shared:
+        out.append(Advisory(
+            "window-no-prefix-reuse", "info", "spilled window: no prompt-cache reuse",
+            "while the window spills to the host tail, context shift and prompt-cache reuse are off",
+            "continuing a session re-decodes its text; keep sessions short or fit them resident"))
+    if arch in KPOOL_ARCHS and shared:
+        for fix in KPOOL_FIXES:
+            placement = place(fix, engine_commit, engine_build_number)
+            if placement is not Placement.HAS:
+                out.append(_kpool(arch, fix, placement, engine))
+    if arch in SINGLE_SEQ_RESERVE_ARCHS and shared:
+        out.append(Advisory(
+            "rereserve-by-design", "info", f"{arch} re-reserves multi-sequence graphs",
+            f"{arch} reserves its prompt graph for one sequence, so the first decode of several "
+            "sessions together re-allocates the compute buffer (by design, not an engine bug)",
+            "leave room above the measured compute buffer when several sessions decode at once; "
+            "a diagnostic smoke test on this model is not evidence of the k-pool bug"))
+    return out
+
+
+# version: 0.5.0-dev (build 1, commit 0c1e570)
+_VERSION_RE = re.compile(r"\(build (?P<build>\d+), commit (?P<commit>[0-9a-fA-F]+|unknown)\)")
+# /props "build_info": "b1-0c1e570"
+_BUILD_INFO_RE = re.compile(r"^b(?P<build>\d+)-(?P<commit>[0-9a-fA-F]+|unknown)$")
+
+
+def parse_engine_version(text: str) -> tuple[int | None, str | None]:
+    """``(build, commit)`` from ``llama-server --version`` output or ``/props`` ``build_info``."""
+    m = _VERSION_RE.search(text) or _BUILD_INFO_RE.match(text.strip())
+    if m is None:
+        return None, None
+    commit = m.group("commit")
+    return int(m.group("build")), None if commit == "unknown" else commit.lower()

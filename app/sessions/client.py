@@ -1,0 +1,267 @@
+"""HTTP client for a running llama-server: slots, counters, streamed completions, slot files.
+
+Standard library only (``http.client``), no Qt: the CLI, the smoke test and the GUI's worker
+thread share it. Endpoints and fields are those of tools/server in the vendored llama.cpp:
+``GET /health``, ``GET /slots``, ``GET /metrics`` (``--metrics``), ``POST /tokenize``,
+``POST /completion`` (``stream``, ``id_slot``, ``cache_prompt``, ``n_cmpl``) and
+``POST /slots/{id}?action=save|restore|erase`` (``--slot-save-path``).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import urllib.parse
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.sessions.metrics import Counters
+from app.sessions.sse import SseError, iter_events
+
+#: Called with (stream index, text piece) as each piece arrives.
+PieceCallback = Callable[[int, str], None]
+
+
+class EngineError(Exception):
+    """Talking to the engine failed; the message says what a user can do about it."""
+
+
+class EngineUnreachable(EngineError):
+    """Nothing answers at the URL (the engine exited, or was never started there)."""
+
+
+class EngineRejected(EngineError):
+    """The engine answered with an error (HTTP status and llama-server's own message)."""
+
+    def __init__(self, status: int, message: str, error_type: str = "") -> None:
+        self.status = status
+        self.server_message = message
+        self.error_type = error_type
+        super().__init__(f"the engine refused the request (HTTP {status}): {message}")
+
+
+@dataclass(frozen=True)
+class SlotInfo:
+    """One entry of ``GET /slots`` (tools/server/server-context.cpp ``server_slot::to_json``)."""
+
+    id: int
+    n_ctx: int
+    is_processing: bool
+    n_prompt_tokens: int  # tokens held in the slot's cache (prompt + generated so far)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SlotInfo:
+        return cls(int(data["id"]), int(data.get("n_ctx", 0)), bool(data.get("is_processing", False)),
+                   int(data.get("n_prompt_tokens", 0)))
+
+
+@dataclass
+class Completion:
+    """What one stream index (one of the ``n_cmpl`` results) has delivered so far."""
+
+    index: int
+    slot: int | None = None
+    text: str = ""
+    tokens_predicted: int = 0
+    prompt_tokens: int = 0  # tokens_evaluated: the prompt's length in tokens
+    prompt_processed: int = 0  # timings.prompt_n: prompt tokens decoded for this result
+    prompt_cached: int = 0  # timings.cache_n: prompt tokens reused from the slot's cache
+    stop_type: str = ""
+    finished: bool = False
+
+
+@dataclass
+class StreamOutcome:
+    """A streamed request's results by index. ``error`` is None only when every result finished
+    and the engine sent ``[DONE]``; otherwise it says why, and the text received is still here."""
+
+    completions: dict[int, Completion] = field(default_factory=dict)
+    error: str | None = None
+    broken: bool = False  # the connection was cut (engine died, network), not an engine-reported error
+
+    def ordered(self) -> list[Completion]:
+        return [self.completions[i] for i in sorted(self.completions)]
+
+
+class EngineClient:
+    """One llama-server at ``base_url`` (``http://127.0.0.1:8080``), optional API key."""
+
+    def __init__(self, base_url: str, api_key: str | None = None, timeout: float = 120.0) -> None:
+        parts = urllib.parse.urlsplit(base_url if "://" in base_url else f"http://{base_url}")
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"not an engine URL: {base_url!r} (try http://127.0.0.1:8080)")
+        self.base_url = f"{parts.scheme}://{parts.netloc}"
+        self._https = parts.scheme == "https"
+        self._host = parts.hostname
+        self._port = parts.port or (443 if self._https else 80)
+        self._prefix = parts.path.rstrip("/")
+        self.api_key = api_key
+        self.timeout = timeout
+
+    # -- plumbing -------------------------------------------------------------------------------
+
+    def _connect(self) -> http.client.HTTPConnection:
+        if self._https:
+            return http.client.HTTPSConnection(self._host, self._port, timeout=self.timeout)
+        return http.client.HTTPConnection(self._host, self._port, timeout=self.timeout)
+
+    def _headers(self, body: bool) -> dict[str, str]:
+        headers = {"Accept": "application/json, text/event-stream"}
+        if body:
+            headers["Content-Type"] = "application/json"
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        return headers
+
+    def _open(self, method: str, path: str, body: dict[str, Any] | None) -> tuple[
+            http.client.HTTPConnection, http.client.HTTPResponse]:
+        conn = self._connect()
+        payload = None if body is None else json.dumps(body).encode()
+        try:
+            conn.request(method, self._prefix + path, body=payload, headers=self._headers(body is not None))
+            resp = conn.getresponse()
+        except OSError as exc:  # refused, reset, timed out
+            conn.close()
+            raise EngineUnreachable(
+                f"no engine answers at {self.base_url} ({exc.__class__.__name__}: {exc}); it may have "
+                "exited — check its log, restart it, and the session text kept by Headroom is re-sent"
+            ) from exc
+        except http.client.HTTPException as exc:
+            conn.close()
+            raise EngineUnreachable(f"the engine at {self.base_url} closed the connection ({exc})") from exc
+        return conn, resp
+
+    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> bytes:
+        conn, resp = self._open(method, path, body)
+        try:
+            data = resp.read()
+        except (OSError, http.client.HTTPException) as exc:
+            raise EngineUnreachable(f"the engine at {self.base_url} stopped mid-answer ({exc})") from exc
+        finally:
+            conn.close()
+        if resp.status >= 400:
+            raise _rejected(resp.status, data)
+        return data
+
+    def _json(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        return json.loads(self._call(method, path, body) or b"null")
+
+    # -- endpoints ------------------------------------------------------------------------------
+
+    def health(self) -> bool:
+        """True once the model is loaded (200); False while loading (503)."""
+        try:
+            self._call("GET", "/health")
+        except EngineRejected as exc:
+            if exc.status == 503:
+                return False
+            raise
+        return True
+
+    def slots(self) -> list[SlotInfo]:
+        data = self._json("GET", "/slots")
+        if not isinstance(data, list):
+            raise EngineError(f"unexpected /slots answer from {self.base_url}: {str(data)[:120]}")
+        return [SlotInfo.from_json(s) for s in data]
+
+    def metrics(self) -> Counters:
+        """Counters from ``/metrics``; EngineRejected (501) when the engine runs without ``--metrics``."""
+        return Counters.from_text(self._call("GET", "/metrics").decode("utf-8", "replace"))
+
+    def tokenize(self, text: str) -> list[int]:
+        data = self._json("POST", "/tokenize", {"content": text})
+        return [int(t) for t in data.get("tokens", [])]
+
+    def slot_action(self, slot: int, action: str, filename: str | None = None) -> dict[str, Any]:
+        """``save`` / ``restore`` / ``erase`` a slot's cache (needs ``--slot-save-path``)."""
+        body: dict[str, Any] = {} if filename is None else {"filename": filename}
+        data = self._json("POST", f"/slots/{slot}?action={action}", body)
+        return data if isinstance(data, dict) else {}
+
+    def stream(self, body: dict[str, Any], on_piece: PieceCallback | None = None) -> StreamOutcome:
+        """POST ``/completion`` with ``stream: true``; text pieces go to ``on_piece`` as they arrive.
+        The stream is complete when each of the ``n_cmpl`` indices has sent its ``stop`` result.
+
+        Errors before the stream starts raise (EngineUnreachable, EngineRejected); once it has
+        started, nothing received is dropped: a cut stream or an engine error ends up in
+        ``StreamOutcome.error``."""
+        conn, resp = self._open("POST", "/completion", {**body, "stream": True})
+        outcome = StreamOutcome()
+        try:
+            if resp.status >= 400:
+                raise _rejected(resp.status, resp.read())
+            try:
+                for event in iter_events(_lines(resp)):
+                    if event.done:  # only the OAI-compatible endpoints send [DONE]
+                        break
+                    if "error" in event.data:
+                        outcome.error = "the engine reported an error mid-stream: " + _message(event.data["error"])
+                        return outcome
+                    _apply(outcome, event.data, on_piece)
+            except (OSError, http.client.HTTPException) as exc:
+                outcome.broken = True
+                outcome.error = (f"the stream from {self.base_url} was cut ({exc.__class__.__name__}: {exc}); "
+                                 "the engine may have exited")
+                return outcome
+            except SseError as exc:
+                outcome.error = f"the engine's stream could not be read: {exc}"
+                return outcome
+            # /completion (non-OAI) sends no [DONE]: the stream ends when every index has stopped
+            expected = int(body.get("n_cmpl", 1))
+            unfinished = [i for i in range(expected)
+                          if i not in outcome.completions or not outcome.completions[i].finished]
+            if unfinished:
+                outcome.broken = True
+                outcome.error = (f"the stream from {self.base_url} ended before the engine finished "
+                                 f"(results {unfinished} incomplete); the engine may have exited")
+            return outcome
+        finally:
+            conn.close()
+
+
+def _lines(resp: http.client.HTTPResponse) -> Iterator[bytes]:
+    while True:
+        line = resp.readline()
+        if not line:
+            return
+        yield line
+
+
+def _apply(outcome: StreamOutcome, data: dict[str, Any], on_piece: PieceCallback | None) -> None:
+    """Fold one streamed result into its Completion (partial: content piece; final: stop + stats)."""
+    index = int(data.get("index", 0))
+    comp = outcome.completions.setdefault(index, Completion(index))
+    # partial results carry "id_slot": -1; the final one names the slot that served this index
+    if isinstance(data.get("id_slot"), int) and data["id_slot"] >= 0:
+        comp.slot = int(data["id_slot"])
+    piece = str(data.get("content") or "")
+    if piece:
+        comp.text += piece
+        if on_piece is not None:
+            on_piece(index, piece)
+    comp.tokens_predicted = int(data.get("tokens_predicted", comp.tokens_predicted))
+    comp.prompt_tokens = int(data.get("tokens_evaluated", comp.prompt_tokens))
+    timings = data.get("timings")
+    if isinstance(timings, dict):
+        comp.prompt_processed = int(timings.get("prompt_n", comp.prompt_processed))
+        comp.prompt_cached = int(timings.get("cache_n", comp.prompt_cached))
+    if data.get("stop"):
+        comp.finished = True
+        comp.stop_type = str(data.get("stop_type", ""))
+
+
+def _message(err: Any) -> str:
+    if isinstance(err, dict):
+        return str(err.get("message") or err)
+    return str(err)
+
+
+def _rejected(status: int, body: bytes) -> EngineRejected:
+    """llama-server's error body is ``{"error": {"code": 400, "message": ..., "type": ...}}``."""
+    text = body.decode("utf-8", "replace")
+    try:
+        err = json.loads(text).get("error", {})
+        return EngineRejected(status, _message(err), str(err.get("type", "")) if isinstance(err, dict) else "")
+    except (ValueError, AttributeError):
+        return EngineRejected(status, text.strip()[:300] or "(empty answer)")

@@ -1,0 +1,229 @@
+"""Session operations: send to one session, fork one prompt into K sessions, continue, save/restore.
+
+A fork is one ``/completion`` request with ``n_cmpl = K`` (tools/server/server-context.cpp):
+the server gives the parent task a slot (``id_slot`` may pin it) and K−1 free child slots, decodes
+the prompt once in the parent, then ``copy_state_to`` → ``llama_memory_seq_cp`` shares its cells
+with each child (children get seeds ``seed+1``, ``seed+2``, …). The K results stream interleaved,
+each tagged with ``index`` 0..K−1 and its ``id_slot``. ``n_cmpl`` is hard-limited to ``-np``.
+
+Continuing re-sends the session's whole text pinned to its slot with ``cache_prompt``; the
+engine reuses the common prefix and decodes only the new tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.sessions.client import (
+    Completion,
+    EngineClient,
+    EngineError,
+    EngineRejected,
+    PieceCallback,
+    StreamOutcome,
+)
+from app.sessions.metrics import Counters
+from app.sessions.store import Session, check_name
+
+#: llama.cpp's LLAMA_DEFAULT_SEED (include/llama.h): "pick a random seed".
+RANDOM_SEED = 0xFFFFFFFF
+
+
+class ForkTooLarge(EngineError):
+    """More sessions asked for than the engine has slots (``n_cmpl`` ≤ ``-np``)."""
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """What each reply is sampled with; ``seed=None`` lets the engine pick."""
+
+    n_predict: int = 64
+    temperature: float = 0.8
+    seed: int | None = None
+
+    def body(self) -> dict[str, Any]:
+        return {"n_predict": self.n_predict, "temperature": self.temperature,
+                "seed": RANDOM_SEED if self.seed is None else self.seed}
+
+
+@dataclass(frozen=True)
+class SharingProof:
+    """Did the fork decode its prompt once? Read from ``/metrics`` before and after: a child of an
+    ``n_cmpl`` fork adds nothing to ``prompt_tokens_total`` or ``prompt_tokens_cached_total``."""
+
+    k: int
+    prompt_tokens: int
+    decoded: int | None  # growth of llamacpp:prompt_tokens_total, None when /metrics is off
+    reused: int | None  # growth of llamacpp:prompt_tokens_cached_total
+
+    @property
+    def measured(self) -> bool:
+        return self.decoded is not None and self.reused is not None and self.prompt_tokens > 0
+
+    @property
+    def evaluations(self) -> float | None:
+        """How many times the prompt went through the engine (1.0 when shared)."""
+        if not self.measured or self.decoded is None or self.reused is None:
+            return None
+        return (self.decoded + self.reused) / self.prompt_tokens
+
+    @property
+    def shared(self) -> bool:
+        return self.k > 1 and self.evaluations == 1.0
+
+    def __str__(self) -> str:
+        if not self.measured:
+            return ("sharing not measured: the engine has no /metrics (start it with --metrics)"
+                    if self.decoded is None else "sharing not measured: the prompt length is unknown")
+        counts = f"{self.prompt_tokens}-token prompt; /metrics: +{self.decoded} decoded, +{self.reused} from cache"
+        if self.shared:
+            return f"prompt evaluated once, shared by {self.k} ({counts})"
+        ev = self.evaluations or 0.0
+        if ev >= self.k:
+            return f"prompt NOT shared: evaluated {ev:.0f} times for {self.k} sessions ({counts})"
+        return f"sharing unclear: the prompt went through {ev:.2f} times — other requests ran meanwhile? ({counts})"
+
+
+@dataclass
+class TurnResult:
+    """Sessions as they stand after a send/continue/fork (text received is always in them)."""
+
+    sessions: list[Session]
+    completions: list[Completion]
+    error: str | None = None
+    proof: SharingProof | None = None
+    cached_tokens: dict[str, int] = field(default_factory=dict)  # session → prompt tokens reused
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def _counters(client: EngineClient) -> Counters | None:
+    """Counters, or None when /metrics is off — or the engine is gone after a cut stream, whose
+    text must still reach the caller."""
+    try:
+        return client.metrics()
+    except EngineError:
+        return None
+
+
+def _pin(client: EngineClient, session: Session | None) -> int:
+    """The slot to pin a continuation to, or -1 to let the engine choose.
+
+    A session's slot may no longer hold its cells: llama-server clears a fork's child slots when
+    they finish ("the parent's context is enough", ``server_slot::release``) and, with a unified
+    cache and ``--cache-idle-slots`` (default on), moves idle slots to its host prompt cache when a
+    new task starts. An empty slot is not pinned: unpinned, the engine picks the slot with the
+    longest common prefix (the fork's parent holds the shared prompt) or restores the session
+    from its prompt cache, so the shared prefix is still not decoded again."""
+    if session is None or session.slot is None:
+        return -1
+    try:
+        slots = client.slots()
+    except EngineRejected:  # /slots turned off (--no-slots): pin and hope
+        return session.slot
+    for info in slots:
+        if info.id == session.slot:
+            return session.slot if info.n_prompt_tokens > 0 else -1
+    return -1
+
+
+def send(client: EngineClient, session: Session | None, name: str, prompt: str,
+         sampling: Sampling = Sampling(), on_piece: PieceCallback | None = None) -> TurnResult:
+    """Start session ``name`` with ``prompt`` (``session`` None) or continue it: its text + prompt
+    with ``cache_prompt``, on its slot while that still holds cells (see ``_pin``), so the engine
+    decodes only what it does not already hold. ``TurnResult.cached_tokens`` says how much it reused."""
+    check_name(name)
+    before = session.text if session is not None else ""
+    slot = _pin(client, session)
+    full = before + prompt
+    body = {"prompt": full, "id_slot": slot, "cache_prompt": True, **sampling.body()}
+    outcome = client.stream(body, on_piece)
+    comp = outcome.completions.get(0) or Completion(0)
+    updated = Session(
+        name=name,
+        slot=comp.slot if comp.slot is not None else (session.slot if session else None),
+        text=full + comp.text,
+        turns=(session.turns if session else 0) + 1,
+        complete=outcome.error is None and comp.finished,
+        origin=session.origin if session else "",
+    )
+    return TurnResult([updated], [comp], _error(outcome, [name]), None, {name: comp.prompt_cached})
+
+
+def fork(client: EngineClient, prompt: str, names: list[str], sampling: Sampling = Sampling(),
+         on_piece: PieceCallback | None = None, slot: int = -1) -> TurnResult:
+    """One request, ``n_cmpl = len(names)``: the prompt decoded once and shared; reply ``i`` becomes
+    session ``names[i]``. Raises ForkTooLarge before sending when the engine lacks the slots."""
+    for n in names:
+        check_name(n)
+    k = len(names)
+    if k < 2 or len(set(names)) != k:
+        raise ValueError("a fork needs at least two distinct session names")
+    try:
+        n_slots = len(client.slots())
+    except EngineRejected:  # /slots turned off: the engine's own n_cmpl limit still answers
+        n_slots = k
+    if k > n_slots:
+        raise ForkTooLarge(
+            f"a fork into {k} sessions needs {k} slots, but the engine at {client.base_url} has {n_slots} "
+            f"(-np {n_slots}); fork into at most {n_slots}, or restart the engine with -np {k} -kvu")
+    before = _counters(client)
+    body = {"prompt": prompt, "n_cmpl": k, "id_slot": slot, "cache_prompt": True, **sampling.body()}
+    try:
+        outcome = client.stream(body, on_piece)
+    except EngineRejected as exc:
+        if "n_cmpl" in exc.server_message or "value <=" in exc.server_message:
+            raise ForkTooLarge(f"the engine refused a fork of {k}: {exc.server_message}") from exc
+        raise
+    after = _counters(client) if before is not None else None
+    comps = [outcome.completions.get(i) or Completion(i) for i in range(k)]
+    origin = f"fork of {k} ({', '.join(names)})"
+    sessions = [Session(name, c.slot, prompt + c.text, 1, outcome.error is None and c.finished, origin)
+                for name, c in zip(names, comps, strict=True)]
+    prompt_tokens = max((c.prompt_tokens for c in comps), default=0)
+    delta = after.since(before) if after is not None and before is not None else None
+    proof = SharingProof(k, prompt_tokens, delta.prompt_tokens if delta else None,
+                         delta.prompt_tokens_cached if delta else None)
+    return TurnResult(sessions, comps, _error(outcome, names), proof)
+
+
+def _error(outcome: StreamOutcome, names: list[str]) -> str | None:
+    if outcome.error is None:
+        return None
+    got = [f"{n}: {len(outcome.completions[i].text)} chars" for i, n in enumerate(names)
+           if i in outcome.completions]
+    kept = ("; text received so far is kept (" + ", ".join(got) + ")") if got else "; no text had arrived"
+    return outcome.error + kept
+
+
+def slot_file(session: Session) -> str:
+    """The file name under the engine's ``--slot-save-path`` (a session name is a valid one)."""
+    return f"{check_name(session.name)}.slot"
+
+
+def save(client: EngineClient, session: Session) -> dict[str, Any]:
+    """Write the session's slot cache to ``--slot-save-path``/<name>.slot."""
+    if session.slot is None:
+        raise EngineError(f"session {session.name!r} has no slot yet: send it a prompt first")
+    return _slot_call(client, session.slot, "save", slot_file(session))
+
+
+def restore(client: EngineClient, session: Session, slot: int | None = None) -> dict[str, Any]:
+    """Load the saved cache into ``slot`` (default: the session's own)."""
+    target = session.slot if slot is None else slot
+    if target is None:
+        raise EngineError(f"session {session.name!r} has no slot: pass one to restore into")
+    return _slot_call(client, target, "restore", slot_file(session))
+
+
+def _slot_call(client: EngineClient, slot: int, action: str, filename: str) -> dict[str, Any]:
+    try:
+        return client.slot_action(slot, action, filename)
+    except EngineRejected as exc:
+        if exc.status == 501:
+            raise EngineError(f"cannot {action} slot caches: {exc.server_message} "
+                              "(restart the engine with --slot-save-path DIR)") from exc
+        raise

@@ -1,0 +1,108 @@
+"""Named sessions (name → slot, text so far), kept per engine URL in a small JSON file.
+
+``<cache>/sessions/<sha256(url)[:16]>.json``, written atomically (temporary file in the same
+directory, then ``os.replace``), so a crash mid-write never leaves half a file and the text a
+session has received is never lost to a failed save.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from app.engine.native_build import cache_dir
+
+VERSION = 1
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+@dataclass
+class Session:
+    """One conversation pinned to one slot of the engine's KV pool.
+
+    ``text`` is everything the slot's sequence holds, in order (shared prompt, replies, follow-ups):
+    continuing re-sends it with ``cache_prompt`` on the same slot, so the engine reuses the cache and
+    decodes only the new part. ``complete`` is False when the last reply was cut off."""
+
+    name: str
+    slot: int | None
+    text: str
+    turns: int = 0
+    complete: bool = True
+    origin: str = ""  # e.g. "fork of 3 (a, b, c)"
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Session:
+        slot = data.get("slot")
+        return cls(str(data["name"]), None if slot is None else int(slot), str(data.get("text", "")),
+                   int(data.get("turns", 0)), bool(data.get("complete", True)), str(data.get("origin", "")))
+
+
+def check_name(name: str) -> str:
+    """Session names double as slot-file names (llama-server's ``fs_validate_filename``): letters,
+    digits, ``_ . -``, up to 64 characters. Returns the name or raises ValueError."""
+    if not _NAME_RE.match(name):
+        raise ValueError(f"bad session name {name!r}: use letters, digits, '_', '.', '-' (max 64)")
+    return name
+
+
+def store_path(base_url: str, root: Path | None = None) -> Path:
+    digest = hashlib.sha256(base_url.rstrip("/").encode()).hexdigest()[:16]
+    return (root or cache_dir()) / "sessions" / f"{digest}.json"
+
+
+class SessionStore:
+    """Sessions of one engine URL; ``save()`` writes them all atomically."""
+
+    def __init__(self, base_url: str, root: Path | None = None) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.path = store_path(self.base_url, root)
+        self.sessions: dict[str, Session] = {}
+        self._load()
+
+    def _load(self) -> None:
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"session file {self.path} is unreadable ({exc}); move it aside") from exc
+        for item in data.get("sessions", []):
+            s = Session.from_json(item)
+            self.sessions[s.name] = s
+
+    def get(self, name: str) -> Session | None:
+        return self.sessions.get(name)
+
+    def put(self, *sessions: Session) -> None:
+        """Add or replace sessions and write the file at once."""
+        for s in sessions:
+            self.sessions[check_name(s.name)] = s
+        self.save()
+
+    def remove(self, name: str) -> bool:
+        found = self.sessions.pop(name, None) is not None
+        if found:
+            self.save()
+        return found
+
+    def save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        doc = {"version": VERSION, "url": self.base_url,
+               "sessions": [asdict(s) for s in self.sessions.values()]}
+        fd, tmp = tempfile.mkstemp(prefix=".sessions-", suffix=".tmp", dir=self.path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                json.dump(doc, fh, indent=1, ensure_ascii=False)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise

@@ -1,0 +1,81 @@
+"""Known engine issues before launching shared sessions (DOMAIN.md §5)."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.sessions.advisories import (
+    RACE_FIX,
+    SCATTER_FIX,
+    Placement,
+    advisories_for,
+    parse_engine_version,
+    place,
+)
+
+#: What Headroom's own engine says: `llama-server --version` and /props build_info (recorded here).
+HEADROOM_ENGINE_VERSION = "version: 0.5.0-dev (build 1, commit 0c1e570)\nbuilt with GNU 12.2.0 for Linux x86_64"
+
+
+def test_headroom_engine_with_a_kpool_model_and_shared_sessions_gets_both_warnings() -> None:
+    build, commit = parse_engine_version(HEADROOM_ENGINE_VERSION)
+    assert (build, commit) == (1, "0c1e570")
+    for arch in ("qwen4exp", "glm5-next"):
+        adv = advisories_for(arch, commit, build, n_parallel=4, kv_unified=True, window_mode=False)
+        keys = {a.key for a in adv}
+        assert keys == {"kpool-b11412", "kpool-43fe9c642"}
+        text = " ".join(str(a) for a in adv)
+        assert "0c1e57098" in text and "predates" in text and "-np 1" in text
+
+
+def test_the_full_commit_from_the_build_stamp_places_the_engine_too() -> None:
+    full = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
+    assert place(SCATTER_FIX, full, 0) is Placement.LACKS
+    assert place(RACE_FIX, full, 0) is Placement.LACKS
+
+
+def test_one_session_needs_no_kpool_warning() -> None:
+    assert advisories_for("qwen4exp", "0c1e570", 1, n_parallel=1, kv_unified=False, window_mode=False) == []
+
+
+def test_an_unplaceable_engine_says_so_and_suggests_the_diagnostic_smoke_test() -> None:
+    adv = advisories_for("glm5-next", None, 0, n_parallel=2, kv_unified=True, window_mode=False)
+    assert [a.key for a in adv] == ["kpool-b11412-unplaced", "kpool-43fe9c642-unplaced"]
+    assert all("cannot be placed" in a.detail and "GGML_SCHED_DEBUG_REALLOC=1" in a.action for a in adv)
+
+
+@pytest.mark.parametrize(("build", "scatter", "race"), [
+    (11000, Placement.LACKS, Placement.LACKS),  # before b11412, so before 43fe9c642 too
+    (11412, Placement.HAS, Placement.UNKNOWN),  # has the first fix; the second is known only by commit
+    (12000, Placement.HAS, Placement.UNKNOWN),
+])
+def test_a_real_build_number_places_the_engine_where_it_can(build: int, scatter: Placement, race: Placement) -> None:
+    assert place(SCATTER_FIX, "deadbeef1", build) is scatter
+    assert place(RACE_FIX, "deadbeef1", build) is race
+
+
+def test_an_engine_at_the_race_fix_has_both_fixes() -> None:
+    assert advisories_for("qwen4exp", "43fe9c642aa", None, 4, True, False) == []
+
+
+def test_single_sequence_reserve_archs_get_a_by_design_note_not_a_bug_warning() -> None:
+    for arch in ("kimi-linear", "minimax-01"):
+        adv = advisories_for(arch, "0c1e570", 1, n_parallel=4, kv_unified=True, window_mode=False)
+        assert [(a.key, a.severity) for a in adv] == [("rereserve-by-design", "info")]
+        assert "by design" in adv[0].detail
+
+
+def test_the_opencoti_window_with_a_unified_pool_is_an_error() -> None:
+    adv = advisories_for("llama", None, None, n_parallel=4, kv_unified=True, window_mode=True)
+    assert adv[0].key == "window-excludes-kvu" and adv[0].severity == "error"
+    assert "drop -kvu" in adv[0].action
+
+
+def test_a_plain_llama_on_the_stock_engine_has_nothing_to_report() -> None:
+    assert advisories_for("llama", "0c1e570", 1, n_parallel=4, kv_unified=True, window_mode=False) == []
+
+
+def test_props_build_info_parses_like_the_version_line() -> None:
+    assert parse_engine_version("b1-0c1e570") == (1, "0c1e570")
+    assert parse_engine_version("version: 0 (build 0, commit unknown)") == (0, None)
+    assert parse_engine_version("llamafile v0.10.5") == (None, None)

@@ -1,0 +1,48 @@
+"""Session files: one per engine URL, written whole, names usable as slot-file names."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from app.sessions.store import Session, SessionStore, check_name
+
+
+def test_sessions_survive_a_restart_of_headroom(tmp_path: Path) -> None:
+    store = SessionStore("http://127.0.0.1:8080/", root=tmp_path)
+    store.put(Session("a", 2, "doc + reply", 1, True, "fork of 2 (a, b)"),
+              Session("b", 0, "doc + cut", 1, False, "fork of 2 (a, b)"))
+    again = SessionStore("http://127.0.0.1:8080", root=tmp_path)
+    assert again.get("a") == Session("a", 2, "doc + reply", 1, True, "fork of 2 (a, b)")
+    b = again.get("b")
+    assert b is not None and not b.complete and b.text == "doc + cut"
+
+
+def test_each_engine_url_has_its_own_sessions(tmp_path: Path) -> None:
+    SessionStore("http://127.0.0.1:8080", root=tmp_path).put(Session("a", 0, "x"))
+    assert SessionStore("http://127.0.0.1:8081", root=tmp_path).get("a") is None
+
+
+def test_save_replaces_the_file_atomically_and_leaves_no_temporaries(tmp_path: Path) -> None:
+    store = SessionStore("http://h:1", root=tmp_path)
+    store.put(Session("a", 0, "one"))
+    store.put(Session("a", 0, "one two"))
+    files = list(store.path.parent.iterdir())
+    assert files == [store.path]
+    assert json.loads(store.path.read_text())["sessions"][0]["text"] == "one two"
+
+
+def test_a_corrupt_file_is_reported_with_its_path(tmp_path: Path) -> None:
+    store = SessionStore("http://h:1", root=tmp_path)
+    store.put(Session("a", 0, "x"))
+    store.path.write_text("{not json")
+    with pytest.raises(ValueError, match=str(store.path.name)):
+        SessionStore("http://h:1", root=tmp_path)
+
+
+@pytest.mark.parametrize("bad", ["", "../etc", "a/b", "x" * 65, "-lead"])
+def test_names_that_cannot_be_slot_files_are_refused(bad: str) -> None:
+    with pytest.raises(ValueError, match="bad session name"):
+        check_name(bad)
