@@ -33,6 +33,14 @@ class Measurement:
     seconds: float
     source: str = "llama-cpp-python no_alloc probe"
     kv_lines: tuple[str, ...] = field(default=())
+    #: All KV caches together (bytes), from llama.cpp's ``llama_kv_cache: size =`` lines.
+    kv_total: int = 0
+    #: Host-side output (logits) buffer, bytes.
+    output: int = 0
+    #: Recurrent state of hybrid/SSM models (bytes), from ``llama_memory_recurrent: size =`` lines.
+    recurrent: int = 0
+    #: Things the reader should know (e.g. the tool could not express -kvu).
+    warnings: tuple[str, ...] = field(default=())
 
     def device(self, name: str) -> DeviceMeasurement | None:
         return next((d for d in self.devices if d.name == name), None)
@@ -52,4 +60,6 @@ class Measurement:
     def from_json(cls, data: dict[str, Any]) -> Measurement:
         devs = tuple(DeviceMeasurement(**d) for d in data.get("devices", ()))
         return cls(devs, data["backend"], data["llama_commit"], float(data["seconds"]),
-                   data.get("source", "llama-cpp-python no_alloc probe"), tuple(data.get("kv_lines", ())))
+                   data.get("source", "llama-cpp-python no_alloc probe"), tuple(data.get("kv_lines", ())),
+                   int(data.get("kv_total", 0)), int(data.get("output", 0)), int(data.get("recurrent", 0)),
+                   tuple(data.get("warnings", ())))

@@ -1,0 +1,223 @@
+"""Pass 1: what the engine's own allocator would reserve for this launch, measured, not guessed.
+
+``measure(model, settings)`` runs ``app.planner.measure_worker`` in a child process (llama.cpp
+aborts on a failed assertion; the app must survive), reads the llama.cpp log it streams back, and
+returns a ``Measurement``. A child that fails, hangs or aborts raises ``MeasureError`` carrying the
+last log lines and, where the cause is known, what to change.
+
+Whose numbers: the probe measures with the backend llama-cpp-python was built for. ``gpu_caveat``
+says so when that is the CPU and the plan targets a GPU, and names the alternatives.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from app.engine.native_build import EngineBuild, find_build
+from app.planner.errors import PlannerError
+from app.planner.logparse import LogBuffers, is_host_device, parse_log
+from app.planner.measure_cache import MeasureCache, cached, library_identity
+from app.planner.measurement import DeviceMeasurement, Measurement
+from app.planner.settings import LaunchSettings
+
+#: The child: this interpreter running the worker module.
+WORKER: tuple[str, ...] = (sys.executable, "-m", "app.planner.measure_worker")
+#: How many log lines an error carries.
+TAIL_LINES = 12
+_APP_ROOT = str(Path(__file__).resolve().parent.parent.parent)
+
+
+class MeasureError(PlannerError):
+    """Pass 1 failed. ``hint`` says what to change (may be empty); ``log_tail`` is the last lines."""
+
+    def __init__(self, message: str, *, hint: str = "", log_tail: Sequence[str] = ()) -> None:
+        self.hint = hint
+        self.log_tail = tuple(log_tail)
+        text = message + (f"\n{hint}" if hint else "")
+        if self.log_tail:
+            text += "\nlast log lines:\n  " + "\n  ".join(self.log_tail)
+        super().__init__(text)
+
+
+#: Known llama.cpp failure lines → what the user can do. The first pattern (in this order) that
+#: any log line matches decides: the specific causes come before the generic ones.
+_HINTS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"quantized V cache requires flash_attn|requires Flash Attention"),
+     "A quantized V cache needs flash attention: use --fa on, or an f16 V cache (-ctv f16)."),
+    (re.compile(r"cache type (\w+) with block size \d+ does not divide n_embd_head"),
+     "This KV cache type does not fit the model's head size: use f16 (-ctk/-ctv f16) or another type."),
+    (re.compile(r"unknown model architecture: '([^']*)'"),
+     "This llama.cpp does not know the model's architecture: update the engine or pick another model."),
+    (re.compile(r"invalid magic|failed to read magic|bad GGUF version|failed to read header|not a GGUF"),
+     "The file is not a GGUF model llama.cpp can read: check the path, or re-download it."),
+    (re.compile(r"error loading model"),
+     "llama.cpp could not load this GGUF: check that it is complete and that this engine supports it."),
+    (re.compile(r"(?:wrong number of tensors|tensor '[^']*' data is not within the file bounds|"
+                r"missing tensor|has wrong shape)"),
+     "The GGUF is damaged or incomplete (tensor table does not match): re-download it."),
+    (re.compile(r"error: invalid argument: "),
+     "The engine rejected a command-line flag: it is an older or different build than this plan needs "
+     "(the KV window needs the opencoti engine)."),
+    (re.compile(r"llama-cpp-python is not installed|Shared library with base name 'llama' not found"),
+     "Pass 1 needs llama-cpp-python and a libllama: run ./dev (installs the bindings) or "
+     "`headroom engine build` (builds the library they load)."),
+    (re.compile(r"GGML_ASSERT|Assertion .* failed"),
+     "llama.cpp hit an internal assertion with these settings: try other settings or another engine version."),
+)
+
+
+def failure_hint(lines: Sequence[str]) -> str:
+    for regex, hint in _HINTS:
+        if any(regex.search(line) for line in lines):
+            return hint
+    return ""
+
+
+def last_lines(lines: Sequence[str], n: int = TAIL_LINES) -> list[str]:
+    keep = [ln.rstrip() for ln in lines if ln.strip()]
+    return keep[-n:]
+
+
+def _worker_env() -> dict[str, str]:
+    from app.engine.libpath import ensure_llama_cpp_lib
+
+    ensure_llama_cpp_lib()  # sets LLAMA_CPP_LIB_PATH in os.environ when the bindings need it
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (_APP_ROOT, env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
+
+
+def run_worker(model_path: Path, settings: LaunchSettings, *, timeout: float,
+               worker: Sequence[str] = WORKER) -> tuple[dict[str, object], list[str]]:
+    """Run the child; return its result object and its log lines. Raises MeasureError."""
+    request = json.dumps({"model": str(model_path), "settings": settings.to_json()})
+    proc = subprocess.Popen(list(worker), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, errors="replace", env=_worker_env(),
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(request, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        out, err = proc.communicate()
+        lines = err.splitlines()
+        raise MeasureError(f"pass 1 did not finish within {timeout:g} s and was stopped",
+                           hint="The probe reads no weights and normally takes under 2 s: "
+                                "the model or the llama.cpp build may be stuck; try again or check the log.",
+                           log_tail=last_lines(lines)) from None
+    lines = err.splitlines()
+    result: dict[str, object] = {}
+    for text in reversed(out.splitlines()):
+        try:
+            result = json.loads(text)
+            break
+        except ValueError:
+            continue
+    if proc.returncode < 0:
+        sig = signal.Signals(-proc.returncode).name
+        what = "aborted (a failed assertion)" if sig == "SIGABRT" else f"was killed by {sig}"
+        raise MeasureError(f"pass 1: the llama.cpp probe {what}; the app is unaffected",
+                           hint=failure_hint(lines), log_tail=last_lines(lines))
+    if not result.get("ok"):
+        error = str(result.get("error") or f"the probe exited with status {proc.returncode}")
+        raise MeasureError(f"pass 1 failed: {error}", hint=failure_hint([*lines, error]), log_tail=last_lines(lines))
+    return result, lines
+
+
+def backend_of(buffers: LogBuffers) -> str:
+    """What measured: the device family of the non-host compute buffers (``CUDA0`` → ``CUDA``), else CPU."""
+    families = sorted({re.sub(r"\d+$", "", d) for d in buffers.compute if not is_host_device(d)})
+    return "+".join(families) if families else "CPU"
+
+
+def engine_commit(lib_dir: str, build: EngineBuild | None = None) -> str:
+    """The llama.cpp commit behind the library the probe loaded: the engine build's, when it is that one."""
+    build = build if build is not None else find_build()
+    if build is not None and lib_dir and Path(lib_dir).resolve() == Path(build.bin_dir).resolve():
+        return build.commit
+    return f"{lib_dir or 'bundled'} (llama.cpp commit unknown)"
+
+
+def measurement_from_log(buffers: LogBuffers, *, backend: str, commit: str, seconds: float,
+                         source: str) -> Measurement:
+    """Per-device compute and KV from a parsed log.
+
+    KV per device: the ``KV buffer size`` lines when they carry sizes (a real engine); with
+    ``no_alloc`` they print 0.00, so each cache's size is split by the devices of its layers
+    (the probe keeps llama.cpp's per-layer ``dev =`` lines), or goes to the one KV device.
+    """
+    kv = {d: size for d, size in buffers.kv.items() if size > 0}
+    if not kv and all(c.layer_devices for c in buffers.kv_caches) and buffers.kv_caches:
+        for cache in buffers.kv_caches:
+            for dev, _ in cache.layer_devices:
+                kv[dev] = kv.get(dev, 0) + cache.on_device(dev)
+    elif not kv and len(buffers.kv) == 1:
+        kv = {next(iter(buffers.kv)): buffers.kv_total}
+    names = list(dict.fromkeys([*buffers.compute, *kv]))
+    devices = tuple(DeviceMeasurement(name, buffers.compute.get(name, 0), kv.get(name, 0), is_host_device(name))
+                    for name in names)
+    return Measurement(devices, backend, commit, round(seconds, 3), source,
+                       (*(c.line for c in buffers.kv_caches), *buffers.recurrent_lines), buffers.kv_total,
+                       sum(buffers.output.values()), buffers.recurrent_total, buffers.warnings)
+
+
+def measure(model_path: str | Path, settings: LaunchSettings, *, timeout: float = 60.0,
+            worker: Sequence[str] = WORKER) -> Measurement:
+    """Pass 1 for this exact launch. Raises MeasureError (a PlannerError) when it cannot."""
+    path = Path(model_path)
+    if not path.is_file():
+        raise MeasureError(f"model file not found: {path}", hint="Check the path.")
+    started = time.monotonic()
+    result, lines = run_worker(path, settings, timeout=timeout, worker=worker)
+    buffers = parse_log("\n".join(lines))
+    if not buffers.compute:
+        raise MeasureError("pass 1 ran but llama.cpp printed no compute buffer size",
+                           hint=" ".join(buffers.warnings), log_tail=last_lines(lines))
+    return measurement_from_log(buffers, backend=backend_of(buffers),
+                                commit=engine_commit(str(result.get("lib_dir") or "")),
+                                seconds=time.monotonic() - started,
+                                source=f"{result.get('bindings', 'llama-cpp-python')} no_alloc probe")
+
+
+def gpu_caveat(measurement: Measurement, *, targets_gpu: bool, engine: EngineBuild | None = None) -> str | None:
+    """A sentence for the plan and the UI when the numbers come from another backend than the plan's."""
+    if not targets_gpu or any(not d.host for d in measurement.devices):
+        return None
+    options = ["install a CUDA build of llama-cpp-python "
+               '(CMAKE_ARGS="-DGGML_CUDA=on" pip install --force-reinstall --no-cache-dir llama-cpp-python==0.3.36; '
+               "`headroom doctor` shows which build you have)"]
+    if engine is not None and engine.fit_params.is_file():
+        options.insert(0, f"measure with the engine's own `{engine.fit_params.name} -fitp on` "
+                          "(headroom measure --with fit-params; it cannot express -kvu)")
+    return (f"Pass 1 measured with the {measurement.backend} backend (llama-cpp-python here cannot offload "
+            "to a GPU), so the GPU compute buffer is the CPU backend's figure, not CUDA's. For GPU numbers, "
+            + " or ".join(options) + ".")
+
+
+def measure_cached(model_path: str | Path, settings: LaunchSettings, *, timeout: float = 60.0,
+                   refresh: bool = False, cache: MeasureCache | None = None) -> tuple[Measurement, bool]:
+    """``measure`` through the on-disk cache: ``(measurement, from_cache)``. The key includes the
+    library the probe loads, so a rebuilt engine or another llama-cpp-python measures again."""
+    from app.engine.libpath import ensure_llama_cpp_lib
+
+    path = Path(model_path)
+    if not path.is_file():
+        raise MeasureError(f"model file not found: {path}", hint="Check the path.")
+    lib_dir = ensure_llama_cpp_lib()
+    library = library_identity(lib_dir, engine_commit(lib_dir or ""))
+    return cached(path, settings, library, lambda: measure(path, settings, timeout=timeout),
+                  cache=cache, refresh=refresh)

@@ -1,0 +1,93 @@
+"""Pass-1 results on disk: ``<cache>/measurements/<key>.json``.
+
+A measurement is only true for one model file, one launch and one llama.cpp, so the key covers
+all three: the file's identity (size, mtime, a digest of its first bytes, where the GGUF header and
+metadata live), every ``LaunchSettings`` field, and the library the probe loads (its directory,
+llama.cpp commit, and the library file's size and mtime). Change any of them and the old entry
+is simply never found again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from app.engine.native_build import cache_dir
+from app.planner.measurement import Measurement
+from app.planner.settings import LaunchSettings
+
+#: How much of the file the digest reads: the GGUF header, metadata and tensor table start here.
+HEADER_BYTES = 1024 * 1024
+#: Bump when the key's meaning or the stored JSON changes.
+SCHEMA = 2
+
+
+def measurements_dir() -> Path:
+    return cache_dir() / "measurements"
+
+
+def file_identity(path: Path) -> dict[str, Any]:
+    st = path.stat()
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        h.update(f.read(HEADER_BYTES))
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "header_sha256": h.hexdigest()}
+
+
+def library_identity(lib_dir: str | None, commit: str) -> dict[str, Any]:
+    """Which llama.cpp measured: its directory, commit, and the libllama file's size and mtime."""
+    ident: dict[str, Any] = {"lib_dir": lib_dir or "", "commit": commit}
+    if lib_dir:
+        for name in ("libllama.so", "libllama.dylib", "llama.dll"):
+            lib = Path(lib_dir) / name
+            if lib.is_file():
+                st = lib.stat()
+                ident.update(lib_size=st.st_size, lib_mtime_ns=st.st_mtime_ns)
+                break
+    return ident
+
+
+def cache_key(model: Path, settings: LaunchSettings, library: dict[str, Any], method: str = "probe") -> str:
+    blob = json.dumps({"schema": SCHEMA, "method": method, "file": file_identity(model),
+                       "settings": settings.to_json(), "library": library}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:32]
+
+
+class MeasureCache:
+    """JSON files keyed by ``cache_key``; unreadable entries count as missing."""
+
+    def __init__(self, root: Path | None = None) -> None:
+        self.root = root if root is not None else measurements_dir()
+
+    def get(self, key: str) -> Measurement | None:
+        try:
+            data = json.loads((self.root / f"{key}.json").read_text())
+            return Measurement.from_json(data["measurement"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def put(self, key: str, measurement: Measurement, *, model: Path, settings: LaunchSettings) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        record = {"model": str(model), "settings": settings.to_json(), "measurement": measurement.to_json()}
+        tmp = self.root / f".{key}.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps(record, indent=1))
+        os.replace(tmp, self.root / f"{key}.json")
+
+
+def cached(model: Path, settings: LaunchSettings, library: dict[str, Any],
+           run: Callable[[], Measurement], *, cache: MeasureCache | None = None, refresh: bool = False,
+           method: str = "probe") -> tuple[Measurement, bool]:
+    """``(measurement, from_cache)``: the stored one for this key, else ``run()`` stored."""
+    store = cache if cache is not None else MeasureCache()
+    key = cache_key(model, settings, library, method)
+    if not refresh:
+        hit = store.get(key)
+        if hit is not None:
+            return hit, True
+    fresh = run()
+    store.put(key, fresh, model=model, settings=settings)
+    return fresh, False

@@ -1,0 +1,158 @@
+"""The pass-1 probe's child process: ``python -m app.planner.measure_worker`` (request JSON on stdin).
+
+llama.cpp aborts the whole process on a failed assertion, so the probe never runs in the app's own
+process. This worker loads the model with ``no_alloc = true`` and ``load_mode = NONE`` (nothing is
+read or allocated; the same pair llama.cpp's own common/fit.cpp uses), creates a context with
+exactly the launch's parameters, and lets llama.cpp log what it *would* allocate.
+
+Protocol: every llama.cpp log line goes to stderr as it arrives (so a crash still leaves the last
+lines behind); one JSON object on stdout at the end: ``{"ok", "error", "gpu_offload",
+"lib_dir", "bindings", "seconds"}``. The parent (app.planner.measure) parses the log.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import json
+import re
+import sys
+import time
+import types
+from typing import Any
+
+from app.planner.settings import GGML_TYPE_IDS, LaunchSettings
+
+#: llama.h ``enum llama_load_mode``: LLAMA_LOAD_MODE_NONE. With no_alloc, anything else aborts
+#: (``GGML_ASSERT(!ml.no_alloc)`` in src/llama-model.cpp).
+LOAD_MODE_NONE = 0
+#: llama.h ``enum llama_flash_attn_type``.
+FLASH_ATTN = {"auto": -1, "off": 0, "on": 1}
+#: ggml/include/ggml.h ``enum ggml_log_level`` (NONE 0, DEBUG 1, INFO 2, WARN 3, ERROR 4, CONT 5).
+LOG_DEBUG, LOG_CONT = 1, 5
+#: The one DEBUG line kept: which device holds each KV layer (splits the KV size per device).
+_KV_LAYER_LINE = re.compile(r"llama_kv_cache: layer\s+\d+: dev = ")
+
+
+def load_bindings() -> Any:
+    """llama-cpp-python's low-level ctypes module, without its package ``__init__`` (which imports
+    the high-level ``Llama`` class and its dependencies: numpy, diskcache, jinja2). Call
+    ``ensure_llama_cpp_lib()`` first."""
+    spec = importlib.util.find_spec("llama_cpp")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("llama-cpp-python is not installed (pip install llama-cpp-python==0.3.36)")
+    if "llama_cpp" not in sys.modules:
+        pkg = types.ModuleType("llama_cpp")
+        pkg.__path__ = list(spec.submodule_search_locations)
+        sys.modules["llama_cpp"] = pkg
+    import llama_cpp.llama_cpp as lib
+
+    return lib
+
+
+def context_values(settings: LaunchSettings) -> dict[str, Any]:
+    """``llama_context_params`` fields exactly as llama-server sets them for this launch.
+
+    common/common.cpp ``common_context_params_to_llama``: n_seq_max = -np; swa_full from the
+    server's default (false; the C API's is true). tools/server/server-context.cpp
+    ``server_output_limits``: n_outputs_max = min(n_batch, n_parallel), one output per sequence
+    (it sizes the logits rows of the reserved graph, so it changes the compute buffer).
+    """
+    return {
+        "n_ctx": settings.n_ctx,
+        "n_batch": settings.n_batch,
+        "n_ubatch": settings.n_ubatch,
+        "n_seq_max": settings.n_parallel,
+        "n_rs_seq": 0,
+        "n_outputs_max": min(settings.n_batch, settings.n_parallel),
+        "n_outputs_max_per_seq": 1,
+        "flash_attn_type": FLASH_ATTN[settings.flash_attn],
+        "type_k": GGML_TYPE_IDS[settings.type_k],
+        "type_v": GGML_TYPE_IDS[settings.type_v],
+        "offload_kqv": settings.offload_kqv,
+        "swa_full": settings.swa_full,
+        "kv_unified": settings.kv_unified,
+        "op_offload": True,
+        "embeddings": False,
+    }
+
+
+def model_values(settings: LaunchSettings) -> dict[str, Any]:
+    """``llama_model_params`` fields: the planned offload, nothing read, nothing allocated."""
+    return {"n_gpu_layers": settings.n_gpu_layers, "no_alloc": True, "load_mode": LOAD_MODE_NONE}
+
+
+def _emit(text: str) -> None:
+    sys.stderr.write(text)
+    sys.stderr.flush()
+
+
+def probe(model_path: str, settings: LaunchSettings) -> dict[str, Any]:
+    """Run the probe in this process (the worker's body). Logs to stderr; returns the result."""
+    from app.engine.libpath import ensure_llama_cpp_lib
+
+    started = time.monotonic()
+    lib_dir = ensure_llama_cpp_lib()
+    lib = load_bindings()
+
+    last_level = [0]
+
+    @lib.llama_log_callback  # type: ignore[untyped-decorator]
+    def on_log(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+        # ggml_log_level: DEBUG (per-tensor, per-node chatter) is dropped; CONT follows its line.
+        effective = last_level[0] if level == LOG_CONT else level
+        last_level[0] = effective
+        line = text.decode("utf-8", "replace")
+        if effective != LOG_DEBUG or _KV_LAYER_LINE.match(line):
+            _emit(line)
+
+    lib.llama_log_set(on_log, ctypes.c_void_p(0))
+    lib.llama_backend_init()
+    result: dict[str, Any] = {"ok": False, "error": "", "lib_dir": lib_dir or "",
+                              "gpu_offload": bool(lib.llama_supports_gpu_offload()),
+                              "bindings": _bindings_version()}
+    mparams = lib.llama_model_default_params()
+    for name, value in model_values(settings).items():
+        setattr(mparams, name, value)
+    model = lib.llama_model_load_from_file(model_path.encode(), mparams)
+    if not model:
+        result["error"] = f"llama.cpp could not load {model_path} (see its log)"
+        return result
+    cparams = lib.llama_context_default_params()
+    for name, value in context_values(settings).items():
+        setattr(cparams, name, value)
+    ctx = lib.llama_init_from_model(model, cparams)
+    if not ctx:
+        lib.llama_model_free(model)
+        result["error"] = "llama.cpp could not create a context with these settings (see its log)"
+        return result
+    lib.llama_free(ctx)
+    lib.llama_model_free(model)
+    result["ok"] = True
+    result["seconds"] = round(time.monotonic() - started, 3)
+    return result
+
+
+def _bindings_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return f"llama-cpp-python {version('llama_cpp_python')}"
+    except Exception:
+        return "llama-cpp-python (version unknown)"
+
+
+def main() -> int:
+    request = json.loads(sys.stdin.read())
+    settings = LaunchSettings.from_json(request["settings"])
+    try:
+        result = probe(str(request["model"]), settings)
+    except Exception as exc:  # the parent turns this into a MeasureError with the log tail
+        result = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+    sys.stdout.write(json.dumps(result) + "\n")
+    sys.stdout.flush()
+    return 0 if result.get("ok") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

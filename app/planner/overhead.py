@@ -1,0 +1,87 @@
+"""Per-process GPU overhead: what an engine process uses beyond every llama.cpp buffer.
+
+CUDA context, cuBLAS and friends: ~590 MiB per process on an H200 (DOMAIN.md §2), the same at
+18 GB and at 114 GB of use, so it is a per-GPU, per-driver constant. Measured once with NVML
+(the process's ``usedGpuMemory`` minus the buffers llama.cpp logged for it) and kept in
+``<cache>/overhead.json``; without a measurement the planner uses the H200 figure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from app.engine.native_build import cache_dir
+from app.planner.units import MiB
+
+#: Measured on an H200, driver 580.159.04, CUDA 13.0 (DOMAIN.md §2).
+DEFAULT_OVERHEAD = 590 * MiB
+DEFAULT_SOURCE = "default: ~590 MiB measured on an H200 (driver 580)"
+
+
+@dataclass(frozen=True)
+class Overhead:
+    bytes: int
+    source: str
+    measured: bool = False
+
+
+def overhead_path() -> Path:
+    return cache_dir() / "overhead.json"
+
+
+def _key(gpu_name: str, driver: str | None) -> str:
+    return f"{gpu_name} | driver {driver or 'unknown'}"
+
+
+def _load(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def known_overhead(gpu_name: str, driver: str | None, *, path: Path | None = None) -> Overhead:
+    """The stored measurement for this GPU and driver, else the default."""
+    entry = _load(path or overhead_path()).get(_key(gpu_name, driver))
+    if isinstance(entry, dict) and isinstance(entry.get("bytes"), int):
+        return Overhead(entry["bytes"], str(entry.get("source", "measured")), True)
+    return Overhead(DEFAULT_OVERHEAD, DEFAULT_SOURCE)
+
+
+def process_gpu_use(nvml: Any, index: int, pid: int) -> int | None:
+    """Bytes of GPU ``index`` that NVML attributes to ``pid`` (None when it lists no such process
+    or cannot say). ``nvml`` is an initialised ``pynvml``."""
+    handle = nvml.nvmlDeviceGetHandleByIndex(index)
+    for proc in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
+        used = getattr(proc, "usedGpuMemory", None)
+        if proc.pid == pid and isinstance(used, int):
+            return used
+    return None
+
+
+def measure_overhead(nvml: Any, index: int, pid: int, buffers: int, *, driver: str | None,
+                     path: Path | None = None) -> Overhead:
+    """Once per GPU model and driver: ``pid`` (a process that initialised the backend, e.g. the
+    engine) uses NVML's figure; ``buffers`` is what llama.cpp logged for it on that GPU (the
+    breakdown's ``self``; 0 for a no_alloc probe). A stored measurement is returned as is."""
+    store = path or overhead_path()
+    name = str(nvml.nvmlDeviceGetName(nvml.nvmlDeviceGetHandleByIndex(index)))
+    known = known_overhead(name, driver, path=store)
+    if known.measured:
+        return known
+    used = process_gpu_use(nvml, index, pid)
+    if used is None:
+        return known
+    result = Overhead(max(0, used - buffers), f"measured on {name} (driver {driver or 'unknown'}) with NVML", True)
+    data = _load(store)
+    data[_key(name, driver)] = {"bytes": result.bytes, "source": result.source}
+    store.parent.mkdir(parents=True, exist_ok=True)
+    tmp = store.with_name(f".{store.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, store)
+    return result

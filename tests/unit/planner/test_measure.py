@@ -1,0 +1,157 @@
+"""The pass-1 probe for real (llama-cpp-python on the engine build's libllama, in a child process),
+and the errors a user gets when it cannot measure: each says what to change, the app survives."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from app.engine.native_build import EngineBuild
+from app.planner.errors import PlannerError
+from app.planner.measure import MeasureError, gpu_caveat, measure
+from app.planner.measurement import DeviceMeasurement, Measurement
+from app.planner.settings import LaunchSettings
+from app.planner.units import MiB
+
+
+def test_probe_measures_compute_and_kv(engine_build: EngineBuild, tiny_model: Path) -> None:
+    m = measure(tiny_model, LaunchSettings(n_ctx=8192))
+    (cpu,) = m.devices
+    assert cpu.name == "CPU" and cpu.host
+    assert cpu.compute > 1 * MiB
+    # tiny-llama: 2 layers x 8192 cells x (2 heads x 16 dims) x (K + V) x f16
+    assert m.kv_total == 2 * 8192 * 32 * 2 * 2 == cpu.kv
+    assert m.backend == "CPU"
+    assert m.llama_commit == engine_build.commit
+    assert "no_alloc" in m.source
+
+
+def test_compute_follows_the_launch_settings(engine_build: EngineBuild, tiny_model: Path) -> None:
+    base = measure(tiny_model, LaunchSettings(n_ctx=8192, n_ubatch=512))
+    bigger = measure(tiny_model, LaunchSettings(n_ctx=8192, n_ubatch=2048))
+    no_fa = measure(tiny_model, LaunchSettings(n_ctx=8192, flash_attn="off"))
+    assert bigger.devices[0].compute > base.devices[0].compute
+    assert no_fa.devices[0].compute > base.devices[0].compute
+
+
+def test_iswa_shape_reports_both_caches(engine_build: EngineBuild, shape_model: Callable[[str], Path]) -> None:
+    m = measure(shape_model("gemma-3-12b-it-q4_k_m"), LaunchSettings(n_ctx=32768))
+    assert len(m.kv_lines) == 2  # the global cache at n_ctx and the sliding-window cache
+    assert "32768 cells" in m.kv_lines[0] and "32768 cells" not in m.kv_lines[1]
+
+
+def test_quantized_v_without_flash_attention_says_what_to_change(engine_build: EngineBuild,
+                                                                 tiny_model: Path) -> None:
+    with pytest.raises(MeasureError) as err:
+        measure(tiny_model, LaunchSettings(flash_attn="off", type_k="f16", type_v="q4_0"))
+    assert "flash attention" in err.value.hint
+    assert any("quantized V cache requires flash_attn" in line for line in err.value.log_tail)
+    assert isinstance(err.value, PlannerError)
+
+
+def test_a_file_that_is_not_a_model(engine_build: EngineBuild, tmp_path: Path) -> None:
+    bad = tmp_path / "model.gguf"
+    bad.write_bytes(b"GGUF" + bytes(100))
+    with pytest.raises(MeasureError) as err:
+        measure(bad, LaunchSettings())
+    assert "not a GGUF model" in err.value.hint
+    assert "could not load" in str(err.value)
+
+
+def test_a_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(MeasureError, match="model file not found"):
+        measure(tmp_path / "nope.gguf", LaunchSettings())
+
+
+def _fake_worker(tmp_path: Path, body: str) -> tuple[str, ...]:
+    """A real child process standing in for a worker that crashes or hangs."""
+    script = tmp_path / "worker.py"
+    script.write_text(body)
+    return (sys.executable, str(script))
+
+
+def test_a_worker_that_aborts_leaves_the_parent_running(tmp_path: Path, tiny_model: Path) -> None:
+    worker = _fake_worker(tmp_path, """import os, sys
+sys.stdin.read()
+sys.stderr.write("llama_context: constructing llama_context\\n")
+sys.stderr.write("/src/llama-graph.cpp:123: GGML_ASSERT(n_tokens > 0) failed\\n")
+sys.stderr.flush()
+os.abort()
+""")
+    with pytest.raises(MeasureError) as err:
+        measure(tiny_model, LaunchSettings(), worker=worker)
+    assert "aborted" in str(err.value) and "the app is unaffected" in str(err.value)
+    assert err.value.log_tail[-1].endswith("GGML_ASSERT(n_tokens > 0) failed")
+    assert "assertion" in err.value.hint
+
+
+def test_a_worker_that_hangs_is_stopped(tmp_path: Path, tiny_model: Path) -> None:
+    worker = _fake_worker(tmp_path, """import sys, threading
+sys.stdin.read()
+sys.stderr.write("load_tensors: loading model tensors\\n")
+sys.stderr.flush()
+threading.Event().wait()
+""")
+    with pytest.raises(MeasureError) as err:
+        measure(tiny_model, LaunchSettings(), worker=worker, timeout=1.5)
+    assert "did not finish within 1.5 s" in str(err.value)
+    assert err.value.log_tail == ("load_tensors: loading model tensors",)
+
+
+def test_cpu_numbers_for_a_gpu_plan_carry_a_caveat(engine_build: EngineBuild) -> None:
+    cpu = Measurement((DeviceMeasurement("CPU", 8 * MiB, 4 * MiB, True),), "CPU", "x", 0.1)
+    text = gpu_caveat(cpu, targets_gpu=True, engine=engine_build)
+    assert text is not None
+    assert "llama-fit-params -fitp on" in text and "-kvu" in text
+    assert 'CMAKE_ARGS="-DGGML_CUDA=on"' in text
+    assert gpu_caveat(cpu, targets_gpu=False) is None
+    cuda = Measurement((DeviceMeasurement("CUDA0", 600 * MiB, 0, False),), "CUDA", "x", 1.2)
+    assert gpu_caveat(cuda, targets_gpu=True) is None
+
+
+def test_a_cuda_engine_log_becomes_a_gpu_measurement(shared_fixtures: Path) -> None:
+    # The same conversion serves the engine's own log (recorded on an H200: CUDA0 + pinned host).
+    from app.planner.logparse import parse_log
+    from app.planner.measure import backend_of, measurement_from_log
+
+    log = (shared_fixtures / "h200" / "llama-server-qwen2-14b-1m-c524288-fa-ub512-f16.log").read_text()
+    buffers = parse_log(log)
+    m = measurement_from_log(buffers, backend=backend_of(buffers), commit="0c1e57098", seconds=6.2,
+                             source="llama-server log")
+    assert m.backend == "CUDA"
+    assert m.gpu_compute == {"CUDA0": round(623.01 * MiB)}
+    assert m.host_compute == round(532.01 * MiB)
+    assert m.device("CUDA0") == DeviceMeasurement("CUDA0", round(623.01 * MiB), 98304 * MiB, False)
+    assert m.kv_total == 98304 * MiB
+    assert gpu_caveat(m, targets_gpu=True) is None
+
+
+def test_missing_bindings_say_how_to_get_them(tmp_path: Path, tiny_model: Path) -> None:
+    worker = _fake_worker(tmp_path, """import json, sys
+sys.stdin.read()
+print(json.dumps({"ok": False, "error": "ImportError: llama-cpp-python is not installed (pip install llama-cpp-python==0.3.36)"}))
+sys.exit(1)
+""")
+    with pytest.raises(MeasureError) as err:
+        measure(tiny_model, LaunchSettings(), worker=worker)
+    assert "./dev" in err.value.hint
+
+
+def test_partial_offload_kv_is_split_by_layer_device() -> None:
+    from app.planner.logparse import parse_log
+    from app.planner.measure import measurement_from_log
+
+    log = "\n".join([*(f"llama_kv_cache: layer {i:3d}: dev = {'CPU' if i < 12 else 'CUDA0'}" for i in range(48)),
+                     "llama_kv_cache:      CUDA0 KV buffer size =     0.00 MiB",
+                     "llama_kv_cache:        CPU KV buffer size =     0.00 MiB",
+                     "llama_kv_cache: size = 6144.00 MiB ( 32768 cells,  48 layers,  1/1 seqs), "
+                     "K (f16): 3072.00 MiB, V (f16): 3072.00 MiB",
+                     "sched_reserve:      CUDA0 compute buffer size =   300.00 MiB",
+                     "sched_reserve:  CUDA_Host compute buffer size =    80.00 MiB"])
+    m = measurement_from_log(parse_log(log), backend="CUDA", commit="c", seconds=1.0, source="probe")
+    assert m.device("CUDA0") == DeviceMeasurement("CUDA0", 300 * MiB, 4608 * MiB, False)
+    assert m.device("CPU") == DeviceMeasurement("CPU", 0, 1536 * MiB, True)
+    assert m.host_compute == 80 * MiB

@@ -1,0 +1,50 @@
+"""``headroom measure`` end to end through the CLI entry point (real probe, cache in a temp dir)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from app import cli
+from app.engine.native_build import EngineBuild
+from app.planner import measure_cache
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(measure_cache, "measurements_dir", lambda: tmp_path / "measurements")
+
+
+def test_measure_json_carries_the_launch_and_the_numbers(engine_build: EngineBuild, tiny_model: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    rc = cli.main(["measure", str(tiny_model), "--ctx", "16k", "--np", "4", "--kvu", "--fa", "on",
+                   "--ub", "512", "--ctk", "f16", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    assert out["settings"]["n_ctx"] == 16384 and out["settings"]["kv_unified"] is True
+    assert out["settings"]["n_parallel"] == 4
+    (dev,) = out["measurement"]["devices"]
+    assert dev["name"] == "CPU" and dev["compute"] > 0
+    assert "16384 cells" in out["measurement"]["kv_lines"][0]
+    assert out["cached"] is False
+    assert "CMAKE_ARGS" in out["caveat"]  # CPU numbers for a GPU launch (-ngl all)
+
+
+def test_measure_text_says_cached_the_second_time(engine_build: EngineBuild, tiny_model: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["measure", str(tiny_model), "--ctx", "8192"]) == 0
+    first = capsys.readouterr().out
+    assert cli.main(["measure", str(tiny_model), "--ctx", "8192"]) == 0
+    second = capsys.readouterr().out
+    assert "compute" in first and "[cached]" not in first
+    assert "[cached]" in second.splitlines()[1]
+
+
+def test_measure_reports_an_impossible_setting(engine_build: EngineBuild, tiny_model: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    rc = cli.main(["measure", str(tiny_model), "--fa", "off", "--ctk", "f16", "--ctv", "q4_0"])
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert "needs flash attention" in err
