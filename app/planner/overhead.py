@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from app.engine.native_build import cache_dir
-from app.planner.units import MiB
+from app.planner.weights import DEFAULT_GPU_OVERHEAD
 
 #: Measured on an H200, driver 580.159.04, CUDA 13.0 (DOMAIN.md §2).
-DEFAULT_OVERHEAD = 590 * MiB
+DEFAULT_OVERHEAD = DEFAULT_GPU_OVERHEAD  # one number, owned by the weights/overhead rules
 DEFAULT_SOURCE = "default: ~590 MiB measured on an H200 (driver 580)"
 
 

@@ -1,0 +1,223 @@
+"""GGUF → :class:`ModelShape`: the hyper-parameters and tensor table the memory math needs.
+
+Mirrors how the engine reads them: ``llama_model_base::load_hparams`` (src/llama-model.cpp) for the
+common keys, each architecture's ``load_arch_hparams`` (src/models/<arch>.cpp) for SWA and MLA.
+Only the header and the tensor table are read (:mod:`app.planner.gguf_reader`), never the weights.
+Split GGUFs (``name-00001-of-00003.gguf``) are read as one model.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from app.planner.errors import NotModelled, PlannerError
+from app.planner.gguf_reader import GGUFArray, GGUFHeader, TensorInfo, read_header
+
+#: Architectures whose memory the planner models (a plain or iSWA KV cache, MLA through
+#: key_length_mla, a Mamba-2 hybrid). Each either has a shape fixture compared with the engine, or
+#: reads no SWA/recurrent/KV-sharing keys in its src/models/<arch>.cpp and takes create_memory's
+#: default llama_kv_cache. Anything else the engine knows gives NotModelled, not a wrong number.
+MODELLED_ARCHS = frozenset({
+    "llama", "qwen2", "qwen2moe", "qwen3", "qwen3moe", "qwen3vl", "mistral3", "gemma3", "deepseek2",
+    "granitehybrid", "granite", "granitemoe", "starcoder2", "command-r", "exaone",
+})
+#: Hybrid architectures whose recurrent layers are those with no KV heads
+#: (src/models/granite-hybrid.cpp: ``is_recr_impl[i] = n_head_kv(i) == 0``).
+HYBRID_BY_HEAD_KV = frozenset({"granitehybrid"})
+#: Default SWA pattern per architecture when the file has no sliding_window_pattern
+#: (src/models/gemma3.cpp: ``load_swa_pattern(ml, 6)``; 5 local layers then 1 global).
+SWA_PATTERN_DEFAULT = {"gemma3": 6}
+
+_SPLIT_RE = re.compile(r"^(?P<stem>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
+
+
+@dataclass(frozen=True, eq=False)
+class ModelShape:
+    """What the engine allocates for, read from the GGUF header. Per-layer values are tuples.
+
+    Compared and hashed by identity (``read_shape`` caches one object per file version), so
+    per-shape tables can be cached cheaply while re-planning.
+    """
+
+    path: Path
+    arch: str
+    name: str
+    n_layer: int  # n_layer_all in llama-hparams (includes NextN/MTP layers)
+    n_layer_nextn: int
+    n_embd: int
+    n_head: tuple[int, ...]
+    n_head_kv: tuple[int, ...]
+    head_dim_k: int
+    head_dim_v: int
+    head_dim_k_swa: int
+    head_dim_v_swa: int
+    n_swa: int
+    swa_layers: tuple[bool, ...]
+    is_mla: bool
+    kv_lora_rank: int
+    n_rot: int
+    n_ctx_train: int
+    n_expert: int
+    n_expert_used: int
+    n_vocab: int
+    recr_layers: tuple[bool, ...]  # recurrent (state, no KV) layers of a hybrid model
+    n_embd_r: int  # llama-hparams.cpp n_embd_r(): conv state elements per sequence and layer
+    n_embd_s: int  # n_embd_s(): SSM state elements per sequence and layer
+    tensors: tuple[TensorInfo, ...] = field(repr=False)
+    file_size: int  # all split files together
+    files: tuple[Path, ...]
+
+    @property
+    def is_swa_any(self) -> bool:
+        return self.n_swa > 0 and any(self.swa_layers)
+
+    def n_embd_k_gqa(self, il: int) -> int:
+        """llama-hparams.cpp ``n_embd_k_gqa``: head size × KV heads of layer ``il``."""
+        return (self.head_dim_k_swa if self.swa_layers[il] else self.head_dim_k) * self.n_head_kv[il]
+
+    def n_embd_v_gqa(self, il: int) -> int:
+        return (self.head_dim_v_swa if self.swa_layers[il] else self.head_dim_v) * self.n_head_kv[il]
+
+    @property
+    def n_layer_main(self) -> int:
+        """llama-hparams ``n_layer()``: the trunk, without NextN/MTP layers."""
+        return self.n_layer - self.n_layer_nextn
+
+
+def split_parts(path: Path) -> tuple[Path, ...]:
+    """All files of a split GGUF, in order (``-00001-of-0000N``); a single file is its own tuple."""
+    m = _SPLIT_RE.match(path.name)
+    if not m:
+        return (path,)
+    count = int(m.group("count"))
+    if count < 1 or count > 9999:
+        raise PlannerError(f"{path.name}: impossible split count {count}")
+    parts = tuple(path.with_name(f"{m.group('stem')}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1))
+    missing = [p.name for p in parts if not p.is_file()]
+    if missing:
+        raise PlannerError(f"{path.name}: split model is missing {', '.join(missing)}")
+    return parts
+
+
+def read_shape(path: str | Path) -> ModelShape:
+    """Read a model's shape (cached by path, size and mtime: re-planning never re-reads the file)."""
+    p = Path(path)
+    parts = split_parts(p)
+    try:
+        stamp = tuple((str(q), os.stat(q).st_size, os.stat(q).st_mtime_ns) for q in parts)
+    except OSError as e:
+        raise PlannerError(f"{p.name}: cannot read: {e.strerror or e}") from None
+    return _read_shape_cached(stamp)
+
+
+@lru_cache(maxsize=32)
+def _read_shape_cached(stamp: tuple[tuple[str, int, int], ...]) -> ModelShape:
+    headers = [read_header(Path(s[0]), split=i) for i, s in enumerate(stamp)]
+    return shape_from_headers(headers)
+
+
+def _uint(fields: dict[str, Any], key: str, default: int | None = None) -> int:
+    v = fields.get(key, default)
+    if v is None:
+        raise PlannerError(f"missing required key {key!r}")
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise PlannerError(f"key {key!r} is {v!r}, expected a non-negative integer")
+    return v
+
+
+def _per_layer(fields: dict[str, Any], key: str, n_layer: int, default: int) -> tuple[int, ...]:
+    """``get_key_or_arr`` (src/llama-model-loader.cpp): one value for all layers or one per layer."""
+    v = fields.get(key)
+    if v is None:
+        return (default,) * n_layer
+    if isinstance(v, GGUFArray):
+        if v.values is None or len(v.values) != n_layer:
+            raise PlannerError(f"key {key!r}: array of {v.count} values for {n_layer} layers")
+        if any(not isinstance(x, int) or isinstance(x, bool) or x < 0 for x in v.values):
+            raise PlannerError(f"key {key!r}: per-layer values must be non-negative integers")
+        return tuple(int(x) for x in v.values)
+    return (_uint(fields, key),) * n_layer
+
+
+def shape_from_headers(headers: list[GGUFHeader]) -> ModelShape:
+    first = headers[0]
+    f = first.fields
+    arch = f.get("general.architecture")
+    if not isinstance(arch, str) or not arch:
+        raise PlannerError(f"{first.path.name}: no general.architecture key")
+    if arch not in MODELLED_ARCHS:
+        raise NotModelled(arch)
+    expected = _uint(f, "split.count", 1)
+    if expected != len(headers):
+        raise PlannerError(f"{first.path.name}: split.count says {expected} files, found {len(headers)}")
+
+    def k(suffix: str) -> str:
+        return f"{arch}.{suffix}"
+
+    n_layer = _uint(f, k("block_count"))
+    if not 0 < n_layer <= 512:  # LLAMA_MAX_LAYERS
+        raise PlannerError(f"{arch}.block_count {n_layer} is out of range")
+    n_embd = _uint(f, k("embedding_length"))
+    n_head = _per_layer(f, k("attention.head_count"), n_layer, 0)
+    n_head_kv = _per_layer(f, k("attention.head_count_kv"), n_layer, n_head[0]) \
+        if k("attention.head_count_kv") in f else n_head
+    if n_head[0] == 0:
+        raise NotModelled(arch, "no attention heads")
+    # load_hparams: head size defaults to n_embd / n_head(0), overridden by key_length/value_length.
+    head_k = _uint(f, k("attention.key_length"), n_embd // n_head[0])
+    head_v = _uint(f, k("attention.value_length"), n_embd // n_head[0])
+    head_k_swa = _uint(f, k("attention.key_length_swa"), head_k)
+    head_v_swa = _uint(f, k("attention.value_length_swa"), head_v)
+
+    n_swa = _uint(f, k("attention.sliding_window"), 0)
+    swa_layers = (False,) * n_layer
+    if n_swa > 0 and arch in SWA_PATTERN_DEFAULT:
+        swa_layers = _swa_layers(f, k("attention.sliding_window_pattern"), n_layer, SWA_PATTERN_DEFAULT[arch])
+    elif n_swa > 0:
+        n_swa = 0  # the engine ignores the window for architectures that do not read it
+
+    # deepseek2.cpp: MLA when key_length_mla and value_length_mla are both set; the cache then holds
+    # only K = kv_lora_rank + rope dims per position (the GGUF stores that as key_length, 1 KV head).
+    is_mla = _uint(f, k("attention.key_length_mla"), 0) > 0 and _uint(f, k("attention.value_length_mla"), 0) > 0
+
+    recr = (False,) * n_layer
+    n_embd_r = n_embd_s = 0
+    if arch in HYBRID_BY_HEAD_KV:
+        recr = tuple(h == 0 for h in n_head_kv)
+        # llama-hparams.cpp (Mamba-2): n_embd_r = (d_conv - 1) * (d_inner + 2 n_group d_state);
+        # n_embd_s = d_state * d_inner.
+        d_conv, d_inner = _uint(f, k("ssm.conv_kernel")), _uint(f, k("ssm.inner_size"))
+        d_state, n_group = _uint(f, k("ssm.state_size")), _uint(f, k("ssm.group_count"))
+        n_embd_r = max(d_conv - 1, 0) * (d_inner + 2 * n_group * d_state)
+        n_embd_s = d_state * d_inner
+
+    tokens = f.get("tokenizer.ggml.tokens")
+    n_vocab = _uint(f, k("vocab_size"), tokens.count if isinstance(tokens, GGUFArray) else 0)
+    tensors = tuple(t for h in headers for t in h.tensors)
+    return ModelShape(
+        path=first.path, arch=arch, name=str(f.get("general.name", first.path.stem)),
+        n_layer=n_layer, n_layer_nextn=_uint(f, k("nextn_predict_layers"), 0), n_embd=n_embd,
+        n_head=n_head, n_head_kv=n_head_kv, head_dim_k=head_k, head_dim_v=head_v,
+        head_dim_k_swa=head_k_swa, head_dim_v_swa=head_v_swa, n_swa=n_swa, swa_layers=swa_layers,
+        is_mla=is_mla, kv_lora_rank=_uint(f, k("attention.kv_lora_rank"), 0),
+        n_rot=_uint(f, k("rope.dimension_count"), head_k), n_ctx_train=_uint(f, k("context_length")),
+        n_expert=_uint(f, k("expert_count"), 0), n_expert_used=_uint(f, k("expert_used_count"), 0),
+        n_vocab=n_vocab, recr_layers=recr, n_embd_r=n_embd_r, n_embd_s=n_embd_s, tensors=tensors, file_size=sum(h.file_size for h in headers),
+        files=tuple(h.path for h in headers),
+    )
+
+
+def _swa_layers(f: dict[str, Any], key: str, n_layer: int, default_pattern: int) -> tuple[bool, ...]:
+    """``load_swa_pattern`` + ``llama_hparams::set_swa_pattern`` (src/llama-hparams.cpp)."""
+    v = f.get(key)
+    if isinstance(v, GGUFArray):
+        if v.values is None or len(v.values) != n_layer:
+            raise PlannerError(f"key {key!r}: array of {v.count} values for {n_layer} layers")
+        return tuple(bool(x) for x in v.values)
+    n_pattern = _uint(f, key, default_pattern)
+    return tuple(n_pattern == 0 or (il % n_pattern < n_pattern - 1) for il in range(n_layer))

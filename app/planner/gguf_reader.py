@@ -1,0 +1,258 @@
+"""A lean, bounded GGUF header reader: metadata and the tensor table, never the weights.
+
+``gguf.GGUFReader`` materialises every tokenizer array (seconds on a real model's header); this
+reader walks the same bytes through an ``mmap`` and *skips* array payloads by their lengths, keeping
+only each array's element type and count (small numeric arrays, e.g. per-layer head counts, are kept).
+
+Bounded: every count and length is checked against the bytes that remain before anything is read
+or allocated, so a hostile file raises :class:`PlannerError` naming the problem, never a
+``MemoryError``, a hang or a struct error. Layout mirrors ggml/src/gguf.cpp (``gguf_init_from_file_impl``).
+The ``gguf`` package is used for its constants only.
+"""
+
+from __future__ import annotations
+
+import mmap
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
+
+from app.planner.errors import PlannerError
+
+GGUF_MAGIC = b"GGUF"
+#: ggml/include/ggml.h GGML_MAX_DIMS
+MAX_DIMS = 4
+#: ggml/src/gguf.cpp GGUF_DEFAULT_ALIGNMENT
+DEFAULT_ALIGNMENT = 32
+#: Numeric arrays up to this many elements are kept (per-layer head counts, SWA patterns ...).
+KEEP_ARRAY_MAX = 4096
+
+_SCALAR: dict[int, struct.Struct] = {
+    GGUFValueType.UINT8: struct.Struct("<B"), GGUFValueType.INT8: struct.Struct("<b"),
+    GGUFValueType.UINT16: struct.Struct("<H"), GGUFValueType.INT16: struct.Struct("<h"),
+    GGUFValueType.UINT32: struct.Struct("<I"), GGUFValueType.INT32: struct.Struct("<i"),
+    GGUFValueType.FLOAT32: struct.Struct("<f"), GGUFValueType.BOOL: struct.Struct("<?"),
+    GGUFValueType.UINT64: struct.Struct("<Q"), GGUFValueType.INT64: struct.Struct("<q"),
+    GGUFValueType.FLOAT64: struct.Struct("<d"),
+}
+_U32 = struct.Struct("<I")
+_U64 = struct.Struct("<Q")
+_KNOWN_GGML_TYPES = {int(t) for t in GGML_QUANT_SIZES}
+
+
+@dataclass(frozen=True)
+class GGUFArray:
+    """An array field. ``values`` is None when the payload was skipped (strings, long arrays)."""
+
+    elem_type: int
+    count: int
+    values: tuple[Any, ...] | None = None
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """One tensor-table entry. ``offset`` is absolute in its file; ``split`` is the file index."""
+
+    name: str
+    shape: tuple[int, ...]  # ggml order: ne[0] (the row) first
+    ggml_type: int
+    offset: int
+    n_bytes: int
+    split: int = 0
+
+    @property
+    def layer(self) -> int | None:
+        """``blk.N.…`` → N; None for tensors outside the repeating layers."""
+        if not self.name.startswith("blk."):
+            return None
+        num = self.name[4:].split(".", 1)[0]
+        return int(num) if num.isdigit() else None
+
+
+@dataclass(frozen=True)
+class GGUFHeader:
+    path: Path
+    version: int
+    file_size: int
+    alignment: int
+    data_offset: int
+    fields: dict[str, Any]  # key -> python scalar, str, or GGUFArray
+    field_types: dict[str, int]  # key -> GGUFValueType
+    tensors: tuple[TensorInfo, ...]
+
+
+def tensor_nbytes(ggml_type: int, shape: tuple[int, ...]) -> int:
+    """ggml_nbytes for a contiguous tensor (ggml.c ``ggml_row_size`` × rows)."""
+    block, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(ggml_type)]
+    n = 1
+    for d in shape[1:]:
+        n *= d
+    return shape[0] // block * type_size * n if shape else 0
+
+
+class _Cursor:
+    """Bounds-checked reads over a buffer; every failure is a PlannerError naming what and where."""
+
+    __slots__ = ("buf", "end", "path", "pos")
+
+    def __init__(self, buf: Any, path: Path) -> None:
+        self.buf = buf
+        self.end = len(buf)
+        self.pos = 0
+        self.path = path
+
+    def fail(self, what: str) -> PlannerError:
+        return PlannerError(f"{self.path.name}: not a valid GGUF file: {what} (at byte {self.pos})")
+
+    def need(self, n: int, what: str) -> None:
+        if n < 0 or self.pos + n > self.end:
+            raise self.fail(f"{what} runs past the end of the file ({self.end} bytes)")
+
+    def u32(self, what: str) -> int:
+        self.need(4, what)
+        v: int = _U32.unpack_from(self.buf, self.pos)[0]
+        self.pos += 4
+        return v
+
+    def u64(self, what: str) -> int:
+        self.need(8, what)
+        v: int = _U64.unpack_from(self.buf, self.pos)[0]
+        self.pos += 8
+        return v
+
+    def string(self, what: str) -> str:
+        n = self.u64(f"{what} length")
+        self.need(n, what)
+        raw: bytes = self.buf[self.pos:self.pos + n]
+        self.pos += n
+        return raw.decode("utf-8", errors="replace")
+
+    def scalar(self, vtype: int, what: str) -> Any:
+        st = _SCALAR[vtype]
+        self.need(st.size, what)
+        v = st.unpack_from(self.buf, self.pos)[0]
+        self.pos += st.size
+        return v
+
+    def skip_strings(self, count: int, what: str) -> None:
+        # Each string is at least its 8-byte length: a count the file cannot hold is rejected first.
+        if count > (self.end - self.pos) // 8:
+            raise self.fail(f"{what}: {count} strings cannot fit in the file")
+        buf, pos, end, unpack = self.buf, self.pos, self.end, _U64.unpack_from
+        for _ in range(count):
+            if pos + 8 > end:
+                self.pos = pos
+                raise self.fail(f"{what} runs past the end of the file")
+            pos += 8 + unpack(buf, pos)[0]
+        if pos > end:
+            raise self.fail(f"{what} runs past the end of the file")
+        self.pos = pos
+
+    def value(self, vtype: int, key: str) -> Any:
+        if vtype in _SCALAR:
+            return self.scalar(vtype, f"value of {key!r}")
+        if vtype == GGUFValueType.STRING:
+            return self.string(f"value of {key!r}")
+        if vtype == GGUFValueType.ARRAY:
+            etype = self.u32(f"array type of {key!r}")
+            count = self.u64(f"array length of {key!r}")
+            if etype == GGUFValueType.STRING:
+                self.skip_strings(count, f"array {key!r}")
+                return GGUFArray(etype, count)
+            if etype not in _SCALAR:
+                raise self.fail(f"array {key!r} has unsupported element type {etype}")
+            st = _SCALAR[etype]
+            if count > (self.end - self.pos) // st.size:
+                raise self.fail(f"array {key!r} of {count} elements runs past the end of the file")
+            values = None
+            if count <= KEEP_ARRAY_MAX:
+                values = tuple(v[0] for v in st.iter_unpack(self.buf[self.pos:self.pos + count * st.size]))
+            self.pos += count * st.size
+            return GGUFArray(etype, count, values)
+        raise self.fail(f"key {key!r} has unknown value type {vtype}")
+
+
+def read_header(path: str | Path, split: int = 0) -> GGUFHeader:
+    """Read one GGUF file's metadata and tensor table. Raises PlannerError for anything malformed."""
+    p = Path(path)
+    try:
+        with p.open("rb") as f:
+            size = p.stat().st_size
+            if size < 24:
+                raise PlannerError(f"{p.name}: not a GGUF file: only {size} bytes")
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+                return _parse(mm, p, size, split)
+    except OSError as e:
+        raise PlannerError(f"{p.name}: cannot read: {e.strerror or e}") from None
+
+
+def _parse(mm: Any, path: Path, size: int, split: int) -> GGUFHeader:
+    cur = _Cursor(mm, path)
+    if bytes(cur.buf[:4]) != GGUF_MAGIC:
+        raise PlannerError(f"{path.name}: not a GGUF file (magic {bytes(cur.buf[:4])!r})")
+    cur.pos = 4
+    version = cur.u32("version")
+    if version not in (2, 3):
+        if version & 0xFFFF == 0:
+            raise PlannerError(f"{path.name}: big-endian GGUF files are not supported")
+        raise PlannerError(f"{path.name}: unsupported GGUF version {version}")
+    n_tensors = cur.u64("tensor count")
+    n_kv = cur.u64("metadata count")
+    # A key-value pair takes at least 8 (key length) + 4 (type) + 1 bytes; a tensor info 8+4+8+4+8.
+    if n_kv > (size - cur.pos) // 13:
+        raise cur.fail(f"metadata count {n_kv} cannot fit in the file")
+    if n_tensors > (size - cur.pos) // 32:
+        raise cur.fail(f"tensor count {n_tensors} cannot fit in the file")
+
+    fields: dict[str, Any] = {}
+    types: dict[str, int] = {}
+    for _ in range(n_kv):
+        key = cur.string("metadata key")
+        vtype = cur.u32(f"type of {key!r}")
+        if key in fields:
+            raise cur.fail(f"duplicate key {key!r}")
+        fields[key] = cur.value(vtype, key)
+        types[key] = vtype
+
+    alignment = fields.get("general.alignment", DEFAULT_ALIGNMENT)
+    if not isinstance(alignment, int) or isinstance(alignment, bool) or alignment <= 0 \
+            or alignment & (alignment - 1):
+        raise cur.fail(f"general.alignment {alignment!r} is not a power of two")
+
+    infos: list[tuple[str, tuple[int, ...], int, int]] = []
+    for _ in range(n_tensors):
+        name = cur.string("tensor name")
+        n_dims = cur.u32(f"dimension count of {name!r}")
+        if n_dims > MAX_DIMS:
+            raise cur.fail(f"tensor {name!r} has {n_dims} dimensions (at most {MAX_DIMS})")
+        shape = tuple(cur.u64(f"shape of {name!r}") for _ in range(n_dims))
+        ggml_type = cur.u32(f"type of {name!r}")
+        if ggml_type not in _KNOWN_GGML_TYPES:
+            raise cur.fail(f"tensor {name!r} has unknown ggml type {ggml_type}")
+        offset = cur.u64(f"offset of {name!r}")
+        infos.append((name, shape, ggml_type, offset))
+
+    data_offset = -(-cur.pos // alignment) * alignment
+    tensors: list[TensorInfo] = []
+    names: set[str] = set()
+    for name, shape, ggml_type, offset in infos:
+        if name in names:
+            raise cur.fail(f"duplicate tensor {name!r}")
+        names.add(name)
+        block = GGML_QUANT_SIZES[GGMLQuantizationType(ggml_type)][0]
+        if any(d > size * 8 or d < 0 for d in shape):  # no dimension can exceed the file's bits
+            raise cur.fail(f"tensor {name!r} has an impossible shape {shape}")
+        if shape and shape[0] % block:
+            raise cur.fail(f"tensor {name!r}: row of {shape[0]} is not a multiple of block size {block}")
+        if offset % alignment:
+            raise cur.fail(f"tensor {name!r}: offset {offset} is not aligned to {alignment}")
+        n_bytes = tensor_nbytes(ggml_type, shape)
+        start = data_offset + offset
+        if start + n_bytes > size:
+            raise cur.fail(f"tensor {name!r} ({n_bytes} bytes at {start}) runs past the end of the file")
+        tensors.append(TensorInfo(name, shape, ggml_type, start, n_bytes, split))
+
+    return GGUFHeader(path, version, size, alignment, data_offset, fields, types, tuple(tensors))

@@ -1,0 +1,177 @@
+"""KV-cache bytes, exactly as the engine allocates them.
+
+Mirrors, in order:
+- src/llama-context.cpp ``llama_context::llama_context``: ``n_ctx = GGML_PAD(n_ctx, 256)``; unified →
+  ``n_ctx_seq = n_ctx``; else ``n_ctx_seq = GGML_PAD(n_ctx / n_seq_max, 256)`` and
+  ``n_ctx = n_ctx_seq * n_seq_max``.
+- src/llama-model.cpp ``llama_model::create_memory``: one ``llama_kv_cache`` of ``n_ctx_seq`` cells, or
+  for an iSWA model (src/llama-kv-cache-iswa.cpp) a base cache of ``n_ctx_seq`` cells for the global
+  layers plus a SWA cache of ``GGML_PAD(min(n_ctx_seq, n_swa*(unified ? n_seq : 1) + n_ubatch), 256)``
+  cells (``n_ctx_seq`` when swa_full); NextN/MTP layers are filtered out of the trunk's cache.
+- src/llama-kv-cache.cpp ``llama_kv_cache::llama_kv_cache``: per layer a K tensor
+  ``[n_embd_k_gqa, kv_size, n_stream]`` and (not for MLA) a V tensor ``[n_embd_v_gqa, kv_size, n_stream]``,
+  ``n_stream = unified ? 1 : n_seq_max``; with flash attention off (``v_trans``) and V widths that vary
+  by layer, V is padded to the widest layer. Row bytes: ggml.c ``ggml_row_size``.
+- src/llama-memory-hybrid.cpp / llama-memory-recurrent.cpp: a hybrid model's recurrent layers hold no
+  KV but per sequence an f32 conv state (``n_embd_r``) and SSM state (``n_embd_s``), in
+  ``max(1, n_seq_max)`` cells (``n_rs_seq`` = 0: no rollback rows).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+from app.planner.errors import PlannerError
+from app.planner.gguf_model import ModelShape
+from app.planner.settings import GGML_TYPE_IDS, LaunchSettings
+
+#: src/llama-context.cpp: ``cparams.n_ctx = GGML_PAD(cparams.n_ctx, 256)``.
+CTX_PAD = 256
+
+
+def pad(n: int, to: int = CTX_PAD) -> int:
+    """GGML_PAD: round up to a multiple of ``to``."""
+    return -(-n // to) * to
+
+
+def row_bytes(cache_type: str, n: int) -> int:
+    """ggml_row_size(type, n): bytes of ``n`` elements of a cache type (block sizes from gguf)."""
+    block, size = GGML_QUANT_SIZES[GGMLQuantizationType(GGML_TYPE_IDS[cache_type])]
+    if n % block:
+        raise PlannerError(f"a {cache_type} KV cache needs rows that are a multiple of {block}; this model's are {n}")
+    return n // block * size
+
+
+@dataclass(frozen=True)
+class ContextSize:
+    """The engine's own context numbers after padding (llama_context constructor)."""
+
+    n_ctx: int
+    n_ctx_seq: int
+    n_seq: int
+    n_stream: int
+
+
+def context_size(settings: LaunchSettings) -> ContextSize:
+    n_seq = max(1, settings.n_parallel)
+    n_ctx = pad(settings.n_ctx)
+    if settings.kv_unified:
+        return ContextSize(n_ctx, n_ctx, n_seq, 1)
+    n_ctx_seq = pad(n_ctx // n_seq)
+    return ContextSize(n_ctx_seq * n_seq, n_ctx_seq, n_seq, n_seq)
+
+
+@dataclass(frozen=True)
+class KvCache:
+    """One llama_kv_cache: its layers, cells per stream, and bytes per layer for K and V."""
+
+    swa: bool
+    cells: int
+    n_stream: int
+    layers: tuple[int, ...]
+    k_layer: tuple[int, ...]  # K bytes of each layer in ``layers``
+    v_layer: tuple[int, ...]
+
+    @property
+    def k_bytes(self) -> int:
+        return sum(self.k_layer)
+
+    @property
+    def v_bytes(self) -> int:
+        return sum(self.v_layer)
+
+    @property
+    def size(self) -> int:
+        return self.k_bytes + self.v_bytes
+
+    @property
+    def bytes_per_cell(self) -> int:
+        """Bytes one more cell (position in one stream) costs across this cache's layers."""
+        return self.size // (self.cells * self.n_stream) if self.cells else 0
+
+
+@dataclass(frozen=True)
+class RecurrentState:
+    """llama_memory_recurrent: R (conv) and S (SSM) state per layer, f32, ``cells`` sequences."""
+
+    cells: int
+    layers: tuple[int, ...]
+    r_bytes: int  # per layer
+    s_bytes: int  # per layer
+
+    @property
+    def size(self) -> int:
+        return (self.r_bytes + self.s_bytes) * len(self.layers)
+
+
+@dataclass(frozen=True)
+class KvLayout:
+    ctx: ContextSize
+    caches: tuple[KvCache, ...]
+    recurrent: RecurrentState | None = None
+
+    @property
+    def total(self) -> int:
+        """Every byte of the memory module: all KV caches plus any recurrent state."""
+        return sum(c.size for c in self.caches) + (self.recurrent.size if self.recurrent else 0)
+
+    @property
+    def base(self) -> KvCache:
+        """The cache that grows with the context (the full-attention layers)."""
+        return next(c for c in self.caches if not c.swa)
+
+    def layer_bytes(self) -> dict[int, int]:
+        """K+V bytes per model layer, all caches together (for placing KV with its layer's device)."""
+        out: dict[int, int] = {}
+        for c in self.caches:
+            for il, kb, vb in zip(c.layers, c.k_layer, c.v_layer, strict=True):
+                out[il] = out.get(il, 0) + kb + vb
+        if self.recurrent is not None:
+            for il in self.recurrent.layers:
+                out[il] = out.get(il, 0) + self.recurrent.r_bytes + self.recurrent.s_bytes
+        return out
+
+
+def check_supported(shape: ModelShape, settings: LaunchSettings) -> None:
+    """Settings the engine refuses to create a context with (src/llama-context.cpp
+    ``llama_init_from_model``), as a PlannerError instead of a number for a launch that cannot start."""
+    if shape.is_mla and settings.type_k != settings.type_v:
+        raise PlannerError(f"this model (MLA) needs the same K and V cache types, not {settings.type_k}/"
+                           f"{settings.type_v}")
+    if settings.type_v not in ("f32", "f16", "bf16") and settings.flash_attn == "off":
+        raise PlannerError(f"a quantized V cache ({settings.type_v}) requires flash attention")
+
+
+def kv_layout(shape: ModelShape, settings: LaunchSettings) -> KvLayout:
+    """Every KV cache the engine creates for these settings, with exact byte counts."""
+    check_supported(shape, settings)
+    ctx = context_size(settings)
+    n_trunk = shape.n_layer_main if shape.n_layer_nextn and shape.n_layer_main > 0 else shape.n_layer
+    trunk = [il for il in range(n_trunk) if not shape.recr_layers[il]]
+    recurrent = None
+    if any(shape.recr_layers):
+        cells = max(1, settings.n_parallel)
+        recurrent = RecurrentState(cells, tuple(il for il in range(n_trunk) if shape.recr_layers[il]),
+                                   shape.n_embd_r * 4 * cells, shape.n_embd_s * 4 * cells)
+    flash = settings.flash_attn != "off"
+    v_max = max(shape.n_embd_v_gqa(il) for il in trunk)
+
+    def build(swa: bool, cells: int) -> KvCache:
+        layers = tuple(il for il in trunk if shape.swa_layers[il] == swa)
+        k = tuple(row_bytes(settings.type_k, shape.n_embd_k_gqa(il)) * cells * ctx.n_stream for il in layers)
+        if shape.is_mla:
+            v = (0,) * len(layers)
+        else:
+            widths = [shape.n_embd_v_gqa(il) if flash else v_max for il in layers]
+            v = tuple(row_bytes(settings.type_v, w) * cells * ctx.n_stream for w in widths)
+        return KvCache(swa, cells, ctx.n_stream, layers, k, v)
+
+    if not shape.is_swa_any:
+        return KvLayout(ctx, (build(False, ctx.n_ctx_seq),), recurrent)
+    n_ubatch = settings.effective_n_ubatch
+    swa_cells = pad(min(ctx.n_ctx_seq, shape.n_swa * (ctx.n_seq if settings.kv_unified else 1) + n_ubatch))
+    if settings.swa_full:
+        swa_cells = ctx.n_ctx_seq
+    return KvLayout(ctx, (build(False, ctx.n_ctx_seq), build(True, swa_cells)), recurrent)

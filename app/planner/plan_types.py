@@ -1,0 +1,147 @@
+"""The plan: per GPU the stacked parts, the host's share, the resident window and the host tail.
+
+Documented data (frozen dataclasses, ``to_json`` versioned). The solver that fills them, and the
+public entry point for all of these names, is :mod:`app.planner.plan`.
+
+JSON form (``PLAN_JSON_VERSION`` = 1)::
+
+    {"version": 1, "mode": "window"|"stock"|"cpu", "feasible": bool, "reason": str,
+     "launch": LaunchSettings.to_json(), "window_cells": int, "tail_cells": int,
+     "vram_target": int|null, "warnings": [str],
+     "gpus": [{"name", "label", "total", "other_processes", "weights", "compute", "kv_resident",
+               "overhead", "safety", "free", "simulated", "sources": {part: source}}],
+     "host": {"total", "available", "weights_mapped", "kv_tail", "compute_pinned", "free", "sources"},
+     "kv": {"total", "bytes_per_cell", "n_ctx", "n_ctx_seq", "n_seq", "caches": [...]},
+     "alternatives": [{"label", "feasible", "chosen", "host_bytes_per_token", "n_ctx", "note",
+                       "launch": {...}}]}
+
+All sizes are bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.planner.settings import LaunchSettings
+
+PLAN_JSON_VERSION = 1
+
+#: Where a number came from, as the UI shows it.
+MEASURED = "measured by pass 1"
+FROM_GGUF = "from the GGUF"
+FROM_NVML = "from NVML"
+ESTIMATED = "estimated"
+GIVEN = "given"
+
+
+@dataclass(frozen=True)
+class DevicePlan:
+    name: str  # llama.cpp device name, "CUDA0"
+    label: str  # "NVIDIA H200 (simulated)"
+    total: int
+    other_processes: int
+    weights: int
+    compute: int
+    kv_resident: int
+    overhead: int
+    safety: int
+    free: int
+    simulated: bool = False
+    sources: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def used(self) -> int:
+        """What this engine process takes on the GPU (everything but others and the safety margin)."""
+        return self.weights + self.compute + self.kv_resident + self.overhead
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__} | {"sources": dict(self.sources)}
+
+
+@dataclass(frozen=True)
+class HostPlan:
+    total: int
+    available: int
+    weights_mapped: int
+    kv_tail: int
+    compute_pinned: int  # pinned/CPU compute buffers plus the logits output buffer
+    free: int
+    sources: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__} | {"sources": dict(self.sources)}
+
+
+@dataclass(frozen=True)
+class Alternative:
+    """One way to run on a stock engine, priced by what the host must read per decoded token."""
+
+    label: str  # "fully resident", "-ngl 40", "-nkvo", "-c 262144"
+    launch: LaunchSettings
+    feasible: bool
+    host_bytes_per_token: int  # weights and KV the CPU side touches for each token (lower is faster)
+    note: str
+    chosen: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"label": self.label, "feasible": self.feasible, "chosen": self.chosen,
+                "host_bytes_per_token": self.host_bytes_per_token, "n_ctx": self.launch.n_ctx,
+                "note": self.note, "launch": self.launch.to_json()}
+
+
+@dataclass(frozen=True)
+class KvSummary:
+    total: int
+    bytes_per_cell: int  # of the context-sized (non-SWA) cache, all layers
+    n_ctx: int
+    n_ctx_seq: int
+    n_seq: int
+    caches: tuple[dict[str, Any], ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"total": self.total, "bytes_per_cell": self.bytes_per_cell, "n_ctx": self.n_ctx,
+                "n_ctx_seq": self.n_ctx_seq, "n_seq": self.n_seq, "caches": [dict(c) for c in self.caches]}
+
+
+@dataclass(frozen=True)
+class Plan:
+    launch: LaunchSettings
+    mode: str  # "window" | "stock" | "cpu"
+    gpus: tuple[DevicePlan, ...]
+    host: HostPlan
+    feasible: bool
+    reason: str
+    warnings: tuple[str, ...]
+    window_cells: int
+    tail_cells: int
+    vram_target: int | None
+    alternatives: tuple[Alternative, ...] = ()
+    kv: KvSummary | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": PLAN_JSON_VERSION, "mode": self.mode, "feasible": self.feasible,
+            "reason": self.reason, "launch": self.launch.to_json(), "window_cells": self.window_cells,
+            "tail_cells": self.tail_cells, "vram_target": self.vram_target,
+            "warnings": list(self.warnings), "gpus": [g.to_json() for g in self.gpus],
+            "host": self.host.to_json(), "kv": self.kv.to_json() if self.kv else None,
+            "alternatives": [a.to_json() for a in self.alternatives],
+        }
+
+
+@dataclass(frozen=True)
+class ContextFit:
+    """Largest context (tokens, a multiple of 256) for a budget: fully resident, and with a host tail.
+
+    ``with_tail`` assumes an engine with a position window (the tail in host RAM); on a stock engine it
+    is what ``-nkvo``-style host KV would have to hold.
+    """
+
+    resident: int
+    with_tail: int
+    n_ctx_train: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"resident": self.resident, "with_tail": self.with_tail, "n_ctx_train": self.n_ctx_train}
+

@@ -1,0 +1,111 @@
+"""Stacking one configuration onto the devices: what each GPU and the host hold.
+
+Pure bookkeeping for :mod:`app.planner.plan`: given where the weights go (weights.py), the KV
+layout (kv.py), the compute buffers and a number of resident KV cells, it fills DevicePlan and
+HostPlan. KV follows its layer's device (src/llama-kv-cache.cpp: ``model.dev_layer(il)`` when
+``offload_kqv``, else the CPU).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from app.planner.devices import Inventory
+from app.planner.estimate import estimate_compute
+from app.planner.gguf_model import ModelShape
+from app.planner.kv import KvLayout, kv_layout
+from app.planner.measurement import Measurement
+from app.planner.plan_types import ESTIMATED, FROM_GGUF, FROM_NVML, GIVEN, MEASURED, DevicePlan, HostPlan
+from app.planner.settings import LaunchSettings
+from app.planner.weights import DEFAULT_GPU_OVERHEAD, WeightSplit, output_buffer_bytes
+
+
+@dataclass(frozen=True)
+class KvPerLayer:
+    """For each trunk layer: bytes that do not grow with the window (SWA caches), bytes per cell."""
+
+    layout: KvLayout
+    fixed: dict[int, int]
+    per_cell: dict[int, int]
+    cells: int  # context-sized cells across streams (= n_ctx)
+
+
+@lru_cache(maxsize=256)
+def kv_per_layer(shape: ModelShape, settings: LaunchSettings) -> KvPerLayer:
+    layout = kv_layout(shape, settings)
+    fixed: dict[int, int] = {}
+    per_cell: dict[int, int] = {}
+    base = layout.base
+    for c in layout.caches:
+        for il, kb, vb in zip(c.layers, c.k_layer, c.v_layer, strict=True):
+            if c is base:
+                per_cell[il] = (kb + vb) // (c.cells * c.n_stream)
+            else:
+                fixed[il] = fixed.get(il, 0) + kb + vb
+    rs = layout.recurrent
+    if rs is not None:  # recurrent state does not grow with the context: it stays with its layer
+        for il in rs.layers:
+            fixed[il] = fixed.get(il, 0) + rs.r_bytes + rs.s_bytes
+    return KvPerLayer(layout, fixed, per_cell, base.cells * base.n_stream)
+
+
+@dataclass(frozen=True)
+class Compute:
+    gpu: dict[str, int]  # engine device name -> bytes
+    host: int
+    source: str
+
+
+def compute_for(shape: ModelShape, inv: Inventory, settings: LaunchSettings,
+                measurement: Measurement | None, ctx_kv: KvLayout) -> Compute:
+    """Measured compute buffers when pass 1 saw these devices; otherwise the marked estimate."""
+    names = [g.engine_name for g in inv.gpus]
+    if measurement is not None:
+        if not names:
+            return Compute({}, sum(d.compute for d in measurement.devices), MEASURED)
+        if all(measurement.device(n) is not None for n in names):
+            gpu = {n: measurement.device(n).compute for n in names}  # type: ignore[union-attr]
+            return Compute(gpu, measurement.host_compute, MEASURED)
+    est = estimate_compute(shape, settings, ctx_kv.ctx)
+    if not names:
+        return Compute({}, est.gpu, ESTIMATED)
+    return Compute(dict.fromkeys(names, est.gpu), est.host, ESTIMATED)
+
+
+def stack(shape: ModelShape, inv: Inventory, settings: LaunchSettings, ws: WeightSplit, kvp: KvPerLayer,
+          resident_cells: int, compute: Compute, overhead: int | None, safety: int,
+          ) -> tuple[tuple[DevicePlan, ...], HostPlan, int]:
+    """The per-device stacks for this configuration, and the host-side bytes touched per token."""
+    kv_gpu = [0] * len(inv.gpus)
+    kv_host = 0
+    for il, dev in enumerate(ws.devices[:shape.n_layer]):
+        fixed = kvp.fixed.get(il, 0)
+        cell = kvp.per_cell.get(il, 0)
+        if dev is None or not settings.offload_kqv:
+            kv_host += fixed + cell * kvp.cells
+        else:
+            kv_gpu[dev] += fixed + cell * resident_cells
+            kv_host += cell * (kvp.cells - resident_cells)
+    ovh = DEFAULT_GPU_OVERHEAD if overhead is None else overhead
+    ovh_src = GIVEN if overhead is not None else "default (590 MiB measured on an H200)"
+    gpus = []
+    for i, g in enumerate(inv.gpus):
+        comp = compute.gpu.get(g.engine_name, 0) if any(d == i for d in ws.devices) else 0
+        other = max(g.total - g.free, 0)
+        free = g.free - ws.gpu[i] - comp - kv_gpu[i] - ovh - safety
+        src_total = "simulated" if g.simulated else FROM_NVML
+        gpus.append(DevicePlan(
+            name=g.engine_name, label=g.name + (" (simulated)" if g.simulated and "simulated" not in g.name else ""), total=g.total,
+            other_processes=other, weights=ws.gpu[i], compute=comp, kv_resident=kv_gpu[i], overhead=ovh,
+            safety=safety, free=free, simulated=g.simulated,
+            sources={"total": src_total, "other_processes": src_total, "weights": FROM_GGUF,
+                     "compute": compute.source, "kv_resident": FROM_GGUF, "overhead": ovh_src,
+                     "safety": GIVEN}))
+    pinned = compute.host + output_buffer_bytes(shape, settings)
+    host = HostPlan(
+        total=inv.host.total, available=inv.host.available, weights_mapped=ws.host, kv_tail=kv_host,
+        compute_pinned=pinned, free=inv.host.available - ws.host - kv_host - pinned,
+        sources={"total": "from the OS", "available": "from the OS", "weights_mapped": FROM_GGUF,
+                 "kv_tail": FROM_GGUF, "compute_pinned": compute.source})
+    return tuple(gpus), host, ws.host_layers + kv_host

@@ -1,0 +1,136 @@
+"""Where the weights go for a given ``-ngl``, and the other fixed per-model allocations.
+
+Mirrors src/llama-model.cpp ``llama_model_base::load_tensors``:
+- ``i_gpu_start = max(n_layer + 1 - n_gpu_layers, 0)``, ``act_gpu_layers = min(n_gpu_layers, n_layer + 1)``;
+  layer ``il`` (and the output layer, index ``n_layer``) is on a GPU when ``il >= i_gpu_start``, which
+  GPU chosen by ``upper_bound`` over the cumulative free-memory split;
+- the input layer (token embedding) always stays on the CPU ("very little benefit to offloading");
+- a model without ``output.weight`` ties the output to the token embedding: the output layer's
+  device gets a duplicate (``TENSOR_DUPLICATED``);
+- host weights are mapped from the file: the ``CPU_Mapped`` buffer spans the first to the last host
+  tensor of each file (src/llama-model-loader.cpp ``get_mapping_range``);
+- GPU buffers place each tensor at the backend's alignment (ggml-alloc; CUDA aligns to 128 bytes).
+The output buffer (logits, src/llama-context.cpp ``output_reserve``) is ``n_vocab × n_seq_max`` floats.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from app.planner.gguf_model import ModelShape
+from app.planner.gguf_reader import TensorInfo
+from app.planner.settings import LaunchSettings
+
+#: ggml-cuda ``ggml_backend_cuda_buffer_type_get_alignment``.
+GPU_ALIGNMENT = 128
+#: MiB of GPU memory each engine process uses beyond llama.cpp's buffers: the CUDA context and
+#: libraries, measured ~590 MiB on an H200 (DOMAIN.md §2). Overridable; a measured value wins.
+DEFAULT_GPU_OVERHEAD = 590 * 1024 * 1024
+
+
+def layer_devices(n_layer: int, n_gpu_layers: int, gpu_free: Sequence[int]) -> tuple[int | None, ...]:
+    """Device index (None = CPU) of each layer ``0..n_layer-1`` and then of the output layer."""
+    n_dev = len(gpu_free)
+    i_gpu_start = max(n_layer + 1 - n_gpu_layers, 0)
+    act = 0 if n_dev == 0 else min(n_gpu_layers, n_layer + 1)
+    # Split points as the engine computes them, in float32 (llama-model.cpp ``splits``).
+    free = np.asarray([max(f, 0) for f in gpu_free] or [1], dtype=np.float32)
+    if float(free.sum()) == 0.0:
+        free = np.ones_like(free)
+    splits = [float(x) for x in (np.cumsum(free, dtype=np.float32) / np.float32(free.sum()))]
+    out: list[int | None] = []
+    for il in range(n_layer + 1):
+        if il < i_gpu_start or il - i_gpu_start >= act:
+            out.append(None)
+            continue
+        frac = float(np.float32(il - i_gpu_start) / np.float32(act))
+        out.append(min(bisect.bisect_right(splits, frac), n_dev - 1))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class WeightSplit:
+    """Model weights per device. ``gpu[i]`` bytes on GPU ``i``; ``host`` bytes mapped on the host."""
+
+    gpu: tuple[int, ...]
+    host: int
+    devices: tuple[int | None, ...]  # layer_devices() for this split
+    n_offloaded: int  # layers (incl. output) on a GPU, as "offloaded N/M layers" prints
+    host_layers: int = 0  # bytes of repeating/output layers left on the CPU (read for every token)
+
+    @property
+    def total(self) -> int:
+        return sum(self.gpu) + self.host
+
+
+def _tensor_slot(t: TensorInfo, n_layer: int) -> int:
+    """Which device slot a tensor follows: its layer, -1 for the input layer, n_layer for the output."""
+    il = t.layer
+    if il is not None and il < n_layer:
+        return il
+    if t.name.startswith("token_embd"):
+        return -1  # dev_input: always the CPU
+    if t.name.startswith("rope_freqs"):
+        return 0  # a repeating-layer tensor created for layer 0 (others hold 256-byte duplicates)
+    return n_layer  # output layer (output, output_norm, …)
+
+
+@dataclass(frozen=True)
+class _SlotTable:
+    gpu_bytes: dict[int, int]  # slot -> bytes if that slot is on a GPU (aligned, with tied output)
+    spans: dict[int, dict[int, tuple[int, int]]]  # slot -> split file -> (first, last) byte
+
+
+@lru_cache(maxsize=16)
+def _slot_table(shape: ModelShape) -> _SlotTable:
+    gpu: dict[int, int] = {}
+    spans: dict[int, dict[int, tuple[int, int]]] = {}
+    names = set()
+    for t in shape.tensors:
+        names.add(t.name)
+        slot = _tensor_slot(t, shape.n_layer)
+        gpu[slot] = gpu.get(slot, 0) + -(-t.n_bytes // GPU_ALIGNMENT) * GPU_ALIGNMENT
+        per = spans.setdefault(slot, {})
+        lo, hi = per.get(t.split, (t.offset, t.offset + t.n_bytes))
+        per[t.split] = (min(lo, t.offset), max(hi, t.offset + t.n_bytes))
+    if "output.weight" not in names:
+        tok = next((t for t in shape.tensors if t.name == "token_embd.weight"), None)
+        if tok is not None:  # tied output: a duplicate lands on the output layer's GPU
+            gpu[shape.n_layer] = gpu.get(shape.n_layer, 0) + -(-tok.n_bytes // GPU_ALIGNMENT) * GPU_ALIGNMENT
+    return _SlotTable(gpu, spans)
+
+
+def weight_split(shape: ModelShape, n_gpu_layers: int, gpu_free: Sequence[int]) -> WeightSplit:
+    """Weights per device for ``-ngl n_gpu_layers`` over GPUs with this much free memory."""
+    return _weight_split(shape, min(n_gpu_layers, shape.n_layer + 1), tuple(gpu_free))
+
+
+@lru_cache(maxsize=1024)
+def _weight_split(shape: ModelShape, n_gpu_layers: int, gpu_free: tuple[int, ...]) -> WeightSplit:
+    devices = layer_devices(shape.n_layer, n_gpu_layers, gpu_free)
+    table = _slot_table(shape)
+    gpu = [0] * len(gpu_free)
+    host_slots = [-1]
+    for slot, dev in enumerate(devices):
+        if dev is None:
+            host_slots.append(slot)
+        else:
+            gpu[dev] += table.gpu_bytes.get(slot, 0)
+    merged: dict[int, tuple[int, int]] = {}
+    for slot in host_slots:
+        for split, (lo, hi) in table.spans.get(slot, {}).items():
+            a, b = merged.get(split, (lo, hi))
+            merged[split] = (min(a, lo), max(b, hi))
+    host = sum(hi - lo for lo, hi in merged.values())
+    host_layers = sum(table.gpu_bytes.get(slot, 0) for slot in host_slots if slot >= 0)
+    return WeightSplit(tuple(gpu), host, devices, sum(d is not None for d in devices), host_layers)
+
+
+def output_buffer_bytes(shape: ModelShape, settings: LaunchSettings) -> int:
+    """Logits buffer in host memory: ``n_vocab × max(n_outputs, n_seq_max) × sizeof(float)``."""
+    return shape.n_vocab * max(1, settings.n_parallel) * 4

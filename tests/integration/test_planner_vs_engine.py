@@ -1,0 +1,106 @@
+"""The planner's KV and weight bytes against the real engine's own numbers, on every shape fixture.
+
+KV: the engine's ``llama_kv_cache: size = …`` lines from pass 1 (``app.planner.measure``: the
+vendored libllama with ``no_alloc``, exactly these context parameters, ``-kvu`` included), equal to
+the printed precision (``%.2f`` MiB), with the same cells, layers and streams.
+Weights: ``llama-fit-params -fitp on``'s memory breakdown (a CPU build: one host device, whose
+model column is split between ``Host`` and ``CPU_REPACK``). The GPU split is checked against the
+recorded H200 log in tests/unit/planner/test_kv_weights.py.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from app.engine.native_build import EngineBuild
+from app.planner.errors import PlannerError
+from app.planner.gguf_model import read_shape
+from app.planner.kv import kv_layout
+from app.planner.logparse import parse_log
+from app.planner.measure import measure, run_worker
+from app.planner.settings import LaunchSettings
+from app.planner.units import MiB
+from app.planner.weights import weight_split
+from tests.fixtures import shapes
+
+pytestmark = pytest.mark.engine
+
+MODELS = [s.name for s in (shapes.QWEN25_14B_1M, shapes.LLAMA31_8B, shapes.QWEN3_30B_A3B, shapes.GEMMA3_12B,
+                           shapes.DEEPSEEK_V2_LITE, shapes.GRANITE4_H_TINY)]
+SETTINGS = {
+    "f16-np1": LaunchSettings(n_ctx=8192),
+    "q8_0-np4": LaunchSettings(n_ctx=10000, type_k="q8_0", type_v="q8_0", n_parallel=4),
+    "q4_0-np4-kvu": LaunchSettings(n_ctx=16384, type_k="q4_0", type_v="q4_0", n_parallel=4, kv_unified=True),
+    "f16-np3-fa-off-ub256": LaunchSettings(n_ctx=5000, n_parallel=3, flash_attn="off", n_ubatch=256),
+    "q5_1-np2-kvu-swafull": LaunchSettings(n_ctx=3000, type_k="q5_1", type_v="q5_1", n_parallel=2,
+                                           kv_unified=True, swa_full=True),
+    "iq4_nl-k-f32-v": LaunchSettings(n_ctx=2048, type_k="iq4_nl", type_v="f32"),
+    "bf16-k-q5_0-v-np2-ub1024": LaunchSettings(n_ctx=6000, type_k="bf16", type_v="q5_0", n_parallel=2,
+                                               n_ubatch=1024),
+    "q4_1-np4-kvu-long": LaunchSettings(n_ctx=131072, type_k="q4_1", type_v="q4_1", n_parallel=4,
+                                        kv_unified=True),
+}
+
+
+def _mib(n: int) -> str:
+    return f"{n / MiB:.2f}"
+
+
+@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("label", list(SETTINGS))
+def test_planned_kv_equals_the_engines_kv_lines(name: str, label: str, engine_build: EngineBuild,
+                                                shape_model: Callable[[str], Path]) -> None:
+    path = shape_model(name)
+    settings = SETTINGS[label]
+    if settings.type_k != settings.type_v and read_shape(path).is_mla:
+        with pytest.raises(PlannerError, match="same K and V"):
+            kv_layout(read_shape(path), settings)
+        return
+    lines = parse_log("\n".join(measure(path, settings).kv_lines), expect_buffers=False).kv_caches
+    assert lines, "the engine printed no llama_kv_cache size line"
+    planned = kv_layout(read_shape(path), settings).caches
+    engine = sorted(((ln.cells, ln.layers, ln.n_stream, _mib(ln.k), _mib(ln.v)) for ln in lines), reverse=True)
+    ours = sorted(((c.cells, len(c.layers), c.n_stream, _mib(c.k_bytes), _mib(c.v_bytes)) for c in planned),
+                  reverse=True)
+    assert ours == engine
+
+
+# llama_memory_recurrent: size =  221.48 MiB (     4 cells,  40 layers,  4 seqs  0 rs_seq), R (f32): ...
+# (logparse.py covers KV caches only; this one line is matched here.)
+_RS_RE = re.compile(r"llama_memory_recurrent: size =\s*([0-9.]+) MiB \(\s*(\d+) cells")
+
+
+@pytest.mark.parametrize("n_parallel", [1, 4])
+def test_hybrid_recurrent_state_equals_the_engines(n_parallel: int, engine_build: EngineBuild,
+                                                   shape_model: Callable[[str], Path]) -> None:
+    path = shape_model(shapes.GRANITE4_H_TINY.name)
+    settings = LaunchSettings(n_ctx=8192, n_parallel=n_parallel)
+    _, log = run_worker(path, settings, timeout=60)
+    m = next(m for m in map(_RS_RE.search, log) if m)
+    rs = kv_layout(read_shape(path), settings).recurrent
+    assert rs is not None
+    assert (_mib(rs.size), rs.cells) == (m.group(1), int(m.group(2)))
+
+
+def _fit_params_host_model(build: EngineBuild, path: Path) -> tuple[int, int]:
+    """Sum of the model column over host rows (MiB as printed), and how many rows were summed."""
+    out = subprocess.run([str(build.fit_params), "-m", str(path), "-c", "4096", "-fitp", "on", "-ngl", "0", "-v"],
+                         capture_output=True, text=True, timeout=120, check=True)
+    rows = [r for r in parse_log(out.stderr + out.stdout, expect_buffers=False).breakdown if r.host]
+    assert rows, out.stderr[-2000:]
+    return sum(r.model for r in rows), len(rows)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_planned_host_weights_match_fit_params(name: str, engine_build: EngineBuild,
+                                               shape_model: Callable[[str], Path]) -> None:
+    path = shape_model(name)
+    engine_mib, n_rows = _fit_params_host_model(engine_build, path)
+    ours = weight_split(read_shape(path), 0, []).host
+    # The breakdown prints whole MiB per row: each row may be up to 1 MiB below its bytes.
+    assert 0 <= ours / MiB - engine_mib < n_rows + 1

@@ -1,0 +1,172 @@
+"""The solver: window, stock and CPU plans for the 14B-1M shape on a (simulated) H200."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from app.planner.devices import GpuDevice, HostMemory, Inventory
+from app.planner.gguf_model import ModelShape, read_shape
+from app.planner.measurement import DeviceMeasurement, Measurement
+from app.planner.plan import make_plan, max_context
+from app.planner.settings import ALL_LAYERS, LaunchSettings
+from app.planner.units import GiB, MiB
+from tests.fixtures import gguf_factory, shapes
+
+#: What the recorded H200 run measured (shared/fixtures/h200/*.log, sched_reserve lines).
+H200_MEASURED = Measurement((DeviceMeasurement("CUDA0", compute=round(623.01 * MiB)),
+                             DeviceMeasurement("CUDA_Host", compute=round(532.01 * MiB), host=True)),
+                            backend="CUDA", llama_commit="0c1e57098", seconds=1.5)
+LONG = LaunchSettings(n_ctx=524288, n_parallel=4, kv_unified=True)
+
+
+def h200(free_mib: int = 142629, host_gib: int = 125) -> Inventory:
+    return Inventory((GpuDevice(0, "NVIDIA H200", 143155 * MiB, free_mib * MiB, simulated=True),),
+                     HostMemory(host_gib * GiB, host_gib * GiB))
+
+
+@pytest.fixture(scope="module")
+def qwen14b() -> ModelShape:
+    return read_shape(gguf_factory.ensure(shapes.QWEN25_14B_1M))
+
+
+def test_headline_512k_fits_an_h200_fully_resident(qwen14b: ModelShape) -> None:
+    plan = make_plan(qwen14b, h200(), LONG, measurement=H200_MEASURED)
+    (gpu,) = plan.gpus
+    assert plan.feasible and plan.mode == "stock"
+    assert gpu.kv_resident == 98304 * MiB
+    assert round(gpu.weights / MiB) == 14180 and round(plan.host.weights_mapped / MiB) == 789
+    assert gpu.compute == round(623.01 * MiB) and gpu.sources["compute"] == "measured by pass 1"
+    assert gpu.overhead == 590 * MiB and gpu.safety == 256 * MiB
+    # The parts stack up to what is free: the engine log's breakdown left 29447 MiB free with 602 unaccounted.
+    assert gpu.free == 142629 * MiB - gpu.weights - gpu.compute - gpu.kv_resident - gpu.overhead - gpu.safety
+    assert (plan.window_cells, plan.tail_cells) == (524288, 0)
+
+
+def test_window_engine_sizes_the_window_to_the_budget(qwen14b: ModelShape) -> None:
+    # A 48 GiB-free card: the window takes what is left after weights, compute, overhead, safety.
+    inv = h200(free_mib=48 * 1024)
+    plan = make_plan(qwen14b, inv, LONG.with_(kv_unified=False, n_parallel=1), engine_window=True,
+                     measurement=H200_MEASURED)
+    (gpu,) = plan.gpus
+    per_cell = plan.kv.bytes_per_cell if plan.kv else 0
+    assert per_cell == 48 * 2 * 1024 * 2  # 48 layers × (K + V) × 1024 × f16
+    left = 48 * 1024 * MiB - gpu.weights - gpu.compute - gpu.overhead - gpu.safety
+    assert plan.window_cells == left // per_cell // 256 * 256
+    assert plan.window_cells + plan.tail_cells == 524288
+    assert plan.host.kv_tail == plan.tail_cells * per_cell
+    assert 0 <= gpu.free < 256 * per_cell and plan.feasible
+
+
+def test_window_engine_drops_kv_unified_with_a_warning(qwen14b: ModelShape) -> None:
+    plan = make_plan(qwen14b, h200(), LONG, engine_window=True, measurement=H200_MEASURED)
+    assert not plan.launch.kv_unified
+    assert any("--kv-unified" in w for w in plan.warnings)
+
+
+def test_window_smaller_than_a_ubatch_is_warned(qwen14b: ModelShape) -> None:
+    plan = make_plan(qwen14b, h200(free_mib=15729), LaunchSettings(n_ctx=131072), engine_window=True,
+                     measurement=H200_MEASURED)
+    assert 0 < plan.window_cells < 512 and plan.feasible
+    assert any("smaller than one ubatch" in w for w in plan.warnings)
+
+
+def test_stock_engine_that_does_not_fit_prices_alternatives(qwen14b: ModelShape) -> None:
+    plan = make_plan(qwen14b, h200(free_mib=80 * 1024), LONG, measurement=H200_MEASURED)
+    labels = [a.label for a in plan.alternatives]
+    assert labels[0] == "as set" and not plan.alternatives[0].feasible
+    assert "-nkvo" in labels and any(lbl.startswith("-ngl ") for lbl in labels)
+    assert any(lbl.startswith("-c ") for lbl in labels)
+    chosen = [a for a in plan.alternatives if a.chosen]
+    assert len(chosen) == 1 and chosen[0].feasible and plan.feasible
+    # The chosen one keeps the asked context and is the cheapest per token of those that do.
+    keep = [a for a in plan.alternatives if a.feasible and a.launch.n_ctx == LONG.n_ctx]
+    assert chosen[0].host_bytes_per_token == min(a.host_bytes_per_token for a in keep)
+    assert plan.launch == chosen[0].launch and all(g.free >= 0 for g in plan.gpus)
+
+
+def test_fewest_layers_moved_is_the_largest_ngl_that_fits(qwen14b: ModelShape) -> None:
+    plan = make_plan(qwen14b, h200(free_mib=80 * 1024), LONG, measurement=H200_MEASURED)
+    ngl = next(a for a in plan.alternatives if a.label.startswith("-ngl ")).launch.n_gpu_layers
+    worse = make_plan(qwen14b, h200(free_mib=80 * 1024), LONG.with_(n_gpu_layers=ngl + 1),
+                      measurement=H200_MEASURED)
+    assert worse.alternatives[0].label == "as set" and not worse.alternatives[0].feasible
+
+
+def test_nothing_fits_says_why(qwen14b: ModelShape) -> None:
+    plan = make_plan(qwen14b, h200(free_mib=4096, host_gib=8), LONG, measurement=H200_MEASURED)
+    assert not plan.feasible
+    assert "short by" in plan.reason
+
+
+def test_no_gpu_is_a_cpu_plan(qwen14b: ModelShape) -> None:
+    inv = Inventory((), HostMemory(64 * GiB, 60 * GiB), reason="no NVIDIA driver found")
+    plan = make_plan(qwen14b, inv, LaunchSettings(n_ctx=32768))
+    assert plan.mode == "cpu" and plan.gpus == () and plan.feasible
+    assert plan.launch.n_gpu_layers == 0
+    assert plan.host.kv_tail == 32768 * 48 * 2 * 1024 * 2
+    assert plan.host.weights_mapped == pytest.approx(sum(t.n_bytes for t in qwen14b.tensors), abs=MiB)
+    assert plan.host.sources["compute_pinned"] == "estimated"
+    assert any("no NVIDIA driver found" in w for w in plan.warnings)
+
+
+def test_flash_attention_off_at_long_context_is_warned(qwen14b: ModelShape) -> None:
+    plan = make_plan(qwen14b, h200(), LaunchSettings(n_ctx=131072, flash_attn="off"))
+    assert any("flash attention is off" in w for w in plan.warnings)
+    # The estimate carries the KQ matrix: ~10.5 GB at 131072 × 512 × 40 heads (DOMAIN.md §2).
+    assert plan.gpus[0].compute > 10 * 10**9 and plan.gpus[0].sources["compute"] == "estimated"
+
+
+def test_host_ram_short_for_the_tail(qwen14b: ModelShape) -> None:
+    plan = make_plan(qwen14b, h200(free_mib=48 * 1024, host_gib=16), LaunchSettings(n_ctx=1048576),
+                     engine_window=True, measurement=H200_MEASURED)
+    assert not plan.feasible and plan.host.free < 0
+    assert any("host RAM is short" in w for w in plan.warnings)
+
+
+def test_vram_target_caps_the_window(qwen14b: ModelShape) -> None:
+    wide = make_plan(qwen14b, h200(), LaunchSettings(n_ctx=1048576), engine_window=True,
+                     measurement=H200_MEASURED)
+    capped = make_plan(qwen14b, h200(), LaunchSettings(n_ctx=1048576), engine_window=True,
+                       measurement=H200_MEASURED, vram_target=64 * GiB)
+    assert capped.vram_target == 64 * GiB and capped.window_cells < wide.window_cells
+    assert capped.gpus[0].used + capped.gpus[0].safety <= 64 * GiB
+
+
+def test_max_context(qwen14b: ModelShape) -> None:
+    fit = max_context(qwen14b, h200(), LaunchSettings(n_ctx=4096), measurement=H200_MEASURED)
+    per_cell = 48 * 2 * 1024 * 2
+    assert fit.resident % 256 == 0 and fit.resident < fit.with_tail <= fit.n_ctx_train
+    # One more 256-cell step would not fit on the card.
+    assert make_plan(qwen14b, h200(), LaunchSettings(n_ctx=fit.resident), measurement=H200_MEASURED).feasible
+    over = make_plan(qwen14b, h200(), LaunchSettings(n_ctx=fit.resident + 256), measurement=H200_MEASURED)
+    assert not over.alternatives[0].feasible
+    assert fit.resident * per_cell < 142629 * MiB
+
+
+def test_plan_json_is_versioned_and_round_trips_through_json(qwen14b: ModelShape) -> None:
+    plan = make_plan(qwen14b, h200(), LONG, measurement=H200_MEASURED)
+    data = json.loads(json.dumps(plan.to_json()))
+    assert data["version"] == 1 and data["mode"] == "stock"
+    assert data["gpus"][0]["kv_resident"] == 98304 * MiB
+    assert LaunchSettings.from_json(data["launch"]) == plan.launch
+    assert set(data) >= {"host", "kv", "alternatives", "warnings", "window_cells", "tail_cells", "vram_target"}
+
+
+def test_user_choice_of_fewer_layers_is_kept_when_it_fits(qwen14b: ModelShape) -> None:
+    plan = make_plan(qwen14b, h200(), LaunchSettings(n_ctx=8192, n_gpu_layers=10))
+    assert plan.launch.n_gpu_layers == 10 and plan.gpus[0].weights < 14000 * MiB
+    assert make_plan(qwen14b, h200(), LaunchSettings(n_ctx=8192)).launch.n_gpu_layers == ALL_LAYERS
+
+
+def test_a_cpu_measurement_is_used_for_a_cpu_plan_but_not_for_a_gpu(qwen14b: ModelShape) -> None:
+    cpu = Measurement((DeviceMeasurement("CPU", compute=317 * MiB, host=True),), backend="CPU",
+                      llama_commit="0c1e57098", seconds=0.3)
+    inv = Inventory((), HostMemory(64 * GiB, 60 * GiB))
+    plan = make_plan(qwen14b, inv, LaunchSettings(n_ctx=8192), measurement=cpu)
+    assert plan.host.sources["compute_pinned"] == "measured by pass 1"
+    assert plan.host.compute_pinned == 317 * MiB + 152064 * 4  # plus the logits buffer
+    gpu_plan = make_plan(qwen14b, h200(), LaunchSettings(n_ctx=8192), measurement=cpu)
+    assert gpu_plan.gpus[0].sources["compute"] == "estimated"
+    assert any("measured the CPU backend" in w for w in gpu_plan.warnings)

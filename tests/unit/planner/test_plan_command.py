@@ -1,0 +1,44 @@
+"""``headroom plan``: the table and the JSON a user reads, for the headline case on a simulated H200."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from app.cli import main
+from tests.fixtures import gguf_factory, shapes
+
+
+def test_plan_json_for_the_512k_case(capsys: pytest.CaptureFixture[str]) -> None:
+    model = gguf_factory.ensure(shapes.QWEN25_14B_1M)
+    rc = main(["plan", str(model), "--ctx", "512k", "--np", "4", "--kvu", "--gpu", "H200", "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert rc == 0 and data["version"] == 1 and data["feasible"]
+    assert data["kv"]["total"] == 98304 * 1024 * 1024
+    assert data["gpus"][0]["name"] == "CUDA0" and data["gpus"][0]["simulated"]
+    assert round(data["gpus"][0]["weights"] / 2**20) == 14180
+    assert data["max_context"]["resident"] >= 524288
+
+
+def test_plan_table_names_every_part(capsys: pytest.CaptureFixture[str]) -> None:
+    model = gguf_factory.ensure(shapes.GEMMA3_12B)
+    rc = main(["plan", str(model), "--ctx", "128k", "--ctk", "q8_0", "--ctv", "q8_0", "--np", "4",
+               "--gpu", "Small:8GiB"])
+    out = capsys.readouterr().out
+    assert rc in (0, 1)
+    for words in ("CUDA0", "weights", "kv resident", "overhead", "safety", "host RAM", "KV window",
+                  "largest context", "alternatives"):
+        assert words in out
+
+
+def test_plan_a_model_that_is_not_modelled(capsys: pytest.CaptureFixture[str]) -> None:
+    model = gguf_factory.ensure(shapes.BY_NAME["tiny-glm5-next"])  # a k-pool model the engine knows
+    assert main(["plan", str(model), "--gpu", "H200"]) == 2
+    assert "not modelled: glm5-next" in capsys.readouterr().out
+
+
+def test_plan_bad_context(capsys: pytest.CaptureFixture[str]) -> None:
+    model = gguf_factory.ensure(shapes.QWEN25_14B_1M)
+    assert main(["plan", str(model), "--ctx", "lots"]) == 2
+    assert "not a token count" in capsys.readouterr().out
