@@ -1,16 +1,37 @@
-"""`headroom gui` (not written yet)."""
+"""`headroom gui` (also plain `headroom`): the window. ``--demo`` opens the built-in demo;
+``--screenshot PATH`` renders the window after the first plan, saves it and exits."""
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
+from pathlib import Path
 from typing import Any
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("gui", help="(not available yet)")
+    p = sub.add_parser("gui", help="open the window (the default when no command is given)")
+    p.add_argument("model", nargs="?", type=Path, help="a GGUF model to open")
+    p.add_argument("--demo", action="store_true", help="open the built-in demo (a simulated 24 GB GPU)")
+    p.add_argument("--ctx", default=None, help="context length to start with, e.g. 512k")
+    p.add_argument("--screenshot", type=Path, default=None, metavar="PATH",
+                   help="save a PNG of the window after the first plan, then exit")
     p.set_defaults(func=run)
 
 
+def no_display() -> bool:
+    """Linux without X11/Wayland and no explicit Qt platform: Qt would abort, so say it first."""
+    return (sys.platform.startswith("linux") and not os.environ.get("QT_QPA_PLATFORM")
+            and not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"))
+
+
 def run(args: argparse.Namespace) -> int:
-    print("headroom gui: not available yet")
-    return 2
+    if no_display():
+        print("headroom gui: no display (neither DISPLAY nor WAYLAND_DISPLAY is set). Use "
+              "`headroom plan MODEL.gguf` on a terminal, or run the window under Xvfb "
+              "(xvfb-run headroom gui) or with QT_QPA_PLATFORM=offscreen.", file=sys.stderr)
+        return 2
+    from app.ui.application import run_gui  # Qt only when the window is wanted
+
+    return run_gui(model=args.model, demo=args.demo, ctx=args.ctx, screenshot=args.screenshot)

@@ -1,0 +1,315 @@
+"""The budget picture: per GPU a stacked bar of where its memory goes, and one for host RAM.
+
+Segments come straight from the plan's ``DevicePlan`` / ``HostPlan`` fields (nothing is recomputed
+here); each segment's tooltip says where its number came from (``sources``). An infeasible plan is
+drawn in red, with the reason and the best alternative one click away.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from html import escape
+from typing import TYPE_CHECKING
+
+from app.planner.settings import LaunchSettings
+from app.planner.units import Bytes, format_tokens
+from app.ui.qt import (
+    QColor,
+    QEvent,
+    QHelpEvent,
+    QLabel,
+    QPainter,
+    QPaintEvent,
+    QPalette,
+    QPen,
+    QPushButton,
+    QRectF,
+    Qt,
+    QToolTip,
+    QVBoxLayout,
+    QWidget,
+    Signal,
+)
+
+if TYPE_CHECKING:
+    from app.planner.plan import Alternative, ContextFit, DevicePlan, HostPlan, Plan
+
+#: (field, label, colour). Colours are mid-tones that read on light and dark palettes.
+GPU_PARTS = (
+    ("other_processes", "Other apps", "#8c8c8c"),
+    ("weights", "Weights", "#4e79a7"),
+    ("compute", "Compute", "#f28e2b"),
+    ("kv_resident", "KV window", "#59a14f"),
+    ("overhead", "Overhead", "#b07aa1"),
+    ("safety", "Safety", "#edc948"),
+)
+HOST_PARTS = (
+    ("other", "Other apps", "#8c8c8c"),
+    ("weights_mapped", "Mapped weights", "#4e79a7"),
+    ("kv_tail", "KV host tail", "#76b7b2"),
+    ("compute_pinned", "Pinned compute", "#f28e2b"),
+)
+RED = "#d62728"
+AMBER = "#c77800"
+#: Sources for parts the planner does not label itself.
+DEFAULT_SOURCES = {"other_processes": "from NVML", "free": "what is left", "other": "from psutil"}
+
+
+@dataclass(frozen=True)
+class Segment:
+    key: str
+    label: str
+    size: int
+    color: str
+    source: str
+
+    @property
+    def tooltip(self) -> str:
+        return f"{self.label}: {Bytes(self.size)}\n{self.source}"
+
+
+def device_segments(dp: DevicePlan) -> list[Segment]:
+    segs = []
+    for key, label, color in GPU_PARTS:
+        source = dp.sources.get(key, DEFAULT_SOURCES.get(key, "estimated"))
+        if key == "other_processes" and dp.simulated:
+            source = "simulated GPU: none"
+        segs.append(Segment(key, label, int(getattr(dp, key)), color, source))
+    return segs
+
+
+def host_segments(hp: HostPlan) -> list[Segment]:
+    segs = [Segment("other", "Other apps", max(0, int(hp.total) - int(hp.available)), HOST_PARTS[0][2],
+                    hp.sources.get("other", DEFAULT_SOURCES["other"]))]
+    for key, label, color in HOST_PARTS[1:]:
+        segs.append(Segment(key, label, int(getattr(hp, key)), color,
+                            hp.sources.get(key, DEFAULT_SOURCES.get(key, "estimated"))))
+    return segs
+
+
+class StackedBar(QWidget):
+    """One custom-painted bar; the free part is the palette's base colour. Tooltip per segment."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.total = 0
+        self.segments: list[Segment] = []
+        self.over = False
+        self.setMinimumHeight(26)
+        self.setMinimumWidth(200)
+        self.setMouseTracking(True)
+
+    def set_data(self, total: int, segments: list[Segment], over: bool) -> None:
+        self.total = total
+        self.segments = [s for s in segments if s.size > 0]
+        self.over = over
+        used = sum(s.size for s in self.segments)
+        free = max(0, total - used)
+        self.setAccessibleDescription(
+            ", ".join(f"{s.label} {Bytes(s.size)}" for s in self.segments) + f", free {Bytes(free)}")
+        self.update()
+
+    def _scale(self) -> int:
+        return max(self.total, sum(s.size for s in self.segments), 1)
+
+    def segment_rects(self) -> list[tuple[QRectF, Segment]]:
+        w = self.width() - 2.0
+        h = self.height() - 2.0
+        x = 1.0
+        out = []
+        for s in self.segments:
+            sw = w * s.size / self._scale()
+            out.append((QRectF(x, 1.0, sw, h), s))
+            x += sw
+        if self.total > 0:
+            used = sum(s.size for s in self.segments)
+            free = Segment("free", "Free", max(0, self.total - used), "", DEFAULT_SOURCES["free"])
+            out.append((QRectF(x, 1.0, max(0.0, w + 1.0 - x), h), free))
+        return out
+
+    def segment_at(self, x: float) -> Segment | None:
+        for rect, seg in self.segment_rects():
+            if rect.left() <= x < rect.right() + 0.5:
+                return seg
+        return None
+
+    def event(self, e: QEvent) -> bool:
+        if e.type() == QEvent.Type.ToolTip and isinstance(e, QHelpEvent):
+            seg = self.segment_at(e.pos().x())
+            if seg is not None:
+                QToolTip.showText(e.globalPos(), seg.tooltip, self)
+            else:
+                QToolTip.hideText()
+            return True
+        return super().event(e)
+
+    def paintEvent(self, _e: QPaintEvent) -> None:
+        p = QPainter(self)
+        p.setRenderHint(QPainter.RenderHint.Antialiasing, False)
+        pal = self.palette()
+        outer = QRectF(0.5, 0.5, self.width() - 1.0, self.height() - 1.0)
+        p.fillRect(outer, pal.color(QPalette.ColorRole.Base))
+        for rect, seg in self.segment_rects():
+            if seg.key != "free" and rect.width() > 0:
+                p.fillRect(rect, QColor(seg.color))
+        if self.total > 0 and self.over:
+            # Where the planned parts pass the device's memory: hatched red.
+            xcap = 1.0 + (self.width() - 2.0) * self.total / self._scale()
+            p.fillRect(QRectF(xcap, 1.0, self.width() - 1.0 - xcap, self.height() - 2.0),
+                       Qt.BrushStyle.BDiagPattern)
+        pen = QPen(QColor(RED) if self.over else pal.color(QPalette.ColorRole.Mid))
+        pen.setWidth(2 if self.over else 1)
+        p.setPen(pen)
+        p.drawRect(outer)
+        p.end()
+
+
+class DeviceRow(QWidget):
+    """Title, bar and a one-line caption for one device."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.title = QLabel()
+        self.bar = StackedBar()
+        self.caption = QLabel()
+        self.caption.setWordWrap(True)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(0, 4, 0, 4)
+        lay.setSpacing(2)
+        lay.addWidget(self.title)
+        lay.addWidget(self.bar)
+        lay.addWidget(self.caption)
+
+    def show_device(self, title: str, total: int, segments: list[Segment], free: int, over: bool) -> None:
+        self.title.setText(f"<b>{title}</b> — {Bytes(total)}")
+        self.bar.set_data(total, segments, over)
+        parts = [f"{s.label.lower()} {Bytes(s.size)}" for s in segments if s.size > 0]
+        shown_free = f"free {Bytes(free)}" if free >= 0 else f"<span style='color:{RED}'>short {Bytes(-free)}</span>"
+        self.caption.setText(" · ".join([*parts, shown_free]))
+
+
+def _legend() -> str:
+    parts = {label: color for _k, label, color in GPU_PARTS + HOST_PARTS}
+    return "  ".join(f"<span style='color:{c}'>■</span> {label}" for label, c in parts.items())
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the plan means for the user, and the one-click way out when it is not as asked."""
+
+    text: str
+    color: str  # "" = palette text
+    action: str = ""  # button text
+    settings: LaunchSettings | None = None  # what the button applies
+
+
+def verdict(plan: Plan, requested: LaunchSettings | None, fit: ContextFit | None) -> Verdict:
+    if not plan.feasible:
+        alt = best_alternative(plan)
+        if alt is not None:
+            return Verdict(f"<b>Does not fit</b>: {escape(plan.reason)}", RED,
+                           f"Use instead: {alternative_text(alt)}",
+                           alt.launch)
+        n_fit = (fit.with_tail if plan.mode == "window" else fit.resident) if fit else 0
+        if n_fit > 0:
+            return Verdict(f"<b>Does not fit</b>: {escape(plan.reason)}", RED,
+                           f"Use the largest context that fits: {format_tokens(n_fit)}",
+                           plan.launch.with_(n_ctx=n_fit))
+        return Verdict(f"<b>Does not fit</b>: {escape(plan.reason)}", RED)
+    if requested is not None and plan.launch != requested:
+        chosen = next((a for a in plan.alternatives if a.chosen), None)
+        label = alternative_text(chosen) if chosen else plan.reason
+        return Verdict(f"<b>Does not fit as set</b>; planned instead: {escape(label)}", AMBER,
+                       f"Apply: {chosen.label if chosen else 'planned settings'}", plan.launch)
+    return Verdict(f"<b>Fits</b> — {plan.mode} mode" + (f": {escape(plan.reason)}" if plan.reason else ""), "")
+
+
+class BudgetView(QWidget):
+    """All bars for one plan, the window/tail numbers, and the verdict."""
+
+    settingsChosen = Signal(object)  # LaunchSettings: the alternative the user clicked
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.plan: Plan | None = None
+        self._verdict: Verdict | None = None
+        self.verdict = QLabel()
+        self.verdict.setObjectName("verdict")
+        self.verdict.setWordWrap(True)
+        self.alternative = QPushButton()
+        self.alternative.setVisible(False)
+        self.alternative.clicked.connect(self._choose_alternative)
+        self.window_numbers = QLabel()
+        self.window_numbers.setObjectName("windowNumbers")
+        self.window_numbers.setWordWrap(True)
+        self.window_numbers.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.warnings = QLabel()
+        self.warnings.setWordWrap(True)
+        self.legend = QLabel(_legend())
+        self.legend.setWordWrap(True)
+        self.rows: list[DeviceRow] = []
+        self.host_row = DeviceRow()
+        self._rows_box = QVBoxLayout()
+        lay = QVBoxLayout(self)
+        lay.addWidget(self.verdict)
+        lay.addWidget(self.alternative)
+        lay.addLayout(self._rows_box)
+        lay.addWidget(self.host_row)
+        lay.addWidget(self.window_numbers)
+        lay.addWidget(self.warnings)
+        lay.addWidget(self.legend)
+        lay.addStretch(1)
+
+    def _ensure_rows(self, n: int) -> None:
+        while len(self.rows) < n:
+            row = DeviceRow()
+            self.rows.append(row)
+            self._rows_box.addWidget(row)
+        while len(self.rows) > n:
+            row = self.rows.pop()
+            row.setParent(None)
+            row.deleteLater()
+
+    def show_plan(self, plan: Plan, requested: LaunchSettings | None = None,
+                  fit: ContextFit | None = None) -> None:
+        self.plan = plan
+        self._ensure_rows(len(plan.gpus))
+        for row, dp in zip(self.rows, plan.gpus, strict=True):
+            title = dp.label + (" · simulated" if dp.simulated and "simulated" not in dp.label else "")
+            row.show_device(f"{dp.name}: {title}", int(dp.total), device_segments(dp), int(dp.free),
+                            over=int(dp.free) < 0)
+        hp = plan.host
+        self.host_row.show_device("Host RAM", int(hp.total), host_segments(hp), int(hp.free),
+                                  over=int(hp.free) < 0)
+        self.window_numbers.setText(window_text(plan))
+        self.warnings.setText("<br>".join(f"⚠ {escape(w)}" for w in plan.warnings))
+        self.warnings.setVisible(bool(plan.warnings))
+        v = verdict(plan, requested, fit)
+        self._verdict = v
+        self.verdict.setText(v.text)
+        self.verdict.setStyleSheet(f"color: {v.color};" if v.color else "")
+        self.alternative.setVisible(v.settings is not None)
+        self.alternative.setText(v.action)
+
+    def _choose_alternative(self) -> None:
+        if self._verdict is not None and self._verdict.settings is not None:
+            self.settingsChosen.emit(self._verdict.settings)
+
+
+def window_text(plan: Plan) -> str:
+    """The resident window and the host tail, in cells and as a share of the context."""
+    n_ctx = max(plan.launch.n_ctx, 1)
+    return (f"Resident KV window: <b>{plan.window_cells:,}</b> cells ({plan.window_cells / n_ctx:.0%} of "
+            f"{format_tokens(plan.launch.n_ctx)} tokens) · host tail: <b>{plan.tail_cells:,}</b> cells "
+            f"({plan.tail_cells / n_ctx:.0%})")
+
+
+def best_alternative(plan: Plan) -> Alternative | None:
+    """For an infeasible plan, the first feasible alternative the planner priced (best first)."""
+    if plan.feasible:
+        return None
+    return next((a for a in plan.alternatives if a.feasible and not a.chosen), None)
+
+
+def alternative_text(alt: Alternative) -> str:
+    return f"{alt.label}" + (f" — {alt.note}" if alt.note else "")

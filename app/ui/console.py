@@ -1,0 +1,27 @@
+"""The console pane: the engine's log, bounded, monospace, selectable."""
+
+from __future__ import annotations
+
+from app.ui.qt import QFont, QPlainTextEdit, QWidget
+
+#: Lines kept in the pane; the full log is in the engine's log file.
+MAX_LINES = 5000
+
+
+class Console(QPlainTextEdit):
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setReadOnly(True)
+        self.setMaximumBlockCount(MAX_LINES)
+        font = QFont("monospace")
+        font.setStyleHint(QFont.StyleHint.Monospace)
+        self.setFont(font)
+        self.setPlaceholderText("The engine's log appears here when you launch it.")
+        self.setAccessibleName("Engine log")
+
+    def append_lines(self, lines: list[str]) -> None:
+        for line in lines:
+            self.appendPlainText(line.rstrip("\n"))
+
+    def text(self) -> str:
+        return self.toPlainText()

@@ -1,0 +1,156 @@
+"""The devices panel: a card per GPU (live used/free, other processes on hover) and one for host RAM.
+
+Without an NVIDIA driver it says so plainly and offers simulated GPUs, so planning still works.
+Live numbers arrive from the poll worker (``app.ui.workers.PollWorker``) as ``Snapshot`` objects.
+"""
+
+from __future__ import annotations
+
+from app.planner.devices import GpuDevice, HostMemory, Inventory, Snapshot
+from app.planner.gpu_table import known_cards
+from app.planner.units import Bytes
+from app.ui.qt import (
+    QComboBox,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QProgressBar,
+    QVBoxLayout,
+    QWidget,
+    Signal,
+)
+
+#: The simulated-GPU choice meaning "use the real inventory".
+REAL_GPUS = "Real GPUs (NVML)"
+
+
+def _processes_tooltip(gpu_name: str, procs: list[tuple[int, str, int, bool]], known: bool) -> str:
+    if not known:
+        return f"{gpu_name}: this driver does not list processes"
+    if not procs:
+        return f"{gpu_name}: no processes using it"
+    lines = [f"{'engine' if eng else name or 'pid'} (pid {pid}): {Bytes(used)}"
+             for pid, name, used, eng in procs]
+    return f"{gpu_name} is used by:\n" + "\n".join(lines)
+
+
+class MemoryCard(QFrame):
+    """Name, a used/free bar and a caption. The tooltip lists the processes using it."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setFrameShape(QFrame.Shape.StyledPanel)
+        self.title = QLabel()
+        self.bar = QProgressBar()
+        self.bar.setRange(0, 1000)
+        self.bar.setTextVisible(False)
+        self.bar.setMaximumHeight(10)
+        self.caption = QLabel()
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(6, 4, 6, 4)
+        lay.setSpacing(2)
+        lay.addWidget(self.title)
+        lay.addWidget(self.bar)
+        lay.addWidget(self.caption)
+
+    def show_memory(self, title: str, total: int, free: int, tooltip: str) -> None:
+        used = max(0, total - free)
+        self.title.setText(title)
+        self.bar.setValue(round(1000 * used / total) if total else 0)
+        self.caption.setText(f"used {Bytes(used)} · free {Bytes(free)} of {Bytes(total)}")
+        self.setToolTip(tooltip)
+        self.setAccessibleDescription(f"{title}: {self.caption.text()}")
+
+
+class DevicesPanel(QWidget):
+    """Cards for the planning inventory; ``simulationChanged`` when the user picks a simulated GPU."""
+
+    simulationChanged = Signal(str)  # "" = real GPUs, else a card name known to gpu_table
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.notice = QLabel()
+        self.notice.setObjectName("driverNotice")
+        self.notice.setWordWrap(True)
+        self.simulate = QComboBox()
+        self.simulate.setAccessibleName("Simulated GPU")
+        self.simulate.setToolTip("Plan for a GPU you do not have")
+        self.simulate.addItem(REAL_GPUS)
+        self.simulate.addItems(known_cards())
+        self.simulate.currentIndexChanged.connect(self._on_simulate)
+        self.cards: list[MemoryCard] = []
+        self.host_card = MemoryCard()
+        self._cards_box = QHBoxLayout()
+        top = QHBoxLayout()
+        top.addWidget(QLabel("Plan for:"))
+        top.addWidget(self.simulate)
+        top.addStretch(1)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.addLayout(top)
+        lay.addWidget(self.notice)
+        row = QHBoxLayout()
+        row.addLayout(self._cards_box)
+        row.addWidget(self.host_card)
+        lay.addLayout(row)
+
+    def simulated_choice(self) -> str:
+        return "" if self.simulate.currentIndex() == 0 else self.simulate.currentText()
+
+    def set_simulated_choice(self, name: str) -> None:
+        self.simulate.blockSignals(True)
+        idx = self.simulate.findText(name) if name else 0
+        self.simulate.setCurrentIndex(max(idx, 0))
+        self.simulate.blockSignals(False)
+
+    def _on_simulate(self, _i: int) -> None:
+        self.simulationChanged.emit(self.simulated_choice())
+
+    def _ensure_cards(self, n: int) -> None:
+        while len(self.cards) < n:
+            card = MemoryCard()
+            self.cards.append(card)
+            self._cards_box.addWidget(card)
+        while len(self.cards) > n:
+            card = self.cards.pop()
+            card.setParent(None)
+            card.deleteLater()
+
+    def show_inventory(self, inv: Inventory, nvml_reason: str = "") -> None:
+        """The GPUs being planned for. ``nvml_reason``: why the machine has no real GPU, if so."""
+        reason = nvml_reason or ("" if inv.gpus else inv.reason)
+        if reason:
+            note = (f"<b>{reason}</b>" + (" — planning uses the simulated GPU below." if inv.gpus
+                                           else " — planning still works: pick a simulated GPU above, "
+                                                "or plan for the CPU."))
+            self.notice.setText(note)
+        self.notice.setVisible(bool(reason))
+        self._ensure_cards(len(inv.gpus))
+        for card, gpu in zip(self.cards, inv.gpus, strict=True):
+            self._show_gpu(card, gpu)
+        self.show_host(inv.host)
+
+    @staticmethod
+    def _show_gpu(card: MemoryCard, gpu: GpuDevice) -> None:
+        title = f"<b>{gpu.engine_name}</b> {gpu.name}"
+        if gpu.simulated and "simulated" not in gpu.name:
+            title += " (simulated)"
+        procs = [(p.pid, p.name, p.used, p.is_engine) for p in gpu.processes]
+        tip = _processes_tooltip(gpu.name, procs, gpu.processes_known)
+        if gpu.simulated:
+            tip = f"{gpu.name}: simulated — {gpu.source or 'no real device'}"
+        card.show_memory(title, gpu.total, gpu.free, tip)
+
+    def show_host(self, host: HostMemory) -> None:
+        self.host_card.show_memory("<b>Host RAM</b>", host.total, host.available,
+                                   f"Host RAM: {Bytes(host.available)} available (psutil)")
+
+    def show_snapshot(self, snap: Snapshot) -> None:
+        """Live update of the real GPUs (ignored while planning for simulated ones)."""
+        if self.simulated_choice() or not snap.ok:
+            return
+        self._ensure_cards(len(snap.gpus))
+        for card, s in zip(self.cards, snap.gpus, strict=True):
+            procs = [(p.pid, p.name, p.used, p.is_engine) for p in s.processes]
+            card.show_memory(f"<b>CUDA{s.index}</b> {s.name}", s.total, s.free,
+                             _processes_tooltip(s.name, procs, s.processes_known))

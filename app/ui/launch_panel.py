@@ -1,0 +1,259 @@
+"""Launch / Stop: the engine under supervision, with progress (starting → loading → healthy), the
+endpoint to copy, and the plan-vs-actual check once it is up.
+
+``ServerProcess`` (app.engine.process) does the supervising; this panel runs its blocking calls in
+``TaskThread``s and turns its listener callbacks (any thread) into queued Qt signals. Log lines are
+batched and handed to the console ten times a second, so a chatty engine never floods the GUI.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from app.engine.argv import ArgvError, shell_line
+from app.engine.check import PlanCheck, describe
+from app.engine.discover import EngineInfo, discover_engines
+from app.engine.launch import LaunchRefused, plan_check, prepare
+from app.engine.process import ServerProcess, ServerStatus
+from app.planner.plan import Plan
+from app.ui.qt import (
+    QComboBox,
+    QGuiApplication,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QProgressBar,
+    QPushButton,
+    Qt,
+    QTimer,
+    QVBoxLayout,
+    QWidget,
+    Signal,
+)
+from app.ui.workers import TaskThread
+
+HOST = "127.0.0.1"
+#: How often queued engine log lines reach the console (ms).
+LOG_FLUSH_MS = 100
+STATUS_TEXT = {
+    ServerStatus.STARTING: "starting…", ServerStatus.LOADING: "loading the model…",
+    ServerStatus.READY: "healthy", ServerStatus.FAILED: "failed", ServerStatus.STOPPED: "stopped",
+}
+
+
+class LaunchPanel(QWidget):
+    logLines = Signal(list)  # list[str], batched
+    statusChanged = Signal(object, str)  # ServerStatus, detail (queued from engine threads)
+    engineReady = Signal(str)  # base URL
+    launchFailed = Signal(str)  # the classified message
+    engineStopped = Signal()
+    enginesFound = Signal(list)
+    checked = Signal(object)  # PlanCheck: plan vs what the engine allocated
+
+    def __init__(self, engine_combo: QComboBox, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.engine_combo = engine_combo
+        self.engines: list[EngineInfo] = []
+        self.server: ServerProcess | None = None
+        self._plan: Plan | None = None
+        self._launched_plan: Plan | None = None
+        self._model: Path | None = None
+        self._tasks: set[TaskThread] = set()
+        self._lines: list[str] = []
+        self._lines_lock = threading.Lock()
+        self.launch_button = QPushButton("&Launch")
+        self.launch_button.clicked.connect(self.launch)
+        self.stop_button = QPushButton("S&top")
+        self.stop_button.setEnabled(False)
+        self.stop_button.clicked.connect(self.stop)
+        self.status = QLabel("Engine: not running")
+        self.status.setObjectName("engineStatus")
+        self.status.setWordWrap(True)
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 0)
+        self.progress.setVisible(False)
+        self.endpoint = QLineEdit()
+        self.endpoint.setReadOnly(True)
+        self.endpoint.setPlaceholderText("endpoint URL (when running)")
+        self.endpoint.setAccessibleName("Endpoint URL")
+        self.copy_button = QPushButton("&Copy")
+        self.copy_button.clicked.connect(self.copy_endpoint)
+        self.check = QLabel()
+        self.check.setObjectName("planCheck")
+        self.check.setWordWrap(True)
+        self.check.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.command = QLabel()
+        self.command.setWordWrap(True)
+        for label in (self.status, self.check, self.command):  # engine text, never markup
+            label.setTextFormat(Qt.TextFormat.PlainText)
+        self.command.setObjectName("commandLine")
+        row = QHBoxLayout()
+        row.addWidget(self.launch_button)
+        row.addWidget(self.stop_button)
+        ep = QHBoxLayout()
+        ep.addWidget(self.endpoint, 1)
+        ep.addWidget(self.copy_button)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.addLayout(row)
+        lay.addWidget(self.progress)
+        lay.addWidget(self.status)
+        lay.addLayout(ep)
+        lay.addWidget(self.check)
+        lay.addWidget(self.command)
+        self.statusChanged.connect(self._on_status)
+        self._flush = QTimer(self)
+        self._flush.setInterval(LOG_FLUSH_MS)
+        self._flush.timeout.connect(self._flush_lines)
+        self._flush.start()
+
+    # ---- engines -------------------------------------------------------------------------------
+    def discover(self, chosen: Path | None = None) -> None:
+        """Find engines in the background; the combo fills when done."""
+        self._run(lambda _c: discover_engines(chosen), self.set_engines,
+                  lambda msg: self.status.setText(f"Engine discovery failed: {msg}"))
+
+    def set_engines(self, engines: object) -> None:
+        assert isinstance(engines, list)
+        self.engines = engines
+        self.engine_combo.blockSignals(True)
+        self.engine_combo.clear()
+        for e in engines:
+            self.engine_combo.addItem(f"{e.kind} {e.version} ({e.commit}) — {e.source}", e.path)
+        self.engine_combo.blockSignals(False)
+        if not engines:
+            self.status.setText("No engine found: run `headroom engine build`, or put llama-server or "
+                                "a llamafile on PATH.")
+        self.enginesFound.emit(engines)
+        self.engine_combo.currentIndexChanged.emit(self.engine_combo.currentIndex())
+
+    def engine(self) -> EngineInfo | None:
+        i = self.engine_combo.currentIndex()
+        return self.engines[i] if 0 <= i < len(self.engines) else None
+
+    def set_plan(self, plan: Plan, model: Path | None) -> None:
+        self._plan, self._model = plan, model
+        self.launch_button.setEnabled(self.server is None and model is not None)
+
+    # ---- launch / stop -------------------------------------------------------------------------
+    def launch(self) -> None:
+        plan, model, engine = self._plan, self._model, self.engine()
+        if self.server is not None or plan is None or model is None:
+            return
+        if engine is None:
+            self._failed("No engine to launch: run `headroom engine build` or choose one.")
+            return
+        try:
+            spec = prepare(plan, model, [engine], host=HOST)
+        except (LaunchRefused, ArgvError) as exc:
+            self._failed(f"Cannot launch this plan: {exc}")
+            return
+        argv = spec.argv
+        server = spec.server()
+        server.add_listener(lambda st, detail: self.statusChanged.emit(st, detail))
+        server.add_line_listener(self._queue_line)
+        self.server = server
+        self._launched_plan = plan
+        self.check.clear()
+        self.command.setText(shell_line(argv))
+        self.launch_button.setEnabled(False)
+        self.stop_button.setEnabled(True)
+        self.progress.setVisible(True)
+        self.status.setText("Engine: starting…")
+
+        def work(_c: threading.Event) -> str:
+            server.start()
+            server.wait_ready(timeout=120.0)
+            return server.base_url
+
+        self._run(work, self._ready, self._failed)
+
+    def _queue_line(self, line: str) -> None:
+        with self._lines_lock:
+            self._lines.append(line)
+
+    def _flush_lines(self) -> None:
+        with self._lines_lock:
+            lines, self._lines = self._lines, []
+        if lines:
+            self.logLines.emit(lines)
+
+    def _on_status(self, status: object, detail: str) -> None:
+        assert isinstance(status, ServerStatus)
+        self.status.setText(f"Engine: {STATUS_TEXT[status]}" + (f" ({detail})" if detail else ""))
+
+    def _ready(self, url: object) -> None:
+        self.progress.setVisible(False)
+        self.endpoint.setText(str(url))
+        self.status.setText(f"Engine: healthy at {url}")
+        self.engineReady.emit(str(url))
+        server, plan = self.server, self._launched_plan
+        if server is not None and plan is not None:
+            self.check.setText("Comparing the plan with what the engine allocated…")
+            self._run(lambda _c: plan_check(plan, server), self._show_check,
+                      lambda msg: self.check.setText(f"Plan check failed: {msg}"))
+
+    def _show_check(self, check: object) -> None:
+        assert isinstance(check, PlanCheck)
+        colour = "" if check.ok else "color: #c77800;"
+        self.check.setStyleSheet(colour)
+        self.check.setText(describe(check))
+        self.check.setToolTip(f"<pre>{check.table()}</pre>")
+        self.checked.emit(check)
+
+    def _failed(self, message: str) -> None:
+        self.progress.setVisible(False)
+        self.status.setText(f"Engine failed: {message}")
+        self.launchFailed.emit(message)
+        server, self.server = self.server, None
+        if server is not None and server.running():
+            self._run(lambda _c: server.stop(), lambda _r: None, lambda _m: None)
+        self.stop_button.setEnabled(False)
+        self.launch_button.setEnabled(self._plan is not None)
+
+    def stop(self) -> None:
+        server = self.server
+        if server is None:
+            return
+        self.stop_button.setEnabled(False)
+        self.status.setText("Engine: stopping…")
+        self._run(lambda _c: server.stop(), self._stopped, self._failed)
+
+    def _stopped(self, _code: object) -> None:
+        self.server = None
+        self.progress.setVisible(False)
+        self.endpoint.clear()
+        self.status.setText("Engine: stopped")
+        self.launch_button.setEnabled(self._plan is not None)
+        self.engineStopped.emit()
+
+    def copy_endpoint(self) -> None:
+        if self.endpoint.text():
+            QGuiApplication.clipboard().setText(self.endpoint.text())
+
+    # ---- plumbing ------------------------------------------------------------------------------
+    def _run(self, fn: Callable[[threading.Event], object], ok: Callable[[Any], None],
+             err: Callable[[str], None]) -> None:
+        task = TaskThread(fn, self)
+        task.succeeded.connect(ok)
+        task.failed.connect(err)
+        task.finished.connect(lambda: self._done(task))
+        self._tasks.add(task)
+        task.start()
+
+    def _done(self, task: TaskThread) -> None:
+        self._tasks.discard(task)
+        task.deleteLater()
+
+    def shutdown(self) -> None:
+        """Stop the engine (never leave one behind) and wait for the workers."""
+        server, self.server = self.server, None
+        if server is not None:
+            server.stop(grace=5.0)
+        for task in list(self._tasks):
+            task.cancel()
+            task.wait()
+        self._flush.stop()

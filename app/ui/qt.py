@@ -1,0 +1,87 @@
+"""The one module that imports PySide6 (STYLE.md "One import module for Qt").
+
+Everything in ``app/ui`` imports Qt names from here, so a binding change or a compatibility shim
+happens in one place and ``app/planner`` / ``app/engine`` can be checked to stay Qt-free.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import (
+    QByteArray,
+    QElapsedTimer,
+    QEvent,
+    QMimeData,
+    QObject,
+    QPoint,
+    QPointF,
+    QRectF,
+    QSize,
+    Qt,
+    QThread,
+    QTimer,
+    QUrl,
+    Signal,
+    Slot,
+)
+from PySide6.QtGui import (
+    QAction,
+    QBrush,
+    QCloseEvent,
+    QColor,
+    QDragEnterEvent,
+    QDropEvent,
+    QFont,
+    QFontMetrics,
+    QGuiApplication,
+    QHelpEvent,
+    QIcon,
+    QImage,
+    QKeySequence,
+    QMouseEvent,
+    QPainter,
+    QPaintEvent,
+    QPalette,
+    QPen,
+    QPixmap,
+)
+from PySide6.QtWidgets import (
+    QApplication,
+    QCheckBox,
+    QComboBox,
+    QFileDialog,
+    QFormLayout,
+    QFrame,
+    QGridLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QMainWindow,
+    QMenu,
+    QMessageBox,
+    QPlainTextEdit,
+    QProgressBar,
+    QPushButton,
+    QScrollArea,
+    QSizePolicy,
+    QSlider,
+    QSpinBox,
+    QSplitter,
+    QStatusBar,
+    QToolButton,
+    QToolTip,
+    QVBoxLayout,
+    QWidget,
+)
+
+__all__ = [
+    "QAction", "QApplication", "QBrush", "QByteArray", "QCheckBox", "QCloseEvent", "QColor", "QComboBox",
+    "QDragEnterEvent", "QDropEvent", "QElapsedTimer", "QEvent", "QFileDialog", "QFont",
+    "QFontMetrics", "QFormLayout", "QFrame", "QGridLayout", "QGroupBox", "QGuiApplication",
+    "QHBoxLayout", "QHelpEvent", "QIcon", "QImage", "QKeySequence", "QLabel", "QLineEdit", "QMainWindow",
+    "QMenu", "QMessageBox", "QMimeData", "QMouseEvent", "QObject", "QPaintEvent", "QPainter",
+    "QPalette", "QPen", "QPixmap", "QPlainTextEdit", "QPoint", "QPointF", "QProgressBar",
+    "QPushButton", "QRectF", "QScrollArea", "QSize", "QSizePolicy", "QSlider", "QSpinBox",
+    "QSplitter", "QStatusBar", "QThread", "QTimer", "QToolButton", "QToolTip", "QUrl",
+    "QVBoxLayout", "QWidget", "Qt", "Signal", "Slot",
+]

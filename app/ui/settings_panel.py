@@ -1,0 +1,274 @@
+"""Model and launch settings: the context slider (log scale, snapping, typed entry) and the rest.
+
+The panel owns no planning: it turns widget state into one ``LaunchSettings`` (plus the safety
+margin and VRAM target) and says when it changed. The main window re-plans.
+"""
+
+from __future__ import annotations
+
+import math
+
+from app.planner.settings import ALL_LAYERS, KV_TYPES, LaunchSettings
+from app.planner.units import MiB, format_tokens, parse_tokens
+from app.ui.qt import (
+    QCheckBox,
+    QComboBox,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QSlider,
+    QSpinBox,
+    Qt,
+    QVBoxLayout,
+    QWidget,
+    Signal,
+)
+
+K = 1024
+#: Where the context slider snaps: roughly geometric (x1.33–1.5) from 4k to 1M, values people use.
+SNAP_VALUES: tuple[int, ...] = tuple(v * K for v in (
+    4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 512, 640, 768, 896, 1024))
+#: Slider resolution: positions are log2(ctx) scaled; a release snaps to the nearest SNAP_VALUES.
+_STEPS_PER_OCTAVE = 100
+KV_MODES = ("stock llama.cpp (whole layers)", "rolling KV window (opencoti)")
+UBATCH_VALUES = (64, 128, 256, 512, 1024, 2048, 4096)
+
+
+def ctx_to_pos(n_ctx: int) -> int:
+    """Slider position for a context length (log scale)."""
+    return round(math.log2(max(n_ctx, 1)) * _STEPS_PER_OCTAVE)
+
+
+def snap_ctx(pos: int) -> int:
+    """The snap value nearest (in log distance) to a slider position."""
+    target = pos / _STEPS_PER_OCTAVE
+    return min(SNAP_VALUES, key=lambda v: abs(math.log2(v) - target))
+
+
+def step_snap(n_ctx: int, direction: int) -> int:
+    """The next snap value above (direction 1) or below (-1) ``n_ctx``, clamped to the range."""
+    if direction > 0:
+        return next((v for v in SNAP_VALUES if v > n_ctx), SNAP_VALUES[-1])
+    return next((v for v in reversed(SNAP_VALUES) if v < n_ctx), SNAP_VALUES[0])
+
+
+class ContextControl(QWidget):
+    """Slider (4k…1M, log scale, snapping) + typed entry ("512k") + "largest that fits" button."""
+
+    contextChanged = Signal(int)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._value = 32 * K
+        self.slider = QSlider(Qt.Orientation.Horizontal)
+        self.slider.setRange(ctx_to_pos(SNAP_VALUES[0]), ctx_to_pos(SNAP_VALUES[-1]))
+        self.slider.setSingleStep(1)
+        self.slider.setPageStep(_STEPS_PER_OCTAVE // 2)
+        self.slider.setAccessibleName("Context length")
+        self.slider.setToolTip("Context length, log scale 4k…1M; snaps to common values")
+        self.entry = QLineEdit()
+        self.entry.setMaximumWidth(90)
+        self.entry.setAccessibleName("Context length (typed)")
+        self.entry.setToolTip("Type a context length: 131072, 128k, 512k, 1M")
+        self.error = QLabel("")
+        self.error.setObjectName("ctxError")
+        self.fits = QPushButton("largest that fits: –")
+        self.fits.setFlat(True)
+        self.fits.setEnabled(False)
+        self.fits.setToolTip("Click to use the largest context that fits fully on the GPUs")
+        self._fits_value: int | None = None
+        row = QHBoxLayout()
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(self.slider, 1)
+        row.addWidget(self.entry)
+        col = QVBoxLayout(self)
+        col.setContentsMargins(0, 0, 0, 0)
+        col.addLayout(row)
+        below = QHBoxLayout()
+        below.addWidget(self.fits)
+        below.addStretch(1)
+        below.addWidget(self.error)
+        col.addLayout(below)
+        self.slider.valueChanged.connect(self._on_slider)
+        self.entry.editingFinished.connect(self._on_entry)
+        self.fits.clicked.connect(self._use_fits)
+        self.set_value(self._value)
+
+    def value(self) -> int:
+        return self._value
+
+    def set_value(self, n_ctx: int, *, emit: bool = False) -> None:
+        """Show ``n_ctx`` (any value, typed ones need not be snap values)."""
+        changed = n_ctx != self._value
+        self._value = n_ctx
+        self.slider.blockSignals(True)
+        self.slider.setValue(ctx_to_pos(n_ctx))
+        self.slider.blockSignals(False)
+        self.entry.setText(format_tokens(n_ctx))
+        self.error.setText("")
+        if emit and changed:
+            self.contextChanged.emit(n_ctx)
+
+    def set_largest_fit(self, n_ctx: int | None, note: str = "") -> None:
+        self._fits_value = n_ctx
+        if n_ctx is None:
+            self.fits.setText(f"largest that fits: {note or '–'}")
+            self.fits.setEnabled(False)
+        else:
+            self.fits.setText(f"largest that fits: {tokens_text(n_ctx)}" + (f" {note}" if note else ""))
+            self.fits.setEnabled(True)
+
+    def _on_slider(self, pos: int) -> None:
+        """Dragging snaps to the nearest value; a key or click step goes to the next one."""
+        value = snap_ctx(pos)
+        if value == self._value and not self.slider.isSliderDown():
+            value = step_snap(self._value, 1 if pos > ctx_to_pos(self._value) else -1)
+        self.set_value(value, emit=True)
+
+    def _on_entry(self) -> None:
+        try:
+            value = parse_tokens(self.entry.text())
+        except ValueError as exc:
+            self.error.setText(str(exc))
+            return
+        self.set_value(value, emit=True)
+
+    def _use_fits(self) -> None:
+        if self._fits_value is not None:
+            self.set_value(self._fits_value, emit=True)
+
+
+
+def _row(*widgets: QWidget) -> QWidget:
+    """Widgets side by side in one form field; the label's mnemonic focuses the first input."""
+    box = QWidget()
+    lay = QHBoxLayout(box)
+    lay.setContentsMargins(0, 0, 0, 0)
+    for w in widgets:
+        lay.addWidget(w)
+    lay.addStretch(1)
+    box.setFocusProxy(next(w for w in widgets if not isinstance(w, QLabel)))
+    return box
+
+
+def tokens_text(n: int) -> str:
+    """'512k' for round values, '738,048' otherwise (the planner's numbers are multiples of 256)."""
+    text = format_tokens(n)
+    return text if not text.isdigit() else f"{n:,}"
+
+
+class SettingsPanel(QWidget):
+    """Every launch setting; ``changed`` fires on any edit."""
+
+    changed = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.context = ContextControl()
+        self.type_k = QComboBox()
+        self.type_v = QComboBox()
+        for box in (self.type_k, self.type_v):
+            box.addItems(list(KV_TYPES))
+        self.type_k.setAccessibleName("K cache type")
+        self.type_v.setAccessibleName("V cache type")
+        self.n_parallel = QSpinBox()
+        self.n_parallel.setRange(1, 64)
+        self.n_parallel.setAccessibleName("Parallel sessions")
+        self.kv_unified = QCheckBox("unified pool (-kvu)")
+        self.n_ubatch = QComboBox()
+        self.n_ubatch.addItems([str(v) for v in UBATCH_VALUES])
+        self.n_ubatch.setAccessibleName("Micro-batch")
+        self.flash_attn = QComboBox()
+        self.flash_attn.addItems(["on", "off", "auto"])
+        self.flash_attn.setAccessibleName("Flash attention")
+        self.safety = QSpinBox()
+        self.safety.setRange(0, 16 * 1024)
+        self.safety.setSingleStep(64)
+        self.safety.setSuffix(" MiB")
+        self.safety.setAccessibleName("Safety margin")
+        self.vram_target = QSpinBox()
+        self.vram_target.setRange(0, 1024 * 1024)
+        self.vram_target.setSingleStep(1024)
+        self.vram_target.setSuffix(" MiB")
+        self.vram_target.setSpecialValueText("all free VRAM")
+        self.vram_target.setAccessibleName("VRAM target")
+        self.n_gpu_layers = QSpinBox()
+        self.n_gpu_layers.setRange(0, ALL_LAYERS)
+        self.n_gpu_layers.setSpecialValueText("0 (CPU)")
+        self.n_gpu_layers.setAccessibleName("GPU layers")
+        self.n_gpu_layers.setToolTip(f"-ngl: layers on the GPU ({ALL_LAYERS} = all)")
+        self.nkvo = QCheckBox("KV cache in host RAM (-nkvo)")
+        self.kv_mode = QComboBox()
+        self.kv_mode.addItems(KV_MODES)
+        self.kv_mode.setAccessibleName("KV placement")
+        self.kv_mode.setToolTip("Stock llama.cpp moves whole layers to the host; the opencoti engine keeps a "
+                                "resident window of recent positions on the GPU and the tail in host RAM")
+        self.engine = QComboBox()
+        self.engine.setAccessibleName("Engine")
+        self.engine.setToolTip("The engine to launch, with its detected kind and version")
+        form = QFormLayout(self)
+        form.addRow("&Context", self.context)
+        form.addRow("&KV cache", _row(QLabel("K"), self.type_k, QLabel("V"), self.type_v))
+        form.addRow("&Parallel sessions", _row(self.n_parallel, self.kv_unified))
+        form.addRow("&Micro-batch", self.n_ubatch)
+        form.addRow("&Flash attention", self.flash_attn)
+        form.addRow("&GPU layers", _row(self.n_gpu_layers, self.nkvo))
+        form.addRow("&Safety margin", self.safety)
+        form.addRow("VRAM &target", self.vram_target)
+        form.addRow("KV &placement", self.kv_mode)
+        form.addRow("&Engine", self.engine)
+        self.context.contextChanged.connect(lambda _v: self.changed.emit())
+        for combo in (self.type_k, self.type_v, self.n_ubatch, self.flash_attn, self.engine, self.kv_mode):
+            combo.currentIndexChanged.connect(lambda _i: self.changed.emit())
+        for spin in (self.n_parallel, self.safety, self.vram_target, self.n_gpu_layers):
+            spin.valueChanged.connect(lambda _v: self.changed.emit())
+        for check in (self.kv_unified, self.nkvo):
+            check.toggled.connect(lambda _b: self.changed.emit())
+        self._base = LaunchSettings(n_ctx=32 * K)
+        self.set_settings(self._base)
+
+    def settings(self) -> LaunchSettings:
+        """The widgets' values over the last settings set (fields without a widget kept)."""
+        return self._base.with_(
+            n_ctx=self.context.value(), type_k=self.type_k.currentText(), type_v=self.type_v.currentText(),
+            n_parallel=self.n_parallel.value(), kv_unified=self.kv_unified.isChecked(),
+            n_ubatch=int(self.n_ubatch.currentText()), flash_attn=self.flash_attn.currentText(),
+            n_gpu_layers=self.n_gpu_layers.value(), offload_kqv=not self.nkvo.isChecked())
+
+    def set_settings(self, s: LaunchSettings) -> None:
+        """Show ``s`` without emitting ``changed`` once per widget; emits it once at the end."""
+        self._base = s
+        widgets = (self.context, self.type_k, self.type_v, self.n_parallel, self.kv_unified,
+                   self.n_ubatch, self.flash_attn, self.n_gpu_layers, self.nkvo)
+        for w in widgets:
+            w.blockSignals(True)
+        self.context.set_value(s.n_ctx)
+        self.type_k.setCurrentText(s.type_k)
+        self.type_v.setCurrentText(s.type_v)
+        self.n_parallel.setValue(s.n_parallel)
+        self.kv_unified.setChecked(s.kv_unified)
+        if str(s.n_ubatch) not in [self.n_ubatch.itemText(i) for i in range(self.n_ubatch.count())]:
+            self.n_ubatch.addItem(str(s.n_ubatch))
+        self.n_ubatch.setCurrentText(str(s.n_ubatch))
+        self.flash_attn.setCurrentText(s.flash_attn)
+        self.n_gpu_layers.setValue(s.n_gpu_layers)
+        self.nkvo.setChecked(not s.offload_kqv)
+        for w in widgets:
+            w.blockSignals(False)
+        self.changed.emit()
+
+    def engine_window(self) -> bool:
+        """True when planning for the rolling KV window (opencoti) instead of stock placement."""
+        return self.kv_mode.currentIndex() == 1
+
+    def set_engine_window(self, on: bool) -> None:
+        self.kv_mode.setCurrentIndex(1 if on else 0)
+
+    def safety_bytes(self) -> int:
+        return self.safety.value() * MiB
+
+    def vram_target_bytes(self) -> int | None:
+        v = self.vram_target.value()
+        return v * MiB if v else None

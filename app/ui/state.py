@@ -1,0 +1,76 @@
+"""What the window remembers between runs: geometry, last model, recent files, settings.
+
+One small JSON file under the cache directory, written atomically (temp file + ``os.replace``)
+so a crash mid-write never leaves a half file; an unreadable file is treated as "no state".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from app.engine.native_build import cache_dir
+from app.planner.settings import LaunchSettings
+
+#: How many recent models the File menu lists.
+MAX_RECENT = 8
+
+
+def state_path() -> Path:
+    return cache_dir() / "gui-state.json"
+
+
+@dataclass
+class UiState:
+    geometry: str = ""  # QMainWindow.saveGeometry() as hex
+    last_model: str = ""
+    recent: list[str] = field(default_factory=list)
+    settings: dict[str, Any] = field(default_factory=dict)  # LaunchSettings.to_json()
+    simulated_gpus: list[str] = field(default_factory=list)
+    safety_mib: int = 256
+    vram_target_mib: int = 0  # 0 = all free VRAM
+    engine_path: str = ""
+    engine_window: bool = False  # plan for the opencoti rolling KV window
+
+    def launch_settings(self) -> LaunchSettings:
+        try:
+            return LaunchSettings.from_json(self.settings)
+        except (TypeError, ValueError):
+            return LaunchSettings()
+
+    def remember_model(self, path: str) -> None:
+        self.last_model = path
+        self.recent = [path, *[p for p in self.recent if p != path]][:MAX_RECENT]
+
+
+def load_state(path: Path | None = None) -> UiState:
+    p = path or state_path()
+    try:
+        data = json.loads(p.read_text())
+    except (OSError, ValueError):
+        return UiState()
+    if not isinstance(data, dict):
+        return UiState()
+    known = {k: v for k, v in data.items() if k in UiState.__dataclass_fields__}
+    try:
+        return UiState(**known)
+    except TypeError:
+        return UiState()
+
+
+def save_state(state: UiState, path: Path | None = None) -> None:
+    """Write atomically: a temp file in the same directory, then ``os.replace``."""
+    p = path or state_path()
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".gui-state.", dir=p.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(asdict(state), fh, indent=1)
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

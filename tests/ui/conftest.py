@@ -1,0 +1,38 @@
+"""Fixtures for the window tests: a real MainWindow with its state in tmp_path (never the user's)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from app.ui.main_window import MainWindow
+from app.ui.state import UiState
+
+#: The offscreen platform cannot propagate size hints or raise a window (a tooltip); it says so each
+#: time. That is the test platform's limit, not the app's: every other Qt warning still fails a test.
+OFFSCREEN_NOISE = r"This plugin does not support (propagateSizeHints|raise)\(\)"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/ui/" in item.nodeid:
+            item.add_marker(pytest.mark.qt_log_ignore(OFFSCREEN_NOISE))
+
+
+@pytest.fixture
+def window(qtbot, tmp_path: Path) -> Iterator[MainWindow]:
+    w = MainWindow(state=UiState(), persist=False, state_file=tmp_path / "gui-state.json")
+    qtbot.addWidget(w)
+    w.show()
+    yield w
+    w.close()
+
+
+@pytest.fixture
+def corrupt_gguf(tmp_path: Path) -> Path:
+    """A file that starts like a GGUF and then is nonsense (a truncated download)."""
+    path = tmp_path / "broken.gguf"
+    path.write_bytes(b"GGUF" + (3).to_bytes(4, "little") + (2**62).to_bytes(8, "little") + b"\xff" * 40)
+    return path

@@ -1,0 +1,45 @@
+"""The devices panel with NVML replayed from the recorded H200 (tests/fixtures/fake_nvml.py): the
+only fake here, because this machine has no NVIDIA driver."""
+
+from __future__ import annotations
+
+from app.planner.units import Bytes
+from app.ui.main_window import MainWindow
+from app.ui.state import UiState
+from tests.fixtures.fake_nvml import FakeNvml, load_readings
+
+
+def test_real_gpu_card_shows_memory_and_processes_live(qtbot, tmp_path, shape_model):
+    nvml = FakeNvml(state="idle")
+    w = MainWindow(state=UiState(), persist=False, state_file=tmp_path / "s.json", nvml=nvml)
+    qtbot.addWidget(w)
+    w.show()
+    rec = load_readings()
+    assert w.devices.notice.isHidden()  # a driver: no notice
+    card = w.devices.cards[0]
+    assert "H200" in card.title.text() and "CUDA0" in card.title.text()
+    assert f"free {Bytes(rec.free)}" in card.caption.text()
+    assert "no processes" in card.toolTip()
+    nvml.state = "torch_ctx"  # another app takes a CUDA context; the next poll must show it
+    qtbot.waitUntil(lambda: "pid 419" in w.devices.cards[0].toolTip(), timeout=5_000)
+    assert f"{Bytes(543162368)}" in w.devices.cards[0].toolTip()
+    assert f"free {Bytes(rec.ctx_free)}" in w.devices.cards[0].caption.text()
+    with qtbot.waitSignal(w.planned) as sig:
+        assert w.open_model(shape_model("llama-3.1-8b-instruct-q4_k_m"))
+    gpu = sig.args[0].gpus[0]
+    assert not gpu.simulated and "H200" in gpu.label
+    assert "H200" in w.budget.rows[0].title.text()
+    w.close()
+    assert not nvml.initialised  # NVML shut down with the window
+
+
+def test_simulated_card_is_marked_and_real_snapshots_do_not_overwrite_it(qtbot, tmp_path):
+    nvml = FakeNvml(state="torch_ctx")
+    w = MainWindow(state=UiState(), persist=False, state_file=tmp_path / "s.json", nvml=nvml)
+    qtbot.addWidget(w)
+    w.devices.simulate.setCurrentText("RTX 4090")
+    assert "simulated" in w.devices.cards[0].title.text()
+    with qtbot.waitSignal(w.poll.polled, timeout=5_000):
+        pass
+    assert "4090" in w.devices.cards[0].title.text()
+    assert "simulated" in w.devices.cards[0].toolTip()

@@ -1,0 +1,139 @@
+"""Measure and launch from the window, with the real engine built by native/ (CPU here)."""
+
+from __future__ import annotations
+
+import os
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from app.engine.check import describe
+from app.engine.discover import EngineInfo
+from app.planner.gguf_model import read_shape
+from app.planner.plan import make_plan
+from app.ui.qt import Qt
+
+LEFT = Qt.MouseButton.LeftButton
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+@pytest.mark.engine
+def test_launch_the_real_engine_see_it_healthy_then_stop_it(window, tiny_model, engine_build, qtbot):
+    with qtbot.waitSignal(window.launch.enginesFound, timeout=120_000) as found:
+        window.launch.discover()
+    paths = [e.path for e in found.args[0]]
+    assert str(engine_build.server) in paths
+    window.settings.engine.setCurrentIndex(paths.index(str(engine_build.server)))
+    assert "llama-server" in window.settings.engine.currentText()
+    assert window.open_model(tiny_model)
+    assert window.plan is not None and window.plan.mode == "cpu"  # no GPU on this machine
+    with qtbot.waitSignal(window.launch.engineReady, timeout=120_000) as ready:
+        qtbot.mouseClick(window.launch.launch_button, LEFT)
+        assert not window.launch.progress.isHidden()  # loading → healthy is shown
+    url = ready.args[0]
+    assert url.startswith("http://127.0.0.1:")
+    assert window.launch.endpoint.text() == url
+    assert "healthy" in window.launch.status.text()
+    assert window.launch.progress.isHidden()
+    assert "-ngl 0" in window.launch.command.text()
+    with urllib.request.urlopen(url + "/health", timeout=5) as resp:
+        assert resp.status == 200
+    with qtbot.waitSignal(window.launch.checked, timeout=30_000) as chk:
+        pass
+    check = chk.args[0]
+    assert window.launch.check.text() == describe(check)
+    kv = check.row("host", "kv")
+    assert kv is not None and kv.ok, check.table()  # the KV cache the engine allocated is the planned one
+    qtbot.waitUntil(lambda: "llama" in window.console.text(), timeout=5_000)  # the log reached the pane
+    window.launch.copy_endpoint()
+    assert window.launch.endpoint.text() == url
+    server = window.launch.server
+    assert server is not None and server.pid is not None
+    pid = server.pid
+    with qtbot.waitSignal(window.launch.engineStopped, timeout=30_000):
+        qtbot.mouseClick(window.launch.stop_button, LEFT)
+    assert not _alive(pid)
+    assert window.launch.endpoint.text() == ""
+    assert window.launch.launch_button.isEnabled()
+
+
+def test_missing_engine_binary_shows_its_message(window, tiny_model, qtbot, tmp_path):
+    gone = tmp_path / "gone" / "llama-server"
+    window.launch.set_engines([EngineInfo("llama-server", str(gone), "unknown", "unknown", "settings")])
+    assert window.open_model(tiny_model)
+    with qtbot.waitSignal(window.launch.launchFailed, timeout=30_000) as sig:
+        qtbot.mouseClick(window.launch.launch_button, LEFT)
+    assert str(gone) in sig.args[0] and "does not exist" in sig.args[0]
+    assert sig.args[0] in window.launch.status.text()
+    assert window.launch.server is None and window.launch.launch_button.isEnabled()
+
+
+def test_no_engine_at_all_is_said_plainly(window, tiny_model, qtbot):
+    window.launch.set_engines([])
+    assert "No engine found" in window.launch.status.text()
+    assert window.open_model(tiny_model)
+    with qtbot.waitSignal(window.launch.launchFailed) as sig:
+        qtbot.mouseClick(window.launch.launch_button, LEFT)
+    assert "headroom engine build" in sig.args[0]
+
+
+@pytest.mark.engine
+def test_measure_runs_in_the_background_and_the_plan_uses_it(window, tiny_model, engine_build, qtbot):
+    assert window.open_model(tiny_model)
+    settings = window.settings.settings()
+    with qtbot.waitSignal(window.measured, timeout=120_000) as sig:
+        qtbot.mouseClick(window.measure.button, LEFT)
+        assert not window.measure.busy.isHidden() and not window.measure.cancel_button.isHidden()
+        assert not window.measure.button.isEnabled()
+    m = sig.args[0]
+    assert window.measure.busy.isHidden() and window.measure.button.isEnabled()
+    assert "measured by pass 1" in window.measure.status.text()
+    expected = make_plan(read_shape(tiny_model), window.inputs.inventory, settings, measurement=m)
+    assert window.plan is not None
+    assert window.plan.host == expected.host
+    assert "measured by pass 1" in window.plan.host.sources.values()
+
+
+@pytest.mark.engine
+def test_cancel_measure_returns_at_once_and_keeps_the_estimate(window, tiny_model, engine_build, qtbot):
+    assert window.open_model(tiny_model)
+    before = window.plan
+    with qtbot.assertNotEmitted(window.measured, wait=0):
+        qtbot.mouseClick(window.measure.button, LEFT)
+        qtbot.mouseClick(window.measure.cancel_button, LEFT)
+        assert window.measure.busy.isHidden() and window.measure.button.isEnabled()
+        assert "cancelled" in window.measure.status.text()
+        qtbot.waitUntil(lambda: not window.measure.running, timeout=120_000)
+    assert window.inputs.measurement is None
+    assert window.plan == before
+
+
+def test_corrupt_model_cannot_be_measured_or_planned(window, corrupt_gguf, qtbot):
+    assert not window.open_model(corrupt_gguf)
+    assert window.model_path is None
+    assert os.path.basename(str(corrupt_gguf)) in window.error.text()
+
+
+@pytest.mark.engine
+def test_settings_the_engine_rejects_show_both_messages(window, tiny_model, engine_build, qtbot):
+    assert window.open_model(tiny_model)
+    window.settings.type_v.setCurrentText("q8_0")
+    with qtbot.waitSignal(window.errorShown) as planning:
+        window.settings.flash_attn.setCurrentText("off")
+    assert planning.args[0] == "Cannot plan: a quantized V cache (q8_0) requires flash attention"
+    with qtbot.waitSignal(window.errorShown, timeout=120_000) as probing:
+        qtbot.mouseClick(window.measure.button, LEFT)
+    assert probing.args[0].startswith("Pass 1 failed:")
+    assert "flash attention" in probing.args[0]
+    assert "<s>" in window.error.text() or "BOS" in window.error.text() or "flash" in window.error.text()
+    assert window.measure.status.text() == "Measurement failed"
+    window.settings.flash_attn.setCurrentText("on")  # fixed: the plan comes back, the error goes
+    assert window.error.isHidden()

@@ -1,0 +1,70 @@
+"""The README picture: the real window under Xvfb (xcb, not offscreen) with a 512k plan on a
+simulated 24 GB GPU, rendered by `headroom gui --demo --ctx 512k --screenshot PATH`."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from app.ui.budget_view import GPU_PARTS
+from app.ui.qt import QColor, QImage
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACT = ROOT / "artifacts" / "screenshot.png"
+
+
+def _free_display() -> int:
+    for n in range(90, 140):
+        if not Path(f"/tmp/.X11-unix/X{n}").exists() and not Path(f"/tmp/.X{n}-lock").exists():
+            return n
+    raise RuntimeError("no free X display number between :90 and :139")
+
+
+@pytest.fixture
+def xvfb() -> Iterator[str]:
+    exe = shutil.which("Xvfb")
+    assert exe, "Xvfb is missing: apt-get install xvfb (./dev setup installs it)"
+    n = _free_display()
+    proc = subprocess.Popen([exe, f":{n}", "-screen", "0", "1600x1000x24", "-nolisten", "tcp"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 10
+    while not Path(f"/tmp/.X11-unix/X{n}").exists():
+        assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else "Xvfb exited"
+        assert time.monotonic() < deadline, "Xvfb did not start within 10 s"
+        time.sleep(0.05)
+    try:
+        yield f":{n}"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def _has_colour(img: QImage, colour: str, row: int) -> bool:
+    want = QColor(colour).rgb()
+    return any(img.pixel(x, row) == want for x in range(0, img.width(), 2))
+
+
+@pytest.mark.slow
+def test_screenshot_of_the_demo_512k_plan_on_a_24gb_gpu(xvfb, tmp_path):
+    out = tmp_path / "screenshot.png"
+    env = dict(os.environ, DISPLAY=xvfb, QT_QPA_PLATFORM="xcb", HEADROOM_CACHE_DIR=str(tmp_path / "cache"))
+    proc = subprocess.run([sys.executable, "-m", "app", "gui", "--demo", "--ctx", "512k", "--screenshot", str(out)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("screenshot:"))
+    assert "mode=window" in line and "n_ctx=524288" in line and "feasible=True" in line
+    assert "24.0 GiB" in line and "simulated" in line
+    img = QImage(str(out))
+    assert (img.width(), img.height()) == (1400, 900)
+    # The bars were painted: find a row through the GPU bar holding weights, compute and KV window.
+    colours = [c for k, _l, c in GPU_PARTS if k in ("weights", "compute", "kv_resident")]
+    assert any(all(_has_colour(img, c, y) for c in colours) for y in range(0, img.height(), 3))
+    ARTIFACT.parent.mkdir(exist_ok=True)
+    shutil.copyfile(out, ARTIFACT)

@@ -1,0 +1,54 @@
+"""Shared sessions from the window, on the real engine (tiny model, CPU): fork, continue, smoke."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.ui.qt import Qt
+
+LEFT = Qt.MouseButton.LeftButton
+
+
+def _shown(text: str) -> str:
+    """The text as a text box shows it: line breaks of any kind (the tiny model's random bytes
+    include \r) are one break."""
+    return "\n".join(text.splitlines())
+
+
+@pytest.mark.engine
+def test_fork_three_sessions_then_continue_one(window, tiny_model, engine_build, qtbot):
+    assert not window.sessions.fork_button.isEnabled()  # no engine yet, and it says why
+    assert "Launch the engine" in window.sessions.result.text()
+    with qtbot.waitSignal(window.launch.enginesFound, timeout=120_000) as found:
+        window.launch.discover()
+    paths = [e.path for e in found.args[0]]
+    window.settings.engine.setCurrentIndex(paths.index(str(engine_build.server)))
+    window.settings.n_parallel.setValue(3)
+    window.settings.kv_unified.setChecked(True)
+    assert window.open_model(tiny_model)
+    with qtbot.waitSignal(window.launch.engineReady, timeout=120_000):
+        qtbot.mouseClick(window.launch.launch_button, LEFT)
+    assert window.sessions.fork_button.isEnabled()
+    assert window.sessions.k.maximum() == 3
+    window.sessions.prompt.setText("Once upon a time")
+    window.sessions.k.setValue(3)
+    with qtbot.waitSignal(window.sessions.turnDone, timeout=120_000) as done:
+        qtbot.mouseClick(window.sessions.fork_button, LEFT)
+    result = done.args[0]
+    assert result.ok, result.error
+    assert [s.name for s in result.sessions] == ["s1", "s2", "s3"]
+    assert window.sessions.chosen.count() == 3
+    assert str(result.proof) in window.sessions.result.text()
+    assert "prompt evaluated once, shared by 3" in window.sessions.result.text()
+    assert _shown(window.sessions.text.toPlainText()) == _shown(result.sessions[0].text)
+    window.sessions.chosen.setCurrentText("s2")
+    window.sessions.prompt.setText(" and then")
+    with qtbot.waitSignal(window.sessions.turnDone, timeout=120_000) as cont:
+        qtbot.mouseClick(window.sessions.continue_button, LEFT)
+    s2 = cont.args[0].sessions[0]
+    assert s2.name == "s2" and s2.turns == 2
+    assert s2.text.startswith(result.sessions[1].text + " and then")
+    assert _shown(window.sessions.text.toPlainText()) == _shown(s2.text)
+    with qtbot.waitSignal(window.launch.engineStopped, timeout=30_000):
+        qtbot.mouseClick(window.launch.stop_button, LEFT)
+    assert not window.sessions.fork_button.isEnabled()

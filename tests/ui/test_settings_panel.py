@@ -1,0 +1,89 @@
+"""The context slider and the settings form, driven like a user would."""
+
+from __future__ import annotations
+
+from app.planner.settings import LaunchSettings
+from app.ui.qt import Qt
+from app.ui.settings_panel import SNAP_VALUES, ContextControl, SettingsPanel, ctx_to_pos, snap_ctx
+
+K = 1024
+
+
+def test_slider_spans_4k_to_1m_on_a_log_scale(qtbot):
+    c = ContextControl()
+    qtbot.addWidget(c)
+    assert snap_ctx(c.slider.minimum()) == 4 * K
+    assert snap_ctx(c.slider.maximum()) == 1024 * K
+    # log scale: each doubling is the same slider distance
+    assert ctx_to_pos(64 * K) - ctx_to_pos(32 * K) == ctx_to_pos(512 * K) - ctx_to_pos(256 * K)
+
+
+def test_dragging_snaps_to_sensible_values(qtbot):
+    c = ContextControl()
+    qtbot.addWidget(c)
+    seen: list[int] = []
+    c.contextChanged.connect(seen.append)
+    c.slider.setValue(ctx_to_pos(500 * K))  # between 384k and 512k, nearer 512k
+    assert c.value() == 512 * K
+    assert c.entry.text() == "512k"
+    assert seen == [512 * K]
+    assert all(v in SNAP_VALUES for v in seen)
+
+
+def test_keyboard_moves_the_slider_to_the_next_snap_value(qtbot):
+    c = ContextControl()
+    qtbot.addWidget(c)
+    c.set_value(128 * K)
+    qtbot.keyClick(c.slider, Qt.Key.Key_Right)
+    assert c.value() == 160 * K
+    qtbot.keyClick(c.slider, Qt.Key.Key_Left)
+    qtbot.keyClick(c.slider, Qt.Key.Key_Left)
+    assert c.value() == 96 * K
+    qtbot.keyClick(c.slider, Qt.Key.Key_End)
+    assert c.value() == 1024 * K
+
+
+def test_typed_entry_accepts_512k_and_1m(qtbot):
+    c = ContextControl()
+    qtbot.addWidget(c)
+    with qtbot.waitSignal(c.contextChanged) as sig:
+        c.entry.setText("512k")
+        qtbot.keyClick(c.entry, Qt.Key.Key_Return)
+    assert sig.args == [524288]
+    c.entry.setText("1M")
+    qtbot.keyClick(c.entry, Qt.Key.Key_Return)
+    assert c.value() == 1048576
+    c.entry.setText("200000")  # typed values need not be snap values
+    qtbot.keyClick(c.entry, Qt.Key.Key_Return)
+    assert c.value() == 200000
+
+
+def test_typed_nonsense_shows_why_and_keeps_the_value(qtbot):
+    c = ContextControl()
+    qtbot.addWidget(c)
+    c.set_value(64 * K)
+    c.entry.setText("lots")
+    qtbot.keyClick(c.entry, Qt.Key.Key_Return)
+    assert c.value() == 64 * K
+    assert "not a token count" in c.error.text()
+
+
+def test_largest_fit_is_one_click_away(qtbot):
+    c = ContextControl()
+    qtbot.addWidget(c)
+    c.set_largest_fit(384 * K, "fully on GPU")
+    assert "384k" in c.fits.text()
+    qtbot.mouseClick(c.fits, Qt.MouseButton.LeftButton)
+    assert c.value() == 384 * K
+
+
+def test_panel_round_trips_every_launch_setting(qtbot):
+    p = SettingsPanel()
+    qtbot.addWidget(p)
+    s = LaunchSettings(n_ctx=512 * K, type_k="q8_0", type_v="q4_0", n_parallel=4, kv_unified=True,
+                       n_ubatch=1024, flash_attn="auto", n_gpu_layers=20, offload_kqv=False)
+    with qtbot.waitSignal(p.changed):
+        p.set_settings(s)
+    assert p.settings() == s
+    p.type_v.setCurrentText("f16")
+    assert p.settings() == s.with_(type_v="f16")
