@@ -21,12 +21,17 @@ def register(sub: Any) -> None:
 
 
 def _pyside() -> dict[str, Any]:
-    try:
-        import PySide6
+    """PySide6's version without importing Qt (only app/ui imports PySide6)."""
+    from importlib import metadata, util
 
-        return {"ok": True, "version": PySide6.__version__}
-    except ImportError as exc:
-        return {"ok": False, "reason": f"PySide6 not importable: {exc}"}
+    if util.find_spec("PySide6") is None:
+        return {"ok": False, "reason": "PySide6 not installed (pip install PySide6-Essentials)"}
+    for dist in ("PySide6-Essentials", "PySide6"):
+        try:
+            return {"ok": True, "version": metadata.version(dist)}
+        except metadata.PackageNotFoundError:
+            continue
+    return {"ok": True, "version": "unknown"}
 
 
 def _llama_cpp() -> dict[str, Any]:
