@@ -1,6 +1,8 @@
 """``headroom measure MODEL.gguf``: pass 1 for one launch, printed (or ``--json``).
 
-    headroom measure MODEL.gguf --ctx 128k --ctk f16 --np 4 --kvu --fa on --ub 512 [--json]
+    headroom measure MODEL.gguf -c 128k -ctk f16 -np 4 -kvu -fa on -ub 512 [--json]
+
+The launch flags (both llama-server's and Headroom's spellings) are app/commands/common.py's.
 
 ``--with probe`` (default) runs the llama-cpp-python no_alloc probe through the on-disk cache;
 ``--with fit-params`` asks the engine build's own ``llama-fit-params -fitp on``.
@@ -13,10 +15,11 @@ import json
 import sys
 from typing import Any
 
+from app.commands.common import add_launch_args, settings_from_args
 from app.planner.errors import PlannerError
 from app.planner.measurement import Measurement
-from app.planner.settings import ALL_LAYERS, KV_TYPES, LaunchSettings
-from app.planner.units import Bytes, format_tokens, parse_tokens
+from app.planner.settings import LaunchSettings
+from app.planner.units import Bytes, format_tokens
 
 
 def register(sub: Any) -> None:
@@ -24,30 +27,13 @@ def register(sub: Any) -> None:
                        description="Pass 1: what llama.cpp's own allocator would reserve for this exact "
                                    "launch (nothing is loaded or allocated).")
     p.add_argument("model", help="the GGUF file")
-    p.add_argument("-c", "--ctx", default="4096", help="context length: 32768, 128k, 1M (default 4096)")
-    p.add_argument("--ctk", choices=KV_TYPES, default="f16", help="K cache type (default f16)")
-    p.add_argument("--ctv", choices=KV_TYPES, default=None, help="V cache type (default: same as --ctk)")
-    p.add_argument("--np", type=int, default=1, help="parallel slots (llama-server -np, default 1)")
-    p.add_argument("--kvu", action="store_true", help="one unified KV cache for all slots (-kvu)")
-    p.add_argument("--fa", choices=("on", "off", "auto"), default="on", help="flash attention (default on)")
-    p.add_argument("--ub", type=int, default=512, help="physical batch -ub (default 512)")
-    p.add_argument("-b", "--batch", type=int, default=2048, help="logical batch -b (default 2048)")
-    p.add_argument("--ngl", type=int, default=ALL_LAYERS, help="layers on the GPU (default: all)")
-    p.add_argument("--nkvo", action="store_true", help="keep the KV cache in host memory (-nkvo)")
-    p.add_argument("--swa-full", action="store_true", help="full-size SWA cache (--swa-full)")
+    add_launch_args(p)
     p.add_argument("--with", dest="method", choices=("probe", "fit-params"), default="probe",
                    help="probe: llama-cpp-python no_alloc (default); fit-params: the engine's llama-fit-params")
     p.add_argument("--refresh", action="store_true", help="measure again even when cached")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds before the probe is stopped")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run)
-
-
-def settings_from_args(args: argparse.Namespace) -> LaunchSettings:
-    return LaunchSettings(
-        n_ctx=parse_tokens(args.ctx), type_k=args.ctk, type_v=args.ctv or args.ctk, n_parallel=args.np,
-        kv_unified=args.kvu, swa_full=args.swa_full, n_ubatch=args.ub, n_batch=args.batch,
-        flash_attn=args.fa, n_gpu_layers=args.ngl, offload_kqv=not args.nkvo)
 
 
 def _measure(args: argparse.Namespace, settings: LaunchSettings) -> tuple[Measurement, bool, str | None]:

@@ -1,6 +1,9 @@
-"""``headroom plan MODEL.gguf --ctx 512k --ctk q8_0 --ctv q8_0 --np 4 [--kvu] --gpu auto|H200|NAME:SIZE``.
+"""``headroom plan MODEL.gguf -c 512k -ctk q8_0 -np 4 -kvu --gpu auto|H200|NAME:SIZE [--measure] [--json]``.
 
 Prints the plan as a table, or its versioned JSON with ``--json`` (see app/planner/plan_types.py).
+Pass 1: a cached measurement for exactly this launch is used when there is one (nothing runs);
+``--measure`` runs pass 1 first (through the same cache). The engine advisories for the engine a
+launch would use (discovered, not started) are printed too. Launch flags: app/commands/common.py.
 Exit status: 0 feasible, 1 not feasible, 2 the model or settings cannot be planned.
 """
 
@@ -8,70 +11,147 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
-from app.planner.settings import ALL_LAYERS, KV_TYPES
-from app.planner.units import Bytes, parse_tokens
+from app.commands.common import (
+    add_gpu_args,
+    add_launch_args,
+    advisory_lines,
+    measured_plan,
+    plan_options,
+    settings_from_args,
+)
+from app.engine.discover import EngineInfo
+from app.planner.measurement import Measurement
+from app.planner.plan_types import Plan
+from app.planner.settings import ALL_LAYERS, LaunchSettings
+from app.planner.units import Bytes
+from app.sessions.advisories import Advisory
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser("plan", help="plan how a model and its context fit the GPUs (no engine started)")
     p.add_argument("model", help="the GGUF file (the first part of a split model)")
-    p.add_argument("-c", "--ctx", default="4096", help="context length: 32768, 128k, 1M (default 4096)")
-    p.add_argument("--ctk", choices=KV_TYPES, default="f16", help="K cache type (default f16)")
-    p.add_argument("--ctv", choices=KV_TYPES, default=None, help="V cache type (default: same as --ctk)")
-    p.add_argument("--np", type=int, default=1, help="parallel slots (llama-server -np, default 1)")
-    p.add_argument("--kvu", action="store_true", help="one unified KV cache for all slots (-kvu)")
-    p.add_argument("--fa", choices=("on", "off", "auto"), default="on", help="flash attention (default on)")
-    p.add_argument("--ub", type=int, default=512, help="physical batch -ub (default 512)")
-    p.add_argument("-b", "--batch", type=int, default=2048, help="logical batch -b (default 2048)")
-    p.add_argument("--ngl", type=int, default=ALL_LAYERS, help="layers on the GPU (default: all)")
-    p.add_argument("--nkvo", action="store_true", help="keep the KV cache in host memory (-nkvo)")
-    p.add_argument("--swa-full", action="store_true", help="full-size SWA cache (--swa-full)")
-    p.add_argument("--gpu", action="append", default=[], metavar="SPEC",
-                   help='"auto" (the real GPUs, default), a card name ("H200") or "NAME:SIZE" '
-                        '("MyCard:24GiB"); repeat for several')
-    p.add_argument("--window", action="store_true", help="plan for an engine with a KV position window")
-    p.add_argument("--vram-target", type=Bytes.parse, default=None, help="GPU budget, e.g. 80GiB")
-    p.add_argument("--safety", type=Bytes.parse, default=Bytes.parse("256MiB"),
-                   help="margin kept free per GPU (default 256MiB)")
-    p.add_argument("--overhead", type=Bytes.parse, default=None,
-                   help="per-process GPU overhead (default 590MiB, measured on an H200)")
+    add_launch_args(p)
+    add_gpu_args(p)
+    p.add_argument("--measure", action="store_true",
+                   help="run pass 1 first (else a cached pass 1 for this exact launch is used when there is one)")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds before pass 1 is stopped")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.set_defaults(func=run)
 
 
+class _Pass1:
+    """Where the plan's measurements come from: the cache only, or pass 1 run (through the cache).
+
+    A plan for no GPU (mode cpu) launches with ``-ngl 0``; a measurement of the settings as given
+    that saw no GPU either is the same measurement (nothing could be offloaded), so it is used too.
+    """
+
+    def __init__(self, model: str, settings: LaunchSettings, *, run: bool, timeout: float) -> None:
+        self.model, self.settings, self.run, self.timeout = model, settings, run, timeout
+        self.from_cache = False  # for the last measurement handed out
+        self.failure = ""
+
+    def __call__(self, launch: LaunchSettings) -> Measurement | None:
+        from app.planner.measure import MeasureError, cached_measurement, measure_cached
+
+        if self.run:
+            try:
+                m, self.from_cache = measure_cached(self.model, launch, timeout=self.timeout)
+            except MeasureError as exc:
+                self.failure = str(exc)
+                return None
+            return m
+        found = cached_measurement(self.model, launch)
+        if found is None and launch == self.settings.with_(n_gpu_layers=0):
+            given = cached_measurement(self.model, self.settings)
+            found = given if given is not None and all(d.host for d in given.devices) else None
+        self.from_cache = self.from_cache or found is not None
+        return found
+
+    def describe(self, m: Measurement | None) -> str:
+        from app.planner.measure_cache import measurements_dir
+
+        if m is None:
+            return ("pass 1: none cached for this launch; compute buffers estimated "
+                    "(headroom plan --measure, or headroom measure with the same flags)")
+        where = f"cached in {measurements_dir()}" if self.from_cache else "run now"
+        return f"pass 1: {m.source}, {m.backend} backend, llama.cpp {m.llama_commit[:9]}, {where}"
+
+
+def _engine_for(plan: Plan) -> tuple[EngineInfo | None, str]:
+    """The engine a launch of ``plan`` would use (discovered, not started), and why none can launch
+    it ('' when one can)."""
+    from app.engine.discover import choose, discover_engines
+    from app.engine.launch import LaunchRefused, pick_engine
+
+    engines = discover_engines()
+    try:
+        return pick_engine(plan, engines), ""
+    except LaunchRefused as exc:
+        return choose(engines, plan.mode), str(exc)
+
+
+def _advisories(launch: LaunchSettings, mode: str, engine: EngineInfo | None, arch: str) -> list[Advisory]:
+    from app.engine.launch import launch_advisories
+
+    return [] if engine is None else launch_advisories(launch, mode, engine, arch)
+
+
+def _not_modelled(args: argparse.Namespace, arch: str, message: str) -> int:
+    """A model the planner does not model: say so, with its advisories on the discovered engine."""
+    from app.engine.discover import choose, discover_engines
+
+    print(f"headroom plan: {message}")
+    settings = settings_from_args(args)
+    mode = "window" if args.window else "stock"
+    advs = _advisories(settings, mode, choose(discover_engines(), mode), arch)
+    if advs:
+        print("\n".join(advisory_lines(advs)))
+    return 2
+
+
 def run(args: argparse.Namespace) -> int:
     from app.planner.devices import resolve_gpus
-    from app.planner.errors import PlannerError
+    from app.planner.errors import NotModelled, PlannerError
     from app.planner.gguf_model import read_shape
-    from app.planner.overhead import known_overhead
-    from app.planner.plan import make_plan, max_context
-    from app.planner.settings import LaunchSettings
+    from app.planner.plan import max_context
 
     try:
-        settings = LaunchSettings(
-            n_ctx=parse_tokens(str(args.ctx)), type_k=args.ctk, type_v=args.ctv or args.ctk,
-            n_parallel=args.np, kv_unified=args.kvu, swa_full=args.swa_full, n_ubatch=args.ub,
-            n_batch=args.batch, flash_attn=args.fa, n_gpu_layers=args.ngl, offload_kqv=not args.nkvo)
+        settings = settings_from_args(args)
         shape = read_shape(args.model)
         inventory = resolve_gpus(list(args.gpu))
-        overhead = args.overhead
-        if overhead is None and inventory.gpus and not inventory.gpus[0].simulated:
-            known = known_overhead(inventory.gpus[0].name, inventory.driver)
-            overhead = known.bytes if known.measured else None  # a measured value wins over the default
-        options: dict[str, Any] = {"engine_window": args.window, "safety": int(args.safety),
-                                   "vram_target": args.vram_target, "overhead": overhead}
-        plan = make_plan(shape, inventory, settings, **options)
-        fit = max_context(shape, inventory, settings, **options)
-    except (PlannerError, ValueError) as e:
-        print(f"headroom plan: {e}")
+        options = plan_options(args, inventory)
+        pass1 = _Pass1(args.model, settings, run=args.measure, timeout=args.timeout)
+        plan, measurement = measured_plan(shape, inventory, settings, options, pass1)
+        fit = max_context(shape, inventory, settings, measurement=measurement, **options)
+    except NotModelled as exc:
+        return _not_modelled(args, exc.arch, str(exc))  # the settings parsed before the model was read
+    except (PlannerError, ValueError) as exc:
+        print(f"headroom plan: {exc}")
         return 2
+    if pass1.failure:
+        print(f"headroom plan: pass 1 failed, compute buffers estimated: {pass1.failure}", file=sys.stderr)
+    engine, no_engine = _engine_for(plan)
+    advs = _advisories(plan.launch, plan.mode, engine, shape.arch)
     if args.json:
-        print(json.dumps(plan.to_json() | {"model": str(shape.path), "arch": shape.arch,
-                                           "max_context": fit.to_json()}, indent=2))
-    else:
-        print(render(plan, f"{shape.name} ({shape.arch}, {shape.n_layer} layers)", fit))
+        print(json.dumps(plan.to_json() | {
+            "model": str(shape.path), "arch": shape.arch, "max_context": fit.to_json(),
+            "measurement": None if measurement is None else {
+                "source": measurement.source, "backend": measurement.backend,
+                "llama_commit": measurement.llama_commit, "cached": pass1.from_cache},
+            "engine": None if engine is None else engine.to_json(), "engine_refused": no_engine or None,
+            "advisories": [vars(a) for a in advs]}, indent=2))
+        return 0 if plan.feasible else 1
+    print(render(plan, f"{shape.name} ({shape.arch}, {shape.n_layer} layers)", fit))
+    print(f"  {pass1.describe(measurement)}")
+    if engine is not None:
+        print(f"  engine: {engine.kind} {engine.version} (llama.cpp {engine.commit}) {engine.path}")
+    if no_engine:
+        print(f"  no engine can launch this plan: {no_engine}")
+    print("\n".join(f"  {line}" for line in advisory_lines(advs)) if advs else "  advisories: none known")
     return 0 if plan.feasible else 1
 
 

@@ -1,5 +1,9 @@
 """``headroom serve MODEL.gguf``: plan, launch the engine with exactly the planned flags, wait until it
-is healthy, print plan vs actual and the endpoint, serve until Ctrl-C, stop cleanly."""
+is healthy, print plan vs actual and the endpoint, serve until Ctrl-C, stop cleanly.
+
+The launch and GPU flags are the same as ``headroom plan``'s. The engine advisories for this
+model on the chosen engine are printed before launching; a model the planner does not model is
+refused (after its advisories), since nothing about its launch could be planned or checked."""
 
 from __future__ import annotations
 
@@ -11,26 +15,28 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from app.planner.units import Bytes, parse_tokens
+from app.commands.common import (
+    add_gpu_args,
+    add_launch_args,
+    advisory_lines,
+    measured_plan,
+    plan_options,
+    settings_from_args,
+)
+from app.engine.discover import EngineInfo
+from app.planner.errors import NotModelled
+from app.planner.gguf_model import ModelShape
+from app.planner.measurement import Measurement
+from app.planner.plan_types import Plan
+from app.planner.settings import LaunchSettings
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser("serve", help="plan, launch the engine, check the plan held, serve until Ctrl-C",
                        description=__doc__)
     p.add_argument("model", type=Path, help="the GGUF file")
-    p.add_argument("-c", "--ctx", default="4096", help="context in tokens: 32768, 128k, 1M (default 4096)")
-    p.add_argument("-ctk", "--cache-type-k", default="f16", dest="type_k")
-    p.add_argument("-ctv", "--cache-type-v", default="f16", dest="type_v")
-    p.add_argument("-np", "--parallel", type=int, default=1, dest="n_parallel")
-    p.add_argument("-kvu", "--kv-unified", action="store_true", dest="kv_unified")
-    p.add_argument("--swa-full", action="store_true")
-    p.add_argument("-ub", "--ubatch-size", type=int, default=512, dest="n_ubatch")
-    p.add_argument("-b", "--batch-size", type=int, default=2048, dest="n_batch")
-    p.add_argument("-fa", "--flash-attn", choices=("on", "off", "auto"), default="on")
-    p.add_argument("-ngl", "--gpu-layers", type=int, default=999, dest="n_gpu_layers")
-    p.add_argument("-nkvo", "--no-kv-offload", action="store_true")
-    p.add_argument("--window", action="store_true", help="use the opencoti engine's KV window")
-    p.add_argument("--vram-target", type=Bytes.parse, default=None, help="GPU budget for the window, e.g. 80GiB")
+    add_launch_args(p)
+    add_gpu_args(p)
     p.add_argument("--engine", type=Path, default=None, help="the engine binary to use (else discovered)")
     p.add_argument("--host", default="127.0.0.1", help="listen address (beyond loopback needs the API key)")
     p.add_argument("--port", type=int, default=0, help="port (default: a free one)")
@@ -44,38 +50,40 @@ def register(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
-def _settings(args: argparse.Namespace) -> Any:
-    from app.planner.settings import LaunchSettings
-
-    return LaunchSettings(n_ctx=parse_tokens(str(args.ctx)), type_k=args.type_k, type_v=args.type_v,
-                          n_parallel=args.n_parallel, kv_unified=args.kv_unified, swa_full=args.swa_full,
-                          n_ubatch=args.n_ubatch, n_batch=args.n_batch, flash_attn=args.flash_attn,
-                          n_gpu_layers=args.n_gpu_layers, offload_kqv=not args.no_kv_offload)
-
-
-def _plan(args: argparse.Namespace, engine_window: bool) -> Any:
-    """make_plan with pass 1 for the plan's own launch (re-measured if the solver changed it)."""
+def _plan(args: argparse.Namespace, shape: ModelShape, settings: LaunchSettings) -> Plan:
+    """The plan, with pass 1 (through the on-disk cache) for the plan's own launch unless --no-measure."""
     from app.planner.devices import resolve_gpus
-    from app.planner.gguf_model import read_shape
-    from app.planner.measure import MeasureError, measure
-    from app.planner.plan import make_plan
+    from app.planner.measure import MeasureError, measure_cached
 
-    shape, inv, settings = read_shape(args.model), resolve_gpus([]), _settings(args)
-    kw: dict[str, Any] = {"engine_window": engine_window, "vram_target": args.vram_target}
-    plan = make_plan(shape, inv, settings, **kw)
-    if args.no_measure:
-        return plan
-    for _ in range(2):
+    inventory = resolve_gpus(list(args.gpu))
+
+    def pass1(launch: LaunchSettings) -> Measurement | None:
         try:
-            measurement = measure(args.model, plan.launch)
+            return measure_cached(args.model, launch)[0]
         except MeasureError as exc:
             print(f"pass 1 failed, compute buffer estimated: {exc}", file=sys.stderr)
-            return plan
-        measured = make_plan(shape, inv, settings, measurement=measurement, **kw)
-        if measured.launch == plan.launch:
-            return measured
-        plan = measured
-    return plan
+            return None
+
+    return measured_plan(shape, inventory, settings, plan_options(args, inventory),
+                         None if args.no_measure else pass1)[0]
+
+
+def _refuse_not_modelled(args: argparse.Namespace, settings: LaunchSettings, engines: list[EngineInfo],
+                         exc: NotModelled) -> int:
+    """A model the planner does not model is not served: its advisories, then why.
+
+    Serving it would mean launching with numbers nobody checked (``--fit off`` and explicit sizes
+    that could not be planned, no plan-vs-actual); llama-server itself can still run it."""
+    from app.engine.discover import choose
+    from app.engine.launch import launch_advisories
+
+    mode = "window" if args.window else "stock"
+    engine = choose(engines, mode)
+    if engine is not None:
+        print("\n".join(advisory_lines(launch_advisories(settings, mode, engine, exc.arch))), flush=True)
+    print(f"headroom serve: cannot plan: {exc}; Headroom serves only models it can plan "
+          "(run the engine directly for this one)", file=sys.stderr)
+    return 2
 
 
 def run(args: argparse.Namespace) -> int:
@@ -83,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
     from app.engine.launch import LaunchRefused, plan_check, prepare
     from app.engine.process import EngineFailed
     from app.planner.errors import PlannerError
+    from app.planner.gguf_model import read_shape
 
     if not args.model.is_file():
         print(f"headroom serve: model not found: {args.model}", file=sys.stderr)
@@ -94,7 +103,11 @@ def run(args: argparse.Namespace) -> int:
     if args.engine is not None:
         engines = [e for e in engines if e.source == "settings"] or engines
     try:
-        plan = _plan(args, engine_window=args.window)
+        settings = settings_from_args(args)
+        shape = read_shape(args.model)
+        plan = _plan(args, shape, settings)
+    except NotModelled as exc:
+        return _refuse_not_modelled(args, settings, engines, exc)
     except (PlannerError, ValueError) as exc:
         print(f"headroom serve: cannot plan: {exc}", file=sys.stderr)
         return 2
@@ -107,10 +120,12 @@ def run(args: argparse.Namespace) -> int:
         env.update(DIAGNOSTIC_ENV)
     try:
         spec = prepare(plan, args.model.resolve(), engines, host=args.host, port=args.port or None,
-                       require_key=args.api_key, env=env)
+                       require_key=args.api_key, env=env, arch=shape.arch)
     except LaunchRefused as exc:
         print(f"headroom serve: refused: {exc}", file=sys.stderr)
         return 2
+    if spec.advisories:
+        print("\n".join(advisory_lines(spec.advisories)), flush=True)
     print(f"plan: {plan.mode}, {plan.launch.n_ctx} tokens — {plan.reason}")
     print(f"engine: {spec.engine.kind} {spec.engine.version} ({spec.engine.path})")
     print(f"command: {spec.shell_line}", flush=True)

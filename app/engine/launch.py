@@ -3,7 +3,8 @@
 The glue both ``headroom serve`` and the window use, so neither repeats the rules: the window mode
 needs the opencoti engine; an engine that lacks a flag the plan needs is refused before launch
 (app.engine.capabilities.refusal); beyond 127.0.0.1 only with the stored API key
-(app.engine.apikey).
+(app.engine.apikey); known engine issues for this model and engine (app.sessions.advisories) are
+attached to the spec, and an "error" one refuses the launch.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from app.engine.discover import EngineInfo, choose
 from app.engine.process import ServerProcess
 from app.planner.devices import Snapshot
 from app.planner.plan_types import Plan
+from app.planner.settings import LaunchSettings
+from app.sessions.advisories import Advisory, advisories_for, parse_engine_version
 
 
 class LaunchRefused(Exception):
@@ -34,6 +37,7 @@ class LaunchSpec:
     port: int
     api_key: str | None
     env: dict[str, str] = field(default_factory=dict)
+    advisories: tuple[Advisory, ...] = ()
 
     @property
     def shell_line(self) -> str:
@@ -43,17 +47,45 @@ class LaunchSpec:
         return ServerProcess(self.argv, self.host, self.port, log_path=log_path, env=self.env)
 
 
+def engine_placement(engine: EngineInfo) -> tuple[int | None, str | None]:
+    """``(build, commit)`` of the engine's llama.cpp, as far as its ``--version`` told us."""
+    build, commit = parse_engine_version(engine.version)
+    if commit is None and engine.commit and engine.commit != "unknown":
+        commit = engine.commit
+    return build, commit
+
+
+def launch_advisories(launch: LaunchSettings, mode: str, engine: EngineInfo, arch: str) -> list[Advisory]:
+    """Known engine issues for serving ``arch`` with ``launch`` on ``engine`` (no plan needed, so a
+    model the planner does not model still gets them)."""
+    build, commit = engine_placement(engine)
+    return advisories_for(arch, commit, build, launch.n_parallel, launch.kv_unified, mode == "window")
+
+
+def advisories(plan: Plan, engine: EngineInfo, arch: str) -> list[Advisory]:
+    """Known engine issues for this plan's launch of an ``arch`` model on ``engine``."""
+    return launch_advisories(plan.launch, plan.mode, engine, arch)
+
+
 def prepare(plan: Plan, model: Path, engines: Sequence[EngineInfo], *, host: str = "127.0.0.1",
             port: int | None = None, require_key: bool = False, extra: Sequence[str] = (),
-            env: dict[str, str] | None = None, key_dir: Path | None = None) -> LaunchSpec:
-    """Everything needed to start the engine for ``plan``, or LaunchRefused with the reason."""
+            env: dict[str, str] | None = None, key_dir: Path | None = None,
+            arch: str | None = None) -> LaunchSpec:
+    """Everything needed to start the engine for ``plan``, or LaunchRefused with the reason.
+
+    With the model's ``arch``, the engine advisories ride along on the spec; one of severity
+    "error" refuses the launch."""
     if not plan.feasible:
         raise LaunchRefused(f"the plan does not fit: {plan.reason}")
-    engine = _pick(plan, list(engines))
+    engine = pick_engine(plan, list(engines))
+    found = tuple(advisories(plan, engine, arch)) if arch else ()
+    errors = [a for a in found if a.severity == "error"]
+    if errors:
+        raise LaunchRefused("; ".join(str(a) for a in errors))
     key = apikey.load_or_create(key_dir) if require_key else apikey.key_for_host(host, key_dir)
     chosen_port = port or free_port("127.0.0.1" if apikey.is_loopback(host) else host)
     argv = argv_for_plan(engine, plan, model, host, chosen_port, api_key=key, extra=extra)
-    return LaunchSpec(engine, argv, host, chosen_port, key, {**engine_env(), **(env or {})})
+    return LaunchSpec(engine, argv, host, chosen_port, key, {**engine_env(), **(env or {})}, found)
 
 
 def _why_not(engine: EngineInfo, plan: Plan) -> str | None:
@@ -63,8 +95,9 @@ def _why_not(engine: EngineInfo, plan: Plan) -> str | None:
     return f"{engine.path}: {why}" if why else None
 
 
-def _pick(plan: Plan, engines: list[EngineInfo]) -> EngineInfo:
-    """The engine the user chose (strictly: refused if it cannot), else the first one that can."""
+def pick_engine(plan: Plan, engines: list[EngineInfo]) -> EngineInfo:
+    """The engine the user chose (strictly: refused if it cannot), else the first one that can.
+    Raises LaunchRefused with the reason when none can."""
     first = choose(engines, plan.mode)
     if first is None:
         need = "the opencoti llamafile (for the KV window)" if plan.mode == "window" else "an engine"

@@ -17,6 +17,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,7 +25,7 @@ from pathlib import Path
 from app.engine.native_build import EngineBuild, find_build
 from app.planner.errors import PlannerError
 from app.planner.logparse import LogBuffers, is_host_device, parse_log
-from app.planner.measure_cache import MeasureCache, cached, library_identity
+from app.planner.measure_cache import MeasureCache, cache_key, cached, library_identity
 from app.planner.measurement import DeviceMeasurement, Measurement
 from app.planner.settings import LaunchSettings
 
@@ -45,6 +46,13 @@ class MeasureError(PlannerError):
         if self.log_tail:
             text += "\nlast log lines:\n  " + "\n  ".join(self.log_tail)
         super().__init__(text)
+
+
+class MeasureCancelled(MeasureError):
+    """Pass 1 was cancelled by its caller (the child was killed); ``str()`` is ``"cancelled"``."""
+
+    def __init__(self) -> None:
+        super().__init__("cancelled")
 
 
 #: Known llama.cpp failure lines → what the user can do. The first pattern (in this order) that
@@ -102,23 +110,41 @@ def _kill_group(proc: subprocess.Popen[str]) -> None:
         proc.kill()
 
 
+#: How often a running probe checks its cancel event (seconds).
+CANCEL_POLL_S = 0.05
+
+
 def run_worker(model_path: Path, settings: LaunchSettings, *, timeout: float,
-               worker: Sequence[str] = WORKER) -> tuple[dict[str, object], list[str]]:
-    """Run the child; return its result object and its log lines. Raises MeasureError."""
+               worker: Sequence[str] = WORKER,
+               cancel: threading.Event | None = None) -> tuple[dict[str, object], list[str]]:
+    """Run the child; return its result object and its log lines. Raises MeasureError, or
+    MeasureCancelled (the child's process group killed) as soon as ``cancel`` is set."""
     request = json.dumps({"model": str(model_path), "settings": settings.to_json()})
     proc = subprocess.Popen(list(worker), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, errors="replace", env=_worker_env(),
                             start_new_session=True)
-    try:
-        out, err = proc.communicate(request, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        out, err = proc.communicate()
-        lines = err.splitlines()
-        raise MeasureError(f"pass 1 did not finish within {timeout:g} s and was stopped",
-                           hint="The probe reads no weights and normally takes under 2 s: "
-                                "the model or the llama.cpp build may be stuck; try again or check the log.",
-                           log_tail=last_lines(lines)) from None
+    deadline = time.monotonic() + timeout
+    send: str | None = request
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            # communicate() may be called again after TimeoutExpired, without the input (sent once).
+            out, err = proc.communicate(send, timeout=max(0.0, min(left, CANCEL_POLL_S)))
+            break
+        except subprocess.TimeoutExpired:
+            send = None
+            if cancel is not None and cancel.is_set():
+                _kill_group(proc)
+                proc.communicate()
+                raise MeasureCancelled() from None
+            if time.monotonic() < deadline:
+                continue
+            _kill_group(proc)
+            out, err = proc.communicate()
+            raise MeasureError(f"pass 1 did not finish within {timeout:g} s and was stopped",
+                               hint="The probe reads no weights and normally takes under 2 s: "
+                                    "the model or the llama.cpp build may be stuck; try again or check the log.",
+                               log_tail=last_lines(err.splitlines())) from None
     lines = err.splitlines()
     result: dict[str, object] = {}
     for text in reversed(out.splitlines()):
@@ -176,13 +202,14 @@ def measurement_from_log(buffers: LogBuffers, *, backend: str, commit: str, seco
 
 
 def measure(model_path: str | Path, settings: LaunchSettings, *, timeout: float = 60.0,
-            worker: Sequence[str] = WORKER) -> Measurement:
-    """Pass 1 for this exact launch. Raises MeasureError (a PlannerError) when it cannot."""
+            worker: Sequence[str] = WORKER, cancel: threading.Event | None = None) -> Measurement:
+    """Pass 1 for this exact launch. Raises MeasureError (a PlannerError) when it cannot, and
+    MeasureCancelled promptly (the child killed) once ``cancel`` is set."""
     path = Path(model_path)
     if not path.is_file():
         raise MeasureError(f"model file not found: {path}", hint="Check the path.")
     started = time.monotonic()
-    result, lines = run_worker(path, settings, timeout=timeout, worker=worker)
+    result, lines = run_worker(path, settings, timeout=timeout, worker=worker, cancel=cancel)
     buffers = parse_log("\n".join(lines))
     if not buffers.compute:
         raise MeasureError("pass 1 ran but llama.cpp printed no compute buffer size",
@@ -204,20 +231,35 @@ def gpu_caveat(measurement: Measurement, *, targets_gpu: bool, engine: EngineBui
         options.insert(0, f"measure with the engine's own `{engine.fit_params.name} -fitp on` "
                           "(headroom measure --with fit-params; it cannot express -kvu)")
     return (f"Pass 1 measured with the {measurement.backend} backend (llama-cpp-python here cannot offload "
-            "to a GPU), so the GPU compute buffer is the CPU backend's figure, not CUDA's. For GPU numbers, "
-            + " or ".join(options) + ".")
+            f"to a GPU): its compute buffer is the {measurement.backend} backend's, not the GPU's, so a plan "
+            "for GPUs estimates their compute buffers. For GPU numbers, " + " or ".join(options) + ".")
+
+
+def _probe_library() -> dict[str, object]:
+    """The identity of the llama.cpp the probe loads (part of every cache key)."""
+    from app.engine.libpath import ensure_llama_cpp_lib
+
+    lib_dir = ensure_llama_cpp_lib()
+    return library_identity(lib_dir, engine_commit(lib_dir or ""))
 
 
 def measure_cached(model_path: str | Path, settings: LaunchSettings, *, timeout: float = 60.0,
-                   refresh: bool = False, cache: MeasureCache | None = None) -> tuple[Measurement, bool]:
+                   refresh: bool = False, cache: MeasureCache | None = None,
+                   cancel: threading.Event | None = None) -> tuple[Measurement, bool]:
     """``measure`` through the on-disk cache: ``(measurement, from_cache)``. The key includes the
     library the probe loads, so a rebuilt engine or another llama-cpp-python measures again."""
-    from app.engine.libpath import ensure_llama_cpp_lib
-
     path = Path(model_path)
     if not path.is_file():
         raise MeasureError(f"model file not found: {path}", hint="Check the path.")
-    lib_dir = ensure_llama_cpp_lib()
-    library = library_identity(lib_dir, engine_commit(lib_dir or ""))
-    return cached(path, settings, library, lambda: measure(path, settings, timeout=timeout),
-                  cache=cache, refresh=refresh)
+    return cached(path, settings, _probe_library(),
+                  lambda: measure(path, settings, timeout=timeout, cancel=cancel), cache=cache, refresh=refresh)
+
+
+def cached_measurement(model_path: str | Path, settings: LaunchSettings, *,
+                       cache: MeasureCache | None = None) -> Measurement | None:
+    """The stored pass 1 for exactly this model file, launch and probe library, or None. Runs nothing."""
+    path = Path(model_path)
+    if not path.is_file():
+        return None
+    store = cache if cache is not None else MeasureCache()
+    return store.get(cache_key(path, settings, _probe_library()))

@@ -20,6 +20,7 @@ from app.planner.devices import Inventory
 from app.planner.errors import PlannerError
 from app.planner.gguf_model import ModelShape
 from app.planner.kv import CTX_PAD
+from app.planner.measure import gpu_caveat
 from app.planner.measurement import Measurement
 from app.planner.plan_types import (
     ESTIMATED,
@@ -74,8 +75,10 @@ def _common_warnings(shape: ModelShape, settings: LaunchSettings, compute: Compu
         w.append(f"flash attention is off at {format_tokens(settings.n_ctx)} context: the compute buffer "
                  "grows with context × ubatch × heads (gigabytes); turn it on")
     if compute.source == ESTIMATED and measurement is not None:
-        w.append(f"pass 1 measured the {measurement.backend} backend, not these GPUs: compute buffers "
-                 "are an estimate")
+        # Whose numbers (issue 4): the one sentence the CLI and the UI both show, from gpu_caveat.
+        w.append(gpu_caveat(measurement, targets_gpu=True) or
+                 f"pass 1 measured {', '.join(d.name for d in measurement.devices)}, not these GPUs: "
+                 "compute buffers are an estimate")
     elif compute.source == ESTIMATED:
         w.append("compute buffers are an estimate: run pass 1 (headroom measure) for measured numbers")
     n_ctx_seq = kv_per_layer(shape, settings).layout.ctx.n_ctx_seq

@@ -64,3 +64,34 @@ def test_an_engine_lacking_a_planned_flag_is_refused_with_the_probe_answer() -> 
 def test_a_plan_that_does_not_fit_is_not_launched() -> None:
     with pytest.raises(LaunchRefused, match="KV needs 12 GiB more"):
         prepare(_plan("stock", LaunchSettings(), feasible=False), MODEL, [STOCK], port=8080)
+
+
+def test_an_error_advisory_refuses_the_launch() -> None:
+    # opencoti's window cannot run on one unified pool: refused before any argv is built
+    plan = _plan("window", LaunchSettings(n_parallel=2, kv_unified=True))
+    with pytest.raises(LaunchRefused, match=r"\[error\] the rolling-KV window excludes --kv-unified"):
+        prepare(plan, MODEL, [COTI], port=8080, arch="llama")
+
+
+def test_the_engine_headroom_builds_warns_twice_for_glm5_next_with_shared_sessions(engine_build: object) -> None:
+    from app.engine.discover import discover_engines
+    from app.engine.launch import advisories
+
+    (built,) = [e for e in discover_engines() if e.source == "headroom build"]
+    shared = _plan("stock", LaunchSettings(n_parallel=2, kv_unified=True))
+    spec = prepare(shared, MODEL, [built], port=8080, arch="glm5-next")
+    assert [a.key for a in spec.advisories] == ["kpool-b11412", "kpool-43fe9c642"]
+    assert all(a.severity == "warning" and "predates the fix" in a.detail for a in spec.advisories)
+    assert advisories(shared, built, "glm5-next") == list(spec.advisories)
+    assert prepare(shared, MODEL, [built], port=8080, arch="llama").advisories == ()
+    alone = _plan("stock", LaunchSettings(n_parallel=1))
+    assert prepare(alone, MODEL, [built], port=8080, arch="glm5-next").advisories == ()
+
+
+def test_an_engine_placed_only_by_build_number() -> None:
+    from app.engine.launch import advisories
+
+    newer = replace(STOCK, version="version: 0.6.0 (build 11500, commit abcdef1)", commit="abcdef1")
+    keys = [a.key for a in advisories(_plan("stock", LaunchSettings(n_parallel=4, kv_unified=True)), newer,
+                                      "qwen4exp")]
+    assert keys == ["kpool-43fe9c642-unplaced"]  # has b11412 by number; the commit-only fix cannot be placed

@@ -4,6 +4,8 @@ and the errors a user gets when it cannot measure: each says what to change, the
 from __future__ import annotations
 
 import sys
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -11,7 +13,7 @@ import pytest
 
 from app.engine.native_build import EngineBuild
 from app.planner.errors import PlannerError
-from app.planner.measure import MeasureError, gpu_caveat, measure
+from app.planner.measure import MeasureCancelled, MeasureError, gpu_caveat, measure
 from app.planner.measurement import DeviceMeasurement, Measurement
 from app.planner.settings import LaunchSettings
 from app.planner.units import MiB
@@ -155,3 +157,47 @@ def test_partial_offload_kv_is_split_by_layer_device() -> None:
     assert m.device("CUDA0") == DeviceMeasurement("CUDA0", 300 * MiB, 4608 * MiB, False)
     assert m.device("CPU") == DeviceMeasurement("CPU", 0, 1536 * MiB, True)
     assert m.host_compute == 80 * MiB
+
+
+def _alive(pid: int) -> bool:
+    """The process exists and is not a zombie."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def test_cancel_kills_the_probe_and_its_children_at_once(tmp_path: Path, tiny_model: Path) -> None:
+    # A worker that would run for the whole minute, with a child of its own in its process group.
+    pids = tmp_path / "pids"
+    worker = _fake_worker(tmp_path, f"""import os, subprocess, sys, threading
+sys.stdin.read()
+child = subprocess.Popen([sys.executable, "-c", "import threading; threading.Event().wait()"])
+open({str(pids)!r}, "w").write(f"{{os.getpid()}} {{child.pid}}")
+threading.Event().wait()
+""")
+    cancel = threading.Event()
+
+    def cancel_once_running() -> None:
+        deadline = time.monotonic() + 30
+        while not pids.exists() or not pids.read_text():
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+        cancel.set()
+
+    threading.Thread(target=cancel_once_running, daemon=True).start()
+    with pytest.raises(MeasureCancelled) as err:
+        measure(tiny_model, LaunchSettings(), worker=worker, timeout=60, cancel=cancel)
+    assert str(err.value) == "cancelled" and isinstance(err.value, MeasureError)  # not the 60 s timeout
+    worker_pid, child_pid = (int(p) for p in pids.read_text().split())
+    deadline = time.monotonic() + 10
+    while (_alive(worker_pid) or _alive(child_pid)) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not _alive(worker_pid) and not _alive(child_pid)  # the whole process group is gone
+
+
+def test_a_cancel_event_left_unset_changes_nothing(engine_build: EngineBuild, tiny_model: Path) -> None:
+    m = measure(tiny_model, LaunchSettings(n_ctx=4096), cancel=threading.Event())
+    assert m.devices[0].compute > 0 and m.kv_total == 2 * 4096 * 32 * 2 * 2

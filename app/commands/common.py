@@ -1,0 +1,136 @@
+"""What ``plan``, ``measure`` and ``serve`` share: one set of launch flags, one set of GPU flags,
+one way from them to ``LaunchSettings`` and a plan, and one way to print engine advisories.
+
+Every launch flag takes llama-server's spelling *and* Headroom's long one, so a line copied from a
+llama-server command works as it is::
+
+    -c/--ctx/--ctx-size 512k   -ctk/--ctk/--cache-type-k q8_0   -ctv/--ctv/--cache-type-v q8_0
+    -np/--np/--parallel 4      -kvu/--kvu/--kv-unified          -fa/--fa/--flash-attn on|off|auto
+    -ub/--ub/--ubatch-size 512 -b/--batch/--batch-size 2048     -ngl/--ngl/--gpu-layers N|all|auto
+    -nkvo/--nkvo/--no-kv-offload                                 --swa-full
+
+One difference from llama-server, on purpose: ``-ctv`` defaults to the K type (a quantized K with
+an f16 V is rarely what anyone meant).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from app.planner.devices import Inventory
+from app.planner.gguf_model import ModelShape
+from app.planner.measurement import Measurement
+from app.planner.plan_types import Plan
+from app.planner.settings import ALL_LAYERS, KV_TYPES, LaunchSettings
+from app.planner.units import Bytes, MiB, parse_tokens
+
+#: Default margin kept free per GPU: the opencoti two-pass's 256 MiB (DOMAIN.md §4).
+DEFAULT_SAFETY = 256 * MiB
+
+
+def gpu_layers(text: str) -> int:
+    """``-ngl``: a layer count, or ``all``/``auto`` (llama-server's words) for every layer; the
+    planner then moves layers to the host itself when they do not fit."""
+    if text.strip().lower() in ("all", "auto"):
+        return ALL_LAYERS
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a layer count: {text!r} (a number, all or auto)") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("the layer count must be >= 0")
+    return value
+
+
+def add_launch_args(p: argparse.ArgumentParser) -> None:
+    """The flags that change what the engine allocates (see the module docstring)."""
+    p.add_argument("-c", "--ctx", "--ctx-size", dest="ctx", default="4096", metavar="TOKENS",
+                   help="context in tokens: 32768, 128k, 1M (default 4096)")
+    p.add_argument("-ctk", "--ctk", "--cache-type-k", dest="type_k", choices=KV_TYPES, default="f16",
+                   metavar="TYPE", help=f"K cache type: {' '.join(KV_TYPES)} (default f16)")
+    p.add_argument("-ctv", "--ctv", "--cache-type-v", dest="type_v", choices=KV_TYPES, default=None,
+                   metavar="TYPE", help="V cache type (default: the K type)")
+    p.add_argument("-np", "--np", "--parallel", dest="n_parallel", type=int, default=1, metavar="N",
+                   help="parallel slots (default 1)")
+    p.add_argument("-kvu", "--kvu", "--kv-unified", dest="kv_unified", action="store_true",
+                   help="one unified KV cache for all slots")
+    p.add_argument("-fa", "--fa", "--flash-attn", dest="flash_attn", choices=("on", "off", "auto"),
+                   default="on", metavar="on|off|auto", help="flash attention (default on)")
+    p.add_argument("-ub", "--ub", "--ubatch-size", dest="n_ubatch", type=int, default=512, metavar="N",
+                   help="physical batch (default 512)")
+    p.add_argument("-b", "--batch", "--batch-size", dest="n_batch", type=int, default=2048, metavar="N",
+                   help="logical batch (default 2048)")
+    p.add_argument("-ngl", "--ngl", "--gpu-layers", "--n-gpu-layers", dest="n_gpu_layers", type=gpu_layers,
+                   default=ALL_LAYERS, metavar="N", help="layers on the GPU: a number, all or auto (default all)")
+    p.add_argument("-nkvo", "--nkvo", "--no-kv-offload", dest="no_kv_offload", action="store_true",
+                   help="keep the KV cache in host memory")
+    p.add_argument("--swa-full", dest="swa_full", action="store_true", help="full-size SWA cache")
+
+
+def add_gpu_args(p: argparse.ArgumentParser) -> None:
+    """Which GPUs to plan for and how much of them to use."""
+    p.add_argument("--gpu", action="append", default=[], metavar="SPEC",
+                   help='"auto" (the real GPUs, default), a card name ("H200") or "NAME:SIZE" '
+                        '("MyCard:24GiB"); repeat for several')
+    p.add_argument("--window", action="store_true",
+                   help="plan for an engine with a KV position window (the opencoti llamafile)")
+    p.add_argument("--vram-target", type=Bytes.parse, default=None, metavar="SIZE", help="GPU budget, e.g. 80GiB")
+    p.add_argument("--safety", type=Bytes.parse, default=Bytes(DEFAULT_SAFETY), metavar="SIZE",
+                   help="margin kept free per GPU (default 256MiB)")
+    p.add_argument("--overhead", type=Bytes.parse, default=None, metavar="SIZE",
+                   help="per-process GPU overhead (default: measured for this GPU and driver, else 590MiB)")
+
+
+def settings_from_args(args: argparse.Namespace) -> LaunchSettings:
+    """The launch flags → the one ``LaunchSettings``. Raises ValueError on a bad value."""
+    return LaunchSettings(
+        n_ctx=parse_tokens(str(args.ctx)), type_k=args.type_k, type_v=args.type_v or args.type_k,
+        n_parallel=args.n_parallel, kv_unified=args.kv_unified, swa_full=args.swa_full,
+        n_ubatch=args.n_ubatch, n_batch=args.n_batch, flash_attn=args.flash_attn,
+        n_gpu_layers=args.n_gpu_layers, offload_kqv=not args.no_kv_offload)
+
+
+def plan_options(args: argparse.Namespace, inventory: Inventory) -> dict[str, Any]:
+    """``make_plan``'s keyword options from the GPU flags. The per-process overhead: the flag, else a
+    value measured on this GPU and driver (app.planner.overhead), else the planner's default."""
+    from app.planner.overhead import known_overhead
+
+    overhead = None if args.overhead is None else int(args.overhead)
+    if overhead is None and inventory.gpus and not inventory.gpus[0].simulated:
+        known = known_overhead(inventory.gpus[0].name, inventory.driver)
+        overhead = known.bytes if known.measured else None
+    return {"engine_window": args.window, "safety": int(args.safety),
+            "vram_target": None if args.vram_target is None else int(args.vram_target), "overhead": overhead}
+
+
+MeasurementSource = Callable[[LaunchSettings], Measurement | None]
+
+
+def measured_plan(shape: ModelShape, inventory: Inventory, settings: LaunchSettings, options: dict[str, Any],
+                  get: MeasurementSource | None) -> tuple[Plan, Measurement | None]:
+    """``make_plan`` with pass 1 for the plan's *own* launch: ``get(launch)`` gives a measurement (or
+    None). When the measured plan chooses another launch (a ``-ngl`` alternative), that one is looked
+    up too; the plan's warnings say when the numbers are for the settings as given."""
+    from app.planner.plan import make_plan
+
+    plan = make_plan(shape, inventory, settings, **options)
+    used: Measurement | None = None
+    if get is None:
+        return plan, None
+    for _ in range(2):
+        m = get(plan.launch)
+        if m is None:
+            break
+        used = m
+        measured = make_plan(shape, inventory, settings, measurement=m, **options)
+        if measured.launch == plan.launch:
+            return measured, m
+        plan = measured
+    return plan, used
+
+
+def advisory_lines(items: Sequence[Any]) -> list[str]:
+    """Engine advisories as printed by ``plan`` and ``serve`` (one line each)."""
+    return [f"advisory: {a}" for a in items]

@@ -1,0 +1,93 @@
+"""``headroom plan`` and pass 1: a cached measurement for exactly this launch is used without running
+anything; ``--measure`` runs it first; CPU numbers for a GPU plan carry the caveat; the engine
+advisories for the discovered engine are printed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from app import cli
+from app.engine.native_build import EngineBuild
+from app.planner import measure_cache
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path / "measurements"
+    monkeypatch.setattr(measure_cache, "measurements_dir", lambda: root)
+    return root
+
+
+def _plan(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    rc = cli.main(["plan", *argv])
+    return rc, capsys.readouterr().out
+
+
+def test_no_cached_pass1_means_estimated_and_nothing_runs(engine_build: EngineBuild, tiny_model: Path,
+                                                          _private_cache: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out = _plan(capsys, str(tiny_model), "-c", "4096")
+    assert rc == 0
+    assert "pass 1: none cached for this launch" in out
+    assert "compute buffers are an estimate" in out
+    assert not _private_cache.exists()  # no probe ran, nothing was stored
+
+
+def test_measure_then_plan_uses_the_cache(engine_build: EngineBuild, tiny_model: Path, _private_cache: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out = _plan(capsys, str(tiny_model), "-c", "4096", "-np", "2", "-kvu", "--measure")
+    assert rc == 0
+    assert "measured by pass 1" in out and "pass 1: llama-cpp-python" in out and "run now" in out
+    stored = sorted(_private_cache.glob("*.json"))
+    assert len(stored) == 1
+    rc, out = _plan(capsys, str(tiny_model), "--ctx", "4096", "--parallel", "2", "--kv-unified")
+    assert rc == 0
+    assert "compute pinned" in out and "measured by pass 1" in out
+    assert f"cached in {_private_cache}" in out
+    assert sorted(_private_cache.glob("*.json")) == stored  # the cache was read, not written
+    # other settings are another launch: not measured
+    rc, out = _plan(capsys, str(tiny_model), "-c", "4096", "-np", "2")
+    assert "pass 1: none cached for this launch" in out
+
+
+def test_headroom_measure_output_is_reused_by_plan(engine_build: EngineBuild, tiny_model: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["measure", str(tiny_model), "-c", "8192", "-ub", "256"]) == 0
+    capsys.readouterr()
+    rc = cli.main(["plan", str(tiny_model), "-c", "8192", "-ub", "256", "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    assert data["measurement"]["cached"] is True and data["measurement"]["backend"] == "CPU"
+    assert data["host"]["sources"]["compute_pinned"] == "measured by pass 1"
+
+
+def test_cpu_numbers_for_a_gpu_plan_say_so(engine_build: EngineBuild, tiny_model: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out = _plan(capsys, str(tiny_model), "-c", "4096", "--gpu", "H200", "--measure")
+    assert rc == 0
+    assert "warning: Pass 1 measured with the CPU backend" in out
+    assert "estimates their compute buffers" in out
+    gpu_compute = next(line for line in out.splitlines() if line.strip().startswith("compute ") and "MiB" in line)
+    assert gpu_compute.rstrip().endswith("estimated")
+
+
+def test_plan_names_the_engine_and_its_advisories(engine_build: EngineBuild, tiny_model: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out = _plan(capsys, str(tiny_model), "-np", "2", "-kvu")
+    assert rc == 0
+    assert "engine: llama-server" in out and str(engine_build.server) in out
+    assert "advisories: none known" in out
+    rc = cli.main(["plan", str(tiny_model), "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert data["engine"]["path"] == str(engine_build.server) and data["advisories"] == []
+
+
+def test_a_model_the_planner_does_not_model_still_gets_its_advisories(
+        engine_build: EngineBuild, tiny_glm5_next_model: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out = _plan(capsys, str(tiny_glm5_next_model), "-np", "2", "-kvu")
+    assert rc == 2
+    assert "not modelled: glm5-next" in out
+    assert "engine without b11412" in out and "engine without 43fe9c642" in out
