@@ -3,7 +3,9 @@ is healthy, print plan vs actual and the endpoint, serve until Ctrl-C, stop clea
 
 The launch and GPU flags are the same as ``headroom plan``'s. The engine advisories for this
 model on the chosen engine are printed before launching; a model the planner does not model is
-refused (after its advisories), since nothing about its launch could be planned or checked."""
+refused (after its advisories), since nothing about its launch could be planned or checked —
+unless ``--unplanned`` says to launch it with the flags exactly as given (no plan, no plan-vs-actual
+check; what the diagnostic smoke test of a k-pool model needs)."""
 
 from __future__ import annotations
 
@@ -47,6 +49,12 @@ def register(sub: Any) -> None:
     p.add_argument("--diagnostic", action="store_true",
                    help="launch with GGML_SCHED_DEBUG_REALLOC=1 (for --smoke: name graph re-reserves)")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the engine to load")
+    p.add_argument("--unplanned", action="store_true",
+                   help="for a model Headroom cannot plan: launch with the flags exactly as given "
+                        "(--fit off, no plan-vs-actual check)")
+    p.add_argument("--engine-arg", action="append", default=[], metavar="ARG",
+                   help="with --unplanned: one more engine argument, passed as is (repeatable; e.g. "
+                        "--engine-arg=--rpc --engine-arg=127.0.0.1:50052)")
     p.set_defaults(func=run)
 
 
@@ -82,8 +90,19 @@ def _refuse_not_modelled(args: argparse.Namespace, settings: LaunchSettings, eng
     if engine is not None:
         print("\n".join(advisory_lines(launch_advisories(settings, mode, engine, exc.arch))), flush=True)
     print(f"headroom serve: cannot plan: {exc}; Headroom serves only models it can plan "
-          "(run the engine directly for this one)", file=sys.stderr)
+          "(add --unplanned to launch it with the flags exactly as given, unchecked)", file=sys.stderr)
     return 2
+
+
+def unplanned(settings: LaunchSettings, args: argparse.Namespace, reason: str) -> Plan:
+    """A launch the user takes responsibility for: the settings as given, nothing sized or checked."""
+    from app.planner.plan_types import HostPlan
+
+    gpu = any(g != "auto" for g in args.gpu) or settings.n_gpu_layers > 0
+    mode = "window" if args.window else ("stock" if gpu else "cpu")
+    return Plan(settings, mode, (), HostPlan(0, 0, 0, 0, 0, 0), True, f"not planned ({reason})",
+                (f"not planned: {reason}; launched with the flags as given and --fit off, "
+                 "so nothing was sized or will be checked",), 0, 0, args.vram_target)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -104,12 +123,19 @@ def run(args: argparse.Namespace) -> int:
         engines = [e for e in engines if e.source == "settings"] or engines
     try:
         settings = settings_from_args(args)
-        shape = read_shape(args.model)
-        plan = _plan(args, shape, settings)
+        modelled = read_shape(args.model)
+        shape: ModelShape | None = modelled
+        plan = _plan(args, modelled, settings)
     except NotModelled as exc:
-        return _refuse_not_modelled(args, settings, engines, exc)
+        if not args.unplanned:
+            return _refuse_not_modelled(args, settings, engines, exc)
+        shape, plan = None, unplanned(settings, args, str(exc))
     except (PlannerError, ValueError) as exc:
         print(f"headroom serve: cannot plan: {exc}", file=sys.stderr)
+        return 2
+    if args.engine_arg and shape is not None:
+        print("headroom serve: --engine-arg is only for --unplanned launches: extra engine flags would "
+              "change what the plan sized", file=sys.stderr)
         return 2
     for w in plan.warnings:
         print(f"warning: {w}")
@@ -120,7 +146,8 @@ def run(args: argparse.Namespace) -> int:
         env.update(DIAGNOSTIC_ENV)
     try:
         spec = prepare(plan, args.model.resolve(), engines, host=args.host, port=args.port or None,
-                       require_key=args.api_key, env=env, arch=shape.arch)
+                       require_key=args.api_key, env=env, extra=tuple(args.engine_arg),
+                       arch=shape.arch if shape is not None else _arch_of(args.model))
     except LaunchRefused as exc:
         print(f"headroom serve: refused: {exc}", file=sys.stderr)
         return 2
@@ -144,14 +171,16 @@ def run(args: argparse.Namespace) -> int:
     try:
         server.start()
         server.wait_ready(timeout=args.timeout)
-        check = plan_check(plan, server, snapshot=_snapshot(plan, server.pid), api_key=spec.api_key)
-        print("plan vs actual:")
-        print(check.table())
-        from app.engine.check import describe
+        if shape is not None:
+            check = plan_check(plan, server, snapshot=_snapshot(plan, server.pid), api_key=spec.api_key)
+            print("plan vs actual:")
+            print(check.table())
+            from app.engine.check import describe
 
-        print(describe(check))
-        if args.smoke:
-            _smoke(server, spec.api_key, args.diagnostic)
+            print(describe(check))
+        if args.smoke and not _smoke(server, spec.api_key, args.diagnostic):
+            print("headroom serve: the smoke test failed; stopping the engine", file=sys.stderr)
+            return 1
         print(f"serving at {server.base_url} — Ctrl-C to stop", flush=True)
         while not stop.wait(1.0):
             server.check_alive()
@@ -167,6 +196,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _arch_of(model: Path) -> str:
+    """The GGUF's ``general.architecture`` (for the advisories), read by the lean reader."""
+    from app.planner.gguf_reader import read_header
+
+    return str(read_header(model).fields.get("general.architecture", ""))
+
+
 def _snapshot(plan: Any, pid: int | None) -> Any:
     """NVML's view of the engine's GPU memory (None without GPUs)."""
     if not plan.gpus:
@@ -177,8 +213,12 @@ def _snapshot(plan: Any, pid: int | None) -> Any:
         return poller.poll(pid)
 
 
-def _smoke(server: Any, api_key: str | None, diagnostic: bool) -> None:
+def _smoke(server: Any, api_key: str | None, diagnostic: bool) -> bool:
+    """Run the shared-sequence smoke test on the ready engine; True when it passed."""
+    from app.planner.logparse import parse_log
     from app.sessions.smoke import run_smoke
 
-    result = run_smoke(server.base_url, api_key, server.tail, diagnostic=diagnostic)
+    backends = len(parse_log("\n".join(server.log_lines())).compute) or None
+    result = run_smoke(server.base_url, api_key, server.tail, diagnostic=diagnostic, backends=backends)
     print(f"smoke: {result.kind} — {result.message}", flush=True)
+    return result.ok

@@ -136,8 +136,8 @@ def _kpool(arch: str, fix: Fix, placement: Placement, engine: str) -> Advisory:
             f"kpool-{fix.name}", "warning", f"{arch} with shared sessions on an engine without {fix.label()}",
             f"{engine} predates the fix for {fix.what} ({pr}); forking or sharing sessions can abort "
             "the engine or corrupt replies",
-            f"use an engine at {fix.label()} or later, or serve with -np 1 (no shared sequences); "
-            f"to confirm on this engine, {SMOKE_HINT}")
+            f"use an engine at {fix.label()} or later (-np 1 avoids sharing cells, but on this engine even "
+            f"one sequence re-reserves its decode graph); to confirm on this engine, {SMOKE_HINT}")
     return Advisory(
         f"kpool-{fix.name}-unplaced", "warning", f"{arch}: cannot tell whether this engine has {fix.label()}",
         f"{engine} cannot be placed relative to the fix for {fix.what} ({pr})",
@@ -161,6 +161,16 @@ def advisories_for(arch: str, engine_commit: str | None, engine_build_number: in
             "window-no-prefix-reuse", "info", "spilled window: no prompt-cache reuse",
             "while the window spills to the host tail, context shift and prompt-cache reuse are off",
             "continuing a session re-decodes its text; keep sessions short or fit them resident"))
+    if arch in KPOOL_ARCHS and not shared and place(SCATTER_FIX, engine_commit, engine_build_number) \
+            is Placement.LACKS:
+        # Seen on this project's engine (tests/integration/test_kpool_repro.py): with one sequence the
+        # decode graph still differs from the reserved one once the pool count steps, so the engine
+        # re-reserves at decode time (silently; a diagnostic launch aborts on it).
+        out.append(Advisory(
+            "kpool-single-rereserve", "info", f"{arch}: decode-time graph re-reserve on this engine",
+            f"{engine} predates {SCATTER_FIX.label()}: even one sequence re-reserves its decode graph when "
+            "the k-pool grows, so the compute buffer can grow past what pass 1 measured",
+            f"leave room above the measured compute buffer, or use an engine at {SCATTER_FIX.label()} or later"))
     if arch in KPOOL_ARCHS and shared:
         for fix in KPOOL_FIXES:
             placement = place(fix, engine_commit, engine_build_number)

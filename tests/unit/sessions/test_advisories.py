@@ -34,8 +34,12 @@ def test_the_full_commit_from_the_build_stamp_places_the_engine_too() -> None:
     assert place(RACE_FIX, full, 0) is Placement.LACKS
 
 
-def test_one_session_needs_no_kpool_warning() -> None:
-    assert advisories_for("qwen4exp", "0c1e570", 1, n_parallel=1, kv_unified=False, window_mode=False) == []
+def test_one_session_gets_no_sharing_warning_but_is_told_of_the_decode_time_re_reserve() -> None:
+    adv = advisories_for("qwen4exp", "0c1e570", 1, n_parallel=1, kv_unified=False, window_mode=False)
+    assert [(a.key, a.severity) for a in adv] == [("kpool-single-rereserve", "info")]
+    assert "compute buffer can grow past what pass 1 measured" in adv[0].detail
+    # an engine with the fix: nothing at all for one session
+    assert advisories_for("qwen4exp", "43fe9c642aa", None, 1, False, False) == []
 
 
 def test_an_unplaceable_engine_says_so_and_suggests_the_diagnostic_smoke_test() -> None:
