@@ -138,8 +138,38 @@ def gaps_during_work() -> dict[str, list[float]]:
     w.launch.stop()
     wait_until(app, lambda: w.launch.server is None, 60)
     result["launch → healthy → stop"] = probe.stop()
+    # Building an engine: a child printing 2,000 CMake/Ninja-style lines (the real build prints a few
+    # hundred), each a progress update and a console line.
+    script = "for i in range(2000): print(f'[{i + 1}/2000] Building CXX object src/f{i}.o', flush=True)"
+    w.launch.builder.argv = [sys.executable, "-c", script]
+    probe.start()
+    w.launch.builder.start()
+    wait_until(app, lambda: not w.launch.builder.running, 60)
+    result["engine build output (2,000 lines)"] = probe.stop()
     w.close()
+    result["live re-plan (NVML changes)"] = gaps_during_live_replan(app, big)
     return result
+
+
+def gaps_during_live_replan(app: object, model: Path) -> list[float]:
+    """Another app takes and releases GPU memory every 1.2 s (replayed H200 NVML); the window
+    re-plans from each new reading while the probe runs."""
+    from app.ui.main_window import MainWindow
+    from app.ui.state import UiState
+    from tests.fixtures.fake_nvml import FakeNvml
+
+    nvml = FakeNvml(state="idle")
+    w = MainWindow(state=UiState(), persist=False, nvml=nvml)
+    w.show()
+    assert w.open_model(model)
+    probe = GapProbe()
+    probe.start()
+    for i in range(4):
+        nvml.state = "torch_ctx" if i % 2 == 0 else "idle"
+        wait_until(app, lambda n=i: w.live.applied > n, 10)
+    gaps = probe.stop()
+    w.close()
+    return gaps
 
 
 def main() -> int:

@@ -7,6 +7,11 @@ The result lives under the user cache directory, keyed by llama.cpp commit and b
 
     ~/.cache/headroom/engines/llama.cpp-<commit9>-<backend>/build/bin/{llama-server,...,libllama.so}
 
+``--source DIR`` (or ``HEADROOM_LLAMA_SRC``) builds from an already-extracted llama.cpp tree
+instead, e.g. the trimmed tree ``bench/h200/prepare.sh`` packs for a machine without internet; its
+commit is read from the ``COMMIT_FILE`` beside ``CMakeLists.txt`` and handed to CMake, since such a
+tree has no git metadata for ``--version`` to name.
+
 The same build provides ``libllama.so`` for llama-cpp-python (installed with
 ``-DLLAMA_BUILD=OFF`` and pointed here through ``LLAMA_CPP_LIB_PATH``), so llama.cpp is
 compiled once.
@@ -34,6 +39,11 @@ SDIST_NAME = f"llama_cpp_python-{LLAMA_CPP_PYTHON_VERSION}"
 #: (``llama`` + ``mtmd``) and the batched bench used by the shared-sequence repro (DOMAIN.md §5).
 TARGETS = ("llama-server", "llama-fit-params", "ggml-rpc-server", "llama", "mtmd", "llama-batched-bench")
 BINARIES = ("llama-server", "llama-fit-params", "ggml-rpc-server")
+#: The file a trimmed tree carries its llama.cpp commit in (40 hex digits, one line).
+COMMIT_FILE = "HEADROOM_LLAMA_COMMIT"
+#: The build number the sdist's shallow git gives (``rev-list --count HEAD`` = 1), so a tree
+#: built from ``--source`` prints the same ``--version`` line as one built from the sdist.
+SDIST_BUILD_NUMBER = 1
 
 
 def cache_dir() -> Path:
@@ -114,13 +124,40 @@ def vendored_commit(tree: Path) -> str:
     return text[:40] if len(text) >= 9 and not text.startswith("ref:") else "unknown"
 
 
+def source_commit(src: Path) -> str:
+    """The commit a trimmed llama.cpp tree names in its ``COMMIT_FILE``, else ``"unknown"``."""
+    try:
+        text = (src / COMMIT_FILE).read_text().strip()
+    except OSError:
+        return "unknown"
+    ok = 9 <= len(text) <= 40 and all(c in "0123456789abcdef" for c in text)
+    return text if ok else "unknown"
+
+
+def llama_source(source: Path | None, python: str = sys.executable) -> tuple[Path, str]:
+    """The llama.cpp tree to build and its commit: ``source`` (or ``$HEADROOM_LLAMA_SRC``) when
+    given, else the tree vendored in the pinned sdist (downloaded and extracted once)."""
+    chosen = source or (Path(os.environ["HEADROOM_LLAMA_SRC"]) if os.environ.get("HEADROOM_LLAMA_SRC") else None)
+    if chosen is None:
+        tree = source_tree(python)
+        return tree / "vendor" / "llama.cpp", vendored_commit(tree)
+    if not (chosen / "CMakeLists.txt").is_file() or not (chosen / "ggml").is_dir():
+        raise RuntimeError(f"{chosen} is not a llama.cpp source tree (no CMakeLists.txt and ggml/)")
+    return chosen, source_commit(chosen)
+
+
+def find_nvcc() -> str | None:
+    """nvcc on PATH, else CUDA's default install location."""
+    return shutil.which("nvcc") or next(
+        (p for p in ("/usr/local/cuda/bin/nvcc",) if os.access(p, os.X_OK)), None
+    )
+
+
 def detect_backend() -> tuple[str, str]:
     """``("cuda", why)`` when nvcc and cuBLAS are both present, else ``("cpu", why)``."""
     if os.environ.get("HEADROOM_ENGINE_BACKEND") == "cpu":
         return "cpu", "CPU forced by HEADROOM_ENGINE_BACKEND=cpu"
-    nvcc = shutil.which("nvcc") or next(
-        (p for p in ("/usr/local/cuda/bin/nvcc",) if os.access(p, os.X_OK)), None
-    )
+    nvcc = find_nvcc()
     if nvcc is None:
         return "cpu", "CUDA off: nvcc not found"
     cuda_root = Path(nvcc).resolve().parent.parent
@@ -156,7 +193,9 @@ def find_build(backend: str | None = None) -> EngineBuild | None:
     return builds[0] if builds else None
 
 
-def cmake_args(backend: str) -> list[str]:
+def cmake_args(backend: str, commit: str | None = None) -> list[str]:
+    """CMake's options. A known ``commit`` is passed as the build info, so ``llama-server --version``
+    names it also for a tree without git metadata (llama.cpp CMakeLists.txt: LLAMA_BUILD_COMMIT/NUMBER)."""
     args = [
         "-DCMAKE_BUILD_TYPE=Release",
         "-DBUILD_SHARED_LIBS=ON",
@@ -166,8 +205,13 @@ def cmake_args(backend: str) -> list[str]:
         "-DLLAMA_BUILD_TESTS=OFF",
         "-DGGML_NATIVE=OFF" if os.environ.get("HEADROOM_PORTABLE") else "-DGGML_NATIVE=ON",
     ]
+    if commit and commit != "unknown":
+        args += [f"-DLLAMA_BUILD_COMMIT={commit[:7]}", f"-DLLAMA_BUILD_NUMBER={SDIST_BUILD_NUMBER}"]
     if backend == "cuda":
         args.append("-DGGML_CUDA=ON")
+        nvcc = find_nvcc()
+        if nvcc and not shutil.which("nvcc"):  # CMake finds nvcc on PATH only
+            args.append(f"-DCMAKE_CUDA_COMPILER={nvcc}")
         archs = os.environ.get("HEADROOM_CUDA_ARCHS")
         if archs:
             args += [f"-DCMAKE_CUDA_ARCHITECTURES={archs}", "-DGGML_CUDA_FA_ALL_QUANTS=OFF"]
@@ -176,26 +220,24 @@ def cmake_args(backend: str) -> list[str]:
     return args
 
 
-def build(python: str = sys.executable, jobs: int | None = None) -> EngineBuild:
+def build(python: str = sys.executable, jobs: int | None = None, source: Path | None = None) -> EngineBuild:
     """Build (or find in the cache) the stock engine. Returns where it is."""
     started = time.monotonic()
-    tree = source_tree(python)
-    commit = vendored_commit(tree)
+    src, commit = llama_source(source, python)
     backend, reason = detect_backend()
     _log(reason)
     out = build_dir(commit, backend)
     stamp = out / "build.json"
     cached = find_build(backend)
-    if cached is not None and Path(cached.bin_dir).parent.parent == out:
+    if cached is not None and Path(cached.bin_dir).parent.parent.resolve() == out.resolve():
         _log(f"cache hit: {out} (llama.cpp {commit[:9]}, {backend}), nothing to do")
         return cached
     if shutil.which("cmake") is None:
         raise RuntimeError("cmake not found: install it (apt-get install cmake) to build the engine")
     bdir = out / "build"
     bdir.mkdir(parents=True, exist_ok=True)
-    src = tree / "vendor" / "llama.cpp"
-    _log(f"configuring llama.cpp {commit[:9]} ({backend}) in {bdir}")
-    subprocess.run(["cmake", "-S", str(src), "-B", str(bdir), *cmake_args(backend)], check=True)
+    _log(f"configuring llama.cpp {commit[:9]} ({backend}) from {src} in {bdir}")
+    subprocess.run(["cmake", "-S", str(src), "-B", str(bdir), *cmake_args(backend, commit)], check=True)
     n = jobs or os.cpu_count() or 2
     _log(f"building {', '.join(TARGETS)} with {n} jobs")
     subprocess.run(
@@ -229,9 +271,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=None)
     parser.add_argument("--bindings", action="store_true", help="also install llama-cpp-python into --python")
     parser.add_argument("--print-bin-dir", action="store_true")
+    parser.add_argument("--source", type=Path, default=None,
+                        help="an extracted llama.cpp tree to build instead of the sdist's (or $HEADROOM_LLAMA_SRC)")
     args = parser.parse_args(argv)
     try:
-        info = build(args.python, args.jobs)
+        info = build(args.python, args.jobs, args.source)
         if args.bindings:
             install_bindings(args.python, info)
     except (RuntimeError, OSError, subprocess.CalledProcessError) as exc:

@@ -125,8 +125,10 @@ def _engine_words(commit: str | None, build: int | None) -> str:
     return "llama.cpp " + (", ".join(parts) if parts else "of unknown commit and build")
 
 
-SMOKE_HINT = ("run the diagnostic smoke test (headroom serve --smoke --diagnostic: launches with "
-              "GGML_SCHED_DEBUG_REALLOC=1, forks two sessions, continues both)")
+SMOKE_HINT = ("run the diagnostic smoke test (headroom serve MODEL --smoke --diagnostic, plus --unplanned "
+              "for a model Headroom cannot plan: launches with GGML_SCHED_DEBUG_REALLOC=1, forks two "
+              "sessions, continues both; it needs two backends — a GPU, or a ggml-rpc-server via --rpc — "
+              "since one backend re-reserves silently)")
 
 
 def _kpool(arch: str, fix: Fix, placement: Placement, engine: str) -> Advisory:

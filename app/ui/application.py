@@ -65,17 +65,21 @@ def run_gui(*, model: Path | None = None, demo: bool = False, ctx: str | None = 
                 print(f"screenshot: {shot_path}: {plan_summary(window.plan)}", flush=True)
             app.exit(0 if ok else 1)
 
-        def shoot(_plan: object) -> None:
-            window.planned.disconnect(shoot)
-            QTimer.singleShot(SCREENSHOT_SETTLE_MS, save_and_quit)
+        waiting = {"plan", "engines"}  # shoot once the picture and the engine list are both shown
 
-        window.planned.connect(shoot)
+        def shown(what: str) -> None:
+            if what in waiting:
+                waiting.discard(what)
+                if not waiting:
+                    QTimer.singleShot(SCREENSHOT_SETTLE_MS, save_and_quit)
+
+        window.planned.connect(lambda _p: shown("plan"))
+        window.launch.enginesFound.connect(lambda _e: shown("engines"))
     window.show()
     open_first(window, model, demo)
     if ctx:
         window.settings.context.set_value(parse_tokens(ctx), emit=True)
-    if screenshot is None:
-        window.launch.discover()
+    window.launch.discover()
     rc = app.exec()
     window.close()
     return rc

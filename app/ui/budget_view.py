@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from app.planner.settings import LaunchSettings
 from app.planner.units import Bytes, format_tokens
+from app.ui.options_view import OptionsView
 from app.ui.qt import (
     QColor,
     QEvent,
@@ -34,7 +35,8 @@ from app.ui.qt import (
 if TYPE_CHECKING:
     from app.planner.plan import Alternative, ContextFit, DevicePlan, HostPlan, Plan
 
-#: (field, label, colour). Colours are mid-tones that read on light and dark palettes.
+#: (field, label, colour). Colours are mid-tones that read on light and dark palettes (Tableau 20); a
+#: host part gets the light shade of its GPU counterpart, so no two different things share a colour.
 GPU_PARTS = (
     ("other_processes", "Other apps", "#8c8c8c"),
     ("weights", "Weights", "#4e79a7"),
@@ -45,9 +47,9 @@ GPU_PARTS = (
 )
 HOST_PARTS = (
     ("other", "Other apps", "#8c8c8c"),
-    ("weights_mapped", "Mapped weights", "#4e79a7"),
-    ("kv_tail", "KV host tail", "#76b7b2"),
-    ("compute_pinned", "Pinned compute", "#f28e2b"),
+    ("weights_mapped", "Mapped weights", "#a0cbe8"),
+    ("kv_tail", "KV host tail", "#8cd17d"),
+    ("compute_pinned", "Pinned compute", "#ffbe7d"),
 )
 RED = "#d62728"
 AMBER = "#c77800"
@@ -188,9 +190,13 @@ class DeviceRow(QWidget):
         self.caption.setText(" · ".join([*parts, shown_free]))
 
 
+def legend_entries() -> dict[str, str]:
+    """Label -> colour for every part drawn (a label on both bars, "Other apps", is listed once)."""
+    return {label: color for _k, label, color in GPU_PARTS + HOST_PARTS}
+
+
 def _legend() -> str:
-    parts = {label: color for _k, label, color in GPU_PARTS + HOST_PARTS}
-    return "  ".join(f"<span style='color:{c}'>■</span> {label}" for label, c in parts.items())
+    return "  ".join(f"<span style='color:{c}'>■</span> {label}" for label, c in legend_entries().items())
 
 
 @dataclass(frozen=True)
@@ -245,8 +251,13 @@ class BudgetView(QWidget):
         self.window_numbers.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.warnings = QLabel()
         self.warnings.setWordWrap(True)
+        self.warnings.setObjectName("planWarnings")
+        self.warnings.setStyleSheet(f"color: {AMBER};")  # caveats the user should read before launching
         self.legend = QLabel(_legend())
         self.legend.setWordWrap(True)
+        self.options = OptionsView()
+        self.options.setVisible(False)
+        self.options.settingsChosen.connect(self.settingsChosen)
         self.rows: list[DeviceRow] = []
         self.host_row = DeviceRow()
         self._rows_box = QVBoxLayout()
@@ -258,6 +269,7 @@ class BudgetView(QWidget):
         lay.addWidget(self.window_numbers)
         lay.addWidget(self.warnings)
         lay.addWidget(self.legend)
+        lay.addWidget(self.options)
         lay.addStretch(1)
 
     def _ensure_rows(self, n: int) -> None:
@@ -290,6 +302,7 @@ class BudgetView(QWidget):
         self.verdict.setStyleSheet(f"color: {v.color};" if v.color else "")
         self.alternative.setVisible(v.settings is not None)
         self.alternative.setText(v.action)
+        self.options.show_options(plan, fit, plan.mode == "window")
 
     def _choose_alternative(self) -> None:
         if self._verdict is not None and self._verdict.settings is not None:

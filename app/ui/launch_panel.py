@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from html import escape
 from pathlib import Path
 from typing import Any
 
 from app.engine.argv import ArgvError, shell_line
 from app.engine.check import PlanCheck, describe
 from app.engine.discover import EngineInfo, discover_engines
-from app.engine.launch import LaunchRefused, plan_check, prepare
+from app.engine.launch import LaunchRefused, advisories, plan_check, prepare
 from app.engine.process import ServerProcess, ServerStatus
 from app.planner.plan import Plan
+from app.sessions.advisories import Advisory
+from app.ui.engine_builder import EngineBuilder
 from app.ui.qt import (
     QComboBox,
     QGuiApplication,
@@ -36,6 +39,10 @@ from app.ui.qt import (
 from app.ui.workers import TaskThread
 
 HOST = "127.0.0.1"
+LOOKING = "looking for engines…"
+NONE_FOUND = "no engine found — Build engine…"
+#: How an advisory reads before launch (severity -> colour); "error" refuses the launch.
+ADVICE_COLOUR = {"error": "#d62728", "warning": "#c77800", "info": ""}
 #: How often queued engine log lines reach the console (ms).
 LOG_FLUSH_MS = 100
 STATUS_TEXT = {
@@ -61,6 +68,8 @@ class LaunchPanel(QWidget):
         self._plan: Plan | None = None
         self._launched_plan: Plan | None = None
         self._model: Path | None = None
+        self._arch = ""
+        self.advice: list[Advisory] = []  # the engine advisories for the current plan and engine
         self._tasks: set[TaskThread] = set()
         self._lines: list[str] = []
         self._lines_lock = threading.Lock()
@@ -90,6 +99,15 @@ class LaunchPanel(QWidget):
         for label in (self.status, self.check, self.command):  # engine text, never markup
             label.setTextFormat(Qt.TextFormat.PlainText)
         self.command.setObjectName("commandLine")
+        self.advice_label = QLabel()
+        self.advice_label.setObjectName("engineAdvice")
+        self.advice_label.setWordWrap(True)
+        self.advice_label.setVisible(False)
+        self.engine_combo.setPlaceholderText(LOOKING)
+        self.builder = EngineBuilder()
+        self.builder.setVisible(False)
+        self.builder.logLines.connect(self.logLines)
+        self.builder.built.connect(lambda: self.discover())
         row = QHBoxLayout()
         row.addWidget(self.launch_button)
         row.addWidget(self.stop_button)
@@ -98,6 +116,8 @@ class LaunchPanel(QWidget):
         ep.addWidget(self.copy_button)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
+        lay.addWidget(self.builder)
+        lay.addWidget(self.advice_label)
         lay.addLayout(row)
         lay.addWidget(self.progress)
         lay.addWidget(self.status)
@@ -113,8 +133,12 @@ class LaunchPanel(QWidget):
     # ---- engines -------------------------------------------------------------------------------
     def discover(self, chosen: Path | None = None) -> None:
         """Find engines in the background; the combo fills when done."""
-        self._run(lambda _c: discover_engines(chosen), self.set_engines,
-                  lambda msg: self.status.setText(f"Engine discovery failed: {msg}"))
+        self.engine_combo.setPlaceholderText(LOOKING)
+        self._run(lambda _c: discover_engines(chosen), self.set_engines, self._discovery_failed)
+
+    def _discovery_failed(self, message: str) -> None:
+        self.set_engines([])
+        self.status.setText(f"Engine discovery failed: {message}")
 
     def set_engines(self, engines: object) -> None:
         assert isinstance(engines, list)
@@ -124,9 +148,11 @@ class LaunchPanel(QWidget):
         for e in engines:
             self.engine_combo.addItem(f"{e.kind} {e.version} ({e.commit}) — {e.source}", e.path)
         self.engine_combo.blockSignals(False)
+        self.engine_combo.setPlaceholderText(NONE_FOUND if not engines else "")
+        self.builder.setVisible(not engines or self.builder.running)
         if not engines:
-            self.status.setText("No engine found: run `headroom engine build`, or put llama-server or "
-                                "a llamafile on PATH.")
+            self.status.setText("No engine found: press Build engine… above, or put llama-server or a "
+                                "llamafile on PATH.")
         self.enginesFound.emit(engines)
         self.engine_combo.currentIndexChanged.emit(self.engine_combo.currentIndex())
 
@@ -134,9 +160,17 @@ class LaunchPanel(QWidget):
         i = self.engine_combo.currentIndex()
         return self.engines[i] if 0 <= i < len(self.engines) else None
 
-    def set_plan(self, plan: Plan, model: Path | None) -> None:
-        self._plan, self._model = plan, model
+    def set_plan(self, plan: Plan, model: Path | None, arch: str = "") -> None:
+        self._plan, self._model, self._arch = plan, model, arch
         self.launch_button.setEnabled(self.server is None and model is not None)
+        engine = self.engine()
+        self.advice = advisories(plan, engine, arch) if engine is not None and arch else []
+        self.advice_label.setText("<br>".join(advice_html(a) for a in self.advice))
+        self.advice_label.setVisible(bool(self.advice))
+
+    def refusal(self) -> str | None:
+        """The first "error" advisory's message: the launch is refused with it."""
+        return next((str(a) for a in self.advice if a.severity == "error"), None)
 
     # ---- launch / stop -------------------------------------------------------------------------
     def launch(self) -> None:
@@ -144,10 +178,14 @@ class LaunchPanel(QWidget):
         if self.server is not None or plan is None or model is None:
             return
         if engine is None:
-            self._failed("No engine to launch: run `headroom engine build` or choose one.")
+            self._failed("No engine to launch: press Build engine…, run `headroom engine build` or choose one.")
+            return
+        refused = self.refusal()
+        if refused is not None:
+            self._failed(f"Cannot launch this plan: {refused}")
             return
         try:
-            spec = prepare(plan, model, [engine], host=HOST)
+            spec = prepare(plan, model, [engine], host=HOST, arch=self._arch or None)
         except (LaunchRefused, ArgvError) as exc:
             self._failed(f"Cannot launch this plan: {exc}")
             return
@@ -249,7 +287,8 @@ class LaunchPanel(QWidget):
         task.deleteLater()
 
     def shutdown(self) -> None:
-        """Stop the engine (never leave one behind) and wait for the workers."""
+        """Stop the engine (never leave one behind), any build, and wait for the workers."""
+        self.builder.shutdown()
         server, self.server = self.server, None
         if server is not None:
             server.stop(grace=5.0)
@@ -257,3 +296,12 @@ class LaunchPanel(QWidget):
             task.cancel()
             task.wait()
         self._flush.stop()
+
+
+def advice_html(a: Advisory) -> str:
+    """One advisory as the launch panel shows it: severity colour, title, detail, and what to do."""
+    colour = ADVICE_COLOUR.get(a.severity, "")
+    style = f" style='color:{colour}'" if colour else ""
+    sign = {"error": "⛔", "warning": "⚠"}.get(a.severity, "ℹ")
+    return (f"<span{style}>{sign} <b>{escape(a.title)}</b>: {escape(a.detail)}.</span> "
+            f"<i>{escape(a.action)}</i>")

@@ -8,18 +8,19 @@ from pathlib import Path
 from types import ModuleType
 
 from app.engine.discover import EngineInfo
-from app.planner.devices import Poller, Snapshot
+from app.planner.devices import Inventory, Poller, Snapshot
 from app.planner.errors import PlannerError
 from app.planner.measurement import Measurement
 from app.planner.plan import Plan
 from app.planner.settings import LaunchSettings
 from app.planner.units import format_tokens
-from app.sessions.advisories import advisories_for
 from app.ui import demo
 from app.ui.budget_view import BudgetView
 from app.ui.console import Console
 from app.ui.devices_panel import DevicesPanel
+from app.ui.hub_button import HubButton
 from app.ui.launch_panel import LaunchPanel
+from app.ui.live_replan import LiveReplan
 from app.ui.measure_bar import NOT_MEASURED, STALE, MeasureBar
 from app.ui.planning import PlanInputs, inventory_for, real_inventory
 from app.ui.qt import (
@@ -29,6 +30,7 @@ from app.ui.qt import (
     QDragEnterEvent,
     QDropEvent,
     QFileDialog,
+    QHBoxLayout,
     QIcon,
     QKeySequence,
     QLabel,
@@ -80,6 +82,9 @@ class MainWindow(QMainWindow):
         self.poller = Poller(nvml)
         self.poll = PollWorker(self._poll_once, parent=self)
         self.poll.polled.connect(self.devices.show_snapshot)
+        self.live = LiveReplan(lambda: self.inputs.inventory, lambda: self.inputs.safety, self._live_busy,
+                               self._apply_live, self)
+        self.poll.polled.connect(self.live.offer)
         self.poll.start()
         if self.state.geometry:
             self.restoreGeometry(QByteArray.fromHex(self.state.geometry.encode()))
@@ -92,6 +97,11 @@ class MainWindow(QMainWindow):
         self.model_label.setWordWrap(True)
         self.open_button = QPushButton("&Open model…")
         self.open_button.clicked.connect(self.choose_model)
+        self.hub_button = HubButton()
+        self.hub_button.explained.connect(lambda text: self.statusBar().showMessage(text, 10_000))
+        open_row = QHBoxLayout()
+        open_row.addWidget(self.open_button, 1)
+        open_row.addWidget(self.hub_button)
         self.error = QLabel()
         self.error.setObjectName("errorMessage")
         self.error.setWordWrap(True)
@@ -110,7 +120,7 @@ class MainWindow(QMainWindow):
         self.measure.failed.connect(lambda msg: self.show_error(f"Pass 1 failed: {msg}"))
         left = QVBoxLayout()
         left.addWidget(self.model_label)
-        left.addWidget(self.open_button)
+        left.addLayout(open_row)
         left.addWidget(self.error)
         left.addWidget(self.settings)
         left.addWidget(self.measure)
@@ -252,6 +262,15 @@ class MainWindow(QMainWindow):
         if replan:
             self.replan()
 
+    def _live_busy(self) -> bool:
+        """A live re-plan waits while the user drags the context or the planned engine runs."""
+        return self.settings.context.slider.isSliderDown() or self.launch.server is not None
+
+    def _apply_live(self, inv: Inventory) -> None:
+        self.real_inventory = inv
+        self.inputs.set_inventory(inv)
+        self.replan()
+
     def replan(self) -> None:
         self.inputs.safety = self.settings.safety_bytes()
         self.inputs.vram_target = self.settings.vram_target_bytes()
@@ -277,11 +296,8 @@ class MainWindow(QMainWindow):
             self.settings.context.set_largest_fit(fit.with_tail or None, "with a host tail")
         else:
             self.settings.context.set_largest_fit(fit.resident or None, "fully on GPU")
-        self.launch.set_plan(plan, self.model_path)
-        engine = self.launch.engine()
-        self.sessions.set_advisories(advisories_for(
-            self.inputs.shape.arch, engine.commit if engine and engine.commit != "unknown" else None, None,
-            plan.launch.n_parallel, plan.launch.kv_unified, plan.mode == "window"))
+        self.launch.set_plan(plan, self.model_path, self.inputs.shape.arch)
+        self.sessions.set_advisories(self.launch.advice)
         self.planned.emit(plan)
 
     def _engines_found(self, engines: list[EngineInfo]) -> None:
@@ -313,6 +329,7 @@ class MainWindow(QMainWindow):
         return self.poller.poll(server.pid if server is not None else None)
 
     def closeEvent(self, e: QCloseEvent) -> None:
+        self.live.stop()
         self.poll.stop()
         self.poll.wait()
         self.poller.close()

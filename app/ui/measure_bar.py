@@ -1,12 +1,15 @@
 """Measure (pass 1) in the background: the button, a busy indicator, Cancel, and what was measured.
 
 Pass 1 runs in a child process (app.planner.measure); here it runs on a ``TaskThread`` so the
-window stays responsive. Cancel returns at once: the result, if it still arrives, is dropped.
+window stays responsive. Cancel sets the probe's cancel event: ``measure`` kills the child's process
+group within ``CANCEL_POLL_S`` and raises ``MeasureCancelled``; a result already on its way is dropped.
+The bar is free again at once; ``stopping`` holds cancelled workers until their child is gone.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from app.planner.measure import gpu_caveat, measure_cached
@@ -15,6 +18,9 @@ from app.planner.settings import LaunchSettings
 from app.ui.qt import QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget, Signal
 from app.ui.workers import TaskThread
 
+#: Runs pass 1: (model, settings, cancel) -> (measurement, from_cache). Tests swap in a slow child.
+Probe = Callable[[Path, LaunchSettings, threading.Event], tuple[Measurement, bool]]
+CANCELLED = "Measurement cancelled: pass 1 stopped"
 NOT_MEASURED = "Compute buffer: estimated (not measured)"
 STALE = "Compute buffer: estimated (pass 1 ran for other settings; measure again)"
 
@@ -26,6 +32,8 @@ class MeasureBar(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.task: TaskThread | None = None
+        self.stopping: set[TaskThread] = set()  # cancelled workers whose child is being killed
+        self.probe: Probe = lambda model, settings, cancel: measure_cached(model, settings, cancel=cancel)
         self.button = QPushButton("&Measure (pass 1)")
         self.button.setToolTip("Measure the compute buffer with the engine's own allocator")
         self.cancel_button = QPushButton("Cancel")
@@ -53,8 +61,10 @@ class MeasureBar(QWidget):
         if self.task is not None:
             return
 
-        def work(_cancel: threading.Event) -> tuple[Measurement, bool]:
-            return measure_cached(model, settings)
+        probe = self.probe
+
+        def work(cancel: threading.Event) -> tuple[Measurement, bool]:
+            return probe(model, settings, cancel)
 
         task = TaskThread(work, self)
         self.task = task
@@ -66,9 +76,12 @@ class MeasureBar(QWidget):
         task.start()
 
     def cancel(self) -> None:
-        if self.task is not None:
-            self.task.cancel()
-            self.status.setText("Measurement cancelled")
+        """Stop pass 1 (its child is killed in the background); the bar is free again at once."""
+        task, self.task = self.task, None
+        if task is not None:
+            task.cancel()  # measure() kills the child's process group and returns
+            self.stopping.add(task)
+            self.status.setText(CANCELLED)
             self._set_busy(False)
 
     def _set_busy(self, on: bool) -> None:
@@ -96,9 +109,10 @@ class MeasureBar(QWidget):
     def _finished(self, task: TaskThread) -> None:
         if self.task is task:
             self.task = None
+        self.stopping.discard(task)
         task.deleteLater()
 
     def shutdown(self) -> None:
-        if self.task is not None:
-            self.task.cancel()
-            self.task.wait()
+        self.cancel()
+        for task in list(self.stopping):
+            task.wait()
