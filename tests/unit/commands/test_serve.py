@@ -29,7 +29,8 @@ def test_glm5_next_alone_has_no_shared_session_warning(engine_build: EngineBuild
                                                        capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["serve", str(tiny_glm5_next_model), "-np", "1"]) == 2
     out, err = capsys.readouterr()
-    assert "advisory:" not in out and "not modelled: glm5-next" in err
+    assert "with shared sessions" not in out and "not modelled: glm5-next" in err
+    assert "advisory: [info] glm5-next: decode-time graph re-reserve on this engine" in out
 
 
 def test_serve_plans_for_the_gpus_it_is_given(engine_build: EngineBuild, tiny_model: Path,
