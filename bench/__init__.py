@@ -1,0 +1,1 @@
+"""Benchmarks for the issues' timing targets; see bench/README.md."""
