@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from app.ui.budget_view import GPU_PARTS
+from app.ui.budget_view import GPU_PARTS, HOST_PARTS
 from app.ui.qt import QColor, QImage
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,5 +66,8 @@ def test_screenshot_of_the_demo_512k_plan_on_a_24gb_gpu(xvfb, tmp_path):
     # The bars were painted: find a row through the GPU bar holding weights, compute and KV window.
     colours = [c for k, _l, c in GPU_PARTS if k in ("weights", "compute", "kv_resident")]
     assert any(all(_has_colour(img, c, y) for c in colours) for y in range(0, img.height(), 3))
+    # ... and the host bar, whose parts have colours of their own (no "Weights" blue on the host).
+    host = [c for k, _l, c in HOST_PARTS if k in ("weights_mapped", "kv_tail", "compute_pinned")]
+    assert any(all(_has_colour(img, c, y) for c in host) for y in range(0, img.height(), 3))
     ARTIFACT.parent.mkdir(exist_ok=True)
     shutil.copyfile(out, ARTIFACT)

@@ -1,0 +1,127 @@
+"""Other ways to run the model: the largest contexts that fit and the alternatives the planner priced.
+
+Shown under the budget bars. Every row comes from the plan (``Plan.alternatives``) or from
+``max_context`` (``ContextFit``); nothing is computed here. Each row has a "Use" button that applies
+its settings, so the table is keyboard reachable and one click from the picture.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from app.planner.settings import LaunchSettings
+from app.planner.units import Bytes
+from app.ui.qt import QGridLayout, QGroupBox, QLabel, QPushButton, Qt, QWidget, Signal
+from app.ui.settings_panel import tokens_text
+
+if TYPE_CHECKING:
+    from app.planner.plan import ContextFit, Plan
+
+GREEN = "#2e7d32"
+RED = "#d62728"
+HEADERS = ("Option", "Fits", "Host traffic per token", "Note", "")
+
+
+@dataclass(frozen=True)
+class Option:
+    """One row: what it is, whether it fits, what it costs, and the settings it applies."""
+
+    label: str
+    fits: bool
+    host_per_token: int | None  # None: not priced by the planner
+    note: str
+    settings: LaunchSettings
+    current: bool = False
+
+
+def options(plan: Plan, fit: ContextFit | None, engine_window: bool) -> list[Option]:
+    """The rows for ``plan``: largest contexts first (as the user would reach for them), then the
+    planner's alternatives in its own order (best first)."""
+    rows: list[Option] = []
+    n_ctx = plan.launch.n_ctx
+    if fit is not None:
+        if fit.resident > 0:
+            rows.append(Option(f"Largest context fully on GPU: {tokens_text(fit.resident)}", True, 0,
+                               "every KV cell resident", plan.launch.with_(n_ctx=fit.resident),
+                               fit.resident == n_ctx))
+        if engine_window and fit.with_tail > fit.resident:
+            rows.append(Option(f"Largest context with a host tail: {tokens_text(fit.with_tail)}", True, None,
+                               "rolling KV window; the tail streams from host RAM",
+                               plan.launch.with_(n_ctx=fit.with_tail), fit.with_tail == n_ctx))
+        if fit.n_ctx_train > 0:
+            fits_train = fit.n_ctx_train <= (fit.with_tail if engine_window else fit.resident)
+            rows.append(Option(f"Trained context: {tokens_text(fit.n_ctx_train)}", fits_train, None,
+                               "what the model was trained for", plan.launch.with_(n_ctx=fit.n_ctx_train),
+                               fit.n_ctx_train == n_ctx))
+    for alt in plan.alternatives:
+        rows.append(Option(alt.label, alt.feasible, alt.host_bytes_per_token, alt.note, alt.launch,
+                           alt.chosen))
+    return rows
+
+
+class _Row:
+    """The widgets of one table row, reused across re-plans (a drag re-plans many times a second)."""
+
+    def __init__(self, view: OptionsView, i: int) -> None:
+        self.label, self.fits, self.cost, self.note = (view.plain() for _ in range(4))
+        self.note.setWordWrap(True)
+        self.use = QPushButton("Use")
+        self.use.clicked.connect(lambda _c=False: view.choose(i))
+        for col, w in enumerate((self.label, self.fits, self.cost, self.note, self.use)):
+            view.grid.addWidget(w, i + 1, col)
+
+    def show(self, row: Option | None) -> None:
+        for w in (self.label, self.fits, self.cost, self.note, self.use):
+            w.setVisible(row is not None)
+        if row is None:
+            return
+        self.label.setText(row.label + (" (planned)" if row.current else ""))
+        self.fits.setText("fits" if row.fits else "does not fit")
+        self.fits.setStyleSheet(f"color: {GREEN if row.fits else RED};")
+        self.cost.setText("–" if row.host_per_token is None else
+                          "none" if row.host_per_token == 0 else str(Bytes(row.host_per_token)))
+        self.note.setText(row.note)
+        self.use.setAccessibleName(f"Use {row.label}")
+        self.use.setEnabled(row.fits and not row.current)
+
+
+class OptionsView(QGroupBox):
+    """The rows as a grid of labels with a "Use" button each; ``settingsChosen`` on a click."""
+
+    settingsChosen = Signal(object)  # LaunchSettings
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__("Other ways to run it", parent)
+        self.rows: list[Option] = []
+        self.grid = QGridLayout(self)
+        self.grid.setColumnStretch(3, 1)
+        for col, text in enumerate(HEADERS):
+            self.grid.addWidget(QLabel(f"<b>{text}</b>"), 0, col)
+        self._widgets: list[_Row] = []
+
+    @property
+    def buttons(self) -> list[QPushButton]:
+        """The "Use" buttons of the rows shown, in order."""
+        return [w.use for w in self._widgets[:len(self.rows)]]
+
+    def show_options(self, plan: Plan, fit: ContextFit | None, engine_window: bool) -> None:
+        rows = options(plan, fit, engine_window)
+        if rows == self.rows:
+            return  # nothing changed: nothing to redraw
+        self.rows = rows
+        while len(self._widgets) < len(rows):
+            self._widgets.append(_Row(self, len(self._widgets)))
+        for i, w in enumerate(self._widgets):
+            w.show(rows[i] if i < len(rows) else None)
+        self.setVisible(bool(rows))
+
+    def choose(self, i: int) -> None:
+        if i < len(self.rows):
+            self.settingsChosen.emit(self.rows[i].settings)
+
+    @staticmethod
+    def plain() -> QLabel:
+        label = QLabel()
+        label.setTextFormat(Qt.TextFormat.PlainText)
+        return label
