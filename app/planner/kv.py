@@ -142,6 +142,18 @@ def check_supported(shape: ModelShape, settings: LaunchSettings) -> None:
                            f"{settings.type_v}")
     if settings.type_v not in ("f32", "f16", "bf16") and settings.flash_attn == "off":
         raise PlannerError(f"a quantized V cache ({settings.type_v}) requires flash attention")
+    if settings.flash_attn != "off":
+        # llama_init_from_model: with flash attention a quantized cache type's block must divide
+        # every layer's head size ("K cache type q8_0 with block size 32 does not divide n_embd_head_k=16").
+        swa = shape.is_swa_any
+        for which, cache_type, heads in (
+                ("K", settings.type_k, {shape.head_dim_k} | ({shape.head_dim_k_swa} if swa else set())),
+                ("V", settings.type_v, {shape.head_dim_v} | ({shape.head_dim_v_swa} if swa else set()))):
+            block = GGML_QUANT_SIZES[GGMLQuantizationType(GGML_TYPE_IDS[cache_type])][0]
+            bad = sorted(h for h in heads if h % block)
+            if block > 1 and bad:
+                raise PlannerError(f"a {cache_type} {which} cache needs a head size that is a multiple of {block}; "
+                                   f"this model's is {bad[0]} (use f16, bf16 or f32)")
 
 
 def kv_layout(shape: ModelShape, settings: LaunchSettings) -> KvLayout:

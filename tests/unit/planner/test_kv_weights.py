@@ -84,6 +84,14 @@ def test_settings_the_engine_refuses_are_planner_errors() -> None:
     dense = read_shape(gguf_factory.ensure(shapes.LLAMA31_8B))
     with pytest.raises(PlannerError, match="requires flash attention"):
         kv_layout(dense, LaunchSettings(type_v="q4_0", flash_attn="off"))
+    # "K cache type q8_0 with block size 32 does not divide n_embd_head_k=16": refused before any launch
+    tiny = read_shape(gguf_factory.ensure(shapes.TINY))
+    assert tiny.head_dim_k == 16
+    with pytest.raises(PlannerError, match="q8_0 K cache needs a head size that is a multiple of 32"):
+        kv_layout(tiny, LaunchSettings(n_ctx=512, type_k="q8_0"))
+    with pytest.raises(PlannerError, match="q4_0 V cache needs a head size"):
+        kv_layout(tiny, LaunchSettings(n_ctx=512, type_v="q4_0"))
+    assert kv_layout(tiny, LaunchSettings(n_ctx=512, type_k="bf16", type_v="bf16")).total > 0
 
 
 def test_layer_assignment_mirrors_load_tensors() -> None:
