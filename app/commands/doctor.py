@@ -8,7 +8,7 @@ import platform
 import sys
 from typing import Any
 
-from app import __version__
+from app import __version__, paths
 from app.engine import native_build
 from app.engine.libpath import ensure_llama_cpp_lib, gpu_backends
 from app.planner.units import Bytes
@@ -89,7 +89,7 @@ def collect() -> dict[str, Any]:
         "platform": platform.platform(),
         "pyside6": _pyside(),
         "llama_cpp_python": _llama_cpp(),
-        "cache_dir": str(native_build.cache_dir()),
+        "cache_dir": str(paths.cache_dir()),
     }
     try:
         report["nvml"] = _nvml()

@@ -12,16 +12,11 @@ import secrets
 import stat
 from pathlib import Path
 
+from app.paths import config_dir
+
 KEY_FILE = "api_key"
 
 
-def config_dir() -> Path:
-    """Headroom's config directory (HEADROOM_CONFIG_DIR overrides; XDG_CONFIG_HOME honoured)."""
-    override = os.environ.get("HEADROOM_CONFIG_DIR")
-    if override:
-        return Path(override)
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "headroom"
 
 
 def is_loopback(host: str) -> bool:

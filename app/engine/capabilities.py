@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.engine.native_build import cache_dir
+from app.paths import cache_dir
 from app.planner.settings import KV_TYPES, LaunchSettings
 
 #: Flags probed, by capability name → the arguments that exercise it.

@@ -19,6 +19,7 @@ from typing import Any
 
 from app.engine import native_build
 from app.engine.capabilities import Capabilities, capabilities, engine_env
+from app.paths import data_dir
 
 KINDS = ("llama-server", "llamafile", "opencoti")
 VERSION_TIMEOUT_S = 15.0
@@ -31,13 +32,6 @@ _STOCK_VERSION = re.compile(r"version: (?P<version>\S+) \(build (?P<build>\d+), 
 _LLAMAFILE_VERSION = re.compile(r"llamafile v?(?P<version>\d+\.\d+\.\d+\S*)")
 
 
-def data_dir() -> Path:
-    """Headroom's data directory (HEADROOM_DATA_DIR overrides; XDG_DATA_HOME honoured)."""
-    override = os.environ.get("HEADROOM_DATA_DIR")
-    if override:
-        return Path(override)
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(base) / "headroom"
 
 
 @dataclass(frozen=True)

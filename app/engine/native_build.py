@@ -31,6 +31,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from app.paths import cache_dir
+
 #: The llama-cpp-python release Headroom pins (pyproject.toml says the same).
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
 SDIST_NAME = f"llama_cpp_python-{LLAMA_CPP_PYTHON_VERSION}"
@@ -46,13 +48,6 @@ COMMIT_FILE = "HEADROOM_LLAMA_COMMIT"
 SDIST_BUILD_NUMBER = 1
 
 
-def cache_dir() -> Path:
-    """Headroom's cache directory (XDG_CACHE_HOME honoured; HEADROOM_CACHE_DIR overrides)."""
-    override = os.environ.get("HEADROOM_CACHE_DIR")
-    if override:
-        return Path(override)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "headroom"
 
 
 @dataclass(frozen=True)

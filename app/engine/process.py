@@ -37,7 +37,7 @@ from typing import IO, NoReturn
 
 from app.engine.capabilities import engine_env
 from app.engine.failures import Failure, classify
-from app.engine.native_build import cache_dir
+from app.paths import cache_dir
 
 POLL_S = 0.25
 KEEP_LOGS = 30

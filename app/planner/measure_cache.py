@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from app.engine.native_build import cache_dir
+from app.paths import cache_dir
 from app.planner.measurement import Measurement
 from app.planner.settings import LaunchSettings
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.engine.native_build import cache_dir
+from app.paths import cache_dir
 from app.planner.weights import DEFAULT_GPU_OVERHEAD
 
 #: Measured on an H200, driver 580.159.04, CUDA 13.0 (DOMAIN.md §2).

@@ -15,7 +15,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-from app.engine.native_build import cache_dir
+from app.paths import cache_dir
 
 #: Bumped when the generated file must change (it is the file name's suffix).
 DEMO_VERSION = 1

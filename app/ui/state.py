@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.engine.native_build import cache_dir
+from app.paths import cache_dir
 from app.planner.settings import LaunchSettings
 
 #: How many recent models the File menu lists.

@@ -1,0 +1,32 @@
+"""Where Headroom keeps things: the XDG base directories, each with a ``HEADROOM_*_DIR`` override.
+
+Standard library only (native/build.py imports it before any virtual environment exists).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def _xdg(override_var: str, xdg_var: str, default: tuple[str, ...]) -> Path:
+    override = os.environ.get(override_var)
+    if override:
+        return Path(override)
+    base = os.environ.get(xdg_var) or str(Path.home().joinpath(*default))
+    return Path(base) / "headroom"
+
+
+def cache_dir() -> Path:
+    """Builds, measurements, generated models, engine logs (HEADROOM_CACHE_DIR; XDG_CACHE_HOME)."""
+    return _xdg("HEADROOM_CACHE_DIR", "XDG_CACHE_HOME", (".cache",))
+
+
+def config_dir() -> Path:
+    """The API key and settings (HEADROOM_CONFIG_DIR; XDG_CONFIG_HOME)."""
+    return _xdg("HEADROOM_CONFIG_DIR", "XDG_CONFIG_HOME", (".config",))
+
+
+def data_dir() -> Path:
+    """Engines the user keeps with Headroom (HEADROOM_DATA_DIR; XDG_DATA_HOME)."""
+    return _xdg("HEADROOM_DATA_DIR", "XDG_DATA_HOME", (".local", "share"))
