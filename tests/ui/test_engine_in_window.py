@@ -135,5 +135,9 @@ def test_settings_the_engine_rejects_show_both_messages(window, tiny_model, engi
     assert "flash attention" in probing.args[0]
     assert "<s>" in window.error.text() or "BOS" in window.error.text() or "flash" in window.error.text()
     assert window.measure.status.text() == "Measurement failed"
-    window.settings.flash_attn.setCurrentText("on")  # fixed: the plan comes back, the error goes
+    # flash attention on: the tiny model's head size (16) is still no multiple of q8_0's block (32),
+    # which the engine refuses too (llama_init_from_model) — the window says so before any launch
+    window.settings.flash_attn.setCurrentText("on")
+    assert "q8_0 V cache needs a head size that is a multiple of 32" in window.error.text()
+    window.settings.type_v.setCurrentText("f16")  # fixed: the plan comes back, the error goes
     assert window.error.isHidden()
