@@ -12,7 +12,7 @@ from html import escape
 from typing import TYPE_CHECKING
 
 from app.planner.settings import LaunchSettings
-from app.planner.units import Bytes, format_tokens
+from app.planner.units import Bytes
 from app.ui.options_view import OptionsView
 from app.ui.qt import (
     QColor,
@@ -31,6 +31,7 @@ from app.ui.qt import (
     QWidget,
     Signal,
 )
+from app.ui.settings_panel import tokens_text
 
 if TYPE_CHECKING:
     from app.planner.plan import Alternative, ContextFit, DevicePlan, HostPlan, Plan
@@ -75,15 +76,20 @@ def device_segments(dp: DevicePlan) -> list[Segment]:
     for key, label, color in GPU_PARTS:
         source = dp.sources.get(key, DEFAULT_SOURCES.get(key, "estimated"))
         if key == "other_processes" and dp.simulated:
-            source = "simulated GPU: none"
+            # No apps run on a simulated card; what is not free there is the driver's own reserve
+            # (the recorded H200 reading: 615 MiB).
+            label, source = "Driver reserve", f"kept by the driver, not usable by the engine ({source})"
         segs.append(Segment(key, label, int(getattr(dp, key)), color, source))
     return segs
 
 
-def host_segments(hp: HostPlan) -> list[Segment]:
+def host_segments(hp: HostPlan, *, no_gpu: bool = False) -> list[Segment]:
+    """``no_gpu``: the KV cache has no GPU part, so it is the whole cache, not a "tail"."""
     segs = [Segment("other", "Other apps", max(0, int(hp.total) - int(hp.available)), HOST_PARTS[0][2],
                     hp.sources.get("other", DEFAULT_SOURCES["other"]))]
     for key, label, color in HOST_PARTS[1:]:
+        if key == "kv_tail" and no_gpu:
+            label = "KV cache"
         segs.append(Segment(key, label, int(getattr(hp, key)), color,
                             hp.sources.get(key, DEFAULT_SOURCES.get(key, "estimated"))))
     return segs
@@ -97,12 +103,14 @@ class StackedBar(QWidget):
         self.total = 0
         self.segments: list[Segment] = []
         self.over = False
+        self.target: int | None = None  # the VRAM target: a dashed line where the plan must stop
         self.setMinimumHeight(26)
         self.setMinimumWidth(200)
         self.setMouseTracking(True)
 
-    def set_data(self, total: int, segments: list[Segment], over: bool) -> None:
+    def set_data(self, total: int, segments: list[Segment], over: bool, target: int | None = None) -> None:
         self.total = total
+        self.target = target
         self.segments = [s for s in segments if s.size > 0]
         self.over = over
         used = sum(s.size for s in self.segments)
@@ -159,6 +167,12 @@ class StackedBar(QWidget):
             xcap = 1.0 + (self.width() - 2.0) * self.total / self._scale()
             p.fillRect(QRectF(xcap, 1.0, self.width() - 1.0 - xcap, self.height() - 2.0),
                        Qt.BrushStyle.BDiagPattern)
+        if self.target is not None and 0 < self.target < self._scale():
+            xt = 1.0 + (self.width() - 2.0) * self.target / self._scale()
+            line = QPen(pal.color(QPalette.ColorRole.Text))
+            line.setStyle(Qt.PenStyle.DashLine)
+            p.setPen(line)
+            p.drawLine(int(xt), 0, int(xt), self.height())
         pen = QPen(QColor(RED) if self.over else pal.color(QPalette.ColorRole.Mid))
         pen.setWidth(2 if self.over else 1)
         p.setPen(pen)
@@ -182,9 +196,11 @@ class DeviceRow(QWidget):
         lay.addWidget(self.bar)
         lay.addWidget(self.caption)
 
-    def show_device(self, title: str, total: int, segments: list[Segment], free: int, over: bool) -> None:
-        self.title.setText(f"<b>{title}</b> — {Bytes(total)}")
-        self.bar.set_data(total, segments, over)
+    def show_device(self, title: str, total: int, segments: list[Segment], free: int, over: bool,
+                    target: int | None = None) -> None:
+        self.title.setText(f"<b>{title}</b> — {Bytes(total)}"
+                           + (f" · VRAM target {Bytes(target)} (dashed line)" if target else ""))
+        self.bar.set_data(total, segments, over, target)
         parts = [f"{s.label.lower()} {Bytes(s.size)}" for s in segments if s.size > 0]
         shown_free = f"free {Bytes(free)}" if free >= 0 else f"<span style='color:{RED}'>short {Bytes(-free)}</span>"
         self.caption.setText(" · ".join([*parts, shown_free]))
@@ -219,9 +235,12 @@ def verdict(plan: Plan, requested: LaunchSettings | None, fit: ContextFit | None
         n_fit = (fit.with_tail if plan.mode == "window" else fit.resident) if fit else 0
         if n_fit > 0:
             return Verdict(f"<b>Does not fit</b>: {escape(plan.reason)}", RED,
-                           f"Use the largest context that fits: {format_tokens(n_fit)}",
+                           f"Use the largest context that fits: {tokens_text(n_fit)}",
                            plan.launch.with_(n_ctx=n_fit))
         return Verdict(f"<b>Does not fit</b>: {escape(plan.reason)}", RED)
+    if requested is not None and not plan.gpus and requested.with_(n_gpu_layers=0) == plan.launch:
+        # No GPU to plan for: running on the CPU is the only way, not a change the user must apply.
+        return Verdict(f"<b>Fits</b> — {plan.mode} mode: no GPU, every layer runs from host RAM", "")
     if requested is not None and plan.launch != requested:
         chosen = next((a for a in plan.alternatives if a.chosen), None)
         label = alternative_text(chosen) if chosen else plan.reason
@@ -289,9 +308,9 @@ class BudgetView(QWidget):
         for row, dp in zip(self.rows, plan.gpus, strict=True):
             title = dp.label + (" · simulated" if dp.simulated and "simulated" not in dp.label else "")
             row.show_device(f"{dp.name}: {title}", int(dp.total), device_segments(dp), int(dp.free),
-                            over=int(dp.free) < 0)
+                            over=int(dp.free) < 0, target=plan.vram_target)
         hp = plan.host
-        self.host_row.show_device("Host RAM", int(hp.total), host_segments(hp), int(hp.free),
+        self.host_row.show_device("Host RAM", int(hp.total), host_segments(hp, no_gpu=not plan.gpus), int(hp.free),
                                   over=int(hp.free) < 0)
         self.window_numbers.setText(window_text(plan))
         self.warnings.setText("<br>".join(f"⚠ {escape(w)}" for w in plan.warnings))
@@ -312,8 +331,10 @@ class BudgetView(QWidget):
 def window_text(plan: Plan) -> str:
     """The resident window and the host tail, in cells and as a share of the context."""
     n_ctx = max(plan.launch.n_ctx, 1)
+    if not plan.gpus:
+        return f"No GPU: the whole KV cache, <b>{plan.tail_cells:,}</b> cells, is in host RAM"
     return (f"Resident KV window: <b>{plan.window_cells:,}</b> cells ({plan.window_cells / n_ctx:.0%} of "
-            f"{format_tokens(plan.launch.n_ctx)} tokens) · host tail: <b>{plan.tail_cells:,}</b> cells "
+            f"{tokens_text(plan.launch.n_ctx)} tokens) · host tail: <b>{plan.tail_cells:,}</b> cells "
             f"({plan.tail_cells / n_ctx:.0%})")
 
 

@@ -65,7 +65,7 @@ class MemoryCard(QFrame):
 class DevicesPanel(QWidget):
     """Cards for the planning inventory; ``simulationChanged`` when the user picks a simulated GPU."""
 
-    simulationChanged = Signal(str)  # "" = real GPUs, else a card name known to gpu_table
+    simulationChanged = Signal(str)  # "" = real GPUs, else card names known to gpu_table ("A,B": two)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -75,8 +75,11 @@ class DevicesPanel(QWidget):
         self.simulate = QComboBox()
         self.simulate.setAccessibleName("Simulated GPU")
         self.simulate.setToolTip("Plan for a GPU you do not have")
-        self.simulate.addItem(REAL_GPUS)
-        self.simulate.addItems(known_cards())
+        self.simulate.addItem(REAL_GPUS, "")
+        for card in known_cards():
+            self.simulate.addItem(card, card)
+        for card in known_cards():  # a split across two cards (resolve_gpus takes "A,B")
+            self.simulate.addItem(f"2 × {card}", f"{card},{card}")
         self.simulate.currentIndexChanged.connect(self._on_simulate)
         self.cards: list[MemoryCard] = []
         self.host_card = MemoryCard()
@@ -95,11 +98,11 @@ class DevicesPanel(QWidget):
         lay.addLayout(row)
 
     def simulated_choice(self) -> str:
-        return "" if self.simulate.currentIndex() == 0 else self.simulate.currentText()
+        return str(self.simulate.currentData() or "")
 
     def set_simulated_choice(self, name: str) -> None:
         self.simulate.blockSignals(True)
-        idx = self.simulate.findText(name) if name else 0
+        idx = self.simulate.findData(name) if name else 0
         self.simulate.setCurrentIndex(max(idx, 0))
         self.simulate.blockSignals(False)
 
@@ -120,7 +123,7 @@ class DevicesPanel(QWidget):
         """The GPUs being planned for. ``nvml_reason``: why the machine has no real GPU, if so."""
         reason = nvml_reason or ("" if inv.gpus else inv.reason)
         if reason:
-            note = (f"<b>{reason}</b>" + (" — planning uses the simulated GPU below." if inv.gpus
+            note = (f"<b>{reason}</b>" + (f" — planning uses the simulated GPU{'s' if len(inv.gpus) > 1 else ''} below." if inv.gpus
                                            else " — planning still works: pick a simulated GPU above, "
                                                 "or plan for the CPU."))
             self.notice.setText(note)

@@ -88,7 +88,7 @@ class LaunchPanel(QWidget):
         self.endpoint.setReadOnly(True)
         self.endpoint.setPlaceholderText("endpoint URL (when running)")
         self.endpoint.setAccessibleName("Endpoint URL")
-        self.copy_button = QPushButton("&Copy")
+        self.copy_button = QPushButton("Cop&y")
         self.copy_button.clicked.connect(self.copy_endpoint)
         self.check = QLabel()
         self.check.setObjectName("planCheck")
@@ -162,11 +162,20 @@ class LaunchPanel(QWidget):
 
     def set_plan(self, plan: Plan, model: Path | None, arch: str = "") -> None:
         self._plan, self._model, self._arch = plan, model, arch
-        self.launch_button.setEnabled(self.server is None and model is not None)
+        self._enable_launch()
         engine = self.engine()
         self.advice = advisories(plan, engine, arch) if engine is not None and arch else []
         self.advice_label.setText("<br>".join(advice_html(a) for a in self.advice))
         self.advice_label.setVisible(bool(self.advice))
+
+    def _enable_launch(self) -> None:
+        """Launch is offered for a plan that fits; one that does not says why on the button's tooltip."""
+        plan = self._plan
+        fits = plan is not None and plan.feasible
+        self.launch_button.setEnabled(self.server is None and self._model is not None and fits)
+        self.launch_button.setToolTip("" if fits or plan is None else
+                                      f"Nothing to launch: the plan does not fit ({plan.reason}). "
+                                      "Use one of the other ways to run it, shown with the plan.")
 
     def refusal(self) -> str | None:
         """The first "error" advisory's message: the launch is refused with it."""
@@ -250,7 +259,7 @@ class LaunchPanel(QWidget):
         if server is not None and server.running():
             self._run(lambda _c: server.stop(), lambda _r: None, lambda _m: None)
         self.stop_button.setEnabled(False)
-        self.launch_button.setEnabled(self._plan is not None)
+        self._enable_launch()
 
     def stop(self) -> None:
         server = self.server
@@ -265,7 +274,7 @@ class LaunchPanel(QWidget):
         self.progress.setVisible(False)
         self.endpoint.clear()
         self.status.setText("Engine: stopped")
-        self.launch_button.setEnabled(self._plan is not None)
+        self._enable_launch()
         self.engineStopped.emit()
 
     def copy_endpoint(self) -> None:

@@ -13,7 +13,6 @@ from app.planner.errors import PlannerError
 from app.planner.measurement import Measurement
 from app.planner.plan import Plan
 from app.planner.settings import LaunchSettings
-from app.planner.units import format_tokens
 from app.ui import demo
 from app.ui.budget_view import BudgetView
 from app.ui.console import Console
@@ -44,7 +43,7 @@ from app.ui.qt import (
     Signal,
 )
 from app.ui.sessions_panel import SessionsPanel
-from app.ui.settings_panel import SettingsPanel
+from app.ui.settings_panel import SettingsPanel, tokens_text
 from app.ui.state import UiState, load_state, save_state
 from app.ui.workers import PollWorker
 
@@ -218,11 +217,12 @@ class MainWindow(QMainWindow):
         try:
             shape = self.inputs.load_model(path)
         except (PlannerError, OSError) as exc:
-            self.show_error(f"Cannot use {path.name}: {exc}")
+            reason = str(exc)  # the reader's message usually names the file already
+            self.show_error(f"Cannot use {reason if reason.startswith(path.name) else f'{path.name}: {reason}'}")
             return False
         self.model_path = path
         self.model_label.setText(f"<b>{path.name}</b><br>{shape.arch}, {shape.n_layer} layers, "
-                                 f"trained for {format_tokens(shape.n_ctx_train)} tokens")
+                                 f"trained for {tokens_text(shape.n_ctx_train)} tokens")
         self.model_label.setToolTip(str(path))
         self.measure.status.setText(NOT_MEASURED)
         if remember:
@@ -233,6 +233,8 @@ class MainWindow(QMainWindow):
         return True
 
     def show_error(self, message: str) -> None:
+        if not message and self.error.text() and self.statusBar().currentMessage() == self.error.text():
+            self.statusBar().clearMessage()  # the message is no longer true: not even for 10 s
         self.error.setText(message)
         self.error.setVisible(bool(message))
         if message:
@@ -292,7 +294,9 @@ class MainWindow(QMainWindow):
             self.measure.status.setText(STALE)
         self.plan = plan
         self.budget.show_plan(plan, settings, fit)
-        if self.inputs.engine_window:
+        if not plan.gpus:
+            self.settings.context.set_largest_fit(fit.resident or None, "in host RAM")
+        elif self.inputs.engine_window:
             self.settings.context.set_largest_fit(fit.with_tail or None, "with a host tail")
         else:
             self.settings.context.set_largest_fit(fit.resident or None, "fully on GPU")
@@ -301,8 +305,12 @@ class MainWindow(QMainWindow):
         self.planned.emit(plan)
 
     def _engines_found(self, engines: list[EngineInfo]) -> None:
-        """An opencoti engine first in the list: plan for its rolling KV window."""
-        if engines and engines[0].kind == "opencoti":
+        """The engine chosen last time, if it is still there; else an opencoti engine first in the
+        list: plan for its rolling KV window."""
+        paths = [e.path for e in engines]
+        if self.state.engine_path in paths:
+            self.settings.engine.setCurrentIndex(paths.index(self.state.engine_path))
+        elif engines and engines[0].kind == "opencoti":
             self.settings.set_engine_window(True)
 
     def _engine_up(self, url: str) -> None:
@@ -342,5 +350,7 @@ class MainWindow(QMainWindow):
             self.state.safety_mib = self.settings.safety.value()
             self.state.engine_window = self.settings.engine_window()
             self.state.vram_target_mib = self.settings.vram_target.value()
+            engine = self.launch.engine()
+            self.state.engine_path = engine.path if engine is not None else self.state.engine_path
             save_state(self.state, self.state_file)
         super().closeEvent(e)

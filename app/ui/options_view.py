@@ -42,8 +42,9 @@ def options(plan: Plan, fit: ContextFit | None, engine_window: bool) -> list[Opt
     n_ctx = plan.launch.n_ctx
     if fit is not None:
         if fit.resident > 0:
-            rows.append(Option(f"Largest context fully on GPU: {tokens_text(fit.resident)}", True, 0,
-                               "every KV cell resident", plan.launch.with_(n_ctx=fit.resident),
+            where = "fully on GPU" if plan.gpus else "in host RAM"  # no GPU: the CPU plan's largest
+            rows.append(Option(f"Largest context {where}: {tokens_text(fit.resident)}", True, 0,
+                               "every KV cell resident" if plan.gpus else "no GPU: runs on the CPU", plan.launch.with_(n_ctx=fit.resident),
                                fit.resident == n_ctx))
         if engine_window and fit.with_tail > fit.resident:
             rows.append(Option(f"Largest context with a host tail: {tokens_text(fit.with_tail)}", True, None,

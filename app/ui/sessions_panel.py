@@ -45,6 +45,7 @@ class SessionsPanel(QGroupBox):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__("Shared sessions", parent)
         self.base_url = ""
+        self.n_slots = 1
         self.log_tail: Callable[[], list[str]] | None = None
         self.sessions: dict[str, Session] = {}
         self._tasks: set[TaskThread] = set()
@@ -60,14 +61,14 @@ class SessionsPanel(QGroupBox):
         self.k.setRange(2, 64)
         self.k.setPrefix("into ")
         self.k.setAccessibleName("Number of sessions")
-        self.fork_button = QPushButton("&Fork")
+        self.fork_button = QPushButton("Fo&rk")
         self.fork_button.clicked.connect(self.fork)
         self.chosen = QComboBox()
         self.chosen.setAccessibleName("Session")
         self.chosen.currentIndexChanged.connect(self._show_chosen)
-        self.continue_button = QPushButton("C&ontinue")
+        self.continue_button = QPushButton("Contin&ue")
         self.continue_button.clicked.connect(self.continue_chosen)
-        self.smoke_button = QPushButton("Smoke &test")
+        self.smoke_button = QPushButton("Smoke test")  # every Alt letter of it is taken
         self.smoke_button.setToolTip("Fork two sessions from one prompt and continue both (DOMAIN §5)")
         self.smoke_button.clicked.connect(self.smoke)
         self.text = QPlainTextEdit()
@@ -106,12 +107,17 @@ class SessionsPanel(QGroupBox):
 
     def set_engine(self, base_url: str, log_tail: Callable[[], list[str]] | None, n_slots: int = 1) -> None:
         """The running engine ("" when none): the controls work only while one is up."""
-        self.base_url, self.log_tail = base_url, log_tail
+        self.base_url, self.log_tail, self.n_slots = base_url, log_tail, n_slots
         self.k.setMaximum(max(2, n_slots))
-        for w in (self.fork_button, self.continue_button, self.smoke_button, self.prompt):
-            w.setEnabled(bool(base_url))
+        self.prompt.setEnabled(bool(base_url))
+        self.continue_button.setEnabled(bool(base_url) and bool(self.sessions))  # something to continue
+        for w in (self.fork_button, self.smoke_button, self.k):  # a fork needs a slot per session
+            w.setEnabled(bool(base_url) and n_slots >= 2)
         if not base_url:
             self.result.setText("Launch the engine with 2 or more parallel sessions to fork.")
+        elif n_slots < 2:
+            self.result.setText(f"This engine has {n_slots} slot: to fork, stop it, set Parallel sessions "
+                                "to 2 or more and launch again.")
 
     # ---- actions -------------------------------------------------------------------------------
     def fork(self) -> None:
@@ -166,7 +172,7 @@ class SessionsPanel(QGroupBox):
             self.chosen.setCurrentText(result.sessions[0].name)
             self._show_chosen()
             self.turnDone.emit(result)
-        self.set_engine(self.base_url, self.log_tail, self.k.maximum())
+        self.set_engine(self.base_url, self.log_tail, self.n_slots)
 
     def _show_chosen(self, _i: int = 0) -> None:
         s = self.sessions.get(self.chosen.currentText())
@@ -179,7 +185,7 @@ class SessionsPanel(QGroupBox):
 
     def _failed(self, message: str) -> None:
         self.result.setText(f"<span style='color:#d62728'>{escape(message)}</span>")
-        self.set_engine(self.base_url, self.log_tail, self.k.maximum())
+        self.set_engine(self.base_url, self.log_tail, self.n_slots)
         self.failed.emit(message)
 
     def _run(self, fn: Callable[[threading.Event], Any]) -> None:

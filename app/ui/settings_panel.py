@@ -74,6 +74,9 @@ class ContextControl(QWidget):
         self.entry.setToolTip("Type a context length: 131072, 128k, 512k, 1M")
         self.error = QLabel("")
         self.error.setObjectName("ctxError")
+        self.error.setWordWrap(True)  # its own line: beside the fits button it was cut off
+        self.error.setStyleSheet("color: #d62728;")
+        self.error.setVisible(False)
         self.fits = QPushButton("largest that fits: –")
         self.fits.setFlat(True)
         self.fits.setEnabled(False)
@@ -89,8 +92,8 @@ class ContextControl(QWidget):
         below = QHBoxLayout()
         below.addWidget(self.fits)
         below.addStretch(1)
-        below.addWidget(self.error)
         col.addLayout(below)
+        col.addWidget(self.error)
         self.slider.valueChanged.connect(self._on_slider)
         self.entry.editingFinished.connect(self._on_entry)
         self.fits.clicked.connect(self._use_fits)
@@ -107,7 +110,7 @@ class ContextControl(QWidget):
         self.slider.setValue(ctx_to_pos(n_ctx))
         self.slider.blockSignals(False)
         self.entry.setText(format_tokens(n_ctx))
-        self.error.setText("")
+        self._say("")
         if emit and changed:
             self.contextChanged.emit(n_ctx)
 
@@ -118,6 +121,7 @@ class ContextControl(QWidget):
             self.fits.setEnabled(False)
         else:
             self.fits.setText(f"largest that fits: {tokens_text(n_ctx)}" + (f" {note}" if note else ""))
+            self.fits.setToolTip(f"Click to use the largest context that fits {note or 'these devices'}")
             self.fits.setEnabled(True)
 
     def _on_slider(self, pos: int) -> None:
@@ -131,9 +135,13 @@ class ContextControl(QWidget):
         try:
             value = parse_tokens(self.entry.text())
         except ValueError as exc:
-            self.error.setText(str(exc))
+            self._say(str(exc))
             return
         self.set_value(value, emit=True)
+
+    def _say(self, message: str) -> None:
+        self.error.setText(message)
+        self.error.setVisible(bool(message))
 
     def _use_fits(self) -> None:
         if self._fits_value is not None:
@@ -212,12 +220,12 @@ class SettingsPanel(QWidget):
         form.addRow("&Context", self.context)
         form.addRow("&KV cache", _row(QLabel("K"), self.type_k, QLabel("V"), self.type_v))
         form.addRow("&Parallel sessions", _row(self.n_parallel, self.kv_unified))
-        form.addRow("&Micro-batch", self.n_ubatch)
-        form.addRow("&Flash attention", self.flash_attn)
+        form.addRow("M&icro-batch", self.n_ubatch)
+        form.addRow("Flas&h attention", self.flash_attn)
         form.addRow("&GPU layers", _row(self.n_gpu_layers, self.nkvo))
         form.addRow("&Safety margin", self.safety)
-        form.addRow("VRAM &target", self.vram_target)
-        form.addRow("KV &placement", self.kv_mode)
+        form.addRow("&VRAM target", self.vram_target)
+        form.addRow("KV pl&acement", self.kv_mode)
         form.addRow("&Engine", self.engine)
         self.context.contextChanged.connect(lambda _v: self.changed.emit())
         for combo in (self.type_k, self.type_v, self.n_ubatch, self.flash_attn, self.engine, self.kv_mode):
