@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from app import __version__
@@ -35,6 +36,12 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(["gui", *args_list])
     try:
         rc: int = args.func(args)
+        sys.stdout.flush()
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (``headroom doctor --json | head``): not an error worth a traceback.
+        # Point stdout at /dev/null so the interpreter's own flush at exit does not complain again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, what a shell reports for a command cut off the same way
     return rc

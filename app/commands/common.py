@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from app.planner.devices import Inventory
@@ -44,23 +45,42 @@ def gpu_layers(text: str) -> int:
     return value
 
 
+def positive_int(text: str) -> int:
+    """A slot or batch count: a whole number of at least 1 (argparse names the flag in the error)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def size(text: str) -> Bytes:
+    """A memory size (``24GiB``, ``512MiB``), with ``Bytes.parse``'s own message when it is not one."""
+    try:
+        return Bytes.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def add_launch_args(p: argparse.ArgumentParser) -> None:
     """The flags that change what the engine allocates (see the module docstring)."""
     p.add_argument("-c", "--ctx", "--ctx-size", dest="ctx", default="4096", metavar="TOKENS",
-                   help="context in tokens: 32768, 128k, 1M (default 4096)")
+                   help="context in tokens: 32768, 128k, 1M; 0 = the model's training context (default 4096)")
     p.add_argument("-ctk", "--ctk", "--cache-type-k", dest="type_k", choices=KV_TYPES, default="f16",
                    metavar="TYPE", help=f"K cache type: {' '.join(KV_TYPES)} (default f16)")
     p.add_argument("-ctv", "--ctv", "--cache-type-v", dest="type_v", choices=KV_TYPES, default=None,
                    metavar="TYPE", help="V cache type (default: the K type)")
-    p.add_argument("-np", "--np", "--parallel", dest="n_parallel", type=int, default=1, metavar="N",
+    p.add_argument("-np", "--np", "--parallel", dest="n_parallel", type=positive_int, default=1, metavar="N",
                    help="parallel slots (default 1)")
     p.add_argument("-kvu", "--kvu", "--kv-unified", dest="kv_unified", action="store_true",
                    help="one unified KV cache for all slots")
     p.add_argument("-fa", "--fa", "--flash-attn", dest="flash_attn", choices=("on", "off", "auto"),
                    default="on", metavar="on|off|auto", help="flash attention (default on)")
-    p.add_argument("-ub", "--ub", "--ubatch-size", dest="n_ubatch", type=int, default=512, metavar="N",
+    p.add_argument("-ub", "--ub", "--ubatch-size", dest="n_ubatch", type=positive_int, default=512, metavar="N",
                    help="physical batch (default 512)")
-    p.add_argument("-b", "--batch", "--batch-size", dest="n_batch", type=int, default=2048, metavar="N",
+    p.add_argument("-b", "--batch", "--batch-size", dest="n_batch", type=positive_int, default=2048, metavar="N",
                    help="logical batch (default 2048)")
     p.add_argument("-ngl", "--ngl", "--gpu-layers", "--n-gpu-layers", dest="n_gpu_layers", type=gpu_layers,
                    default=ALL_LAYERS, metavar="N", help="layers on the GPU: a number, all or auto (default all)")
@@ -76,20 +96,31 @@ def add_gpu_args(p: argparse.ArgumentParser) -> None:
                         '("MyCard:24GiB"); repeat for several')
     p.add_argument("--window", action="store_true",
                    help="plan for an engine with a KV position window (the opencoti llamafile)")
-    p.add_argument("--vram-target", type=Bytes.parse, default=None, metavar="SIZE", help="GPU budget, e.g. 80GiB")
-    p.add_argument("--safety", type=Bytes.parse, default=Bytes(DEFAULT_SAFETY), metavar="SIZE",
+    p.add_argument("--vram-target", type=size, default=None, metavar="SIZE", help="GPU budget, e.g. 80GiB")
+    p.add_argument("--safety", type=size, default=Bytes(DEFAULT_SAFETY), metavar="SIZE",
                    help="margin kept free per GPU (default 256MiB)")
-    p.add_argument("--overhead", type=Bytes.parse, default=None, metavar="SIZE",
+    p.add_argument("--overhead", type=size, default=None, metavar="SIZE",
                    help="per-process GPU overhead (default: measured for this GPU and driver, else 590MiB)")
 
 
 def settings_from_args(args: argparse.Namespace) -> LaunchSettings:
-    """The launch flags → the one ``LaunchSettings``. Raises ValueError on a bad value."""
+    """The launch flags → the one ``LaunchSettings``. Raises ValueError on a bad value (PlannerError
+    when ``-c 0`` needs a model file it cannot read)."""
     return LaunchSettings(
-        n_ctx=parse_tokens(str(args.ctx)), type_k=args.type_k, type_v=args.type_v or args.type_k,
+        n_ctx=context(str(args.ctx), args.model), type_k=args.type_k, type_v=args.type_v or args.type_k,
         n_parallel=args.n_parallel, kv_unified=args.kv_unified, swa_full=args.swa_full,
         n_ubatch=args.n_ubatch, n_batch=args.n_batch, flash_attn=args.flash_attn,
         n_gpu_layers=args.n_gpu_layers, offload_kqv=not args.no_kv_offload)
+
+
+def context(text: str, model: str | Path) -> int:
+    """``-c``: a token count, or llama-server's ``0`` = the model's training context (read from the
+    GGUF header, so it works for a model the planner does not model too)."""
+    if text.strip() != "0":
+        return parse_tokens(text)
+    from app.planner.gguf_model import read_headers, training_context
+
+    return training_context(read_headers(model)[0])
 
 
 def plan_options(args: argparse.Namespace, inventory: Inventory) -> dict[str, Any]:

@@ -14,10 +14,21 @@ def register(sub: Any) -> None:
     p = sub.add_parser("gui", help="open the window (the default when no command is given)")
     p.add_argument("model", nargs="?", type=Path, help="a GGUF model to open")
     p.add_argument("--demo", action="store_true", help="open the built-in demo (a simulated 24 GB GPU)")
-    p.add_argument("--ctx", default=None, help="context length to start with, e.g. 512k")
+    p.add_argument("--ctx", type=_ctx, default=None, help="context length to start with, e.g. 512k")
     p.add_argument("--screenshot", type=Path, default=None, metavar="PATH",
                    help="save a PNG of the window after the first plan, then exit")
     p.set_defaults(func=run)
+
+
+def _ctx(text: str) -> str:
+    """``--ctx`` checked before Qt starts (a bad value would otherwise abort the window)."""
+    from app.planner.units import parse_tokens
+
+    try:
+        parse_tokens(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def no_display() -> bool:
@@ -31,6 +42,10 @@ def run(args: argparse.Namespace) -> int:
         print("headroom gui: no display (neither DISPLAY nor WAYLAND_DISPLAY is set). Use "
               "`headroom plan MODEL.gguf` on a terminal, or run the window under Xvfb "
               "(xvfb-run headroom gui) or with QT_QPA_PLATFORM=offscreen.", file=sys.stderr)
+        return 2
+    if args.model is not None and not args.model.is_file():
+        what = "is a directory, not a file" if args.model.is_dir() else "not found"
+        print(f"headroom gui: model {what}: {args.model}", file=sys.stderr)
         return 2
     from app.ui.application import run_gui  # Qt only when the window is wanted
 

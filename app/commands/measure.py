@@ -38,8 +38,10 @@ def register(sub: Any) -> None:
 
 def _measure(args: argparse.Namespace, settings: LaunchSettings) -> tuple[Measurement, bool, str | None]:
     from app.engine.native_build import find_build
+    from app.planner.gguf_model import read_headers
     from app.planner.measure import gpu_caveat, measure_cached
 
+    read_headers(args.model)  # a missing, truncated or non-GGUF file: one clear line, before any child runs
     engine = find_build()
     if args.method == "fit-params":
         from app.planner.measure_engine import fit_params_measure

@@ -130,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
     except NotModelled as exc:
         return _not_modelled(args, exc.arch, str(exc))  # the settings parsed before the model was read
     except (PlannerError, ValueError) as exc:
-        print(f"headroom plan: {exc}")
+        print(f"headroom plan: {exc}", file=sys.stderr)  # not into a `--json > plan.json`
         return 2
     if pass1.failure:
         print(f"headroom plan: pass 1 failed, compute buffers estimated: {pass1.failure}", file=sys.stderr)

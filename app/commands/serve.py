@@ -10,6 +10,7 @@ check; what the diagnostic smoke test of a k-pool model needs)."""
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -41,7 +42,7 @@ def register(sub: Any) -> None:
     add_gpu_args(p)
     p.add_argument("--engine", type=Path, default=None, help="the engine binary to use (else discovered)")
     p.add_argument("--host", default="127.0.0.1", help="listen address (beyond loopback needs the API key)")
-    p.add_argument("--port", type=int, default=0, help="port (default: a free one)")
+    p.add_argument("--port", type=port, default=0, help="port (default: a free one)")
     p.add_argument("--api-key", action="store_true",
                    help="require Headroom's stored API key even on 127.0.0.1 (always required elsewhere)")
     p.add_argument("--no-measure", action="store_true", help="skip pass 1 (compute buffer estimated)")
@@ -49,6 +50,9 @@ def register(sub: Any) -> None:
     p.add_argument("--diagnostic", action="store_true",
                    help="launch with GGML_SCHED_DEBUG_REALLOC=1 (for --smoke: name graph re-reserves)")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the engine to load")
+    p.add_argument("--slot-save-path", type=Path, default=None, metavar="DIR",
+                   help="where the engine saves slot caches (for `headroom sessions save/restore`); "
+                        "llama-server's flag, allocates nothing")
     p.add_argument("--unplanned", action="store_true",
                    help="for a model Headroom cannot plan: launch with the flags exactly as given "
                         "(--fit off, no plan-vs-actual check)")
@@ -56,6 +60,37 @@ def register(sub: Any) -> None:
                    help="with --unplanned: one more engine argument, passed as is (repeatable; e.g. "
                         "--engine-arg=--rpc --engine-arg=127.0.0.1:50052)")
     p.set_defaults(func=run)
+
+
+def port(text: str) -> int:
+    """A TCP port, 1-65535 (0: a free one): llama-server wraps a larger number silently."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a port (1-65535, or 0 for a free one)")
+    return value
+
+
+def _file_problem(what: str, path: Path) -> str | None:
+    """Why ``path`` cannot be the model or engine file, or None when it is a file."""
+    if path.is_dir():
+        return f"{what} is a directory, not a file: {path}"
+    if not path.is_file():
+        return f"{what} not found: {path}"
+    return None
+
+
+def _chosen_engine_problem(path: Path, engines: list[EngineInfo]) -> str | None:
+    """Why the engine given with ``--engine`` cannot be used (it did not identify as one)."""
+    from app.engine.discover import is_ape
+
+    if any(e.source == "settings" for e in engines):
+        return None
+    if not os.access(path, os.X_OK) and not is_ape(path):
+        return f"the engine is not executable: {path} (chmod +x it)"
+    return f"{path} is not an engine Headroom can run: `{path} --version` failed"
 
 
 def _plan(args: argparse.Namespace, shape: ModelShape, settings: LaunchSettings) -> Plan:
@@ -112,15 +147,18 @@ def run(args: argparse.Namespace) -> int:
     from app.planner.errors import PlannerError
     from app.planner.gguf_model import read_shape
 
-    if not args.model.is_file():
-        print(f"headroom serve: model not found: {args.model}", file=sys.stderr)
-        return 2
-    if args.engine is not None and not args.engine.is_file():
-        print(f"headroom serve: engine not found: {args.engine}", file=sys.stderr)
+    problem = _file_problem("model", args.model) or (
+        None if args.engine is None else _file_problem("engine", args.engine))
+    if problem:
+        print(f"headroom serve: {problem}", file=sys.stderr)
         return 2
     engines = discover_engines(args.engine)
     if args.engine is not None:
-        engines = [e for e in engines if e.source == "settings"] or engines
+        problem = _chosen_engine_problem(args.engine, engines)
+        if problem:  # never fall back to another engine than the one asked for
+            print(f"headroom serve: {problem}", file=sys.stderr)
+            return 2
+        engines = [e for e in engines if e.source == "settings"]
     try:
         settings = settings_from_args(args)
         modelled = read_shape(args.model)
@@ -133,12 +171,24 @@ def run(args: argparse.Namespace) -> int:
     except (PlannerError, ValueError) as exc:
         print(f"headroom serve: cannot plan: {exc}", file=sys.stderr)
         return 2
+    if args.smoke and plan.launch.n_parallel < 2:  # found out before launching, not after loading
+        print(f"headroom serve: --smoke forks two shared sessions: it needs -np 2 or more (-np 2 -kvu), "
+              f"not -np {plan.launch.n_parallel}", file=sys.stderr)
+        return 2
     if args.engine_arg and shape is not None:
         print("headroom serve: --engine-arg is only for --unplanned launches: extra engine flags would "
               "change what the plan sized", file=sys.stderr)
         return 2
     for w in plan.warnings:
         print(f"warning: {w}")
+    extra = tuple(args.engine_arg)
+    if args.slot_save_path is not None:
+        try:
+            args.slot_save_path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            print(f"headroom serve: --slot-save-path {args.slot_save_path}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
+        extra += ("--slot-save-path", str(args.slot_save_path.resolve()))
     env: dict[str, str] = {}
     if args.diagnostic:
         from app.sessions.smoke import DIAGNOSTIC_ENV
@@ -146,7 +196,7 @@ def run(args: argparse.Namespace) -> int:
         env.update(DIAGNOSTIC_ENV)
     try:
         spec = prepare(plan, args.model.resolve(), engines, host=args.host, port=args.port or None,
-                       require_key=args.api_key, env=env, extra=tuple(args.engine_arg),
+                       require_key=args.api_key, env=env, extra=extra,
                        arch=shape.arch if shape is not None else _arch_of(args.model))
     except LaunchRefused as exc:
         print(f"headroom serve: refused: {exc}", file=sys.stderr)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from app.sessions import fork as ops
-from app.sessions.client import EngineClient, EngineError
+from app.sessions.client import EngineClient, EngineError, EngineRejected
 from app.sessions.smoke import run_smoke
 from app.sessions.store import SessionStore
 
@@ -58,7 +58,23 @@ def _sampling_args(p: argparse.ArgumentParser) -> None:
 
 
 def _prompt(text: str) -> str:
-    return Path(text[1:]).read_text(encoding="utf-8") if text.startswith("@") else text
+    if not text.startswith("@"):
+        return text
+    try:
+        return Path(text[1:]).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ValueError(f"cannot read the prompt file {text[1:]}: {why}") from None
+
+
+def _explain(exc: EngineError) -> str:
+    """The error, plus what to do when the engine wants an API key this client did not send."""
+    if isinstance(exc, EngineRejected) and exc.status == 401:
+        from app.engine.apikey import key_path
+
+        return (f"{exc} — pass --api-key or set HEADROOM_API_KEY (headroom serve stores its key in "
+                f"{key_path()})")
+    return str(exc)
 
 
 class _Printer:
@@ -90,17 +106,18 @@ def run(args: argparse.Namespace) -> int:
         print(f"headroom sessions: {exc}", file=sys.stderr)
         return 2
     except EngineError as exc:
-        print(f"headroom sessions: {exc}", file=sys.stderr)
+        print(f"headroom sessions: {_explain(exc)}", file=sys.stderr)
         return 1
 
 
 def _list(client: EngineClient, store: SessionStore, args: argparse.Namespace) -> int:
+    error: EngineError | None = None
     try:
         slots = {s.id: s for s in client.slots()}
-        engine = f"engine at {client.base_url}: {len(slots)} slots"
-    except EngineError as exc:
-        slots, engine = {}, f"engine not answering ({exc})"
-    print(engine)
+        print(f"engine at {client.base_url}: {len(slots)} slots")
+    except EngineError as exc:  # the stored sessions are still worth listing
+        slots, error = {}, exc
+        print(f"engine at {client.base_url}: not answering")
     for s in store.sessions.values():
         held = slots.get(s.slot) if s.slot is not None else None
         where = f"slot {s.slot}" + (f" ({held.n_prompt_tokens} tokens cached)" if held else "")
@@ -108,6 +125,9 @@ def _list(client: EngineClient, store: SessionStore, args: argparse.Namespace) -
         print(f"  {s.name:<16} {where:<32} {len(s.text):>7} chars, {s.turns} turn(s) {s.origin}{flag}")
     if not store.sessions:
         print("  (no sessions yet: headroom sessions ... fork PROMPT --k 2)")
+    if error is not None:
+        print(f"headroom sessions: {_explain(error)}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -156,6 +176,8 @@ def _send(client: EngineClient, store: SessionStore, args: argparse.Namespace) -
 def _fork(client: EngineClient, store: SessionStore, args: argparse.Namespace) -> int:
     names = [n.strip() for n in args.names.split(",")] if args.names else []
     k = args.k if args.k is not None else (len(names) or 2)
+    if k < 2:
+        raise ValueError(f"--k {k}: a fork makes at least 2 sessions (to start one, use: send NAME PROMPT)")
     if not names:
         names = [f"s{i + 1}" for i in range(k)]
     if len(names) != k:
@@ -181,6 +203,7 @@ def _slot_file(client: EngineClient, store: SessionStore, args: argparse.Namespa
 
 
 def _smoke(client: EngineClient, store: SessionStore, args: argparse.Namespace) -> int:
+    client.slots()  # an engine that never answered is not "an engine that exited during the smoke test"
     result = run_smoke(client.base_url, client.api_key, on_step=lambda s: print(f"  {s}"))
     print(result)
     return 0 if result.ok else 1

@@ -26,7 +26,7 @@ from app.planner.settings import KV_TYPES, LaunchSettings
 PROBES: dict[str, tuple[str, ...]] = {
     "-kvu": ("-kvu",),
     "--fit": ("--fit", "off"),
-    "-fa on": ("-fa", "on"),
+    **{f"-fa {v}": ("-fa", v) for v in ("on", "off", "auto")},  # the argv always passes a value
     "-nkvo": ("-nkvo",),
     "--swa-full": ("--swa-full",),
     "--kv-residency-mode": ("--kv-residency-mode", "window"),
@@ -41,7 +41,7 @@ MISSING_MODEL = "/nonexistent-headroom-probe.gguf"
 PROBE_TIMEOUT_S = 15.0
 CACHE_FILE = "engine-capabilities.json"
 #: Bump when PROBES or the verdict rules change, so old cache entries are re-probed.
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 
 # common/arg.cpp, common_params_parse_ex:
 # error: invalid argument: --kv-residency-mode
@@ -172,8 +172,7 @@ def required(settings: LaunchSettings, mode: str) -> list[str]:
     need = [f"-ctk {settings.type_k}", f"-ctk {settings.type_v}"]
     if settings.kv_unified and mode != "window":
         need.append("-kvu")
-    if settings.flash_attn == "on":
-        need.append("-fa on")
+    need.append(f"-fa {settings.flash_attn}")
     if not settings.offload_kqv:
         need.append("-nkvo")
     if settings.swa_full:

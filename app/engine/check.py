@@ -165,9 +165,8 @@ def check_plan(plan: Plan, log_lines: Iterable[str], *, snapshot: Snapshot | Non
             if sample is None or not sample.processes_known:
                 warnings.append(f"NVML did not report the engine's processes on {gpu_plan.name}")
                 continue
-            expect = int(gpu_plan.weights) + int(gpu_plan.kv_resident) + int(gpu_plan.compute) \
-                + int(gpu_plan.overhead)
-            rows.append(CheckRow(gpu_plan.name, "process", expect, sample.engine_used, PROCESS_TOLERANCE, "NVML"))
+            rows.append(CheckRow(gpu_plan.name, "process", int(gpu_plan.used), sample.engine_used,
+                                 PROCESS_TOLERANCE, "NVML"))
     block = (props or {}).get("opencoti")
     opencoti = block if isinstance(block, dict) else None
     if opencoti is not None and "n_cells_resident" in opencoti:

@@ -30,6 +30,10 @@ _STOCK_VERSION = re.compile(r"version: (?P<version>\S+) \(build (?P<build>\d+), 
 # llamafile's own --version (llamafile/version.h):
 # llamafile v0.10.5
 _LLAMAFILE_VERSION = re.compile(r"llamafile v?(?P<version>\d+\.\d+\.\d+\S*)")
+#: How an Actually Portable Executable (a llamafile) starts: a shell script header
+#: (cosmopolitan ape/ape.S: ``MZqFpD='`` and the newer ``jartsr='``). Only such a file is worth
+#: running through ``sh``: any other file would be run as a shell script.
+APE_MAGIC = (b"MZqFpD", b"jartsr")
 
 
 
@@ -89,13 +93,22 @@ def parse_version(text: str, name: str) -> tuple[str, str, str]:
     return ("llamafile" if "llamafile" in name.lower() else "llama-server"), "unknown", "unknown"
 
 
+def is_ape(path: Path) -> bool:
+    """Whether ``path`` starts like an APE llamafile (see APE_MAGIC)."""
+    try:
+        with path.open("rb") as f:
+            return f.read(6) in APE_MAGIC
+    except OSError:
+        return False
+
+
 def identify(path: Path, source: str, *, probe: bool = True) -> EngineInfo | None:
     """What the binary at ``path`` is, or None when it is not an engine we can run."""
     if not path.is_file():
         return None
     via_sh = False
     text = _run_version([str(path)])
-    if text is None:  # e.g. an APE llamafile on a kernel without binfmt support
+    if text is None and is_ape(path):  # an APE llamafile on a kernel without binfmt support
         text = _run_version(["sh", str(path)])
         via_sh = True
     if text is None:

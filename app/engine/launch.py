@@ -100,9 +100,10 @@ def pick_engine(plan: Plan, engines: list[EngineInfo]) -> EngineInfo:
     Raises LaunchRefused with the reason when none can."""
     first = choose(engines, plan.mode)
     if first is None:
-        need = "the opencoti llamafile (for the KV window)" if plan.mode == "window" else "an engine"
-        raise LaunchRefused(f"no engine found: this plan needs {need}. Run `headroom engine build` "
-                            "or choose one with --engine")
+        if plan.mode == "window":  # `headroom engine build` builds the stock engine, not this one
+            raise LaunchRefused("no engine found: this plan needs the opencoti llamafile (for the KV window); "
+                                "put it in ~/.llamafile or give it to serve with --engine")
+        raise LaunchRefused("no engine found: run `headroom engine build`, or give one to serve with --engine")
     if first.source != "settings":
         for engine in engines:
             if choose([engine], plan.mode) is engine and _why_not(engine, plan) is None:

@@ -62,6 +62,9 @@ class EngineFailed(RuntimeError):
 
 Listener = Callable[[ServerStatus, str], None]
 
+#: The user's Stop arrived before the engine was ready (not a failure to investigate).
+STOPPED_EARLY = Failure("stopped", "The engine was stopped before it was ready.")
+
 # One thread spawns every engine, and lives as long as Headroom (see the module docstring).
 _SPAWNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine-spawner")
 _LIVE: set[ServerProcess] = set()
@@ -234,6 +237,9 @@ class ServerProcess:
         self._reader = threading.Thread(target=self._read, args=(self._proc, log), daemon=True,
                                         name=f"engine-log-{self._proc.pid}")
         self._reader.start()
+        if self._stopping.is_set():  # stop() ran while we spawned: it could not see the process
+            self.stop(grace=0.0)
+            self._fail(STOPPED_EARLY)
         self._set(ServerStatus.STARTING, f"pid {self._proc.pid}")
 
     def _spawn(self) -> subprocess.Popen[bytes]:
@@ -271,7 +277,10 @@ class ServerProcess:
             self._tail.extend(lines)
         for line in lines:
             for cb in list(self._line_listeners):
-                cb(line)
+                # A failing listener (a console piped into `head`) must not stop this thread: the
+                # engine would block on a full pipe and never answer. The log file has every line.
+                with contextlib.suppress(Exception):
+                    cb(line)
 
     def _fail(self, failure: Failure) -> NoReturn:
         self.failure = failure
@@ -297,6 +306,8 @@ class ServerProcess:
             raise RuntimeError("start() first")
         started = time.monotonic()
         while True:
+            if self._stopping.is_set():  # checked first: an engine we stopped has exited too
+                self._fail(STOPPED_EARLY)
             if self._proc.poll() is not None:
                 self._exited()
             code = self.health()
@@ -313,8 +324,7 @@ class ServerProcess:
                 tail = tuple(self.tail(12))
                 self._fail(Failure("timeout", f"The engine was not ready after {now - started:.0f} s and "
                                    f"its log was silent for {silent:.0f} s; it was stopped.", "", tail))
-            if self._stopping.wait(POLL_S):
-                self._fail(Failure("stopped", "The engine was stopped before it was ready."))
+            self._stopping.wait(POLL_S)
 
     def _exited(self) -> None:
         assert self._proc is not None

@@ -111,8 +111,22 @@ def read_shape(path: str | Path) -> ModelShape:
     try:
         stamp = tuple((str(q), os.stat(q).st_size, os.stat(q).st_mtime_ns) for q in parts)
     except OSError as e:
-        raise PlannerError(f"{p.name}: cannot read: {e.strerror or e}") from None
+        raise PlannerError(f"{p}: cannot read: {e.strerror or e}") from None
     return _read_shape_cached(stamp)
+
+
+def read_headers(path: str | Path) -> list[GGUFHeader]:
+    """Every part's header, for a caller that needs the file checked but not its shape (pass 1 of a
+    model the planner does not model, ``-c 0``). Raises PlannerError for a missing or malformed part."""
+    return [read_header(q, split=i) for i, q in enumerate(split_parts(Path(path)))]
+
+
+def training_context(header: GGUFHeader) -> int:
+    """``<arch>.context_length``: what ``-c 0`` means (llama-context.cpp: ``n_ctx == 0`` → ``n_ctx_train``)."""
+    arch = header.fields.get("general.architecture")
+    if not isinstance(arch, str) or not arch:
+        raise PlannerError(f"{header.path.name}: no general.architecture key")
+    return _uint(header.fields, f"{arch}.context_length")
 
 
 @lru_cache(maxsize=32)
@@ -205,7 +219,7 @@ def shape_from_headers(headers: list[GGUFHeader]) -> ModelShape:
         n_head=n_head, n_head_kv=n_head_kv, head_dim_k=head_k, head_dim_v=head_v,
         head_dim_k_swa=head_k_swa, head_dim_v_swa=head_v_swa, n_swa=n_swa, swa_layers=swa_layers,
         is_mla=is_mla, kv_lora_rank=_uint(f, k("attention.kv_lora_rank"), 0),
-        n_rot=_uint(f, k("rope.dimension_count"), head_k), n_ctx_train=_uint(f, k("context_length")),
+        n_rot=_uint(f, k("rope.dimension_count"), head_k), n_ctx_train=training_context(first),
         n_expert=_uint(f, k("expert_count"), 0), n_expert_used=_uint(f, k("expert_used_count"), 0),
         n_vocab=n_vocab, recr_layers=recr, n_embd_r=n_embd_r, n_embd_s=n_embd_s, tensors=tensors, file_size=sum(h.file_size for h in headers),
         files=tuple(h.path for h in headers),

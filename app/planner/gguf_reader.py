@@ -186,7 +186,7 @@ def read_header(path: str | Path, split: int = 0) -> GGUFHeader:
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
                 return _parse(mm, p, size, split)
     except OSError as e:
-        raise PlannerError(f"{p.name}: cannot read: {e.strerror or e}") from None
+        raise PlannerError(f"{p}: cannot read: {e.strerror or e}") from None
 
 
 def _parse(mm: Any, path: Path, size: int, split: int) -> GGUFHeader:

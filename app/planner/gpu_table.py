@@ -86,6 +86,10 @@ class SimulatedSpec:
     source: str
 
 
+#: The least memory a ``NAME:SIZE`` card may have: anything below is a size typed without a unit.
+MIN_SPEC_MEMORY = 64 * 1024 * 1024
+
+
 def parse_spec(spec: str) -> SimulatedSpec:
     """``'RTX 4090'`` → the table's card; ``'MyCard:20GiB'`` → a card of 20 GiB, all of it free.
 
@@ -100,6 +104,9 @@ def parse_spec(spec: str) -> SimulatedSpec:
         size = int(Bytes.parse(size_text))
         if size <= 0:
             raise ValueError(f"GPU spec {spec!r}: memory must be more than 0")
+        if size < MIN_SPEC_MEMORY:  # 'MyCard:24' is 24 bytes to Bytes.parse, never what was meant
+            raise ValueError(f"GPU spec {spec!r}: {Bytes(size)} is not a GPU's memory; give a unit, "
+                             f"e.g. '{label}:{size_text.strip()}GiB'")
         card = _BY_KEY.get(_key(label))
         name = card.name if card is not None else label
         return SimulatedSpec(name, size, size, 0, f"simulated: {Bytes(size)} as given")

@@ -86,11 +86,6 @@ class KvCache:
     def size(self) -> int:
         return self.k_bytes + self.v_bytes
 
-    @property
-    def bytes_per_cell(self) -> int:
-        """Bytes one more cell (position in one stream) costs across this cache's layers."""
-        return self.size // (self.cells * self.n_stream) if self.cells else 0
-
 
 @dataclass(frozen=True)
 class RecurrentState:

@@ -123,6 +123,17 @@ def run_worker(model_path: Path, settings: LaunchSettings, *, timeout: float,
     proc = subprocess.Popen(list(worker), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, errors="replace", env=_worker_env(),
                             start_new_session=True)
+    try:
+        return _wait_worker(proc, request, timeout=timeout, cancel=cancel)
+    except BaseException:  # Ctrl-C (or any failure here): the child has its own session, so kill it
+        if proc.poll() is None:
+            _kill_group(proc)
+            proc.communicate()
+        raise
+
+
+def _wait_worker(proc: subprocess.Popen[str], request: str, *, timeout: float,
+                 cancel: threading.Event | None) -> tuple[dict[str, object], list[str]]:
     deadline = time.monotonic() + timeout
     send: str | None = request
     while True:

@@ -14,12 +14,14 @@ The data types live in :mod:`app.planner.plan_types` and are re-exported here.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from app.planner.devices import Inventory
 from app.planner.errors import PlannerError
+from app.planner.estimate import estimate_compute
 from app.planner.gguf_model import ModelShape
-from app.planner.kv import CTX_PAD
+from app.planner.kv import CTX_PAD, context_size
 from app.planner.measure import gpu_caveat
 from app.planner.measurement import Measurement
 from app.planner.plan_types import (
@@ -88,6 +90,11 @@ def _common_warnings(shape: ModelShape, settings: LaunchSettings, compute: Compu
     return w
 
 
+def _host_short(host: HostPlan, what: str = "") -> list[str]:
+    """The issue's "host RAM short" warning, the same words in every mode."""
+    return [f"host RAM is short by {Bytes(-host.free)}{what}"] if host.free < 0 else []
+
+
 def make_plan(shape: ModelShape, inventory: Inventory, settings: LaunchSettings, *,
               engine_window: bool = False, measurement: Measurement | None = None, safety: int = 256 * MiB,
               vram_target: int | None = None, overhead: int | None = None) -> Plan:
@@ -109,6 +116,7 @@ def _cpu_plan(shape: ModelShape, inv: Inventory, settings: LaunchSettings,
     warnings = _common_warnings(shape, launch, compute, measurement)
     if inv.reason:
         warnings.insert(0, f"no GPU: {inv.reason}")
+    warnings += _host_short(host)
     return Plan(launch, "cpu", gpus, host, not why, why or "fits in host RAM", tuple(warnings), 0, kvp.cells,
                 None, (), _kv_summary(shape, launch))
 
@@ -117,9 +125,10 @@ def _window_plan(shape: ModelShape, inv: Inventory, settings: LaunchSettings, me
                  safety: int, vram_target: int | None, overhead: int | None) -> Plan:
     warnings: list[str] = []
     launch = settings
-    if settings.kv_unified and settings.n_parallel > 1:
+    if settings.kv_unified:  # the window engine refuses -kvu (app.engine.argv); one slot: the same cache
         launch = settings.with_(kv_unified=False)
-        warnings.append("the position window cannot be combined with --kv-unified: planned per-slot caches")
+        if settings.n_parallel > 1:
+            warnings.append("the position window cannot be combined with --kv-unified: planned per-slot caches")
     launch = launch.with_(offload_kqv=True)
     kvp = kv_per_layer(shape, launch)
     compute = compute_for(shape, inv, launch, measurement, kvp.layout)
@@ -144,8 +153,7 @@ def _window_plan(shape: ModelShape, inv: Inventory, settings: LaunchSettings, me
     if window < launch.effective_n_ubatch and not why:
         warnings.append(f"the resident window ({window} cells) is smaller than one ubatch "
                         f"({launch.effective_n_ubatch}): prefill will stream from host RAM")
-    if host.free < 0:
-        warnings.append(f"host RAM is short by {Bytes(-host.free)} for the KV tail")
+    warnings += _host_short(host, " for the KV tail")
     reason = why or (f"window {format_tokens(window)} of {format_tokens(kvp.cells)} cells resident, "
                      f"host tail {format_tokens(kvp.cells - window)}")
     return Plan(launch, "window", gpus, host, not why, reason, tuple(warnings), window, kvp.cells - window,
@@ -212,8 +220,7 @@ def _stock_plan(shape: ModelShape, inv: Inventory, settings: LaunchSettings, mea
         if compute.source == MEASURED:
             warnings.append(f"compute buffers were measured for the settings as given: measure {best.label} "
                             "again before launching")
-    if host.free < 0:
-        warnings.append(f"host RAM is short by {Bytes(-host.free)}")
+    warnings += _host_short(host)
     kvp = kv_per_layer(shape, best.launch)
     window = kvp.cells if best.launch.offload_kqv else 0
     reason = why or (best.note if best is first[0] else f"{best.label}: {best.note}")
@@ -241,14 +248,30 @@ def max_context(shape: ModelShape, inventory: Inventory, settings: LaunchSetting
         return lo * per
 
     def resident(n: int) -> bool:
-        s = settings.with_(n_ctx=n)
+        s, m = settings.with_(n_ctx=n), _grown(shape, settings, measurement, n)
         if not inventory.gpus:
-            return make_plan(shape, inventory, s, measurement=measurement).feasible
-        return _priced(shape, inventory, s, "", "", measurement, safety, vram_target, overhead)[0].feasible
+            return make_plan(shape, inventory, s, measurement=m).feasible
+        return _priced(shape, inventory, s, "", "", m, safety, vram_target, overhead)[0].feasible
 
     def with_tail(n: int) -> bool:
         return make_plan(shape, inventory, settings.with_(n_ctx=n), engine_window=bool(inventory.gpus),
-                         measurement=measurement, safety=safety, vram_target=vram_target,
-                         overhead=overhead).feasible
+                         measurement=_grown(shape, settings, measurement, n), safety=safety,
+                         vram_target=vram_target, overhead=overhead).feasible
 
     return ContextFit(largest(resident), largest(with_tail), shape.n_ctx_train)
+
+
+def _grown(shape: ModelShape, settings: LaunchSettings, measurement: Measurement | None,
+           n_ctx: int) -> Measurement | None:
+    """Pass 1 measured at ``settings``; at a larger context its compute buffers are a floor. Add the
+    growth the estimate gives between the two contexts (the KQ mask; without flash attention the KQ
+    matrix, gigabytes), so the largest context is never priced at a small context's compute."""
+    if measurement is None or n_ctx <= settings.n_ctx:
+        return measurement
+    larger = settings.with_(n_ctx=n_ctx)
+    small = estimate_compute(shape, settings, context_size(settings))
+    big = estimate_compute(shape, larger, context_size(larger))
+    gpu, host = max(0, big.gpu - small.gpu), max(0, big.host - small.host)
+    on_gpu = any(not d.host for d in measurement.devices)  # a CPU-only probe: its CPU buffer is the compute
+    return replace(measurement, devices=tuple(
+        replace(d, compute=d.compute + (host if d.host and on_gpu else gpu)) for d in measurement.devices))

@@ -55,12 +55,13 @@ class LaunchSettings:
 
     @property
     def effective_n_batch(self) -> int:
-        """llama.cpp clamps n_ubatch to n_batch (llama-context.cpp: ``n_ubatch = min(n_batch, n_ubatch)``)."""
-        return self.n_batch
+        """src/llama-context.cpp: with causal attention ``n_batch = min(n_ctx, n_batch)``."""
+        return min(self.n_ctx, self.n_batch)
 
     @property
     def effective_n_ubatch(self) -> int:
-        return min(self.n_batch, self.n_ubatch)
+        """src/llama-context.cpp: ``n_ubatch = min(n_batch, n_ubatch)``, after the clamp above."""
+        return min(self.effective_n_batch, self.n_ubatch)
 
     def with_(self, **changes: Any) -> LaunchSettings:
         return replace(self, **changes)

@@ -225,5 +225,5 @@ def _slot_call(client: EngineClient, slot: int, action: str, filename: str) -> d
     except EngineRejected as exc:
         if exc.status == 501:
             raise EngineError(f"cannot {action} slot caches: {exc.server_message} "
-                              "(restart the engine with --slot-save-path DIR)") from exc
+                              "(restart the engine with --slot-save-path DIR: headroom serve --slot-save-path DIR)") from exc
         raise

@@ -162,3 +162,36 @@ def test_headroom_serve_plans_launches_checks_smokes_and_stops_on_ctrl_c(engine_
     assert proc.returncode == 0, rest
     assert "engine stopped" in rest
     assert _wait_gone(pid)
+
+
+def test_headroom_serve_slot_save_path_lets_sessions_save_a_slot(engine_build: object, tiny_model: Path,
+                                                                 tmp_path: Path) -> None:
+    # `sessions save` tells the user to restart with --slot-save-path: serve must be able to say it.
+    slots = tmp_path / "slots"
+    proc = subprocess.Popen([sys.executable, "-m", "app", "serve", str(tiny_model), "-np", "2", "-kvu",
+                             "--no-measure", "--slot-save-path", str(slots)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    env = dict(os.environ, PYTHONPATH=str(ROOT), HEADROOM_CACHE_DIR=str(tmp_path / "cache"))  # the session store
+    out: list[str] = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            out.append(line.rstrip())
+            if line.startswith("serving at ") or len(out) > 200:
+                break
+        assert out[-1].startswith("serving at "), "\n".join(out)
+        url = out[-1].split()[2]
+        sessions = [sys.executable, "-m", "app", "sessions", "--url", url]
+        sent = subprocess.run([*sessions, "send", "a", "Hello there", "--n-predict", "4"], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=60, check=False)
+        assert sent.returncode == 0, sent.stderr
+        saved = subprocess.run([*sessions, "save", "a"], cwd=ROOT, env=env, capture_output=True, text=True,
+                               timeout=60, check=False)
+        assert saved.returncode == 0 and saved.stdout.startswith("saved a: "), saved.stderr
+        assert list(slots.iterdir())  # the engine wrote the slot file where serve was told
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0

@@ -5,6 +5,7 @@ gone) say what happened without losing text."""
 
 from __future__ import annotations
 
+import socket
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
@@ -176,3 +177,31 @@ def test_an_engine_with_an_api_key_answers_only_a_client_that_sends_it(
             EngineClient(srv.base_url).slots()
         result = fork(EngineClient(srv.base_url, "s3cret"), DOCUMENT, ["k1", "k2"], Sampling(n_predict=4, seed=1))
         assert result.ok and result.proof is not None and result.proof.shared, result.error
+
+
+def test_cli_against_a_url_nobody_listens_on_fails_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("HEADROOM_CACHE_DIR", str(tmp_path))
+    with socket.socket() as s:  # a port that was free a moment ago: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}"
+    for action in (["list"], ["smoke"], ["metrics"]):
+        assert main(["sessions", "--url", url, *action]) == 1, action
+        err = capsys.readouterr().err
+        assert err.startswith(f"headroom sessions: no engine answers at {url}") and err.count("\n") == 1, err
+        assert "exited during the smoke test" not in err  # it never answered at all
+    assert main(["sessions", "--url", url, "fork", "hi", "--k", "1"]) == 2  # refused before asking the engine
+    assert "--k 1: a fork makes at least 2 sessions" in capsys.readouterr().err
+
+
+def test_cli_without_the_api_key_says_where_the_key_is(engine_build: EngineBuild, tiny_model: Path,
+                                                       tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("HEADROOM_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("HEADROOM_API_KEY", raising=False)
+    with running_server(engine_build.server, tiny_model, tmp_path / "server.log",
+                        (*POOL, "--api-key", "s3cret")) as srv:
+        assert main(["sessions", "--url", srv.base_url, "metrics"]) == 1
+        err = capsys.readouterr().err
+        assert "HTTP 401" in err and "pass --api-key or set HEADROOM_API_KEY" in err
+        assert main(["sessions", "--url", srv.base_url, "--api-key", "s3cret", "metrics"]) == 0

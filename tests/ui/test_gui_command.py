@@ -23,3 +23,14 @@ def test_help_lists_the_demo_and_screenshot_options():
                           text=True, timeout=60)
     assert proc.returncode == 0
     assert "--demo" in proc.stdout and "--screenshot" in proc.stdout
+
+
+def test_a_bad_context_or_a_missing_model_is_one_line_before_any_window(tmp_path: Path) -> None:
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"}
+    shot = tmp_path / "shot.png"  # with --screenshot a window that opened would have exited by itself
+    for args, says in ((["--demo", "--ctx", "lots"], "argument --ctx: not a token count: 'lots'"),
+                       ([str(tmp_path / "gone.gguf")], f"headroom gui: model not found: {tmp_path / 'gone.gguf'}")):
+        proc = subprocess.run([sys.executable, "-m", "app", "gui", *args, "--screenshot", str(shot)], cwd=ROOT,
+                              env=env, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2 and says in proc.stderr, proc.stderr
+        assert "Traceback" not in proc.stderr and not shot.exists()

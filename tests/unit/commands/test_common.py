@@ -3,10 +3,19 @@ Headroom's long one give the same launch, in all three commands."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
 import pytest
 
 from app.cli import build_parser
 from app.commands.common import settings_from_args
+from app.planner.errors import PlannerError
+from app.planner.gguf_model import read_shape
+from app.planner.gguf_reader import read_header
 from app.planner.settings import ALL_LAYERS, LaunchSettings
 
 LLAMA_SERVER = ["-c", "128k", "-ctk", "q8_0", "-ctv", "q4_0", "-np", "4", "-kvu", "-fa", "auto", "-ub", "1024",
@@ -53,3 +62,43 @@ def test_serve_takes_the_gpu_flags_too() -> None:
                                       "--vram-target", "80GiB", "--safety", "512MiB"])
     assert args.gpu == ["H200", "Small:8GiB"] and args.window
     assert int(args.vram_target) == 80 << 30 and int(args.safety) == 512 << 20
+
+
+@pytest.mark.parametrize(("flags", "says"), [
+    (["-np", "0"], "argument -np/--np/--parallel: must be at least 1, not 0"),
+    (["-ub", "many"], "argument -ub/--ub/--ubatch-size: not a whole number: 'many'"),
+    (["-b", "-1"], "argument -b/--batch/--batch-size: must be at least 1, not -1"),
+    (["--vram-target", "lots"], "argument --vram-target: not a size: 'lots' (try '24GiB' or '512MiB')"),
+])
+def test_a_bad_count_or_size_names_the_flag(flags: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["plan", "m.gguf", *flags])
+    assert says in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["plan", "measure", "serve"])
+def test_ctx_0_is_the_models_training_context_as_in_llama_server(command: str, shape_model: Callable[[str], Path],
+                                                                 tiny_glm5_next_model: Path) -> None:
+    llama = shape_model("llama-3.1-8b-instruct-q4_k_m")
+    args = build_parser().parse_args([command, str(llama), "-c", "0"])
+    assert settings_from_args(args).n_ctx == read_shape(llama).n_ctx_train == 131072
+    # a model the planner does not model has a training context too (pass 1 of it still works)
+    args = build_parser().parse_args([command, str(tiny_glm5_next_model), "-c", "0"])
+    assert settings_from_args(args).n_ctx == read_header(tiny_glm5_next_model).fields["glm5-next.context_length"]
+
+
+def test_ctx_0_of_a_missing_model_says_which_file(tmp_path: Path) -> None:
+    args = build_parser().parse_args(["plan", str(tmp_path / "gone.gguf"), "-c", "0"])
+    with pytest.raises(PlannerError, match=r"gone\.gguf: cannot read: No such file"):
+        settings_from_args(args)
+
+
+def test_output_cut_off_by_a_closed_pipe_is_not_a_traceback(shape_model: Callable[[str], Path]) -> None:
+    # `headroom plan MODEL --json | head -1`: the reader goes away before Headroom has printed it all.
+    read, write = os.pipe()
+    os.close(read)
+    proc = subprocess.run([sys.executable, "-m", "app", "plan", str(shape_model("llama-3.1-8b-instruct-q4_k_m")),
+                           "--gpu", "H200", "--json"], stdout=write, stderr=subprocess.PIPE, text=True,
+                          timeout=120, check=False)
+    os.close(write)
+    assert proc.returncode == 141 and proc.stderr == ""

@@ -40,3 +40,51 @@ def test_serve_plans_for_the_gpus_it_is_given(engine_build: EngineBuild, tiny_mo
     err = capsys.readouterr().err
     assert rc == 2
     assert "refused: the plan does not fit" in err and "CUDA0" in err
+
+
+@pytest.mark.parametrize("port", ["99999", "-1", "http"])
+def test_a_port_out_of_range_is_a_usage_error(tiny_model: Path, port: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # llama-server would wrap 99999 silently and Headroom would then claim to serve on it
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["serve", str(tiny_model), "--port", port])
+    assert exit_.value.code == 2 and "argument --port:" in capsys.readouterr().err
+
+
+def _engine_file(tmp_path: Path, kind: str) -> Path:
+    if kind == "directory":
+        return tmp_path
+    path = tmp_path / "llama-server"
+    if kind == "text":  # a text file that sh would happily run as a script
+        path.write_text(f"touch {tmp_path / 'ran'}\n")
+    else:  # a real engine binary that lost its execute bit (copied off a USB stick)
+        path.write_bytes(b"\x7fELF" + b"\0" * 60)
+    path.chmod(0o644)
+    return path
+
+
+@pytest.mark.parametrize(("kind", "says"), [
+    ("directory", "engine is a directory, not a file: "),
+    ("text", "the engine is not executable: "),
+    ("binary", "the engine is not executable: "),
+])
+def test_an_engine_that_cannot_run_is_named_and_nothing_else_is_launched(
+        engine_build: EngineBuild, tiny_model: Path, tmp_path: Path, kind: str, says: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    engine = _engine_file(tmp_path, kind)
+    rc = cli.main(["serve", str(tiny_model), "--no-measure", "--engine", str(engine)])
+    out, err = capsys.readouterr()
+    assert rc == 2 and err == f"headroom serve: {says}{engine}" + (" (chmod +x it)\n" if kind != "directory" else "\n")
+    assert "engine: starting" not in out  # not the engine Headroom built instead of the one asked for
+    assert not (tmp_path / "ran").exists()  # the text file was never run as a shell script
+
+
+def test_a_model_that_is_a_directory_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["serve", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == f"headroom serve: model is a directory, not a file: {tmp_path}\n"
+
+
+def test_smoke_with_one_slot_is_refused_before_launching(tiny_model: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["serve", str(tiny_model), "--smoke", "--no-measure"]) == 2
+    out, err = capsys.readouterr()
+    assert "--smoke forks two shared sessions: it needs -np 2 or more" in err and "not -np 1" in err
+    assert "engine: starting" not in out

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from app.engine.argv import build_argv
-from app.engine.discover import choose, discover_engines, parse_version
+from app.engine.discover import choose, discover_engines, identify, parse_version
 from app.planner.settings import LaunchSettings
 
 FAKE = Path(__file__).with_name("fake_llamafile.py")
@@ -72,3 +72,16 @@ def test_the_engine_chosen_in_settings_comes_first(home: Path, tmp_path: Path) -
     mine = _install(tmp_path / "elsewhere", "my-engine.llamafile", opencoti=True)
     engines = discover_engines(mine)
     assert engines[0].path == str(mine) and engines[0].source == "settings"
+
+
+def test_only_an_ape_llamafile_is_run_through_sh(home: Path, tmp_path: Path) -> None:
+    # A non-executable file is tried with `sh FILE --version` only when it starts like an APE
+    # llamafile; anything else would be run as a shell script.
+    script = tmp_path / "notes.txt"
+    script.write_text(f"touch {tmp_path / 'ran'}\necho 'llamafile v0.10.5'\n")
+    ape = tmp_path / "model.llamafile"
+    ape.write_text("MZqFpD='\n'\necho 'llamafile v0.10.5'\n")
+    assert identify(script, "settings", probe=False) is None
+    assert not (tmp_path / "ran").exists()
+    info = identify(ape, "settings", probe=False)
+    assert info is not None and info.via_sh and info.kind == "llamafile" and info.version == "0.10.5"

@@ -97,3 +97,13 @@ def test_an_engine_placed_only_by_build_number() -> None:
     keys = [a.key for a in advisories(_plan("stock", LaunchSettings(n_parallel=4, kv_unified=True)), newer,
                                       "qwen4exp")]
     assert keys == ["kpool-43fe9c642-unplaced"]  # has b11412 by number; the commit-only fix cannot be placed
+
+
+@pytest.mark.parametrize(("mode", "says", "not_says"), [
+    ("window", "needs the opencoti llamafile", "engine build"),  # building the stock engine would not help
+    ("stock", "run `headroom engine build`", "opencoti"),
+])
+def test_no_engine_at_all_says_what_would_help(mode: str, says: str, not_says: str) -> None:
+    with pytest.raises(LaunchRefused) as err:
+        prepare(_plan(mode, LaunchSettings()), MODEL, [], port=8080)
+    assert says in str(err.value) and not_says not in str(err.value)

@@ -170,6 +170,12 @@ def test_unknown_card_lists_the_known_ones() -> None:
         simulated_gpu("MyCard:lots", 0)
 
 
+def test_a_card_size_without_a_unit_is_refused_not_planned_as_bytes() -> None:
+    # 'MyCard:24' would be a 24-byte card whose plan says "short by 6 GiB": say what was missing
+    with pytest.raises(ValueError, match=r"'MyCard:24': 24 B is not a GPU's memory; give a unit, e\.g\. 'MyCard:24GiB'"):
+        simulated_gpu("MyCard:24", 0)
+
+
 def test_resolve_gpus() -> None:
     two = resolve_gpus(["H200", "H200"])
     assert [g.engine_name for g in two.gpus] == ["CUDA0", "CUDA1"] and all(g.simulated for g in two.gpus)

@@ -201,3 +201,33 @@ threading.Event().wait()
 def test_a_cancel_event_left_unset_changes_nothing(engine_build: EngineBuild, tiny_model: Path) -> None:
     m = measure(tiny_model, LaunchSettings(n_ctx=4096), cancel=threading.Event())
     assert m.devices[0].compute > 0 and m.kv_total == 2 * 4096 * 32 * 2 * 2
+
+
+class _InterruptedWait(threading.Event):
+    """A cancel event whose first check, once the worker has written its pid, is a Ctrl-C."""
+
+    def __init__(self, pid_file: Path) -> None:
+        super().__init__()
+        self.pid_file = pid_file
+
+    def is_set(self) -> bool:
+        if self.pid_file.exists() and self.pid_file.read_text():
+            raise KeyboardInterrupt
+        return False
+
+
+def test_ctrl_c_during_pass_1_leaves_no_probe_running(tmp_path: Path, tiny_model: Path) -> None:
+    # The probe runs in its own session (a terminal's Ctrl-C never reaches it): Headroom must kill it.
+    pids = tmp_path / "pids"
+    worker = _fake_worker(tmp_path, f"""import os, sys, threading
+sys.stdin.read()
+open({str(pids)!r}, "w").write(str(os.getpid()))
+threading.Event().wait()
+""")
+    with pytest.raises(KeyboardInterrupt):
+        measure(tiny_model, LaunchSettings(), worker=worker, timeout=60, cancel=_InterruptedWait(pids))
+    pid = int(pids.read_text())
+    deadline = time.monotonic() + 10
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not _alive(pid)

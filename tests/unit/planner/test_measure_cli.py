@@ -48,3 +48,23 @@ def test_measure_reports_an_impossible_setting(engine_build: EngineBuild, tiny_m
     err = capsys.readouterr().err
     assert rc == 1
     assert "needs flash attention" in err
+
+
+@pytest.mark.parametrize(("content", "says"), [
+    (b"hello world\n" * 4, "not a GGUF file"),
+    (b"GGUF\x03\x00\x00\x00" + b"\xff" * 16, "not a valid GGUF file"),
+    (None, "cannot read: Is a directory"),
+], ids=["text", "corrupt", "directory"])
+@pytest.mark.parametrize("method", ["probe", "fit-params"])
+def test_measure_names_a_file_that_is_not_a_gguf_in_one_line(
+        engine_build: EngineBuild, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        content: bytes | None, says: str, method: str) -> None:
+    model = tmp_path / "model.gguf"
+    if content is None:
+        model.mkdir()
+    else:
+        model.write_bytes(content)
+    assert cli.main(["measure", str(model), "--with", method]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1  # one line, not llama.cpp's log or a core-dump backtrace
+    assert err.startswith("headroom measure: ") and "model.gguf" in err and says in err

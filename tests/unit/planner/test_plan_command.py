@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -40,5 +41,12 @@ def test_plan_a_model_that_is_not_modelled(capsys: pytest.CaptureFixture[str]) -
 
 def test_plan_bad_context(capsys: pytest.CaptureFixture[str]) -> None:
     model = gguf_factory.ensure(shapes.QWEN25_14B_1M)
-    assert main(["plan", str(model), "--ctx", "lots"]) == 2
-    assert "not a token count" in capsys.readouterr().out
+    assert main(["plan", str(model), "--ctx", "lots", "--json"]) == 2
+    out, err = capsys.readouterr()
+    assert "not a token count" in err and out == ""  # a `--json > plan.json` gets no error text
+
+
+def test_plan_missing_file_names_the_path_as_given(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "models" / "nope.gguf"
+    assert main(["plan", str(missing), "--gpu", "H200"]) == 2
+    assert capsys.readouterr().err == f"headroom plan: {missing}: cannot read: No such file or directory\n"
