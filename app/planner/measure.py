@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from app.engine.native_build import EngineBuild, find_build
@@ -225,10 +226,11 @@ def measure(model_path: str | Path, settings: LaunchSettings, *, timeout: float 
     if not buffers.compute:
         raise MeasureError("pass 1 ran but llama.cpp printed no compute buffer size",
                            hint=" ".join(buffers.warnings), log_tail=last_lines(lines))
-    return measurement_from_log(buffers, backend=backend_of(buffers),
-                                commit=engine_commit(str(result.get("lib_dir") or "")),
-                                seconds=time.monotonic() - started,
-                                source=f"{result.get('bindings', 'llama-cpp-python')} no_alloc probe")
+    measured = measurement_from_log(buffers, backend=backend_of(buffers),
+                                    commit=engine_commit(str(result.get("lib_dir") or "")),
+                                    seconds=time.monotonic() - started,
+                                    source=f"{result.get('bindings', 'llama-cpp-python')} no_alloc probe")
+    return replace(measured, launch=settings)
 
 
 def gpu_caveat(measurement: Measurement, *, targets_gpu: bool, engine: EngineBuild | None = None) -> str | None:

@@ -70,7 +70,7 @@ def fit_params_measure(build: EngineBuild, model: str | Path, settings: LaunchSe
         warnings.insert(0, KVU_WARNING)
     return Measurement(devices, "+".join(gpus) or "CPU", build.commit, round(time.monotonic() - started, 3),
                        f"{build.fit_params.name} -fitp on ({build.backend} build)",
-                       kv_total=sum(r.context for r in rows) * MiB, warnings=tuple(warnings))
+                       kv_total=sum(r.context for r in rows) * MiB, warnings=tuple(warnings), launch=settings)
 
 
 def _reader(stream: object, lines: queue.Queue[str | None]) -> None:

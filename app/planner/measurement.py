@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from app.planner.settings import LaunchSettings
+
 
 @dataclass(frozen=True)
 class DeviceMeasurement:
@@ -41,6 +43,9 @@ class Measurement:
     recurrent: int = 0
     #: Things the reader should know (e.g. the tool could not express -kvu).
     warnings: tuple[str, ...] = field(default=())
+    #: The launch settings pass 1 ran with (None: not recorded, e.g. numbers from a recorded log).
+    #: Its numbers are only true for exactly these (DOMAIN.md §1).
+    launch: LaunchSettings | None = None
 
     def device(self, name: str) -> DeviceMeasurement | None:
         return next((d for d in self.devices if d.name == name), None)
@@ -62,4 +67,5 @@ class Measurement:
         return cls(devs, data["backend"], data["llama_commit"], float(data["seconds"]),
                    data.get("source", "llama-cpp-python no_alloc probe"), tuple(data.get("kv_lines", ())),
                    int(data.get("kv_total", 0)), int(data.get("output", 0)), int(data.get("recurrent", 0)),
-                   tuple(data.get("warnings", ())))
+                   tuple(data.get("warnings", ())),
+                   LaunchSettings.from_json(data["launch"]) if data.get("launch") else None)

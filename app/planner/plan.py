@@ -27,6 +27,7 @@ from app.planner.measurement import Measurement
 from app.planner.plan_types import (
     ESTIMATED,
     MEASURED,
+    MEASURED_ELSEWHERE,
     Alternative,
     ContextFit,
     DevicePlan,
@@ -83,6 +84,9 @@ def _common_warnings(shape: ModelShape, settings: LaunchSettings, compute: Compu
                  "compute buffers are an estimate")
     elif compute.source == ESTIMATED:
         w.append("compute buffers are an estimate: run pass 1 (headroom measure) for measured numbers")
+    elif compute.source.startswith(MEASURED_ELSEWHERE):
+        w.append(f"compute buffers were {compute.source.removeprefix('measured by ')}: run pass 1 again "
+                 "for this launch (headroom measure) before trusting them")
     n_ctx_seq = kv_per_layer(shape, settings).layout.ctx.n_ctx_seq
     if n_ctx_seq > shape.n_ctx_train:
         w.append(f"context per sequence {format_tokens(n_ctx_seq)} exceeds the model's training "
@@ -188,10 +192,21 @@ def _fewest_layers_moved(shape: ModelShape, inv: Inventory, settings: LaunchSett
     return lo
 
 
+def _as_set_note(shape: ModelShape, settings: LaunchSettings) -> str:
+    """What the settings as given put where, in words."""
+    on_cpu = shape.n_layer + 1 - min(settings.n_gpu_layers, shape.n_layer + 1)
+    parts = []
+    if on_cpu:
+        parts.append(f"{on_cpu} layer(s) and their KV on the CPU (-ngl {settings.n_gpu_layers})")
+    if not settings.offload_kqv:
+        parts.append("the whole KV cache in host RAM (-nkvo)")
+    return "; ".join(parts) or "everything resident on the GPU"
+
+
 def _stock_plan(shape: ModelShape, inv: Inventory, settings: LaunchSettings, measurement: Measurement | None,
                 safety: int, vram_target: int | None, overhead: int | None) -> Plan:
     args = (measurement, safety, vram_target, overhead)
-    first = _priced(shape, inv, settings, "as set", "everything resident on the GPU", *args)
+    first = _priced(shape, inv, settings, "as set", _as_set_note(shape, settings), *args)
     options = [first[0]]
     if not first[0].feasible:
         ngl = _fewest_layers_moved(shape, inv, settings, *args)
@@ -217,7 +232,8 @@ def _stock_plan(shape: ModelShape, inv: Inventory, settings: LaunchSettings, mea
     warnings = _common_warnings(shape, best.launch, compute, measurement)
     if best is not first[0] and best.feasible:
         warnings.append(f"the settings as given do not fit ({first[3]}); chose {best.label}: {best.note}")
-        if compute.source == MEASURED:
+        if compute.source == MEASURED or (measurement is not None and measurement.launch is None):
+            # (a recorded measurement of unknown settings: assumed to be the settings as given)
             warnings.append(f"compute buffers were measured for the settings as given: measure {best.label} "
                             "again before launching")
     warnings += _host_short(host)

@@ -29,6 +29,8 @@ PLAN_JSON_VERSION = 1
 
 #: Where a number came from, as the UI shows it.
 MEASURED = "measured by pass 1"
+#: Pass-1 numbers reused for a launch they were not measured for (followed by "at <flags>").
+MEASURED_ELSEWHERE = "measured by pass 1 for other settings"
 FROM_GGUF = "from the GGUF"
 FROM_NVML = "from NVML"
 ESTIMATED = "estimated"

@@ -63,6 +63,19 @@ class LaunchSettings:
         """src/llama-context.cpp: ``n_ubatch = min(n_batch, n_ubatch)``, after the clamp above."""
         return min(self.effective_n_batch, self.n_ubatch)
 
+    def flags(self) -> dict[str, str]:
+        """Each setting as the llama-server flag a user knows it by: ``{"-c": "4096", ...}``."""
+        return {"-c": str(self.n_ctx), "-ctk": self.type_k, "-ctv": self.type_v, "-np": str(self.n_parallel),
+                "-kvu": "on" if self.kv_unified else "off", "--swa-full": "on" if self.swa_full else "off",
+                "-ub": str(self.n_ubatch), "-b": str(self.n_batch), "-fa": self.flash_attn,
+                "-ngl": "all" if self.n_gpu_layers >= ALL_LAYERS else str(self.n_gpu_layers),
+                "-nkvo": "off" if self.offload_kqv else "on"}
+
+    def differences(self, other: LaunchSettings) -> str:
+        """Where ``self`` differs from ``other``, in flags: ``'-c 4096 (not 524288), -np 1 (not 4)'``."""
+        mine, theirs = self.flags(), other.flags()
+        return ", ".join(f"{k} {v} (not {theirs[k]})" for k, v in mine.items() if v != theirs[k])
+
     def with_(self, **changes: Any) -> LaunchSettings:
         return replace(self, **changes)
 

@@ -16,7 +16,16 @@ from app.planner.estimate import estimate_compute
 from app.planner.gguf_model import ModelShape
 from app.planner.kv import KvLayout, kv_layout
 from app.planner.measurement import Measurement
-from app.planner.plan_types import ESTIMATED, FROM_GGUF, FROM_NVML, GIVEN, MEASURED, DevicePlan, HostPlan
+from app.planner.plan_types import (
+    ESTIMATED,
+    FROM_GGUF,
+    FROM_NVML,
+    GIVEN,
+    MEASURED,
+    MEASURED_ELSEWHERE,
+    DevicePlan,
+    HostPlan,
+)
 from app.planner.settings import LaunchSettings
 from app.planner.weights import DEFAULT_GPU_OVERHEAD, WeightSplit, output_buffer_bytes
 
@@ -62,11 +71,18 @@ def compute_for(shape: ModelShape, inv: Inventory, settings: LaunchSettings,
     """Measured compute buffers when pass 1 saw these devices; otherwise the marked estimate."""
     names = [g.engine_name for g in inv.gpus]
     if measurement is not None:
+        label = MEASURED
+        measured_for = measurement.launch
+        if measured_for is not None and not names and measurement.backend == "CPU":
+            measured_for = measured_for.with_(n_gpu_layers=settings.n_gpu_layers)  # no GPU: -ngl is moot
+        if measured_for is not None and measured_for != settings:
+            # Pass 1 is only exact for its own launch: say which settings these numbers are for.
+            label = f"{MEASURED_ELSEWHERE} at {measured_for.differences(settings)}"
         if not names:
-            return Compute({}, sum(d.compute for d in measurement.devices), MEASURED)
+            return Compute({}, sum(d.compute for d in measurement.devices), label)
         if all(measurement.device(n) is not None for n in names):
             gpu = {n: measurement.device(n).compute for n in names}  # type: ignore[union-attr]
-            return Compute(gpu, measurement.host_compute, MEASURED)
+            return Compute(gpu, measurement.host_compute, label)
     est = estimate_compute(shape, settings, ctx_kv.ctx)
     if not names:
         return Compute({}, est.gpu, ESTIMATED)

@@ -20,10 +20,6 @@ H200_LOG = "h200/llama-server-qwen2-14b-1m-c524288-fa-ub512-f16.log"
 H200_SETTINGS = LaunchSettings(n_ctx=524288, n_parallel=4, kv_unified=True)
 
 
-@pytest.fixture(scope="module")
-def qwen14b() -> ModelShape:
-    return read_shape(gguf_factory.ensure(shapes.QWEN25_14B_1M))
-
 
 def test_h200_512k_kv_is_98304_mib_like_the_engine(qwen14b: ModelShape, shared_fixtures: Path) -> None:
     log = parse_log((shared_fixtures / H200_LOG).read_text())

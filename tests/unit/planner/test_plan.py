@@ -7,12 +7,11 @@ import json
 import pytest
 
 from app.planner.devices import GpuDevice, HostMemory, Inventory
-from app.planner.gguf_model import ModelShape, read_shape
+from app.planner.gguf_model import ModelShape
 from app.planner.measurement import DeviceMeasurement, Measurement
 from app.planner.plan import make_plan, max_context
 from app.planner.settings import ALL_LAYERS, LaunchSettings
 from app.planner.units import GiB, MiB
-from tests.fixtures import gguf_factory, shapes
 
 #: What the recorded H200 run measured (shared/fixtures/h200/*.log, sched_reserve lines).
 H200_MEASURED = Measurement((DeviceMeasurement("CUDA0", compute=round(623.01 * MiB)),
@@ -25,10 +24,6 @@ def h200(free_mib: int = 142629, host_gib: int = 125) -> Inventory:
     return Inventory((GpuDevice(0, "NVIDIA H200", 143155 * MiB, free_mib * MiB, simulated=True),),
                      HostMemory(host_gib * GiB, host_gib * GiB))
 
-
-@pytest.fixture(scope="module")
-def qwen14b() -> ModelShape:
-    return read_shape(gguf_factory.ensure(shapes.QWEN25_14B_1M))
 
 
 def test_headline_512k_fits_an_h200_fully_resident(qwen14b: ModelShape) -> None:

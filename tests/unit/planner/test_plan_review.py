@@ -4,26 +4,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from app.engine.argv import argv_for_plan
 from app.engine.discover import EngineInfo
 from app.planner.devices import HostMemory, Inventory
-from app.planner.gguf_model import ModelShape, read_shape
+from app.planner.gguf_model import ModelShape
 from app.planner.measurement import DeviceMeasurement, Measurement
 from app.planner.plan import make_plan, max_context
 from app.planner.settings import LaunchSettings
 from app.planner.units import GiB
-from tests.fixtures import gguf_factory, shapes
 from tests.unit.planner.test_plan import H200_MEASURED, h200
 
 OPENCOTI = EngineInfo("opencoti", "/home/u/.llamafile/opencoti.llamafile", "0.10.5", "unknown", "~/.llamafile",
                       via_sh=True)
 
-
-@pytest.fixture(scope="module")
-def qwen14b() -> ModelShape:
-    return read_shape(gguf_factory.ensure(shapes.QWEN25_14B_1M))
 
 
 def test_window_plan_with_one_slot_and_unified_ticked_can_be_launched(qwen14b: ModelShape) -> None:
