@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import asdict
 from typing import Any
 
 from app.commands.common import (
@@ -24,7 +25,7 @@ from app.commands.common import (
 )
 from app.engine.discover import EngineInfo
 from app.planner.measurement import Measurement
-from app.planner.plan_types import Plan
+from app.planner.plan_types import PLAN_JSON_VERSION, Plan
 from app.planner.settings import ALL_LAYERS, LaunchSettings
 from app.planner.units import Bytes
 from app.sessions.advisories import Advisory
@@ -104,12 +105,15 @@ def _not_modelled(args: argparse.Namespace, arch: str, message: str) -> int:
     """A model the planner does not model: say so, with its advisories on the discovered engine."""
     from app.engine.discover import choose, discover_engines
 
-    print(f"headroom plan: {message}")
     settings = settings_from_args(args)
     mode = "window" if args.window else "stock"
     advs = _advisories(settings, mode, choose(discover_engines(), mode), arch)
+    if args.json:  # stdout stays JSON: the error and the advisories as data
+        print(json.dumps({"version": PLAN_JSON_VERSION, "error": message, "arch": arch,
+                          "advisories": [asdict(a) for a in advs]}, indent=2))
+    print(f"headroom plan: {message}", file=sys.stderr)
     if advs:
-        print("\n".join(advisory_lines(advs)))
+        print("\n".join(advisory_lines(advs)), file=sys.stderr)
     return 2
 
 

@@ -87,7 +87,13 @@ def test_plan_names_the_engine_and_its_advisories(engine_build: EngineBuild, tin
 
 def test_a_model_the_planner_does_not_model_still_gets_its_advisories(
         engine_build: EngineBuild, tiny_glm5_next_model: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    rc, out = _plan(capsys, str(tiny_glm5_next_model), "-np", "2", "-kvu")
-    assert rc == 2
-    assert "not modelled: glm5-next" in out
-    assert "engine without b11412" in out and "engine without 43fe9c642" in out
+    rc = cli.main(["plan", str(tiny_glm5_next_model), "-np", "2", "-kvu"])
+    out, err = capsys.readouterr()
+    assert rc == 2 and out == ""  # an error: all of it on stderr
+    assert "not modelled: glm5-next" in err
+    assert "engine without b11412" in err and "engine without 43fe9c642" in err
+    # --json keeps stdout machine-readable: the error and the advisories as data
+    rc = cli.main(["plan", str(tiny_glm5_next_model), "-np", "2", "-kvu", "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert rc == 2 and data["error"] == "not modelled: glm5-next" and data["arch"] == "glm5-next"
+    assert [a["key"] for a in data["advisories"]] == ["kpool-b11412", "kpool-43fe9c642"]

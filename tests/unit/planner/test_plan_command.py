@@ -36,7 +36,7 @@ def test_plan_table_names_every_part(capsys: pytest.CaptureFixture[str]) -> None
 def test_plan_a_model_that_is_not_modelled(capsys: pytest.CaptureFixture[str]) -> None:
     model = gguf_factory.ensure(shapes.BY_NAME["tiny-glm5-next"])  # a k-pool model the engine knows
     assert main(["plan", str(model), "--gpu", "H200"]) == 2
-    assert "not modelled: glm5-next" in capsys.readouterr().out
+    assert "not modelled: glm5-next" in capsys.readouterr().err
 
 
 def test_plan_bad_context(capsys: pytest.CaptureFixture[str]) -> None:
