@@ -1,5 +1,6 @@
 """`headroom gui` (also plain `headroom`): the window. ``--demo`` opens the built-in demo;
-``--screenshot PATH`` renders the window after the first plan, saves it and exits."""
+``--screenshot PATH`` renders the window after the first plan (or the error that took its place),
+saves it and exits."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ def register(sub: Any) -> None:
     p.add_argument("--demo", action="store_true", help="open the built-in demo (a simulated 24 GB GPU)")
     p.add_argument("--ctx", type=_ctx, default=None, help="context length to start with, e.g. 512k")
     p.add_argument("--screenshot", type=Path, default=None, metavar="PATH",
-                   help="save a PNG of the window after the first plan, then exit")
+                   help="save a PNG of the window after the first plan (or the error shown instead), then "
+                        "exit: 0 for a picture of a plan, 1 when no plan could be made")
     p.set_defaults(func=run)
 
 

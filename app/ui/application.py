@@ -12,6 +12,9 @@ from app.ui.qt import QApplication, QTimer
 
 #: After the first plan, how long the screenshot waits for layouts and painting to settle (ms).
 SCREENSHOT_SETTLE_MS = 300
+#: The longest the screenshot waits for the first plan (or the error in its place) and the engine
+#: list; past it, the window is saved as it is and the exit code says something was missing (ms).
+SCREENSHOT_DEADLINE_MS = 60_000
 
 
 def make_app(argv: list[str] | None = None) -> QApplication:
@@ -26,17 +29,17 @@ def make_app(argv: list[str] | None = None) -> QApplication:
     return app
 
 
-def open_first(window: MainWindow, model: Path | None, demo: bool) -> None:
-    """The model given, else the last one, else the demo (so the picture is never empty)."""
+def open_first(window: MainWindow, model: Path | None, demo: bool) -> bool:
+    """The model given, else the last one, else the demo (so the picture is never empty). False when
+    the model given could not be opened (the window then shows why)."""
     if demo:
-        window.open_demo()
-        return
+        return window.open_demo()
     if model is not None:
-        window.open_model(model)
-        return
+        return window.open_model(model)
     last = Path(window.state.last_model) if window.state.last_model else None
     if last is None or not last.is_file() or not window.open_model(last):
-        window.open_demo()
+        return window.open_demo()
+    return True
 
 
 def save_screenshot(window: MainWindow, path: Path) -> bool:
@@ -51,35 +54,58 @@ def plan_summary(plan: Plan) -> str:
             f"window_cells={plan.window_cells} tail_cells={plan.tail_cells} gpus=[{gpus}]")
 
 
+class Screenshot:
+    """``--screenshot``: save the window once the first plan (or the error shown instead of one)
+    and the engine list are on screen, then quit. Exit code 0 only for a saved picture of a plan."""
+
+    def __init__(self, app: QApplication, window: MainWindow, path: Path) -> None:
+        self.app, self.window, self.path = app, window, path
+        self.waiting = {"picture", "engines"}
+        self.done = False
+        window.resize(1400, 900)
+        window.planned.connect(lambda _p: self.shown("picture"))
+        window.errorShown.connect(lambda _m: self.shown("picture"))  # a plan will not come
+        window.launch.enginesFound.connect(lambda _e: self.shown("engines"))
+        QTimer.singleShot(SCREENSHOT_DEADLINE_MS, self.deadline)
+
+    def shown(self, what: str) -> None:
+        if what in self.waiting:
+            self.waiting.discard(what)
+            if not self.waiting:
+                QTimer.singleShot(SCREENSHOT_SETTLE_MS, self.save_and_quit)
+
+    def deadline(self) -> None:
+        if self.waiting and not self.done:
+            print(f"headroom gui: no {' and no '.join(sorted(self.waiting))} after "
+                  f"{SCREENSHOT_DEADLINE_MS // 1000} s; saving the window as it is", file=sys.stderr)
+            self.save_and_quit()
+
+    def save_and_quit(self) -> None:
+        if self.done:
+            return
+        self.done = True
+        ok = save_screenshot(self.window, self.path)
+        error = self.window.error.text()
+        if not ok:
+            print(f"headroom gui: could not save the screenshot to {self.path}", file=sys.stderr)
+        elif error or self.window.plan is None:
+            print(f"screenshot: {self.path}: no plan", flush=True)
+            print(f"headroom gui: {error or 'no plan was made'}", file=sys.stderr)
+        else:
+            print(f"screenshot: {self.path}: {plan_summary(self.window.plan)}", flush=True)
+        self.app.exit(0 if ok and not error and self.window.plan is not None and not self.waiting else 1)
+
+
 def run_gui(*, model: Path | None = None, demo: bool = False, ctx: str | None = None,
             screenshot: Path | None = None) -> int:
     app = make_app()
     window = MainWindow(persist=screenshot is None)
-    if screenshot is not None:
-        window.resize(1400, 900)
-        shot_path = screenshot
-
-        def save_and_quit() -> None:
-            ok = save_screenshot(window, shot_path)
-            if ok and window.plan is not None:
-                print(f"screenshot: {shot_path}: {plan_summary(window.plan)}", flush=True)
-            app.exit(0 if ok else 1)
-
-        waiting = {"plan", "engines"}  # shoot once the picture and the engine list are both shown
-
-        def shown(what: str) -> None:
-            if what in waiting:
-                waiting.discard(what)
-                if not waiting:
-                    QTimer.singleShot(SCREENSHOT_SETTLE_MS, save_and_quit)
-
-        window.planned.connect(lambda _p: shown("plan"))
-        window.launch.enginesFound.connect(lambda _e: shown("engines"))
+    shot = Screenshot(app, window, screenshot) if screenshot is not None else None
     window.show()
-    open_first(window, model, demo)
-    if ctx:
+    if open_first(window, model, demo) and ctx:
         window.settings.context.set_value(parse_tokens(ctx), emit=True)
     window.launch.discover()
     rc = app.exec()
     window.close()
+    del shot  # kept until the event loop ends
     return rc

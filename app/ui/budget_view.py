@@ -258,6 +258,11 @@ class BudgetView(QWidget):
         super().__init__(parent)
         self.plan: Plan | None = None
         self._verdict: Verdict | None = None
+        self.running = QLabel()  # while an engine runs: the picture is its plan, not the settings'
+        self.running.setObjectName("runningNote")
+        self.running.setWordWrap(True)
+        self.running.setStyleSheet("border: 1px solid palette(mid); padding: 4px;")
+        self.running.setVisible(False)
         self.verdict = QLabel()
         self.verdict.setObjectName("verdict")
         self.verdict.setWordWrap(True)
@@ -281,6 +286,7 @@ class BudgetView(QWidget):
         self.host_row = DeviceRow()
         self._rows_box = QVBoxLayout()
         lay = QVBoxLayout(self)
+        lay.addWidget(self.running)
         lay.addWidget(self.verdict)
         lay.addWidget(self.alternative)
         lay.addLayout(self._rows_box)
@@ -323,6 +329,18 @@ class BudgetView(QWidget):
         self.alternative.setText(v.action)
         self.options.show_options(plan, fit, plan.mode == "window")
 
+    def set_running(self, running: Plan | None, pending: Plan | None = None) -> None:
+        """While an engine runs the picture stays on the plan it was launched with (the caller stops
+        showing new plans); ``pending``, the plan for the settings as they are now, is one line."""
+        text = ""
+        if running is not None:
+            text = f"▶ <b>Engine running</b>: {escape(plan_line(running))} — the picture shows this plan."
+            if pending is not None and pending != running:
+                text += (f"<br><b>New settings</b> (not running): {escape(plan_line(pending))} — "
+                         "Stop the engine, then Launch to use them.")
+        self.running.setText(text)
+        self.running.setVisible(bool(text))
+
     def _choose_alternative(self) -> None:
         if self._verdict is not None and self._verdict.settings is not None:
             self.settingsChosen.emit(self._verdict.settings)
@@ -336,6 +354,14 @@ def window_text(plan: Plan) -> str:
     return (f"Resident KV window: <b>{plan.window_cells:,}</b> cells ({plan.window_cells / n_ctx:.0%} of "
             f"{tokens_text(plan.launch.n_ctx)} tokens) · host tail: <b>{plan.tail_cells:,}</b> cells "
             f"({plan.tail_cells / n_ctx:.0%})")
+
+
+def plan_line(plan: Plan) -> str:
+    """A plan in one line: what a launch of it gets, and whether it fits."""
+    s = plan.launch
+    slots = f"{s.n_parallel} slot" + ("s" if s.n_parallel != 1 else "")
+    fits = "fits" if plan.feasible else f"does not fit ({plan.reason})"
+    return f"{tokens_text(s.n_ctx)} tokens · KV {s.type_k}/{s.type_v} · {slots} · {plan.mode} mode · {fits}"
 
 
 def best_alternative(plan: Plan) -> Alternative | None:

@@ -57,6 +57,7 @@ class LaunchPanel(QWidget):
     engineReady = Signal(str)  # base URL
     launchFailed = Signal(str)  # the classified message
     engineStopped = Signal()
+    launched = Signal(object)  # the Plan the engine was started with
     enginesFound = Signal(list)
     checked = Signal(object)  # PlanCheck: plan vs what the engine allocated
 
@@ -104,6 +105,7 @@ class LaunchPanel(QWidget):
         self.advice_label.setWordWrap(True)
         self.advice_label.setVisible(False)
         self.engine_combo.setPlaceholderText(LOOKING)
+        self.engine_combo.currentIndexChanged.connect(self._engine_tooltip)
         self.builder = EngineBuilder()
         self.builder.setVisible(False)
         self.builder.logLines.connect(self.logLines)
@@ -145,8 +147,12 @@ class LaunchPanel(QWidget):
         self.engines = engines
         self.engine_combo.blockSignals(True)
         self.engine_combo.clear()
-        for e in engines:
-            self.engine_combo.addItem(f"{e.kind} {e.version} ({e.commit}) — {e.source}", e.path)
+        for i, e in enumerate(engines):
+            text = f"{e.kind} {e.version} ({e.commit}) — {e.source}"
+            self.engine_combo.addItem(text, e.path)  # a narrow window cuts the text: the tooltip has it all
+            self.engine_combo.setItemData(i, f"{text}\n{e.path}", Qt.ItemDataRole.ToolTipRole)
+        view = self.engine_combo.view()
+        view.setMinimumWidth(view.sizeHintForColumn(0) + view.verticalScrollBar().sizeHint().width())
         self.engine_combo.blockSignals(False)
         self.engine_combo.setPlaceholderText(NONE_FOUND if not engines else "")
         self.builder.setVisible(not engines or self.builder.running)
@@ -155,6 +161,17 @@ class LaunchPanel(QWidget):
                                 "llamafile on PATH.")
         self.enginesFound.emit(engines)
         self.engine_combo.currentIndexChanged.emit(self.engine_combo.currentIndex())
+
+    @property
+    def running_plan(self) -> Plan | None:
+        """The plan the engine now starting or running was launched with (None when none is)."""
+        return self._launched_plan if self.server is not None else None
+
+    def _engine_tooltip(self, i: int) -> None:
+        """The chosen engine's full text and path, wherever the combo cuts it."""
+        tip = self.engine_combo.itemData(i, Qt.ItemDataRole.ToolTipRole)
+        self.engine_combo.setToolTip(f"The engine to launch: {tip}" if isinstance(tip, str) else
+                                     "The engine to launch, with its detected kind and version")
 
     def engine(self) -> EngineInfo | None:
         i = self.engine_combo.currentIndex()
@@ -210,6 +227,7 @@ class LaunchPanel(QWidget):
         self.stop_button.setEnabled(True)
         self.progress.setVisible(True)
         self.status.setText("Engine: starting…")
+        self.launched.emit(plan)
 
         def work(_c: threading.Event) -> str:
             server.start()
@@ -254,8 +272,8 @@ class LaunchPanel(QWidget):
     def _failed(self, message: str) -> None:
         self.progress.setVisible(False)
         self.status.setText(f"Engine failed: {message}")
-        self.launchFailed.emit(message)
         server, self.server = self.server, None
+        self.launchFailed.emit(message)  # with no engine left: listeners see it gone
         if server is not None and server.running():
             self._run(lambda _c: server.stop(), lambda _r: None, lambda _m: None)
         self.stop_button.setEnabled(False)

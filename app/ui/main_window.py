@@ -157,6 +157,9 @@ class MainWindow(QMainWindow):
         self.launch.engineReady.connect(self._engine_up)
         self.launch.engineStopped.connect(lambda: self.sessions.set_engine("", None))
         self.launch.launchFailed.connect(lambda _m: self.sessions.set_engine("", None))
+        self.launch.launched.connect(lambda plan: self.budget.set_running(plan, plan))
+        self.launch.engineStopped.connect(self._engine_gone)
+        self.launch.launchFailed.connect(lambda _m: self._engine_gone())
         bottom = QSplitter(Qt.Orientation.Horizontal)
         bottom.addWidget(self.console)
         bottom.addWidget(self.sessions)
@@ -205,12 +208,12 @@ class MainWindow(QMainWindow):
         if path:
             self.open_model(Path(path))
 
-    def open_demo(self) -> None:
+    def open_demo(self) -> bool:
         self.devices.set_simulated_choice(demo.DEMO_GPU)
         self.set_simulated(demo.DEMO_GPU, replan=False)
         self.settings.set_engine_window(True)
         self.settings.context.set_value(demo.DEMO_CONTEXT)
-        self.open_model(demo.ensure_demo_model(), remember=False)
+        return self.open_model(demo.ensure_demo_model(), remember=False)
 
     def open_model(self, path: Path, *, remember: bool = True) -> bool:
         """Read the model's shape (header only: fast) and plan. False, with a message, if unusable."""
@@ -292,8 +295,11 @@ class MainWindow(QMainWindow):
         if self.inputs.measurement is not None and not self.measure.running and \
                 self.inputs.measurement_for(settings) is None:
             self.measure.status.setText(STALE)
-        self.plan = plan
-        self.budget.show_plan(plan, settings, fit)
+        self.plan = plan  # what Launch would start now
+        running = self.launch.running_plan
+        if running is None:  # while an engine runs, the picture stays on what it runs
+            self.budget.show_plan(plan, settings, fit)
+        self.budget.set_running(running, plan)
         if not plan.gpus:
             self.settings.context.set_largest_fit(fit.resident or None, "in host RAM")
         elif self.inputs.engine_window:
@@ -313,9 +319,14 @@ class MainWindow(QMainWindow):
         elif engines and engines[0].kind == "opencoti":
             self.settings.set_engine_window(True)
 
+    def _engine_gone(self) -> None:
+        """The engine stopped or failed: the picture goes back to the settings as they are now."""
+        self.budget.set_running(None)
+        self.replan()
+
     def _engine_up(self, url: str) -> None:
-        server = self.launch.server
-        slots = self.plan.launch.n_parallel if self.plan is not None else 1
+        server, running = self.launch.server, self.launch.running_plan
+        slots = running.launch.n_parallel if running is not None else 1
         self.sessions.set_engine(url, server.tail if server is not None else None, slots)
 
     # ---- measure (pass 1) ----------------------------------------------------------------------

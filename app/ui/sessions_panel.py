@@ -106,15 +106,27 @@ class SessionsPanel(QGroupBox):
         self.advisories.setVisible(bool(items))
 
     def set_engine(self, base_url: str, log_tail: Callable[[], list[str]] | None, n_slots: int = 1) -> None:
-        """The running engine ("" when none): the controls work only while one is up."""
+        """The running engine ("" when none): the controls work only while one is up. Sessions live in
+        the engine's KV cache: when it stops (or another one starts) they are cleared, and it says so."""
+        new_engine = base_url != self.base_url
+        gone = sorted(self.sessions) if new_engine else []
+        if gone:
+            self.sessions.clear()
+            self.chosen.clear()
+            self.text.clear()
         self.base_url, self.log_tail, self.n_slots = base_url, log_tail, n_slots
         self.k.setMaximum(max(2, n_slots))
         self.prompt.setEnabled(bool(base_url))
         self.continue_button.setEnabled(bool(base_url) and bool(self.sessions))  # something to continue
         for w in (self.fork_button, self.smoke_button, self.k):  # a fork needs a slot per session
             w.setEnabled(bool(base_url) and n_slots >= 2)
-        if not base_url:
+        if gone:
+            self.result.setText(f"Engine stopped: its sessions ({', '.join(gone)}) are gone with its KV cache. "
+                                "Launch again and fork to start new ones.")
+        elif not base_url:
             self.result.setText("Launch the engine with 2 or more parallel sessions to fork.")
+        elif n_slots >= 2 and new_engine:  # (a result shown later stays: this runs after each turn)
+            self.result.setText(f"Engine ready: type a prompt and fork it into up to {n_slots} sessions.")
         elif n_slots < 2:
             self.result.setText(f"This engine has {n_slots} slot: to fork, stop it, set Parallel sessions "
                                 "to 2 or more and launch again.")
@@ -159,7 +171,7 @@ class SessionsPanel(QGroupBox):
         if isinstance(result, SmokeResult):
             self.result.setText(escape(str(result) + (f" — {result.sharing}" if result.sharing else "")))
             self.smokeDone.emit(result)
-        elif isinstance(result, TurnResult):
+        elif isinstance(result, TurnResult) and self.base_url:  # not from an engine since stopped
             for s in result.sessions:
                 if s.name not in self.sessions:
                     self.chosen.addItem(s.name)

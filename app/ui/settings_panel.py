@@ -226,7 +226,10 @@ class SettingsPanel(QWidget):
         form.addRow("&Safety margin", self.safety)
         form.addRow("&VRAM target", self.vram_target)
         form.addRow("KV pl&acement", self.kv_mode)
-        form.addRow("&Engine", self.engine)
+        engine_label = QLabel("&Engine")
+        engine_label.setBuddy(self.engine)
+        form.addRow(engine_label)  # the combo gets the whole width: "kind version (commit) — source"
+        form.addRow(self.engine)
         self.context.contextChanged.connect(lambda _v: self.changed.emit())
         for combo in (self.type_k, self.type_v, self.n_ubatch, self.flash_attn, self.engine, self.kv_mode):
             combo.currentIndexChanged.connect(lambda _i: self.changed.emit())
