@@ -109,7 +109,9 @@ def actuals(buffers: LogBuffers) -> dict[tuple[str, str], int]:
 
 
 def planned(plan: Plan) -> dict[tuple[str, str], int]:
-    """(device, part) → bytes the plan expects, in the same shape as ``actuals``."""
+    """(device, part) → bytes the plan expects, in the same shape as ``actuals``. Host weights are
+    ``weights_mapped``, which includes the CPU backend's repacked copy: ``actuals`` sums ``CPU_Mapped``
+    and ``CPU_REPACK`` for that row."""
     out: dict[tuple[str, str], int] = {}
     for gpu in plan.gpus:
         out[(gpu.name, "weights")] = int(gpu.weights)

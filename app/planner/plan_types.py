@@ -10,12 +10,14 @@ JSON form (``PLAN_JSON_VERSION`` = 1)::
      "vram_target": int|null, "warnings": [str],
      "gpus": [{"name", "label", "total", "other_processes", "weights", "compute", "kv_resident",
                "overhead", "safety", "free", "simulated", "sources": {part: source}}],
-     "host": {"total", "available", "weights_mapped", "kv_tail", "compute_pinned", "free", "sources"},
+     "host": {"total", "available", "weights_mapped", "kv_tail", "compute_pinned", "free", "sources",
+              "weights_repacked"},
      "kv": {"total", "bytes_per_cell", "n_ctx", "n_ctx_seq", "n_seq", "caches": [...]},
      "alternatives": [{"label", "feasible", "chosen", "host_bytes_per_token", "n_ctx", "note",
                        "launch": {...}}]}
 
-All sizes are bytes.
+All sizes are bytes. ``host.weights_repacked`` (added within version 1; absent = 0) is the part of
+``host.weights_mapped`` that the CPU backend holds as a repacked copy (``CPU_REPACK``).
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ FROM_GGUF = "from the GGUF"
 FROM_NVML = "from NVML"
 ESTIMATED = "estimated"
 GIVEN = "given"
+#: Host weights the CPU backend copies out of the mapping into its own layout (CPU_REPACK).
+REPACKED_COPY = "repacked copy for the CPU backend"
 
 
 @dataclass(frozen=True)
@@ -65,11 +69,12 @@ class DevicePlan:
 class HostPlan:
     total: int
     available: int
-    weights_mapped: int
+    weights_mapped: int  # all host weight memory: the mapped file range plus any repacked copy
     kv_tail: int
     compute_pinned: int  # pinned/CPU compute buffers plus the logits output buffer
     free: int
     sources: dict[str, str] = field(default_factory=dict)
+    weights_repacked: int = 0  # the part of weights_mapped that is the CPU backend's CPU_REPACK copy
 
     def to_json(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__} | {"sources": dict(self.sources)}

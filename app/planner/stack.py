@@ -23,10 +23,12 @@ from app.planner.plan_types import (
     GIVEN,
     MEASURED,
     MEASURED_ELSEWHERE,
+    REPACKED_COPY,
     DevicePlan,
     HostPlan,
 )
 from app.planner.settings import LaunchSettings
+from app.planner.units import Bytes
 from app.planner.weights import DEFAULT_GPU_OVERHEAD, WeightSplit, output_buffer_bytes
 
 
@@ -119,9 +121,13 @@ def stack(shape: ModelShape, inv: Inventory, settings: LaunchSettings, ws: Weigh
                      "compute": compute.source, "kv_resident": FROM_GGUF, "overhead": ovh_src,
                      "safety": GIVEN}))
     pinned = compute.host + output_buffer_bytes(shape, settings)
+    weights_src = FROM_GGUF
+    if ws.repacked:
+        weights_src += f" (mapped file + {Bytes(ws.repacked)} {REPACKED_COPY})"
     host = HostPlan(
-        total=inv.host.total, available=inv.host.available, weights_mapped=ws.host, kv_tail=kv_host,
-        compute_pinned=pinned, free=inv.host.available - ws.host - kv_host - pinned,
-        sources={"total": "from the OS", "available": "from the OS", "weights_mapped": FROM_GGUF,
-                 "kv_tail": FROM_GGUF, "compute_pinned": compute.source})
+        total=inv.host.total, available=inv.host.available, weights_mapped=ws.host_weights, kv_tail=kv_host,
+        compute_pinned=pinned, free=inv.host.available - ws.host_weights - kv_host - pinned,
+        sources={"total": "from the OS", "available": "from the OS", "weights_mapped": weights_src,
+                 "kv_tail": FROM_GGUF, "compute_pinned": compute.source},
+        weights_repacked=ws.repacked)
     return tuple(gpus), host, ws.host_layers + kv_host

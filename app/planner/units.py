@@ -58,7 +58,7 @@ class Bytes(int):
 
 def parse_tokens(text: str) -> int:
     """A context length as users type it: ``'512k'`` → 524288, ``'1M'`` → 1048576, ``'32768'``."""
-    t = text.strip().lower().replace("_", "")
+    t = text.strip().lower().replace("_", "").replace(",", "")
     mult = 1
     if t.endswith("k"):
         mult, t = 1024, t[:-1]
@@ -74,9 +74,9 @@ def parse_tokens(text: str) -> int:
 
 
 def format_tokens(n: int) -> str:
-    """524288 → '512k', 1048576 → '1M', 5000 → '5000'."""
+    """524288 → '512k', 1048576 → '1M', 335616 → '335,616', 5000 → '5,000'."""
     if n >= 1024 * 1024 and n % (1024 * 1024) == 0:
         return f"{n // (1024 * 1024)}M"
     if n >= 1024 and n % 1024 == 0:
         return f"{n // 1024}k"
-    return str(n)
+    return f"{n:,}"

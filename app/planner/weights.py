@@ -9,7 +9,14 @@ Mirrors src/llama-model.cpp ``llama_model_base::load_tensors``:
   device gets a duplicate (``TENSOR_DUPLICATED``);
 - host weights are mapped from the file: the ``CPU_Mapped`` buffer spans the first to the last host
   tensor of each file (src/llama-model-loader.cpp ``get_mapping_range``);
-- GPU buffers place each tensor at the backend's alignment (ggml-alloc; CUDA aligns to 128 bytes).
+- GPU buffers place each tensor at the backend's alignment (ggml-alloc; CUDA aligns to 128 bytes);
+- on an engine without GPUs, host matmul weights of a repackable type are *copied* into the CPU
+  backend's ``CPU_REPACK`` buffer (app/planner/repack.py); they no longer bound the ``CPU_Mapped``
+  range, which still covers them when they lie between mapped tensors (the usual case); with a
+  GPU device the first GPU's pinned host type comes before ``CPU_REPACK`` in the host list
+  (llama-model.cpp ``make_cpu_buft_list``) and, as the model is mapped, the loader swaps it for the
+  plain CPU type ("avoid using a host buffer when using mmap", llama-model-loader.cpp): nothing is
+  repacked.
 The output buffer (logits, src/llama-context.cpp ``output_reserve``) is ``n_vocab × n_seq_max`` floats.
 """
 
@@ -24,6 +31,7 @@ import numpy as np
 
 from app.planner.gguf_model import ModelShape
 from app.planner.gguf_reader import TensorInfo
+from app.planner.repack import NO_REPACK, CpuFeatures, host_cpu_features, is_repacked, repack_bytes
 from app.planner.settings import LaunchSettings
 
 #: ggml-cuda ``ggml_backend_cuda_buffer_type_get_alignment``.
@@ -55,17 +63,24 @@ def layer_devices(n_layer: int, n_gpu_layers: int, gpu_free: Sequence[int]) -> t
 
 @dataclass(frozen=True)
 class WeightSplit:
-    """Model weights per device. ``gpu[i]`` bytes on GPU ``i``; ``host`` bytes mapped on the host."""
+    """Model weights per device. ``gpu[i]`` bytes on GPU ``i``; ``host`` bytes mapped on the host
+    (``CPU_Mapped``), ``repacked`` bytes copied into ``CPU_REPACK`` on top of them."""
 
     gpu: tuple[int, ...]
     host: int
     devices: tuple[int | None, ...]  # layer_devices() for this split
     n_offloaded: int  # layers (incl. output) on a GPU, as "offloaded N/M layers" prints
     host_layers: int = 0  # bytes of repeating/output layers left on the CPU (read for every token)
+    repacked: int = 0
+
+    @property
+    def host_weights(self) -> int:
+        """All host memory the weights take: the mapped range plus the repacked copy."""
+        return self.host + self.repacked
 
     @property
     def total(self) -> int:
-        return sum(self.gpu) + self.host
+        return sum(self.gpu) + self.host_weights
 
 
 def _tensor_slot(t: TensorInfo, n_layer: int) -> int:
@@ -83,18 +98,23 @@ def _tensor_slot(t: TensorInfo, n_layer: int) -> int:
 @dataclass(frozen=True)
 class _SlotTable:
     gpu_bytes: dict[int, int]  # slot -> bytes if that slot is on a GPU (aligned, with tied output)
-    spans: dict[int, dict[int, tuple[int, int]]]  # slot -> split file -> (first, last) byte
+    spans: dict[int, dict[int, tuple[int, int]]]  # slot -> split file -> (first, last) mapped byte
+    repacked: dict[int, int]  # slot -> CPU_REPACK bytes if that slot is on the CPU
 
 
 @lru_cache(maxsize=16)
-def _slot_table(shape: ModelShape) -> _SlotTable:
+def _slot_table(shape: ModelShape, cpu: CpuFeatures) -> _SlotTable:
     gpu: dict[int, int] = {}
     spans: dict[int, dict[int, tuple[int, int]]] = {}
+    repacked: dict[int, int] = {}
     names = set()
     for t in shape.tensors:
         names.add(t.name)
         slot = _tensor_slot(t, shape.n_layer)
         gpu[slot] = gpu.get(slot, 0) + -(-t.n_bytes // GPU_ALIGNMENT) * GPU_ALIGNMENT
+        if is_repacked(t.name, t.shape, t.ggml_type, cpu):
+            repacked[slot] = repacked.get(slot, 0) + repack_bytes(t.n_bytes)
+            continue  # not in the CPU buffer's context: outside get_mapping_range
         per = spans.setdefault(slot, {})
         lo, hi = per.get(t.split, (t.offset, t.offset + t.n_bytes))
         per[t.split] = (min(lo, t.offset), max(hi, t.offset + t.n_bytes))
@@ -102,18 +122,28 @@ def _slot_table(shape: ModelShape) -> _SlotTable:
         tok = next((t for t in shape.tensors if t.name == "token_embd.weight"), None)
         if tok is not None:  # tied output: a duplicate lands on the output layer's GPU
             gpu[shape.n_layer] = gpu.get(shape.n_layer, 0) + -(-tok.n_bytes // GPU_ALIGNMENT) * GPU_ALIGNMENT
-    return _SlotTable(gpu, spans)
+            # ... or, on the CPU, a MUL_MAT weight that may be repacked (its mapped range is the input's)
+            if is_repacked("output.weight", tok.shape, tok.ggml_type, cpu):
+                repacked[shape.n_layer] = repacked.get(shape.n_layer, 0) + repack_bytes(tok.n_bytes)
+    return _SlotTable(gpu, spans, repacked)
 
 
-def weight_split(shape: ModelShape, n_gpu_layers: int, gpu_free: Sequence[int]) -> WeightSplit:
-    """Weights per device for ``-ngl n_gpu_layers`` over GPUs with this much free memory."""
-    return _weight_split(shape, min(n_gpu_layers, shape.n_layer + 1), tuple(gpu_free))
+def weight_split(shape: ModelShape, n_gpu_layers: int, gpu_free: Sequence[int], *,
+                 cpu: CpuFeatures | None = None) -> WeightSplit:
+    """Weights per device for ``-ngl n_gpu_layers`` over GPUs with this much free memory.
+
+    ``cpu``: the CPU backend's features (default: this machine's, as a native build has them). They
+    matter only without GPUs: with one, nothing is repacked (see the module notes).
+    """
+    features = NO_REPACK if gpu_free else (host_cpu_features() if cpu is None else cpu)
+    return _weight_split(shape, min(n_gpu_layers, shape.n_layer + 1), tuple(gpu_free), features)
 
 
 @lru_cache(maxsize=1024)
-def _weight_split(shape: ModelShape, n_gpu_layers: int, gpu_free: tuple[int, ...]) -> WeightSplit:
+def _weight_split(shape: ModelShape, n_gpu_layers: int, gpu_free: tuple[int, ...],
+                  cpu: CpuFeatures) -> WeightSplit:
     devices = layer_devices(shape.n_layer, n_gpu_layers, gpu_free)
-    table = _slot_table(shape)
+    table = _slot_table(shape, cpu)
     gpu = [0] * len(gpu_free)
     host_slots = [-1]
     for slot, dev in enumerate(devices):
@@ -127,8 +157,9 @@ def _weight_split(shape: ModelShape, n_gpu_layers: int, gpu_free: tuple[int, ...
             a, b = merged.get(split, (lo, hi))
             merged[split] = (min(a, lo), max(b, hi))
     host = sum(hi - lo for lo, hi in merged.values())
+    repacked = sum(table.repacked.get(slot, 0) for slot in host_slots)
     host_layers = sum(table.gpu_bytes.get(slot, 0) for slot in host_slots if slot >= 0)
-    return WeightSplit(tuple(gpu), host, devices, sum(d is not None for d in devices), host_layers)
+    return WeightSplit(tuple(gpu), host, devices, sum(d is not None for d in devices), host_layers, repacked)
 
 
 def output_buffer_bytes(shape: ModelShape, settings: LaunchSettings) -> int:

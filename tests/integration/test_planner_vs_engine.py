@@ -4,8 +4,9 @@ KV: the engine's ``llama_kv_cache: size = …`` lines from pass 1 (``app.planner
 vendored libllama with ``no_alloc``, exactly these context parameters, ``-kvu`` included), equal to
 the printed precision (``%.2f`` MiB), with the same cells, layers and streams.
 Weights: ``llama-fit-params -fitp on``'s memory breakdown (a CPU build: one host device, whose
-model column is split between ``Host`` and ``CPU_REPACK``). The GPU split is checked against the
-recorded H200 log in tests/unit/planner/test_kv_weights.py.
+model column is split between ``Host`` and ``CPU_REPACK``), with ``--no-repack`` and without; and a
+real ``llama-server -lv 4`` start, whose ``CPU_Mapped`` + ``CPU_REPACK`` buffers are the plan's host
+weights. The GPU split is checked against the recorded H200 log in tests/unit/planner/test_kv_weights.py.
 """
 
 from __future__ import annotations
@@ -17,12 +18,19 @@ from pathlib import Path
 
 import pytest
 
+from app.engine.check import HOST
+from app.engine.discover import discover_engines
+from app.engine.launch import plan_check, prepare
 from app.engine.native_build import EngineBuild
+from app.planner.devices import resolve_gpus
 from app.planner.errors import PlannerError
 from app.planner.gguf_model import read_shape
 from app.planner.kv import kv_layout
 from app.planner.logparse import parse_log
 from app.planner.measure import measure, run_worker
+from app.planner.plan import make_plan
+from app.planner.plan_types import REPACKED_COPY
+from app.planner.repack import NO_REPACK, CpuFeatures, host_cpu_features
 from app.planner.settings import LaunchSettings
 from app.planner.units import MiB
 from app.planner.weights import weight_split
@@ -87,20 +95,67 @@ def test_hybrid_recurrent_state_equals_the_engines(n_parallel: int, engine_build
     assert (_mib(rs.size), rs.cells) == (m.group(1), int(m.group(2)))
 
 
-def _fit_params_host_model(build: EngineBuild, path: Path) -> tuple[int, int]:
-    """Sum of the model column over host rows (MiB as printed), and how many rows were summed."""
-    out = subprocess.run([str(build.fit_params), "-m", str(path), "-c", "4096", "-fitp", "on", "-ngl", "0", "-v"],
-                         capture_output=True, text=True, timeout=120, check=True)
-    rows = [r for r in parse_log(out.stderr + out.stdout, expect_buffers=False).breakdown if r.host]
+def _fit_params_host_rows(build: EngineBuild, path: Path, *extra: str) -> dict[str, int]:
+    """The model column (MiB as printed, rounded down) of each host row of the breakdown."""
+    out = subprocess.run([str(build.fit_params), "-m", str(path), "-c", "4096", "-fitp", "on", "-ngl", "0", "-v",
+                          *extra], capture_output=True, text=True, timeout=120, check=True)
+    rows = {r.name: r.model for r in parse_log(out.stderr + out.stdout, expect_buffers=False).breakdown if r.host}
     assert rows, out.stderr[-2000:]
-    return sum(r.model for r in rows), len(rows)
+    return rows
 
 
 @pytest.mark.parametrize("name", MODELS)
-def test_planned_host_weights_match_fit_params(name: str, engine_build: EngineBuild,
-                                               shape_model: Callable[[str], Path]) -> None:
+def test_planned_host_weights_match_fit_params_without_repack(name: str, engine_build: EngineBuild,
+                                                              shape_model: Callable[[str], Path]) -> None:
     path = shape_model(name)
-    engine_mib, n_rows = _fit_params_host_model(engine_build, path)
-    ours = weight_split(read_shape(path), 0, []).host
-    # The breakdown prints whole MiB per row: each row may be up to 1 MiB below its bytes.
-    assert 0 <= ours / MiB - engine_mib < n_rows + 1
+    rows = _fit_params_host_rows(engine_build, path, "--no-repack")
+    assert list(rows) == ["Host"]
+    ours = weight_split(read_shape(path), 0, [], cpu=NO_REPACK)
+    assert ours.repacked == 0
+    # The breakdown prints whole MiB, rounded down; fit-params maps nothing (load mode none), so its
+    # Host row is the tensors' sum, our mapped range adds the file's alignment padding between them.
+    assert 0 <= ours.host / MiB - rows["Host"] < 2
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_planned_repack_copy_matches_fit_params(name: str, engine_build: EngineBuild,
+                                                shape_model: Callable[[str], Path]) -> None:
+    """The build is native (-DGGML_NATIVE=ON), so this machine's /proc/cpuinfo has its features."""
+    path = shape_model(name)
+    rows = _fit_params_host_rows(engine_build, path)
+    ours = weight_split(read_shape(path), 0, [])
+    assert ours.repacked // MiB == rows.get("CPU_REPACK", 0)
+    # Without a mapping the repacked tensors leave the CPU buffer: the two rows share the weights.
+    everything = weight_split(read_shape(path), 0, [], cpu=NO_REPACK).host
+    assert 0 <= everything / MiB - sum(rows.values()) < 3
+
+
+#: The tiny f32 model (nothing to repack) and one Q4_K_M shape (4.6 GiB: page cache and a 3.1 GiB copy).
+SERVED = ["tiny-llama", shapes.LLAMA31_8B.name]
+
+
+@pytest.mark.parametrize("name", SERVED)
+def test_a_real_start_allocates_the_planned_host_weights(name: str, engine_build: EngineBuild,
+                                                         shape_model: Callable[[str], Path]) -> None:
+    path = shape_model(name)
+    plan = make_plan(read_shape(path), resolve_gpus([]), LaunchSettings(n_ctx=512, n_parallel=1))
+    assert plan.mode == "cpu" and plan.feasible, plan.reason
+    server = prepare(plan, path, discover_engines()).server()
+    try:
+        server.start()
+        server.wait_ready(timeout=180)
+        check = plan_check(plan, server)
+        lines = server.log_lines()
+    finally:
+        server.stop()
+    row = check.row(HOST, "weights")
+    assert row is not None and row.ok, check.table()
+    model = check.buffers.model if check.buffers else {}
+    assert abs(model.get("CPU_REPACK", 0) - plan.host.weights_repacked) <= MiB, model
+    assert abs(model["CPU_Mapped"] - (plan.host.weights_mapped - plan.host.weights_repacked)) <= MiB, model
+    # The planner's default features (/proc/cpuinfo) are the native build's, as its log says.
+    info = next(ln for ln in lines if "system_info:" in ln)
+    engine_cpu, decisive = CpuFeatures.from_system_info(info), {"AVX2", "AVX512", "NEON", "DOTPROD", "MATMUL_INT8"}
+    assert engine_cpu.repack and engine_cpu.names & decisive == host_cpu_features().names & decisive, info
+    if plan.host.weights_repacked:
+        assert REPACKED_COPY in plan.host.sources["weights_mapped"]

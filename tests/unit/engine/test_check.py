@@ -75,3 +75,35 @@ def test_opencoti_props_block_adds_the_window_row(shared_fixtures: Path) -> None
     row = check.row("all", "window cells")
     assert row is not None and row.ok and row.unit == "cells"
     assert check.opencoti == props["opencoti"]
+
+
+# Recorded from `headroom`'s CPU plan of the Llama-3.1-8B Q4_K_M shape served by the CPU build
+# (llama.cpp 0c1e57098, native AVX2/AVX512, -c 512 -np 1 -lv 4): Q4_K matmul weights are copied into
+# CPU_REPACK while the mapping still spans the whole file.
+CPU_REPACK_LOG = [
+    "0.00.157.649 I load_tensors:   CPU_Mapped model buffer size =  4685.30 MiB",
+    "0.00.157.650 I load_tensors:   CPU_REPACK model buffer size =  3204.00 MiB",
+    "0.03.063.527 I llama_context:        CPU  output buffer size =     0.49 MiB",
+    "0.03.063.636 I llama_kv_cache:        CPU KV buffer size =    64.00 MiB",
+    "0.03.100.298 I sched_reserve:        CPU compute buffer size =   116.51 MiB",
+]
+
+
+def _cpu_plan(weights_mib: float, repacked_mib: float) -> Plan:
+    host = HostPlan(24 * GiB, 22 * GiB, mib_to_bytes(weights_mib), 64 * MiB, mib_to_bytes(116.51 + 0.49), 0,
+                    weights_repacked=mib_to_bytes(repacked_mib))
+    return Plan(LaunchSettings(n_ctx=512), "cpu", (), host, True, "", (), 0, 512, None)
+
+
+def test_host_weights_are_the_mapped_file_plus_the_repacked_copy() -> None:
+    check = check_plan(_cpu_plan(4685.30 + 3204.00, 3204.00), CPU_REPACK_LOG)
+    row = check.row(HOST, "weights")
+    assert row is not None and row.actual == mib_to_bytes(4685.30) + mib_to_bytes(3204.00)
+    assert row.ok and check.ok, check.table()
+
+
+def test_a_plan_that_forgot_the_repacked_copy_is_off_by_it() -> None:
+    check = check_plan(_cpu_plan(4685.30, 0), CPU_REPACK_LOG)
+    row = check.row(HOST, "weights")
+    assert row is not None and not row.ok and row.error == mib_to_bytes(3204.00)
+    assert "host weights 3.1 GiB over" in describe(check)
