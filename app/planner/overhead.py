@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from app.paths import cache_dir
-from app.planner.weights import DEFAULT_GPU_OVERHEAD
+from app.planner.weights import DEFAULT_GPU_OVERHEAD, DEFAULT_GPU_OVERHEAD_SOURCE
 
 #: Measured on an H200, driver 580.159.04, CUDA 13.0 (DOMAIN.md §2).
 DEFAULT_OVERHEAD = DEFAULT_GPU_OVERHEAD  # one number, owned by the weights/overhead rules
-DEFAULT_SOURCE = "default: ~590 MiB measured on an H200 (driver 580)"
+DEFAULT_SOURCE = DEFAULT_GPU_OVERHEAD_SOURCE
 
 
 @dataclass(frozen=True)

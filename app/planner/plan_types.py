@@ -37,6 +37,18 @@ FROM_GGUF = "from the GGUF"
 FROM_NVML = "from NVML"
 ESTIMATED = "estimated"
 GIVEN = "given"
+
+
+class Sourced(int):
+    """A byte count that carries where it came from, through signatures that take an ``int``
+    (the per-process overhead: given by the user, or measured on this GPU and driver)."""
+
+    source: str
+
+    def __new__(cls, value: int, source: str) -> Sourced:
+        obj = super().__new__(cls, value)
+        obj.source = source
+        return obj
 #: Host weights the CPU backend copies out of the mapping into its own layout (CPU_REPACK).
 REPACKED_COPY = "repacked copy for the CPU backend"
 

@@ -29,7 +29,12 @@ from app.planner.plan_types import (
 )
 from app.planner.settings import LaunchSettings
 from app.planner.units import Bytes
-from app.planner.weights import DEFAULT_GPU_OVERHEAD, WeightSplit, output_buffer_bytes
+from app.planner.weights import (
+    DEFAULT_GPU_OVERHEAD,
+    DEFAULT_GPU_OVERHEAD_SOURCE,
+    WeightSplit,
+    output_buffer_bytes,
+)
 
 
 @dataclass(frozen=True)
@@ -106,7 +111,7 @@ def stack(shape: ModelShape, inv: Inventory, settings: LaunchSettings, ws: Weigh
             kv_gpu[dev] += fixed + cell * resident_cells
             kv_host += cell * (kvp.cells - resident_cells)
     ovh = DEFAULT_GPU_OVERHEAD if overhead is None else overhead
-    ovh_src = GIVEN if overhead is not None else "default (590 MiB measured on an H200)"
+    ovh_src = DEFAULT_GPU_OVERHEAD_SOURCE if overhead is None else getattr(overhead, "source", GIVEN)
     gpus = []
     for i, g in enumerate(inv.gpus):
         comp = compute.gpu.get(g.engine_name, 0) if any(d == i for d in ws.devices) else 0

@@ -42,3 +42,17 @@ def test_the_settings_as_given_say_what_they_put_on_the_cpu(qwen14b: ModelShape)
     nkvo = make_plan(qwen14b, h200(), LaunchSettings(n_ctx=8192, offload_kqv=False))
     assert nkvo.reason == "the whole KV cache in host RAM (-nkvo)"
     assert make_plan(qwen14b, h200(), LaunchSettings(n_ctx=8192)).reason == "everything resident on the GPU"
+
+
+def test_the_overhead_says_whether_it_was_given_measured_or_the_default(qwen14b: ModelShape) -> None:
+    from app.planner.plan_types import Sourced
+
+    settings = LaunchSettings(n_ctx=8192)
+    default = make_plan(qwen14b, h200(), settings).gpus[0]
+    assert default.overhead == 590 * MiB and default.sources["overhead"].startswith("default: ~590 MiB")
+    given = make_plan(qwen14b, h200(), settings, overhead=700 * MiB).gpus[0]
+    assert given.overhead == 700 * MiB and given.sources["overhead"] == "given"
+    measured = make_plan(qwen14b, h200(), settings,
+                         overhead=Sourced(612 * MiB, "measured on this GPU and driver (NVML, pid 42)")).gpus[0]
+    assert measured.overhead == 612 * MiB
+    assert measured.sources["overhead"] == "measured on this GPU and driver (NVML, pid 42)"
