@@ -96,7 +96,7 @@ def _pdeathsig_preexec(parent: int) -> Callable[[], None]:
     return preexec
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     """True for a running process (a zombie awaiting its reaper counts as gone)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
@@ -128,9 +128,9 @@ def reap_leftovers(directory: Path | None = None) -> list[int]:
         if owner == os.getpid():
             if any(server.pid == pid for server in _LIVE):
                 continue  # ours, running
-        elif _alive(owner):
+        elif pid_alive(owner):
             continue  # another Headroom is still running it
-        if _alive(pid) and _cmdline(pid)[: len(argv)] == argv:
+        if pid_alive(pid) and _cmdline(pid)[: len(argv)] == argv:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)
             killed.append(pid)

@@ -46,6 +46,15 @@ def _wait_gone(pid: int, seconds: float = 15.0) -> bool:
     return _gone(pid)
 
 
+
+def _read_until_serving(proc: subprocess.Popen[str], out: list[str]) -> None:
+    """Collect ``headroom serve``'s lines into ``out`` until it says "serving at" (or 200 lines)."""
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        out.append(line.rstrip())
+        if line.startswith("serving at ") or len(out) > 200:
+            break
+
 def test_plan_launch_tokens_check_within_a_mib_and_stop(engine_build: object, tiny_model: Path) -> None:
     settings = LaunchSettings(n_ctx=4096, n_parallel=2, kv_unified=True)
     shape, inv = read_shape(tiny_model), resolve_gpus([])
@@ -143,11 +152,7 @@ def test_headroom_serve_plans_launches_checks_smokes_and_stops_on_ctrl_c(engine_
                             env=dict(os.environ, PYTHONPATH=str(ROOT)))
     out: list[str] = []
     try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            out.append(line.rstrip())
-            if line.startswith("serving at ") or len(out) > 200:
-                break
+        _read_until_serving(proc, out)
         text = "\n".join(out)
         assert out[-1].startswith("serving at http://127.0.0.1:"), text
         assert "every buffer within 1 MiB" in text
@@ -175,11 +180,7 @@ def test_headroom_serve_slot_save_path_lets_sessions_save_a_slot(engine_build: o
     env = dict(os.environ, PYTHONPATH=str(ROOT), HEADROOM_CACHE_DIR=str(tmp_path / "cache"))  # the session store
     out: list[str] = []
     try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            out.append(line.rstrip())
-            if line.startswith("serving at ") or len(out) > 200:
-                break
+        _read_until_serving(proc, out)
         assert out[-1].startswith("serving at "), "\n".join(out)
         url = out[-1].split()[2]
         sessions = [sys.executable, "-m", "app", "sessions", "--url", url]

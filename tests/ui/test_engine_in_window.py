@@ -4,25 +4,18 @@ from __future__ import annotations
 
 import os
 import urllib.request
-from pathlib import Path
 
 import pytest
 
 from app.engine.check import describe
 from app.engine.discover import EngineInfo
+from app.engine.process import pid_alive
 from app.planner.gguf_model import read_shape
 from app.planner.plan import make_plan
 from app.ui.qt import Qt
 
 LEFT = Qt.MouseButton.LeftButton
 
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
 
 
 @pytest.mark.engine
@@ -60,7 +53,7 @@ def test_launch_the_real_engine_see_it_healthy_then_stop_it(window, tiny_model, 
     pid = server.pid
     with qtbot.waitSignal(window.launch.engineStopped, timeout=30_000):
         qtbot.mouseClick(window.launch.stop_button, LEFT)
-    assert not _alive(pid)
+    assert not pid_alive(pid)
     assert window.launch.endpoint.text() == ""
     assert window.launch.launch_button.isEnabled()
 

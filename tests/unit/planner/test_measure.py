@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from app.engine.native_build import EngineBuild
+from app.engine.process import pid_alive
 from app.planner.errors import PlannerError
 from app.planner.measure import MeasureCancelled, MeasureError, gpu_caveat, measure
 from app.planner.measurement import DeviceMeasurement, Measurement
@@ -159,14 +160,6 @@ def test_partial_offload_kv_is_split_by_layer_device() -> None:
     assert m.host_compute == 80 * MiB
 
 
-def _alive(pid: int) -> bool:
-    """The process exists and is not a zombie."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
-
 
 def test_cancel_kills_the_probe_and_its_children_at_once(tmp_path: Path, tiny_model: Path) -> None:
     # A worker that would run for the whole minute, with a child of its own in its process group.
@@ -193,9 +186,9 @@ threading.Event().wait()
     assert str(err.value) == "cancelled" and isinstance(err.value, MeasureError)  # not the 60 s timeout
     worker_pid, child_pid = (int(p) for p in pids.read_text().split())
     deadline = time.monotonic() + 10
-    while (_alive(worker_pid) or _alive(child_pid)) and time.monotonic() < deadline:
+    while (pid_alive(worker_pid) or pid_alive(child_pid)) and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert not _alive(worker_pid) and not _alive(child_pid)  # the whole process group is gone
+    assert not pid_alive(worker_pid) and not pid_alive(child_pid)  # the whole process group is gone
 
 
 def test_a_cancel_event_left_unset_changes_nothing(engine_build: EngineBuild, tiny_model: Path) -> None:
@@ -228,6 +221,6 @@ threading.Event().wait()
         measure(tiny_model, LaunchSettings(), worker=worker, timeout=60, cancel=_InterruptedWait(pids))
     pid = int(pids.read_text())
     deadline = time.monotonic() + 10
-    while _alive(pid) and time.monotonic() < deadline:
+    while pid_alive(pid) and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert not _alive(pid)
+    assert not pid_alive(pid)
