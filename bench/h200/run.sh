@@ -60,6 +60,16 @@ SITE=$HEADROOM_CACHE_DIR/site
 export PYTHONPATH=$ROOT:$SITE:$ROOT/.device/site${PYTHONPATH:+:$PYTHONPATH}
 "$PY" -c 'import gguf, numpy, psutil, pynvml' || die "a Python package is missing"
 
+# Know before compiling that the build will be CUDA (a CPU build there would waste the lease).
+if [ "$CPU" = 0 ]; then
+  DET=$("$PY" -c 'from app.engine.native_build import detect_backend; print(" | ".join(detect_backend()))')
+  say "backend: $DET"
+  case "$DET" in
+    cuda*) ;;
+    *) find / -xdev \( -name 'libcublas.so*' -o -name nvcc \) 2>/dev/null | head -20; die "no CUDA build possible: $DET" ;;
+  esac
+fi
+
 # 2. The engine, built once per machine (cached by commit and backend under HEADROOM_CACHE_DIR).
 SRC=$HEADROOM_CACHE_DIR/src
 if [ ! -f "$SRC/llama.cpp/CMakeLists.txt" ]; then
