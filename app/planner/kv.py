@@ -177,8 +177,12 @@ def kv_layout(shape: ModelShape, settings: LaunchSettings) -> KvLayout:
 
     if not shape.is_swa_any:
         return KvLayout(ctx, (build(False, ctx.n_ctx_seq),), recurrent)
-    n_ubatch = settings.effective_n_ubatch
-    swa_cells = pad(min(ctx.n_ctx_seq, shape.n_swa * (ctx.n_seq if settings.kv_unified else 1) + n_ubatch))
+    return KvLayout(ctx, (build(False, ctx.n_ctx_seq), build(True, swa_cells(shape, settings, ctx))), recurrent)
+
+
+def swa_cells(shape: ModelShape, settings: LaunchSettings, ctx: ContextSize) -> int:
+    """Cells per stream of an iSWA model's SWA cache (src/llama-kv-cache-iswa.cpp)."""
     if settings.swa_full:
-        swa_cells = ctx.n_ctx_seq
-    return KvLayout(ctx, (build(False, ctx.n_ctx_seq), build(True, swa_cells)), recurrent)
+        return ctx.n_ctx_seq
+    return pad(min(ctx.n_ctx_seq, shape.n_swa * (ctx.n_seq if settings.kv_unified else 1)
+                   + settings.effective_n_ubatch))

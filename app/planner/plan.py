@@ -287,7 +287,7 @@ def _grown(shape: ModelShape, settings: LaunchSettings, measurement: Measurement
     larger = settings.with_(n_ctx=n_ctx)
     small = estimate_compute(shape, settings, context_size(settings))
     big = estimate_compute(shape, larger, context_size(larger))
-    gpu, host = max(0, big.gpu - small.gpu), max(0, big.host - small.host)
+    gpu, host, cpu = (max(0, b - s) for b, s in ((big.gpu, small.gpu), (big.host, small.host), (big.cpu, small.cpu)))
     on_gpu = any(not d.host for d in measurement.devices)  # a CPU-only probe: its CPU buffer is the compute
     return replace(measurement, devices=tuple(
-        replace(d, compute=d.compute + (host if d.host and on_gpu else gpu)) for d in measurement.devices))
+        replace(d, compute=d.compute + ((host if d.host else gpu) if on_gpu else cpu)) for d in measurement.devices))

@@ -92,7 +92,7 @@ def compute_for(shape: ModelShape, inv: Inventory, settings: LaunchSettings,
             return Compute(gpu, measurement.host_compute, label)
     est = estimate_compute(shape, settings, ctx_kv.ctx)
     if not names:
-        return Compute({}, est.gpu, ESTIMATED)
+        return Compute({}, est.cpu, ESTIMATED)
     return Compute(dict.fromkeys(names, est.gpu), est.host, ESTIMATED)
 
 
