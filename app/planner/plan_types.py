@@ -9,7 +9,7 @@ JSON form (``PLAN_JSON_VERSION`` = 1)::
      "launch": LaunchSettings.to_json(), "window_cells": int, "tail_cells": int,
      "vram_target": int|null, "warnings": [str],
      "gpus": [{"name", "label", "total", "other_processes", "weights", "compute", "kv_resident",
-               "overhead", "safety", "free", "simulated", "sources": {part: source}}],
+               "overhead", "safety", "free", "simulated", "driver_reserve", "sources": {part: source}}],
      "host": {"total", "available", "weights_mapped", "kv_tail", "compute_pinned", "free", "sources",
               "weights_repacked"},
      "kv": {"total", "bytes_per_cell", "n_ctx", "n_ctx_seq", "n_seq", "caches": [...]},
@@ -18,6 +18,8 @@ JSON form (``PLAN_JSON_VERSION`` = 1)::
 
 All sizes are bytes. ``host.weights_repacked`` (added within version 1; absent = 0) is the part of
 ``host.weights_mapped`` that the CPU backend holds as a repacked copy (``CPU_REPACK``).
+``gpus[].driver_reserve`` (likewise; absent = 0) is the part of ``other_processes`` that no process
+holds: the driver's own reserve.
 """
 
 from __future__ import annotations
@@ -67,6 +69,8 @@ class DevicePlan:
     free: int
     simulated: bool = False
     sources: dict[str, str] = field(default_factory=dict)
+    #: The part of ``other_processes`` no process holds: what the driver keeps (615 MiB on an idle H200).
+    driver_reserve: int = 0
 
     @property
     def used(self) -> int:

@@ -116,13 +116,20 @@ def stack(shape: ModelShape, inv: Inventory, settings: LaunchSettings, ws: Weigh
     for i, g in enumerate(inv.gpus):
         comp = compute.gpu.get(g.engine_name, 0) if any(d == i for d in ws.devices) else 0
         other = max(g.total - g.free, 0)
+        held = sum(p.used for p in g.processes)
+        # What no process holds is the driver's (a simulated card has no processes, only that reserve).
+        reserve = other if g.simulated else (max(other - held, 0) if g.processes_known else 0)
+        src_other = "simulated" if g.simulated else FROM_NVML
+        if not g.simulated and g.processes_known:
+            src_other = (f"{FROM_NVML}: {len(g.processes)} process(es) hold {Bytes(min(held, other))}, "
+                         f"the driver keeps {Bytes(reserve)}")
         free = g.free - ws.gpu[i] - comp - kv_gpu[i] - ovh - safety
         src_total = "simulated" if g.simulated else FROM_NVML
         gpus.append(DevicePlan(
             name=g.engine_name, label=g.name + (" (simulated)" if g.simulated and "simulated" not in g.name else ""), total=g.total,
             other_processes=other, weights=ws.gpu[i], compute=comp, kv_resident=kv_gpu[i], overhead=ovh,
-            safety=safety, free=free, simulated=g.simulated,
-            sources={"total": src_total, "other_processes": src_total, "weights": FROM_GGUF,
+            safety=safety, free=free, simulated=g.simulated, driver_reserve=reserve,
+            sources={"total": src_total, "other_processes": src_other, "weights": FROM_GGUF,
                      "compute": compute.source, "kv_resident": FROM_GGUF, "overhead": ovh_src,
                      "safety": GIVEN}))
     pinned = compute.host + output_buffer_bytes(shape, settings)

@@ -52,6 +52,7 @@ HOST_PARTS = (
     ("kv_tail", "KV host tail", "#8cd17d"),
     ("compute_pinned", "Pinned compute", "#ffbe7d"),
 )
+DRIVER_COLOR = "#bab0ac"
 RED = "#d62728"
 AMBER = "#c77800"
 #: Sources for parts the planner does not label itself.
@@ -75,11 +76,16 @@ def device_segments(dp: DevicePlan) -> list[Segment]:
     segs = []
     for key, label, color in GPU_PARTS:
         source = dp.sources.get(key, DEFAULT_SOURCES.get(key, "estimated"))
-        if key == "other_processes" and dp.simulated:
-            # No apps run on a simulated card; what is not free there is the driver's own reserve
-            # (the recorded H200 reading: 615 MiB).
-            label, source = "Driver reserve", f"kept by the driver, not usable by the engine ({source})"
-        segs.append(Segment(key, label, int(getattr(dp, key)), color, source))
+        size = int(getattr(dp, key))
+        if key == "other_processes" and dp.driver_reserve > 0:
+            # What no process holds is the driver's own reserve (an idle H200: 615 MiB), not "apps".
+            reserve = min(int(dp.driver_reserve), size)
+            segs.append(Segment("driver_reserve" if size > reserve else key, "Driver reserve", reserve,
+                                DRIVER_COLOR, f"kept by the driver, not usable by the engine ({source})"))
+            size -= reserve
+            if size <= 0:
+                continue
+        segs.append(Segment(key, label, size, color, source))
     return segs
 
 

@@ -31,13 +31,21 @@ def test_another_app_taking_gpu_memory_replans_the_bars(qtbot, tmp_path, shape_m
         assert w.open_model(shape_model(LLAMA8B))
     before = w.plan
     assert before is not None and before.gpus[0].other_processes == rec.total - rec.free
+    # Idle: nothing runs there; what is not free is the driver's reserve, and the bar says so.
+    caption = w.budget.rows[0].caption.text()
+    assert f"driver reserve {Bytes(rec.total - rec.free)}" in caption and "other apps" not in caption
     nvml.state = "torch_ctx"  # a CUDA context elsewhere: 527 MiB less free, more than the 256 MiB margin
     with qtbot.waitSignal(w.planned, timeout=5_000) as sig:
         pass
     after = sig.args[0]
     assert after.gpus[0].other_processes == rec.total - rec.ctx_free
     assert after.gpus[0].free == before.gpus[0].free - (rec.free - rec.ctx_free)
-    assert f"other apps {Bytes(rec.total - rec.ctx_free)}" in w.budget.rows[0].caption.text()
+    (_, held), = rec.processes
+    caption = w.budget.rows[0].caption.text()
+    assert f"driver reserve {Bytes(rec.total - rec.ctx_free - held)}" in caption
+    assert f"other apps {Bytes(held)}" in caption
+    seg = next(s for s in w.budget.rows[0].bar.segments if s.key == "other_processes")
+    assert "1 process(es) hold" in seg.tooltip
     assert w.live.applied == 1
     w.close()
 
