@@ -1,7 +1,9 @@
 """Per-process GPU overhead: what an engine process uses beyond every llama.cpp buffer.
 
 CUDA context, cuBLAS and friends: ~590 MiB per process on an H200 (DOMAIN.md §2), the same at
-18 GB and at 114 GB of use, so it is a per-GPU, per-driver constant. Measured once with NVML
+18 GB and at 114 GB of use, so it is a per-GPU, per-driver constant. Issue 9's run confirmed it on
+our own CUDA build: 588–595 MiB on all 32 launches, four models, 14–114 GB (607 MiB once the engine
+had generated tokens; bench/results/h200-2026-11-30.md). Measured once with NVML
 (the process's ``usedGpuMemory`` minus the buffers llama.cpp logged for it) and kept in
 ``<cache>/overhead.json``; without a measurement the planner uses the H200 figure.
 """
