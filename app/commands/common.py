@@ -166,3 +166,43 @@ def measured_plan(shape: ModelShape, inventory: Inventory, settings: LaunchSetti
 def advisory_lines(items: Sequence[Any]) -> list[str]:
     """Engine advisories as printed by ``plan`` and ``serve`` (one line each)."""
     return [f"advisory: {a}" for a in items]
+
+
+def hub_model(text: str, *, download: bool) -> str:
+    """``hf:owner/name[:QUANT]`` (or a huggingface.co link) → a local file; anything else as it is.
+
+    ``plan``/``measure`` get a header-only copy (or the downloaded file when there is one); ``serve``
+    (``download=True``) downloads first, a progress line on stderr at most every 2 s. HubError when
+    the repo or file cannot be had."""
+    import sys
+    import time
+
+    from app.hub.download import download as fetch_all
+    from app.hub.download import downloaded
+    from app.hub.preview import fetch_header, fetched_bytes
+    from app.hub.refs import is_hub_ref, parse_ref
+    from app.hub.remote import list_ggufs, pick
+
+    if not is_hub_ref(text):
+        return text
+    ref = parse_ref(text)
+    gguf = pick(list_ggufs(ref.repo, ref.revision), ref)
+    label = f"{gguf.repo}/{gguf.path} ({Bytes(gguf.size)})"
+    local = downloaded(gguf)
+    if local is not None:
+        return str(local)
+    if not download:
+        path = fetch_header(gguf)
+        print(f"header of {label}: fetched {Bytes(fetched_bytes(path))} — planning without downloading",
+              file=sys.stderr)
+        return str(path)
+    last = [0.0]
+
+    def progress(done: int, total: int) -> None:
+        now = time.monotonic()
+        if now - last[0] >= 2.0 or done == total:
+            last[0] = now
+            print(f"downloading {label}: {Bytes(done)} of {Bytes(total)} ({100 * done // max(total, 1)} %)",
+                  file=sys.stderr, flush=True)
+
+    return str(fetch_all(gguf, progress=progress))

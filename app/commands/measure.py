@@ -15,7 +15,7 @@ import json
 import sys
 from typing import Any
 
-from app.commands.common import add_launch_args, settings_from_args
+from app.commands.common import add_launch_args, hub_model, settings_from_args
 from app.planner.errors import PlannerError
 from app.planner.measurement import Measurement
 from app.planner.settings import LaunchSettings
@@ -26,7 +26,7 @@ def register(sub: Any) -> None:
     p = sub.add_parser("measure", help="measure the compute buffer and KV cache llama.cpp would reserve",
                        description="Pass 1: what llama.cpp's own allocator would reserve for this exact "
                                    "launch (nothing is loaded or allocated).")
-    p.add_argument("model", help="the GGUF file")
+    p.add_argument("model", help="the GGUF file, or hf:owner/name[:QUANT] (measured from its header only)")
     add_launch_args(p)
     p.add_argument("--with", dest="method", choices=("probe", "fit-params"), default="probe",
                    help="probe: llama-cpp-python no_alloc (default); fit-params: the engine's llama-fit-params")
@@ -75,6 +75,7 @@ def render(m: Measurement, settings: LaunchSettings, *, cached: bool, caveat: st
 
 def run(args: argparse.Namespace) -> int:
     try:
+        args.model = hub_model(args.model, download=False)
         settings = settings_from_args(args)
         m, hit, caveat = _measure(args, settings)
     except (PlannerError, ValueError) as exc:

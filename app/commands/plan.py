@@ -19,6 +19,7 @@ from app.commands.common import (
     add_gpu_args,
     add_launch_args,
     advisory_lines,
+    hub_model,
     measured_plan,
     plan_options,
     settings_from_args,
@@ -33,7 +34,8 @@ from app.sessions.advisories import Advisory
 
 def register(sub: Any) -> None:
     p = sub.add_parser("plan", help="plan how a model and its context fit the GPUs (no engine started)")
-    p.add_argument("model", help="the GGUF file (the first part of a split model)")
+    p.add_argument("model", help="the GGUF file (the first part of a split model), or hf:owner/name[:QUANT] "
+                                 "(planned from its header, fetched without downloading the weights)")
     add_launch_args(p)
     add_gpu_args(p)
     p.add_argument("--measure", action="store_true",
@@ -118,12 +120,14 @@ def _not_modelled(args: argparse.Namespace, arch: str, message: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    from app.hub.preview import preview_origin
     from app.planner.devices import resolve_gpus
     from app.planner.errors import NotModelled, PlannerError
     from app.planner.gguf_model import read_shape
     from app.planner.plan import max_context
 
     try:
+        args.model = hub_model(args.model, download=False)
         settings = settings_from_args(args)
         shape = read_shape(args.model)
         inventory = resolve_gpus(list(args.gpu))
@@ -142,14 +146,18 @@ def run(args: argparse.Namespace) -> int:
     advs = _advisories(plan.launch, plan.mode, engine, shape.arch)
     if args.json:
         print(json.dumps(plan.to_json() | {
-            "model": str(shape.path), "arch": shape.arch, "max_context": fit.to_json(),
+            "model": str(shape.path), "header_only": preview_origin(shape.path) is not None, "arch": shape.arch, "max_context": fit.to_json(),
             "measurement": None if measurement is None else {
                 "source": measurement.source, "backend": measurement.backend,
                 "llama_commit": measurement.llama_commit, "cached": pass1.from_cache},
             "engine": None if engine is None else engine.to_json(), "engine_refused": no_engine or None,
             "advisories": [vars(a) for a in advs]}, indent=2))
         return 0 if plan.feasible else 1
-    print(render(plan, f"{shape.name} ({shape.arch}, {shape.n_layer} layers)", fit))
+    origin = preview_origin(shape.path)
+    title = f"{shape.name} ({shape.arch}, {shape.n_layer} layers)"
+    if origin is not None:
+        title += f" — planned from the header of hf:{origin.repo}/{origin.path} (not downloaded)"
+    print(render(plan, title, fit))
     print(f"  {pass1.describe(measurement)}")
     if engine is not None:
         print(f"  engine: {engine.kind} {engine.version} (llama.cpp {engine.commit}) {engine.path}")

@@ -22,6 +22,7 @@ from app.commands.common import (
     add_gpu_args,
     add_launch_args,
     advisory_lines,
+    hub_model,
     measured_plan,
     plan_options,
     settings_from_args,
@@ -37,7 +38,7 @@ from app.planner.settings import LaunchSettings
 def register(sub: Any) -> None:
     p = sub.add_parser("serve", help="plan, launch the engine, check the plan held, serve until Ctrl-C",
                        description=__doc__)
-    p.add_argument("model", type=Path, help="the GGUF file")
+    p.add_argument("model", help="the GGUF file, or hf:owner/name[:QUANT] (downloaded first)")
     add_launch_args(p)
     add_gpu_args(p)
     p.add_argument("--engine", type=Path, default=None, help="the engine binary to use (else discovered)")
@@ -144,9 +145,16 @@ def run(args: argparse.Namespace) -> int:
     from app.engine.discover import discover_engines
     from app.engine.launch import LaunchRefused, plan_check, prepare
     from app.engine.process import EngineFailed
+    from app.hub.preview import refuse_preview
     from app.planner.errors import PlannerError
     from app.planner.gguf_model import read_shape
 
+    try:
+        args.model = Path(hub_model(str(args.model), download=True))
+        refuse_preview(args.model)
+    except PlannerError as exc:
+        print(f"headroom serve: {exc}", file=sys.stderr)
+        return 2
     problem = _file_problem("model", args.model) or (
         None if args.engine is None else _file_problem("engine", args.engine))
     if problem:

@@ -75,6 +75,13 @@ def prepare(plan: Plan, model: Path, engines: Sequence[EngineInfo], *, host: str
 
     With the model's ``arch``, the engine advisories ride along on the spec; one of severity
     "error" refuses the launch."""
+    from app.hub.errors import HubError
+    from app.hub.preview import refuse_preview
+
+    try:
+        refuse_preview(model)  # a header-only copy: its weights are zeros
+    except HubError as exc:
+        raise LaunchRefused(str(exc)) from None
     if not plan.feasible:
         raise LaunchRefused(f"the plan does not fit: {plan.reason}")
     engine = pick_engine(plan, list(engines))

@@ -43,6 +43,10 @@ _U64 = struct.Struct("<Q")
 _KNOWN_GGML_TYPES = {int(t) for t in GGML_QUANT_SIZES}
 
 
+class HeaderTruncated(PlannerError):
+    """The bytes ended inside the header (for a prefix of a remote file: fetch more)."""
+
+
 @dataclass(frozen=True)
 class GGUFArray:
     """An array field. ``values`` is None when the payload was skipped (strings, long arrays)."""
@@ -107,9 +111,13 @@ class _Cursor:
     def fail(self, what: str) -> PlannerError:
         return PlannerError(f"{self.path.name}: not a valid GGUF file: {what} (at byte {self.pos})")
 
+    def short(self, what: str) -> HeaderTruncated:
+        """Ran out of bytes: a truncated file, or a prefix of a remote one that needs more."""
+        return HeaderTruncated(f"{self.path.name}: not a valid GGUF file: {what} (at byte {self.pos})")
+
     def need(self, n: int, what: str) -> None:
         if n < 0 or self.pos + n > self.end:
-            raise self.fail(f"{what} runs past the end of the file ({self.end} bytes)")
+            raise self.short(f"{what} runs past the end of the file ({self.end} bytes)")
 
     def u32(self, what: str) -> int:
         self.need(4, what)
@@ -140,15 +148,15 @@ class _Cursor:
     def skip_strings(self, count: int, what: str) -> None:
         # Each string is at least its 8-byte length: a count the file cannot hold is rejected first.
         if count > (self.end - self.pos) // 8:
-            raise self.fail(f"{what}: {count} strings cannot fit in the file")
+            raise self.short(f"{what}: {count} strings cannot fit in the file")
         buf, pos, end, unpack = self.buf, self.pos, self.end, _U64.unpack_from
         for _ in range(count):
             if pos + 8 > end:
                 self.pos = pos
-                raise self.fail(f"{what} runs past the end of the file")
+                raise self.short(f"{what} runs past the end of the file")
             pos += 8 + unpack(buf, pos)[0]
         if pos > end:
-            raise self.fail(f"{what} runs past the end of the file")
+            raise self.short(f"{what} runs past the end of the file")
         self.pos = pos
 
     def value(self, vtype: int, key: str) -> Any:
@@ -166,7 +174,7 @@ class _Cursor:
                 raise self.fail(f"array {key!r} has unsupported element type {etype}")
             st = _SCALAR[etype]
             if count > (self.end - self.pos) // st.size:
-                raise self.fail(f"array {key!r} of {count} elements runs past the end of the file")
+                raise self.short(f"array {key!r} of {count} elements runs past the end of the file")
             values = None
             if count <= KEEP_ARRAY_MAX:
                 values = tuple(v[0] for v in st.iter_unpack(self.buf[self.pos:self.pos + count * st.size]))
@@ -187,6 +195,19 @@ def read_header(path: str | Path, split: int = 0) -> GGUFHeader:
                 return _parse(mm, p, size, split)
     except OSError as e:
         raise PlannerError(f"{p}: cannot read: {e.strerror or e}") from None
+
+
+def parse_prefix(prefix: bytes, name: str, size: int) -> GGUFHeader | None:
+    """The header of a ``size``-byte file from its first bytes; None when ``prefix`` ends inside the
+    header (fetch more). PlannerError when the bytes are not a GGUF header at all."""
+    if len(prefix) < 24 and len(prefix) < size:
+        return None
+    try:
+        return _parse(prefix, Path(name), size, 0)
+    except HeaderTruncated:
+        if len(prefix) < size:
+            return None
+        raise
 
 
 def _parse(mm: Any, path: Path, size: int, split: int) -> GGUFHeader:

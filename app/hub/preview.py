@@ -1,0 +1,180 @@
+"""Header-only copies: plan (and run pass 1) on a repo's GGUF without downloading its weights.
+
+For each part, a growing prefix is fetched with HTTP Range requests (2 MiB, doubled until the header
+parses, at most 256 MiB: a 150k-token vocabulary alone is several MiB) into
+``<cache>/hub/<repo>/<commit>/<path>``, and the file is truncated up to its real size, so it is sparse:
+the header is real, the weights read as zeros. Pass 1 (no_alloc, LOAD_MODE_NONE) never reads them.
+A sidecar ``<file>.hub.json`` marks the copy as a preview: launching it is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from app.hub.errors import HubCancelled, HubError, is_translatable, translate
+from app.hub.remote import RemoteFile, RemoteGguf, open_range
+from app.paths import cache_dir
+from app.planner.errors import PlannerError
+from app.planner.gguf_reader import parse_prefix
+from app.planner.units import MiB
+
+FIRST_PREFIX = 2 * MiB
+MAX_PREFIX = 256 * MiB
+SIDECAR = ".hub.json"
+
+Progress = Callable[[int, int], None]
+
+
+def hub_dir() -> Path:
+    """Where header-only copies live."""
+    return cache_dir() / "hub"
+
+
+def preview_path(gguf: RemoteGguf, part: RemoteFile | None = None) -> Path:
+    return hub_dir() / gguf.repo / gguf.commit / (part or gguf.parts[0]).path
+
+
+def _sidecar(path: Path) -> Path:
+    return path.with_name(path.name + SIDECAR)
+
+
+def fetch_header(gguf: RemoteGguf, *, token: str | None = None, cancel: threading.Event | None = None,
+                 progress: Progress | None = None) -> Path:
+    """The header-only copy of ``gguf`` (fetched now, or the cached one). Returns the first part's path."""
+    first = preview_path(gguf)
+    if preview_origin(first) is not None and all(
+            _size_of(preview_path(gguf, p)) == p.size for p in gguf.parts):
+        return first
+    fetched = 0
+    for part in gguf.parts:
+        prefix = _fetch_prefix(gguf, part, token, cancel, progress, fetched)
+        fetched += len(prefix)
+        _write_sparse(preview_path(gguf, part), prefix, part.size)
+    meta = _to_json(gguf) | {"fetched": fetched}
+    for part in gguf.parts:
+        _atomic_write(_sidecar(preview_path(gguf, part)), json.dumps(meta, indent=1).encode())
+    return first
+
+
+def _fetch_prefix(gguf: RemoteGguf, part: RemoteFile, token: str | None, cancel: threading.Event | None,
+                  progress: Progress | None, before: int) -> bytes:
+    """Grow the prefix until the header parses; HubError naming the file when it never does."""
+    buf = bytearray()
+    target = FIRST_PREFIX
+    while True:
+        want = min(target, part.size)
+        if len(buf) < want:
+            _read_into(buf, gguf, part, want, token, cancel)
+            if progress is not None:
+                progress(before + len(buf), before + want)
+        try:
+            if parse_prefix(bytes(buf), part.path, part.size) is not None:
+                return bytes(buf)
+        except PlannerError as exc:
+            raise HubError(f"{gguf.repo}/{part.path} is not a usable GGUF file: {exc}",
+                           "pick another file in the repo") from None
+        if want >= MAX_PREFIX:  # (at the file's size, parse_prefix raises instead)
+            raise HubError(f"{gguf.repo}/{part.path}: the GGUF header is larger than {MAX_PREFIX // MiB} MiB",
+                           "download the file to plan it")
+        target *= 2
+
+
+def _read_into(buf: bytearray, gguf: RemoteGguf, part: RemoteFile, want: int, token: str | None,
+               cancel: threading.Event | None) -> None:
+    """Append bytes ``len(buf)`` .. ``want`` of ``part`` to ``buf``."""
+    try:
+        with open_range(gguf.repo, gguf.commit, part.path, start=len(buf), end=want - 1, token=token) as (r, at):
+            if at != len(buf):  # the server ignored the Range: start again from its first byte
+                del buf[:]
+            for chunk in r.iter_bytes():
+                if cancel is not None and cancel.is_set():
+                    raise HubCancelled(f"fetching the header of {gguf.repo}/{part.path} was cancelled")
+                buf += chunk
+                if len(buf) >= want:
+                    break
+    except Exception as exc:
+        if not is_translatable(exc):
+            raise
+        raise translate(exc, repo=gguf.repo, revision=gguf.commit,
+                        what=f"fetching the header of {part.path}") from None
+    if len(buf) < want:
+        raise HubError(f"{gguf.repo}/{part.path}: the Hub sent {len(buf)} bytes of the {want} asked for",
+                       "try again")
+    del buf[want:]
+
+
+def _write_sparse(path: Path, prefix: bytes, size: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    try:
+        with tmp.open("wb") as f:
+            f.write(prefix)
+            f.truncate(size)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise HubError(f"cannot write {path}: {exc.strerror or exc}", "check the disk space and permissions") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def _size_of(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return -1
+
+
+def _to_json(gguf: RemoteGguf) -> dict[str, Any]:
+    return {"repo": gguf.repo, "commit": gguf.commit, "path": gguf.path, "size": gguf.size,
+            "parts": [{"path": p.path, "size": p.size, "sha256": p.sha256} for p in gguf.parts]}
+
+
+def _sidecar_json(path: str | Path) -> dict[str, Any] | None:
+    side = _sidecar(Path(path))
+    if not side.is_file():
+        return None
+    try:
+        data = json.loads(side.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        data = None
+    return data if isinstance(data, dict) else {}
+
+
+def preview_origin(path: str | Path) -> RemoteGguf | None:
+    """The repo file ``path`` is a header-only copy of, or None for a real file."""
+    data = _sidecar_json(path)
+    if data is None:
+        return None
+    try:
+        parts = tuple(RemoteFile(str(p["path"]), int(p["size"]), p.get("sha256")) for p in data["parts"])
+        return RemoteGguf(str(data["repo"]), str(data["commit"]), parts)
+    except (KeyError, TypeError, ValueError):  # a damaged sidecar still marks a preview
+        p = Path(path)
+        return RemoteGguf("?", "", (RemoteFile(p.name, _size_of(p), None),))
+
+
+def fetched_bytes(path: str | Path) -> int:
+    """How many bytes of the repo file a header-only copy holds (0 for a real file)."""
+    data = _sidecar_json(path) or {}
+    value = data.get("fetched", 0)
+    return value if isinstance(value, int) else 0
+
+
+def refuse_preview(path: str | Path) -> None:
+    """HubError when ``path`` is a header-only copy: its weights are zeros, it cannot be launched."""
+    origin = preview_origin(path)
+    if origin is not None:
+        raise HubError(f"{origin.repo}/{origin.path} is a header-only preview: its weights are not downloaded",
+                       f"download it first (Download in the Hugging Face dialog, or "
+                       f"`headroom serve hf:{origin.repo}/{origin.path}`)")

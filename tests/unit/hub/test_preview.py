@@ -1,0 +1,134 @@
+"""Header-only copies from the fake Hub: a growing Range prefix, a sparse file, a sidecar, a cache."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from app.hub.errors import HubCancelled, HubError
+from app.hub.preview import FIRST_PREFIX, fetch_header, fetched_bytes, preview_origin, refuse_preview
+from app.hub.remote import list_ggufs
+from app.planner.gguf_model import read_shape
+from app.planner.gguf_reader import parse_prefix, read_header
+from app.planner.units import MiB
+from tests.fixtures.fake_hub import FakeHub
+
+LLAMA = "llama-3.1-8b-instruct-q4_k_m"
+
+
+def test_header_of_a_128k_vocab_model_grows_the_prefix_and_reads_like_the_file(
+        fake_hub: FakeHub, shape_model: Callable[[str], Path]) -> None:
+    original = shape_model(LLAMA)
+    fake_hub.add_repo("acme/Llama-GGUF", {"Llama-3.1-8B-Instruct-Q4_K_M.gguf": original})
+    gguf = list_ggufs("acme/Llama-GGUF").ggufs[0]
+    seen: list[tuple[int, int]] = []
+    path = fetch_header(gguf, progress=lambda done, total: seen.append((done, total)))
+
+    assert path.stat().st_size == original.stat().st_size  # truncated up to the real size
+    assert path.stat().st_blocks * 512 < 16 * MiB  # ... and sparse: only the prefix is on disk
+    got, want = read_shape(path), read_shape(original)
+    assert (got.arch, got.n_layer, got.n_head_kv, got.n_ctx_train, got.file_size) == \
+        (want.arch, want.n_layer, want.n_head_kv, want.n_ctx_train, want.file_size)
+    assert read_header(path).fields == read_header(original).fields
+    assert read_header(path).tensors == read_header(original).tensors
+    # the 128k-token vocabulary does not fit the first 2 MiB: the prefix doubled, fetched once each
+    assert fetched_bytes(path) == 2 * FIRST_PREFIX == fake_hub.served(gguf.repo, gguf.path)
+    assert seen[-1] == (2 * FIRST_PREFIX, 2 * FIRST_PREFIX)
+    ranges = [r for _, p, r in fake_hub.requests if p.endswith(".gguf")]
+    assert ranges == [f"bytes=0-{FIRST_PREFIX - 1}", f"bytes={FIRST_PREFIX}-{2 * FIRST_PREFIX - 1}"]
+
+    assert preview_origin(path) == gguf and preview_origin(original) is None
+    assert fetch_header(gguf) == path  # cached: no new request
+    assert len([r for _, p, r in fake_hub.requests if p.endswith(".gguf")]) == 2
+
+
+def test_a_preview_is_refused_for_launch_with_the_download_hint(fake_hub: FakeHub, tiny_chat_model: Path) -> None:
+    fake_hub.add_repo("acme/Tiny-GGUF", {"tiny-F32.gguf": tiny_chat_model})
+    path = fetch_header(list_ggufs("acme/Tiny-GGUF").ggufs[0])
+    with pytest.raises(HubError) as err:
+        refuse_preview(path)
+    assert "header-only preview" in err.value.message
+    assert "headroom serve hf:acme/Tiny-GGUF/tiny-F32.gguf" in err.value.hint
+    refuse_preview(tiny_chat_model)  # a real file launches
+
+
+def test_a_file_that_is_not_gguf_is_named(fake_hub: FakeHub, tmp_path: Path) -> None:
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"<html>not a model</html>" * 1000)
+    fake_hub.add_repo("acme/Bad-GGUF", {"bad-Q4_0.gguf": junk})
+    with pytest.raises(HubError) as err:
+        fetch_header(list_ggufs("acme/Bad-GGUF").ggufs[0])
+    assert "acme/Bad-GGUF/bad-Q4_0.gguf is not a usable GGUF file" in err.value.message
+
+
+def test_a_file_cut_inside_its_header_is_named(fake_hub: FakeHub, tiny_chat_model: Path, tmp_path: Path) -> None:
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(tiny_chat_model.read_bytes()[:3000])
+    fake_hub.add_repo("acme/Cut-GGUF", {"cut-F32.gguf": cut})
+    with pytest.raises(HubError) as err:
+        fetch_header(list_ggufs("acme/Cut-GGUF").ggufs[0])
+    assert "acme/Cut-GGUF/cut-F32.gguf is not a usable GGUF file" in err.value.message
+    assert "runs past the end of the file" in err.value.message
+
+
+def test_gated_and_cancelled(fake_hub: FakeHub, shape_model: Callable[[str], Path]) -> None:
+    fake_hub.add_repo("acme/Llama-GGUF", {"m-Q4_K_M.gguf": shape_model(LLAMA)})
+    gguf = list_ggufs("acme/Llama-GGUF").ggufs[0]
+    cancel = threading.Event()
+    cancel.set()
+    with pytest.raises(HubCancelled):
+        fetch_header(gguf, cancel=cancel)
+    assert preview_origin(fetch_header(gguf)) == gguf  # a cancelled fetch leaves nothing half-written
+    fake_hub.add_repo("acme/Other-GGUF", {"m-Q4_K_M.gguf": shape_model(LLAMA)})
+    other = list_ggufs("acme/Other-GGUF").ggufs[0]
+    fake_hub.gate("acme/Other-GGUF")
+    with pytest.raises(HubError, match="gated"):
+        fetch_header(other)
+
+
+def test_parse_prefix_says_when_it_needs_more(tiny_chat_model: Path) -> None:
+    data = tiny_chat_model.read_bytes()
+    size = len(data)
+    assert parse_prefix(data[:100], "t.gguf", size) is None
+    header = parse_prefix(data[:200_000], "t.gguf", size)
+    assert header is not None and header.tensors == read_header(tiny_chat_model).tensors
+
+
+def test_a_header_past_the_cap_is_refused(fake_hub: FakeHub, shape_model: Callable[[str], Path],
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("app.hub.preview.MAX_PREFIX", FIRST_PREFIX)  # the 128k vocab needs 4 MiB
+    fake_hub.add_repo("acme/Llama-GGUF", {"m-Q4_K_M.gguf": shape_model(LLAMA)})
+    with pytest.raises(HubError, match="header is larger than 2 MiB"):
+        fetch_header(list_ggufs("acme/Llama-GGUF").ggufs[0])
+
+
+def test_the_launch_path_refuses_a_preview(fake_hub: FakeHub, tiny_chat_model: Path) -> None:
+    from app.engine.launch import LaunchRefused, prepare
+    from app.planner.devices import resolve_gpus
+    from app.planner.plan import make_plan
+    from app.planner.settings import LaunchSettings
+
+    fake_hub.add_repo("acme/Tiny-GGUF", {"tiny-F32.gguf": tiny_chat_model})
+    path = fetch_header(list_ggufs("acme/Tiny-GGUF").ggufs[0])
+    plan = make_plan(read_shape(path), resolve_gpus(["H200"]), LaunchSettings())
+    assert plan.feasible  # it plans; it does not launch
+    with pytest.raises(LaunchRefused, match="header-only preview"):
+        prepare(plan, path, [])
+
+
+def test_a_hub_that_never_answers_times_out_with_a_hint(monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    from app.hub.remote import RemoteFile, RemoteGguf
+
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # accepts connections, never answers
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{silent.getsockname()[1]}")
+        monkeypatch.setattr("app.hub.remote.TIMEOUT", 0.5)
+        gguf = RemoteGguf("acme/Slow-GGUF", "c0ffee" * 6 + "c0ff", (RemoteFile("m-Q4_0.gguf", 10**9, None),))
+        with pytest.raises(HubError) as err:
+            fetch_header(gguf)
+    assert err.value.message.startswith("timed out talking to http://127.0.0.1:")
+    assert "HF_ENDPOINT" in err.value.hint
