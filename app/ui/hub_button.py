@@ -1,32 +1,42 @@
-"""The place of the Hugging Face repo picker, which comes later (no network in this version).
+"""The window's way into the Hugging Face Hub: the "Hugging Face repo…" button, and how a model that
+came from the Hub reads in the window.
 
-The button is shown next to "Open model…" so the user knows where the picker will live. It looks
-and reads as unavailable (disabled text colour, accessible description) but stays focusable, so a
-keyboard or screen-reader user reaches it with Tab and hears why; pressing it only says so.
+A header-only copy (``app.hub.preview``) is planned and measured like any file, but its weights
+are zeros: the window names it "<repo>/<file> — header only" and withholds Launch with ``PREVIEW_LAUNCH``.
 """
 
 from __future__ import annotations
 
-from app.ui.qt import QPalette, QPushButton, QWidget, Signal
+from html import escape
+from pathlib import Path
 
-LATER = ("Picking a model from a Hugging Face repo comes in a later version; "
-         "for now, open a downloaded .gguf file.")
+from app.hub.preview import preview_origin
+from app.ui.qt import QPushButton, QWidget
+
+TIP = ("List the GGUF files of a Hugging Face repo, then plan one from its header (a few MiB) "
+       "or download it")
+PREVIEW_LAUNCH = "header-only preview: download the model to launch"
 
 
 class HubButton(QPushButton):
-    """"Hugging Face repo…": unavailable for now; ``explained(text)`` when pressed."""
-
-    explained = Signal(str)
+    """"Hugging Face repo…": opens the repo picker (the window connects ``clicked``)."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__("Hugging Face repo…", parent)
-        self.setToolTip(LATER)
-        self.setAccessibleName("Hugging Face repo (not available yet)")
-        self.setAccessibleDescription(LATER)
-        self.setProperty("available", False)
-        pal = self.palette()
-        grey = pal.color(QPalette.ColorGroup.Disabled, QPalette.ColorRole.ButtonText)
-        for group in (QPalette.ColorGroup.Active, QPalette.ColorGroup.Inactive):
-            pal.setColor(group, QPalette.ColorRole.ButtonText, grey)
-        self.setPalette(pal)
-        self.clicked.connect(lambda: self.explained.emit(LATER))
+        self.setToolTip(TIP)
+        self.setAccessibleName("Open from a Hugging Face repo")
+        self.setAccessibleDescription(TIP)
+
+
+def preview_name(path: Path) -> str | None:
+    """"<repo>/<file>" when ``path`` is a header-only copy of a Hub file, else None."""
+    origin = preview_origin(path)
+    return f"{origin.repo}/{origin.path}" if origin is not None else None
+
+
+def model_title(path: Path) -> str:
+    """The model label's first line, as HTML: the file name, or "<repo>/<file> — header only"."""
+    name = preview_name(path)
+    if name is None:
+        return f"<b>{escape(path.name)}</b>"
+    return f"<b>{escape(name)} — header only</b><br><i>{escape(PREVIEW_LAUNCH)}</i>"

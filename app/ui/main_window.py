@@ -17,7 +17,8 @@ from app.ui import demo
 from app.ui.budget_view import BudgetView
 from app.ui.console import Console
 from app.ui.devices_panel import DevicesPanel
-from app.ui.hub_button import HubButton
+from app.ui.hub_button import PREVIEW_LAUNCH, HubButton, model_title, preview_name
+from app.ui.hub_dialog import HubDialog
 from app.ui.launch_panel import LaunchPanel
 from app.ui.live_replan import LiveReplan
 from app.ui.measure_bar import NOT_MEASURED, STALE, MeasureBar
@@ -74,6 +75,8 @@ class MainWindow(QMainWindow):
                                     self.real_inventory)
         self.inputs = PlanInputs(inventory=inv, nvml_reason=reason)
         self.model_path: Path | None = None
+        self.preview: str | None = None  # "<repo>/<file>" of a header-only copy: planned, not launched
+        self.hub_dialog: HubDialog | None = None
         self.plan: Plan | None = None
         self.plan_ms = 0.0
         self._build()
@@ -97,7 +100,7 @@ class MainWindow(QMainWindow):
         self.open_button = QPushButton("&Open model…")
         self.open_button.clicked.connect(self.choose_model)
         self.hub_button = HubButton()
-        self.hub_button.explained.connect(lambda text: self.statusBar().showMessage(text, 10_000))
+        self.hub_button.clicked.connect(self.open_hub)
         open_row = QHBoxLayout()
         open_row.addWidget(self.open_button, 1)
         open_row.addWidget(self.hub_button)
@@ -181,8 +184,8 @@ class MainWindow(QMainWindow):
         file_menu.addAction(act)
         self.recent_menu = file_menu.addMenu("Open &recent")
         self._fill_recent()
-        hub = QAction("Open from &Hugging Face… (coming later)", self)
-        hub.setEnabled(False)  # the repo picker is a later issue; its place in the menu is kept
+        hub = QAction("Open from &Hugging Face…", self)
+        hub.triggered.connect(self.open_hub)
         file_menu.addAction(hub)
         demo_act = QAction("Open the &demo model", self)
         demo_act.triggered.connect(self.open_demo)
@@ -208,6 +211,14 @@ class MainWindow(QMainWindow):
         if path:
             self.open_model(Path(path))
 
+    def open_hub(self) -> None:
+        """The repo picker (kept between uses: its listing stays); it hands back a file to open."""
+        if self.hub_dialog is None:
+            self.hub_dialog = HubDialog(self)
+            self.hub_dialog.opened.connect(lambda path: self.open_model(Path(path)))
+        self.hub_dialog.show()
+        self.hub_dialog.activateWindow()
+
     def open_demo(self) -> bool:
         self.devices.set_simulated_choice(demo.DEMO_GPU)
         self.set_simulated(demo.DEMO_GPU, replan=False)
@@ -224,7 +235,8 @@ class MainWindow(QMainWindow):
             self.show_error(f"Cannot use {reason if reason.startswith(path.name) else f'{path.name}: {reason}'}")
             return False
         self.model_path = path
-        self.model_label.setText(f"<b>{path.name}</b><br>{shape.arch}, {shape.n_layer} layers, "
+        self.preview = preview_name(path)
+        self.model_label.setText(f"{model_title(path)}<br>{shape.arch}, {shape.n_layer} layers, "
                                  f"trained for {tokens_text(shape.n_ctx_train)} tokens")
         self.model_label.setToolTip(str(path))
         self.measure.status.setText(NOT_MEASURED)
@@ -306,7 +318,10 @@ class MainWindow(QMainWindow):
             self.settings.context.set_largest_fit(fit.with_tail or None, "with a host tail")
         else:
             self.settings.context.set_largest_fit(fit.resident or None, "fully on GPU")
-        self.launch.set_plan(plan, self.model_path, self.inputs.shape.arch)
+        # A header-only copy has no weights: Launch has no model to start, and says why.
+        self.launch.set_plan(plan, None if self.preview else self.model_path, self.inputs.shape.arch)
+        if self.preview:
+            self.launch.launch_button.setToolTip(PREVIEW_LAUNCH)
         self.sessions.set_advisories(self.launch.advice)
         self.planned.emit(plan)
 
@@ -355,6 +370,8 @@ class MainWindow(QMainWindow):
         self.sessions.shutdown()
         self.launch.shutdown()
         self.measure.shutdown()
+        if self.hub_dialog is not None:
+            self.hub_dialog.shutdown()
         if self.persist:
             self.state.geometry = bytes(self.saveGeometry().toHex().data()).decode()
             self.state.settings = self.settings.settings().to_json()

@@ -45,15 +45,18 @@ from PySide6.QtGui import (
     QPixmap,
 )
 from PySide6.QtWidgets import (
+    QAbstractItemView,
     QApplication,
     QCheckBox,
     QComboBox,
+    QDialog,
     QFileDialog,
     QFormLayout,
     QFrame,
     QGridLayout,
     QGroupBox,
     QHBoxLayout,
+    QHeaderView,
     QLabel,
     QLineEdit,
     QMainWindow,
@@ -68,6 +71,8 @@ from PySide6.QtWidgets import (
     QSpinBox,
     QSplitter,
     QStatusBar,
+    QTableWidget,
+    QTableWidgetItem,
     QToolButton,
     QToolTip,
     QVBoxLayout,
@@ -75,14 +80,14 @@ from PySide6.QtWidgets import (
 )
 
 __all__ = [
-    "QAction", "QApplication", "QBrush", "QByteArray", "QCheckBox", "QCloseEvent", "QColor", "QComboBox",
+    "QAbstractItemView", "QAction", "QApplication", "QBrush", "QByteArray", "QCheckBox", "QCloseEvent", "QColor", "QComboBox", "QDialog",
     "QDragEnterEvent", "QDropEvent", "QElapsedTimer", "QEvent", "QFileDialog", "QFont",
     "QFontMetrics", "QFormLayout", "QFrame", "QGridLayout", "QGroupBox", "QGuiApplication",
-    "QHBoxLayout", "QHelpEvent", "QIcon", "QImage", "QKeySequence", "QLabel", "QLineEdit", "QMainWindow",
+    "QHBoxLayout", "QHeaderView", "QHelpEvent", "QIcon", "QImage", "QKeySequence", "QLabel", "QLineEdit", "QMainWindow",
     "QMenu", "QMessageBox", "QMimeData", "QMouseEvent", "QObject", "QPaintEvent", "QPainter",
     "QPalette", "QPen", "QPixmap", "QPlainTextEdit", "QPoint", "QPointF", "QProgressBar",
     "QPushButton", "QRectF", "QScrollArea", "QSize", "QSizePolicy", "QSlider", "QSpinBox",
-    "QSplitter", "QStatusBar", "QThread", "QTimer", "QToolButton", "QToolTip", "QUrl",
+    "QSplitter", "QStatusBar", "QTableWidget", "QTableWidgetItem", "QThread", "QTimer", "QToolButton", "QToolTip", "QUrl",
     "QVBoxLayout", "QWidget", "Qt", "Signal", "Slot",
 ]
 

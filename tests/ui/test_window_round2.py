@@ -1,5 +1,5 @@
 """The window's second round: Cancel stops the pass-1 child, engine advisories before launch, the
-engine build button, the Hugging Face placeholder, distinct legend colours, the options table."""
+engine build button, the Hugging Face entry, distinct legend colours, the options table."""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ from app.planner.measurement import Measurement
 from app.planner.settings import LaunchSettings
 from app.ui.budget_view import GPU_PARTS, HOST_PARTS, legend_entries
 from app.ui.engine_builder import EngineBuilder, progress_of
-from app.ui.hub_button import LATER
 from app.ui.launch_panel import NONE_FOUND
 from app.ui.qt import QPalette, Qt
 from app.ui.settings_panel import tokens_text
@@ -141,19 +140,20 @@ def test_build_progress_lines():
     assert progress_of("-- Configuring done") is None
 
 
-def test_hugging_face_entry_is_shown_unavailable_and_reachable_by_keyboard(window, qtbot):
+def test_hugging_face_entry_is_live_and_reachable_by_keyboard(window, qtbot):
     hub = window.hub_button
-    assert hub.isVisible() and hub.text() == "Hugging Face repo…"
-    assert "later" in hub.toolTip()
+    assert hub.isVisible() and hub.isEnabled() and hub.text() == "Hugging Face repo…"
+    assert "later" not in hub.toolTip() and "plan one from its header" in hub.toolTip()
     grey = hub.palette().color(QPalette.ColorGroup.Disabled, QPalette.ColorRole.ButtonText)
-    assert hub.palette().color(QPalette.ColorGroup.Active, QPalette.ColorRole.ButtonText) == grey
+    assert hub.palette().color(QPalette.ColorGroup.Active, QPalette.ColorRole.ButtonText) != grey
     window.open_button.setFocus()
     qtbot.waitUntil(window.open_button.hasFocus, timeout=2_000)
     qtbot.keyClick(window.open_button, Qt.Key.Key_Tab)
     qtbot.waitUntil(hub.hasFocus, timeout=2_000)  # Tab from "Open model…" lands on it
     qtbot.keyClick(hub, Qt.Key.Key_Space)
-    assert window.statusBar().currentMessage() == LATER
-    assert window.model_path is None  # nothing opened, nothing fetched
+    dialog = window.hub_dialog
+    assert dialog is not None and dialog.isVisible()  # the repo picker opens
+    assert window.model_path is None  # nothing opened, nothing fetched yet
 
 
 def test_no_two_legend_entries_share_a_colour():

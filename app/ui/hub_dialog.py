@@ -1,0 +1,399 @@
+"""Pick a GGUF from a Hugging Face repo: list the repo, plan a file from its header, or download it.
+
+Every Hub call (``app.hub``) runs on a ``TaskThread``; the worker's progress callbacks become queued
+signals, so the dialog repaints while bytes arrive. A ``HubError`` is shown in the dialog as its
+message and hint (never a traceback) and the dialog stays usable. ``opened(path)`` hands the window a
+header-only copy (plan and pass 1 work on it, Launch does not) or a downloaded file.
+
+Cancel during a header fetch or a download waits for the worker to stop writing (the download's
+``.part`` is kept: the next Download resumes it); a cancelled listing is dropped at once.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from app.hub.download import download, downloaded
+from app.hub.errors import HubError
+from app.hub.preview import fetch_header
+from app.hub.refs import HubRef, parse_ref
+from app.hub.remote import RemoteGguf, RepoListing, list_ggufs, pick
+from app.planner.units import Bytes
+from app.ui.qt import (
+    QAbstractItemView,
+    QCloseEvent,
+    QDialog,
+    QGridLayout,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QProgressBar,
+    QPushButton,
+    Qt,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+    Signal,
+)
+from app.ui.workers import TaskThread
+
+COLUMNS = ("File", "Quant", "Size", "Parts")
+PROJECTOR_TIP = "A vision projector (mmproj): used together with a model, not planned on its own"
+REF_HELP = "owner/name, hf:owner/name:Q4_K_M or a huggingface.co link"
+CANCELLED = "Download cancelled: the partial file is kept, and Download resumes it."
+#: Bar resolution: byte counts pass 2**31, a QProgressBar holds an int.
+BAR_STEPS = 1000
+
+
+def hub_message(exc: HubError) -> str:
+    """What went wrong and what to do, as the dialog shows it."""
+    text = exc.message.strip() or type(exc).__name__
+    hint = exc.hint.strip().rstrip(".")
+    return f"{text}\n{hint[:1].upper()}{hint[1:]}." if hint else text
+
+
+def duration_text(seconds: float) -> str:
+    """42 → '42 s', 185 → '3 min 05 s', 3720 → '1 h 02 min'."""
+    s = max(0, round(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"
+
+
+def transfer_text(done: int, total: int, seconds: float, since: int = 0) -> str:
+    """'1.2 GiB of 4.7 GiB — 35 MiB/s, 1 min 42 s left'. ``since``: bytes already on disk when this
+    transfer started (a resumed download), which do not count towards its speed."""
+    head = f"{Bytes(done)} of {Bytes(total)}"
+    moved = done - since
+    if seconds <= 0 or moved <= 0:
+        return head
+    speed = moved / seconds
+    return f"{head} — {Bytes(speed)}/s, {duration_text(max(0, total - done) / speed)} left"
+
+
+def _hub_work(fn: Callable[[threading.Event], object]) -> Callable[[threading.Event], object]:
+    """The worker body: a HubError leaves it as its message and hint (TaskThread shows str(exc))."""
+
+    def work(cancel: threading.Event) -> object:
+        try:
+            return fn(cancel)
+        except HubError as exc:
+            raise RuntimeError(hub_message(exc)) from exc
+
+    return work
+
+
+class HubDialog(QDialog):
+    listed = Signal(object)  # RepoListing
+    opened = Signal(object)  # Path: a header-only copy or a downloaded file, for the window to open
+    failed = Signal(str)  # the message shown
+    stopped = Signal()  # a cancelled header fetch or download has stopped writing
+    progressed = Signal(str)  # the progress line as shown
+    _moved = Signal(object, object)  # (done, total) from the worker thread, queued to the GUI
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Open from Hugging Face")
+        self.listing: RepoListing | None = None
+        self.ref: HubRef | None = None
+        self.task: TaskThread | None = None
+        self.kind = ""  # "list" | "header" | "download" while a task runs
+        self.stopping: set[TaskThread] = set()  # cancelled listings still waiting on the network
+        self._started = 0.0
+        self._since = -1  # bytes already there when the running transfer started
+        self.repo = QLineEdit()
+        self.repo.setPlaceholderText(REF_HELP)
+        self.repo.setAccessibleName("Hugging Face repo")
+        self.repo.textChanged.connect(self._ref_changed)
+        self.repo.returnPressed.connect(self.list_repo)
+        self.revision = QLineEdit()
+        self.revision.setPlaceholderText("main")
+        self.revision.setAccessibleName("Revision (branch, tag or commit; empty for main)")
+        self.ref_message = QLabel()
+        self.ref_message.setObjectName("refMessage")
+        self.ref_message.setTextFormat(Qt.TextFormat.PlainText)
+        self.ref_message.setWordWrap(True)
+        self.ref_message.setVisible(False)
+        self.list_button = QPushButton("&List")
+        self.list_button.setEnabled(False)
+        self.list_button.clicked.connect(self.list_repo)
+        self.table = QTableWidget(0, len(COLUMNS))
+        self.table.setHorizontalHeaderLabels(COLUMNS)
+        self.table.setAccessibleName("GGUF files in the repo")
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.verticalHeader().setVisible(False)
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        self.table.itemSelectionChanged.connect(self._update)
+        self.table.itemDoubleClicked.connect(lambda _i: self.plan_header())
+        self.progress = QProgressBar()
+        self.progress.setVisible(False)
+        self.status = QLabel()
+        self.status.setObjectName("hubStatus")
+        self.status.setTextFormat(Qt.TextFormat.PlainText)
+        self.status.setWordWrap(True)
+        self.cancel_button = QPushButton("&Cancel")
+        self.cancel_button.setVisible(False)
+        self.cancel_button.clicked.connect(self.cancel)
+        self.error = QLabel()
+        self.error.setObjectName("hubError")
+        self.error.setTextFormat(Qt.TextFormat.PlainText)  # server text, never markup
+        self.error.setWordWrap(True)
+        self.error.setStyleSheet("color: #d62728;")
+        self.error.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.error.setVisible(False)
+        self.header_button = QPushButton("Plan from &header (no download)")
+        self.header_button.setToolTip("Fetch only the file's header (a few MiB) and plan it; "
+                                      "download it to launch")
+        self.header_button.clicked.connect(self.plan_header)
+        self.download_button = QPushButton("&Download")
+        self.download_button.clicked.connect(self.download_or_open)
+        close = QPushButton("Cl&ose")
+        close.clicked.connect(self.reject)
+        for b in (self.cancel_button, self.header_button, self.download_button, close):
+            b.setAutoDefault(False)
+        self.list_button.setDefault(True)
+        self._layout(close)
+        self._moved.connect(self._show_progress)
+        self._update()
+        self.resize(720, 480)
+
+    def _layout(self, close: QPushButton) -> None:
+        repo_label, rev_label = QLabel("&Repo:"), QLabel("Re&vision:")
+        repo_label.setBuddy(self.repo)
+        rev_label.setBuddy(self.revision)
+        form = QGridLayout()
+        form.addWidget(repo_label, 0, 0)
+        form.addWidget(self.repo, 0, 1)
+        form.addWidget(self.list_button, 0, 2)
+        form.addWidget(rev_label, 1, 0)
+        form.addWidget(self.revision, 1, 1)
+        busy = QHBoxLayout()
+        busy.addWidget(self.progress, 1)
+        busy.addWidget(self.cancel_button)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.header_button)
+        buttons.addWidget(self.download_button)
+        buttons.addStretch(1)
+        buttons.addWidget(close)
+        lay = QVBoxLayout(self)
+        lay.addLayout(form)
+        lay.addWidget(self.ref_message)
+        lay.addWidget(self.table, 1)
+        lay.addLayout(busy)
+        lay.addWidget(self.status)
+        lay.addWidget(self.error)
+        lay.addLayout(buttons)
+
+    # ---- state ---------------------------------------------------------------------------------
+    def _ref_changed(self, text: str) -> None:
+        self.ref = None
+        message = ""
+        if text.strip():
+            try:
+                self.ref = parse_ref(text.strip())
+            except HubError as exc:
+                message = hub_message(exc)
+        self.ref_message.setText(message)
+        self.ref_message.setVisible(bool(message))
+        self._update()
+
+    def selected(self) -> RemoteGguf | None:
+        rows = self.table.selectionModel().selectedRows()
+        if self.listing is None or not rows:
+            return None
+        return self.listing.ggufs[rows[0].row()]  # rows are the listing, in order
+
+    def _update(self) -> None:
+        busy = self.task is not None
+        chosen = self.selected()
+        here = downloaded(chosen) if chosen is not None else None
+        self.download_button.setText("&Open downloaded" if here is not None else "&Download")
+        self.download_button.setToolTip(str(here) if here is not None else
+                                        "Download the whole file to launch it (resumes a cancelled one)")
+        for w in (self.repo, self.revision):
+            w.setEnabled(not busy)
+        self.list_button.setEnabled(not busy and self.ref is not None)
+        self.header_button.setEnabled(not busy and chosen is not None)
+        self.download_button.setEnabled(not busy and chosen is not None)
+        self.table.setEnabled(not busy)
+
+    def _show_error(self, message: str) -> None:
+        self.error.setText(message)
+        self.error.setVisible(bool(message))
+        if message:
+            self.failed.emit(message)
+
+    # ---- list ----------------------------------------------------------------------------------
+    def list_repo(self) -> None:
+        ref = self.ref
+        if ref is None or self.task is not None:
+            return
+        revision = self.revision.text().strip() or ref.revision
+        self.listing = None
+        self.table.setRowCount(0)
+        self._start("list", f"Listing {ref.repo}…",
+                     lambda _c: list_ggufs(ref.repo, revision), lambda r: self._listed(r, ref))
+
+    def _listed(self, listing: RepoListing, ref: HubRef) -> None:
+        self.listing = listing
+        self.table.setRowCount(len(listing.ggufs))
+        for row, g in enumerate(listing.ggufs):
+            cells = (g.name, g.quant or "—", str(Bytes(g.size)), str(len(g.parts)))
+            for col, text in enumerate(cells):
+                item = QTableWidgetItem(text)
+                item.setToolTip(PROJECTOR_TIP if g.is_projector else "\n".join(p.path for p in g.parts))
+                if col >= 2:
+                    item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+                if g.is_projector:  # greyed and not selectable: not plannable alone
+                    item.setFlags(Qt.ItemFlag.NoItemFlags)
+                self.table.setItem(row, col, item)
+        plain = [g for g in listing.ggufs if not g.is_projector]
+        self.status.setText(f"{listing.repo} @ {listing.commit[:10]}: {len(plain)} GGUF model"
+                            f"{'' if len(plain) == 1 else 's'}")
+        self._preselect(listing, ref)
+        self.listed.emit(listing)
+
+    def _preselect(self, listing: RepoListing, ref: HubRef) -> None:
+        """The file the ref names (path or quant), or the repo's only model."""
+        try:
+            chosen = pick(listing, ref)
+        except HubError as exc:
+            if ref.path or ref.quant:  # it named one that is not there: say which there are
+                self._show_error(hub_message(exc))
+            return
+        for row, g in enumerate(listing.ggufs):
+            if g.path == chosen.path and not g.is_projector:
+                self.table.selectRow(row)
+                self.table.scrollTo(self.table.model().index(row, 0))
+
+    # ---- header / download ---------------------------------------------------------------------
+    def plan_header(self) -> None:
+        chosen = self.selected()
+        if chosen is None or self.task is not None:
+            return
+        self._start("header", f"Fetching the header of {chosen.name}…",
+                    lambda c: fetch_header(chosen, cancel=c, progress=self._moved.emit), self._done)
+
+    def download_or_open(self) -> None:
+        chosen = self.selected()
+        if chosen is None or self.task is not None:
+            return
+        here = downloaded(chosen)
+        if here is not None:
+            self._done(here)
+            return
+        self._start("download", f"Downloading {chosen.name}…",
+                    lambda c: download(chosen, cancel=c, progress=self._moved.emit), self._done)
+
+    def _show_progress(self, done: object, total: object) -> None:
+        assert isinstance(done, int) and isinstance(total, int)
+        if self.task is None or self.task.cancelled:
+            return
+        if self.kind == "header":
+            self.status.setText(f"Fetching the header: {Bytes(done)} fetched")
+            self.progressed.emit(self.status.text())
+            return
+        if self._since < 0:
+            self._since, self._started = done, time.monotonic()
+        self.progress.setRange(0, BAR_STEPS)
+        self.progress.setValue(done * BAR_STEPS // total if total else 0)
+        text = transfer_text(done, total, time.monotonic() - self._started, self._since)
+        self.status.setText(text)
+        self.progressed.emit(text)
+
+    def _done(self, path: object) -> None:
+        assert isinstance(path, Path)
+        self.opened.emit(path)
+        self.accept()
+
+    # ---- running -------------------------------------------------------------------------------
+    def _start(self, kind: str, text: str, fn: Callable[[threading.Event], object],
+               ok: Callable[[Any], None]) -> None:
+        task = TaskThread(_hub_work(fn), self)
+        self.task, self.kind, self._since = task, kind, -1
+
+        def succeeded(result: object) -> None:
+            self._end(task)
+            ok(result)
+
+        def failed(message: str) -> None:
+            self._end(task)
+            self._failed(message)
+
+        task.succeeded.connect(succeeded)
+        task.failed.connect(failed)
+        task.finished.connect(lambda: self._finished(task))
+        self._show_error("")
+        self.status.setText(text)
+        self.progress.setRange(0, 0)  # busy until the first bytes arrive
+        self.progress.setVisible(True)
+        self.cancel_button.setVisible(True)
+        self.cancel_button.setEnabled(True)
+        self._update()
+        task.start()
+
+    def cancel(self) -> None:
+        task = self.task
+        if task is None or task.cancelled:
+            return
+        task.cancel()
+        if self.kind == "list":  # nothing written: free at once, drop the late answer
+            self.task = None
+            self.stopping.add(task)
+            self.status.setText("Listing cancelled")
+            self._idle()
+        else:  # wait until the worker stops writing, so a new Download resumes a whole .part
+            self.cancel_button.setEnabled(False)
+            self.status.setText("Stopping…")
+
+    def _failed(self, message: str) -> None:
+        self.status.setText("")
+        self._show_error(message)
+
+    def _end(self, task: TaskThread) -> None:
+        """The answer is in (a result or an error): the dialog is free again."""
+        if self.task is task:
+            self.task = None
+            self._idle()
+
+    def _finished(self, task: TaskThread) -> None:
+        self.stopping.discard(task)
+        if self.task is task:  # a cancelled header fetch or download has stopped writing
+            self.task = None
+            self.status.setText(CANCELLED if self.kind == "download" else "Header fetch cancelled")
+            self._idle()
+            self.stopped.emit()
+        task.deleteLater()
+
+    def _idle(self) -> None:
+        self.progress.setVisible(False)
+        self.cancel_button.setVisible(False)
+        self._update()
+
+    def reject(self) -> None:
+        """Close: a running transfer is cancelled (a download keeps its .part)."""
+        self.cancel()
+        super().reject()
+
+    def closeEvent(self, e: QCloseEvent) -> None:
+        self.cancel()
+        super().closeEvent(e)
+
+    def shutdown(self) -> None:
+        """The window closes: cancel and wait for every worker."""
+        task = self.task
+        self.cancel()
+        for t in [*self.stopping, *([task] if task is not None else [])]:
+            t.wait()

@@ -1,0 +1,350 @@
+"""Picking a model from a Hugging Face repo in the window: list, plan from the header, download.
+
+The real app.hub backend talks to a local fake Hub (tests/fixtures/fake_hub.py, via HF_ENDPOINT).
+Where a test needs a slow network, the fake server is slowed or held before it sends a chunk; the
+dialog and the backend are the real ones.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from gguf import GGMLQuantizationType, LlamaFileType
+
+from app.hub.preview import preview_origin
+from app.hub.remote import RemoteGguf
+from app.planner.units import Bytes
+from app.ui.hub_button import PREVIEW_LAUNCH
+from app.ui.hub_dialog import CANCELLED, HubDialog, duration_text, transfer_text
+from app.ui.main_window import MainWindow
+from app.ui.qt import Qt, QTableWidgetItem, QTimer
+from tests.fixtures import gguf_factory, shapes, tables
+from tests.fixtures.fake_hub import FakeHub, fake_hub  # noqa: F401 (the fixture)
+from tests.fixtures.quant import uniform
+from tests.fixtures.spec import ModelSpec
+
+LEFT = Qt.MouseButton.LeftButton
+REPO = "acme/tiny-GGUF"
+CHAT = "tiny-Q8_0.gguf"
+MiB = 1024 * 1024
+WIDE = "wide-F32.gguf"
+#: The tiny llama made wider: ~33 MiB of real (seeded random) weights, so a download takes many chunks.
+WIDE_SPEC = ModelSpec(
+    name="hub-wide-llama", arch="llama", n_vocab=shapes.TINY.n_vocab,
+    metadata=(("general.name", "headroom-wide"),
+              *((f"llama.{k}", v) for k, v in {
+                  "context_length": 4096, "embedding_length": 512, "block_count": 2,
+                  "feed_forward_length": 2048, "attention.head_count": 8, "attention.head_count_kv": 4,
+                  "rope.freq_base": 10000.0, "attention.layer_norm_rms_epsilon": 1e-5,
+                  "rope.dimension_count": 64}.items()),
+              ("general.file_type", LlamaFileType.ALL_F32)),
+    tensors=tables.llama_like(uniform(GGMLQuantizationType.F32), n_layer=2, n_embd=512, n_head=8,
+                              n_head_kv=4, n_ff=2048, n_vocab=shapes.TINY.n_vocab),
+    loadable=True, seed=99, source="synthetic: the tiny llama at n_embd 512, n_ff 2048",
+)
+
+
+@pytest.fixture(scope="session")
+def wide_model() -> Path:
+    return gguf_factory.ensure(WIDE_SPEC)
+
+
+@pytest.fixture
+def models_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Downloads land under a temporary data directory (never the user's)."""
+    monkeypatch.setenv("HEADROOM_DATA_DIR", str(tmp_path / "data"))
+    return tmp_path / "data" / "models"
+
+
+@pytest.fixture
+def hub(fake_hub: FakeHub, tiny_chat_model: Path, tiny_model: Path,  # noqa: F811
+        wide_model: Path, models_home: Path) -> FakeHub:
+    fake_hub.add_repo(REPO, {
+        CHAT: tiny_chat_model,
+        "tiny-F32.gguf": tiny_model,
+        "mmproj-tiny-F16.gguf": tiny_model,
+        "split/tiny-Q4_K_M-00001-of-00002.gguf": tiny_model,
+        "split/tiny-Q4_K_M-00002-of-00002.gguf": tiny_model,
+        WIDE: wide_model,
+    })
+    return fake_hub
+
+
+def slow_down(hub: FakeHub, monkeypatch: pytest.MonkeyPatch, *, per_chunk_s: float,
+              hold_after: int | None = None) -> threading.Event:
+    """A slow link: the fake Hub waits ``per_chunk_s`` before each 1 MiB it sends, and once it has
+    sent ``hold_after`` bytes of a file it holds the next chunk until the returned event is set."""
+    release = threading.Event()
+    count = hub._count  # called just before each chunk is written
+
+    def slow(repo: str, path: str, n: int) -> None:
+        if hold_after is not None and hub.served(repo, path) >= hold_after:
+            release.wait(30)
+        time.sleep(per_chunk_s)
+        count(repo, path, n)
+
+    monkeypatch.setattr(hub, "_count", slow)
+    return release
+
+
+def open_dialog(window: MainWindow, qtbot, text: str = REPO) -> HubDialog:
+    qtbot.mouseClick(window.hub_button, LEFT)
+    dialog = window.hub_dialog
+    assert dialog is not None and dialog.isVisible()
+    dialog.repo.setText(text)
+    return dialog
+
+
+def list_repo(dialog: HubDialog, qtbot) -> None:
+    with qtbot.waitSignal(dialog.listed, timeout=30_000):
+        qtbot.mouseClick(dialog.list_button, LEFT)
+
+
+def cell(dialog: HubDialog, row: int, col: int = 0) -> QTableWidgetItem:
+    item = dialog.table.item(row, col)
+    assert item is not None
+    return item
+
+
+def names(dialog: HubDialog) -> list[str]:
+    return [cell(dialog, r).text() for r in range(dialog.table.rowCount())]
+
+
+def row_of(dialog: HubDialog, name: str) -> int:
+    return names(dialog).index(name)
+
+
+def chosen(dialog: HubDialog) -> RemoteGguf:
+    picked = dialog.selected()
+    assert picked is not None
+    return picked
+
+
+def select(dialog: HubDialog, name: str) -> None:
+    dialog.table.selectRow(row_of(dialog, name))
+    assert chosen(dialog).name == name
+
+
+# ---- text ------------------------------------------------------------------------------------------
+
+def test_progress_reads_bytes_speed_and_time_left():
+    assert transfer_text(0, 4 * MiB, 0.0) == "0 B of 4 MiB"
+    assert transfer_text(2 * MiB, 4 * MiB, 1.0) == "2 MiB of 4 MiB — 2 MiB/s, 1 s left"
+    # a resumed download: the 3 MiB already kept do not count towards the speed
+    assert transfer_text(4 * MiB, 10 * MiB, 1.0, since=3 * MiB) == "4 MiB of 10 MiB — 1 MiB/s, 6 s left"
+    assert duration_text(185) == "3 min 05 s" and duration_text(3720) == "1 h 02 min"
+
+
+def test_the_repo_field_explains_what_it_accepts(window, qtbot):
+    qtbot.mouseClick(window.hub_button, LEFT)
+    dialog = window.hub_dialog
+    assert dialog is not None and dialog.isVisible()
+    assert not dialog.list_button.isEnabled()  # nothing typed yet
+    dialog.repo.setText("not a repo")
+    assert not dialog.ref_message.isHidden()
+    assert "not a Hugging Face repo reference" in dialog.ref_message.text()
+    assert "huggingface.co" in dialog.ref_message.text()  # the accepted forms
+    assert not dialog.list_button.isEnabled()
+    for text in ("acme/tiny-GGUF", "hf:acme/tiny-GGUF:q8_0", "https://huggingface.co/acme/tiny-GGUF",
+                 "https://huggingface.co/acme/tiny-GGUF/blob/main/tiny-Q8_0.gguf"):
+        dialog.repo.setText(text)
+        assert dialog.ref_message.isHidden(), text
+        assert dialog.list_button.isEnabled(), text
+
+
+def test_the_menu_entry_opens_the_same_picker(window):
+    hub = next(a for a in window.menuBar().actions()[0].menu().actions() if "Hugging Face" in a.text())
+    assert hub.isEnabled() and "later" not in hub.text()
+    hub.trigger()
+    assert window.hub_dialog is not None and window.hub_dialog.isVisible()
+    assert window.hub_button.accessibleName() == "Open from a Hugging Face repo"
+
+
+# ---- list ------------------------------------------------------------------------------------------
+
+def test_list_shows_the_repos_ggufs_and_greys_the_projector(window, hub, tiny_model, qtbot):
+    dialog = open_dialog(window, qtbot)
+    list_repo(dialog, qtbot)
+    assert sorted(names(dialog)) == sorted(["tiny-Q8_0.gguf", "tiny-F32.gguf", "mmproj-tiny-F16.gguf",
+                                    "tiny-Q4_K_M.gguf", WIDE])
+    split = row_of(dialog, "tiny-Q4_K_M.gguf")
+    cells = [cell(dialog, split, c).text() for c in range(4)]
+    assert cells == ["tiny-Q4_K_M.gguf", "Q4_K_M", str(Bytes(2 * tiny_model.stat().st_size)), "2"]
+    proj = row_of(dialog, "mmproj-tiny-F16.gguf")
+    assert not cell(dialog, proj).flags() & Qt.ItemFlag.ItemIsEnabled  # greyed
+    dialog.table.selectRow(proj)
+    assert dialog.selected() is None  # not selectable: nothing to plan
+    assert not dialog.header_button.isEnabled() and not dialog.download_button.isEnabled()
+    assert "projector" in cell(dialog, proj).toolTip()
+    assert "5 GGUF models" not in dialog.status.text() and "4 GGUF models" in dialog.status.text()
+    assert not dialog.progress.isVisible() and dialog.list_button.isEnabled()
+
+
+def test_a_ref_naming_a_quant_preselects_it(window, hub, qtbot):
+    dialog = open_dialog(window, qtbot, "hf:acme/tiny-GGUF:q4_k_m")
+    list_repo(dialog, qtbot)
+    assert chosen(dialog).name == "tiny-Q4_K_M.gguf"
+    assert dialog.header_button.isEnabled() and dialog.download_button.text() == "&Download"
+
+
+# ---- plan from the header --------------------------------------------------------------------------
+
+def test_plan_from_header_opens_a_preview_that_plans_and_measures_but_does_not_launch(
+        window, hub, tiny_chat_model, engine_build, qtbot):
+    dialog = open_dialog(window, qtbot, f"https://huggingface.co/{REPO}/blob/main/{CHAT}")
+    list_repo(dialog, qtbot)
+    assert chosen(dialog).path == CHAT  # the link named it
+    shown: list[str] = []
+    dialog.progressed.connect(shown.append)
+    with qtbot.waitSignal(window.planned, timeout=30_000) as planned:
+        qtbot.mouseClick(dialog.header_button, LEFT)
+        assert not dialog.header_button.isEnabled()  # busy until it is back
+    assert not dialog.isVisible()  # done: the dialog closed
+    size = tiny_chat_model.stat().st_size  # under the first 2 MiB asked for: all of it comes
+    assert shown[-1] == f"Fetching the header: {Bytes(size)} fetched"
+    path = window.model_path
+    assert path is not None and preview_origin(path) is not None and path.stat().st_size == size
+    assert planned.args[0].feasible and window.plan is planned.args[0]  # it plans like any file
+    assert window.budget.verdict.text().startswith("<b>Fits</b>")
+    assert f"{REPO}/{CHAT} — header only" in window.model_label.text()
+    assert PREVIEW_LAUNCH in window.model_label.text()
+    assert not window.launch.launch_button.isEnabled()
+    assert window.launch.launch_button.toolTip() == PREVIEW_LAUNCH
+    with qtbot.waitSignal(window.measured, timeout=120_000):  # pass 1 never reads the weights
+        qtbot.mouseClick(window.measure.button, LEFT)
+    assert "measured by pass 1" in window.measure.status.text()
+    assert not window.launch.launch_button.isEnabled()  # re-planned with the measurement: still no
+
+
+# ---- download --------------------------------------------------------------------------------------
+
+def test_download_shows_progress_then_the_real_file_opens_and_launches(
+        window, hub, tiny_chat_model, models_home, monkeypatch, qtbot):
+    slow_down(hub, monkeypatch, per_chunk_s=0.3)  # one chunk: the tiny model arrives after 0.3 s
+    dialog = open_dialog(window, qtbot, f"hf:{REPO}/{CHAT}")
+    list_repo(dialog, qtbot)
+    shown: list[str] = []
+    dialog.progressed.connect(shown.append)
+    with qtbot.waitSignal(window.planned, timeout=30_000):
+        qtbot.mouseClick(dialog.download_button, LEFT)
+        assert dialog.progress.isVisible() and dialog.cancel_button.isVisible()
+    size = Bytes(tiny_chat_model.stat().st_size)
+    assert shown[0] == f"0 B of {size}"
+    assert re.fullmatch(rf"{size} of {size} — \S+ \S+/s, 0 s left", shown[-1]), shown
+    target = models_home / REPO / CHAT
+    assert window.model_path == target
+    assert target.read_bytes() == tiny_chat_model.read_bytes()
+    assert not (models_home / REPO / f"{CHAT}.part").exists()
+    assert "header only" not in window.model_label.text()
+    assert window.launch.launch_button.isEnabled()
+    window.open_hub()  # again: the same file now opens without a download
+    select(dialog, CHAT)
+    assert dialog.download_button.text() == "&Open downloaded"
+    served = hub.served(REPO, CHAT)
+    with qtbot.waitSignal(dialog.opened) as opened:
+        qtbot.mouseClick(dialog.download_button, LEFT)
+    assert opened.args[0] == target and hub.served(REPO, CHAT) == served
+
+
+def test_cancel_keeps_the_partial_file_and_the_next_download_resumes(
+        window, hub, wide_model, models_home, monkeypatch, qtbot):
+    release = slow_down(hub, monkeypatch, per_chunk_s=0.03, hold_after=8 * MiB)
+    dialog = open_dialog(window, qtbot, f"hf:{REPO}/{WIDE}")
+    list_repo(dialog, qtbot)
+    ticks: list[int] = []
+    heartbeat = QTimer()
+    heartbeat.timeout.connect(lambda: ticks.append(1))
+    heartbeat.start(20)
+    qtbot.mouseClick(dialog.download_button, LEFT)
+    # the fake Hub now holds the rest of the file: the GUI thread keeps running meanwhile
+    qtbot.waitUntil(lambda: hub.served(REPO, WIDE) >= 8 * MiB, timeout=30_000)
+    qtbot.waitUntil(lambda: "/s" in dialog.status.text(), timeout=10_000)
+    before = len(ticks)
+    qtbot.waitUntil(lambda: len(ticks) >= before + 5, timeout=5_000)
+    assert dialog.task is not None and dialog.task.isRunning()
+    heartbeat.stop()
+    total = wide_model.stat().st_size
+    assert re.match(rf"\S+ \S+ of {re.escape(str(Bytes(total)))} — .+/s, .+ left", dialog.status.text())
+    assert 0 < dialog.progress.value() < dialog.progress.maximum()
+    with qtbot.waitSignal(dialog.stopped, timeout=30_000):
+        qtbot.mouseClick(dialog.cancel_button, LEFT)
+        release.set()  # the next chunk arrives, the worker sees Cancel and stops
+    assert dialog.status.text() == CANCELLED
+    assert dialog.error.isHidden()  # a cancel is no error
+    part = models_home / REPO / f"{WIDE}.part"
+    kept = part.stat().st_size
+    assert 0 < kept < total
+    assert window.model_path is None and dialog.download_button.isEnabled()
+    with qtbot.waitSignal(dialog.opened, timeout=60_000) as opened:
+        qtbot.mouseClick(dialog.download_button, LEFT)
+    assert opened.args[0].read_bytes() == wide_model.read_bytes()
+    asked = [r for m, p, r in hub.requests if m == "GET" and p.endswith(f"/{WIDE}")]
+    assert asked[-1] == f"bytes={kept}-", asked  # resumed where the kept bytes end, not restarted
+    assert not part.exists() and window.model_path == opened.args[0]
+    assert window.launch.launch_button.isEnabled()
+
+
+# ---- errors ----------------------------------------------------------------------------------------
+
+def test_a_missing_repo_is_said_in_the_dialog_which_stays_usable(window, hub, qtbot):
+    dialog = open_dialog(window, qtbot, "acme/no-such-repo")
+    with qtbot.waitSignal(dialog.failed, timeout=30_000) as failed:
+        qtbot.mouseClick(dialog.list_button, LEFT)
+    message = failed.args[0]
+    assert dialog.error.text() == message and not dialog.error.isHidden()
+    assert "acme/no-such-repo not found" in message
+    assert "Check the name" in message  # the hint, on its own line
+    assert "Traceback" not in message and dialog.table.rowCount() == 0
+    assert dialog.list_button.isEnabled() and not dialog.progress.isVisible()
+    dialog.repo.setText(REPO)  # usable: the right name lists
+    list_repo(dialog, qtbot)
+    assert dialog.error.isHidden() and dialog.table.rowCount() == 5
+
+
+def test_a_missing_revision_is_said_in_the_dialog(window, hub, qtbot):
+    dialog = open_dialog(window, qtbot)
+    dialog.revision.setText("v9")
+    with qtbot.waitSignal(dialog.failed, timeout=30_000) as failed:
+        qtbot.mouseClick(dialog.list_button, LEFT)
+    assert f"revision 'v9' not found in {REPO}" in failed.args[0]
+    dialog.revision.clear()  # empty: main
+    list_repo(dialog, qtbot)
+    assert dialog.table.rowCount() == 5
+
+
+def test_an_unreachable_hub_is_said_in_the_dialog(window, models_home, monkeypatch, qtbot):
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+    dialog = open_dialog(window, qtbot)
+    with qtbot.waitSignal(dialog.failed, timeout=60_000) as failed:
+        qtbot.mouseClick(dialog.list_button, LEFT)
+    assert f"cannot reach http://127.0.0.1:{port}" in failed.args[0]
+    assert "HF_ENDPOINT" in dialog.error.text()
+    assert dialog.list_button.isEnabled()
+
+
+def test_cancel_listing_frees_the_dialog_at_once(window, hub, monkeypatch, qtbot):
+    gate = threading.Event()
+    real = hub.server.RequestHandlerClass._route  # type: ignore[attr-defined]
+
+    def held(self, *, body: bool) -> None:  # the API answers only once the test lets it
+        gate.wait(30)
+        real(self, body=body)
+
+    monkeypatch.setattr(hub.server.RequestHandlerClass, "_route", held)
+    dialog = open_dialog(window, qtbot)
+    qtbot.mouseClick(dialog.list_button, LEFT)
+    assert dialog.progress.isVisible() and not dialog.list_button.isEnabled()
+    qtbot.mouseClick(dialog.cancel_button, LEFT)
+    assert dialog.list_button.isEnabled() and not dialog.progress.isVisible()
+    assert dialog.status.text() == "Listing cancelled"
+    gate.set()
+    qtbot.waitUntil(lambda: not dialog.stopping, timeout=30_000)
+    assert dialog.table.rowCount() == 0  # the late answer was dropped
