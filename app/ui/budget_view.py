@@ -7,6 +7,7 @@ drawn in red, with the reason and the best alternative one click away.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from html import escape
 from typing import TYPE_CHECKING
@@ -212,13 +213,16 @@ class DeviceRow(QWidget):
         self.caption.setText(" · ".join([*parts, shown_free]))
 
 
-def legend_entries() -> dict[str, str]:
-    """Label -> colour for every part drawn (a label on both bars, "Other apps", is listed once)."""
-    return {label: color for _k, label, color in GPU_PARTS + HOST_PARTS}
+def legend_entries(shown: Iterable[Segment] | None = None) -> dict[str, str]:
+    """Label -> colour for the parts drawn (a label on several bars, "Other apps", is listed once);
+    with ``shown``, only those segments' parts — a CPU plan's legend names no GPU part."""
+    if shown is None:
+        return {label: color for _k, label, color in (*GPU_PARTS, ("", "Driver reserve", DRIVER_COLOR), *HOST_PARTS)}
+    return {s.label: s.color for s in shown if s.size > 0}
 
 
-def _legend() -> str:
-    return "  ".join(f"<span style='color:{c}'>■</span> {label}" for label, c in legend_entries().items())
+def _legend(shown: Iterable[Segment] | None = None) -> str:
+    return "  ".join(f"<span style='color:{c}'>■</span> {label}" for label, c in legend_entries(shown).items())
 
 
 @dataclass(frozen=True)
@@ -317,13 +321,18 @@ class BudgetView(QWidget):
                   fit: ContextFit | None = None) -> None:
         self.plan = plan
         self._ensure_rows(len(plan.gpus))
+        shown: list[Segment] = []
         for row, dp in zip(self.rows, plan.gpus, strict=True):
             title = dp.label + (" · simulated" if dp.simulated and "simulated" not in dp.label else "")
-            row.show_device(f"{dp.name}: {title}", int(dp.total), device_segments(dp), int(dp.free),
+            segs = device_segments(dp)
+            shown += segs
+            row.show_device(f"{dp.name}: {title}", int(dp.total), segs, int(dp.free),
                             over=int(dp.free) < 0, target=plan.vram_target)
         hp = plan.host
-        self.host_row.show_device("Host RAM", int(hp.total), host_segments(hp, no_gpu=not plan.gpus), int(hp.free),
-                                  over=int(hp.free) < 0)
+        segs = host_segments(hp, no_gpu=not plan.gpus)
+        shown += segs
+        self.host_row.show_device("Host RAM", int(hp.total), segs, int(hp.free), over=int(hp.free) < 0)
+        self.legend.setText(_legend(shown))
         self.window_numbers.setText(window_text(plan))
         self.warnings.setText("<br>".join(f"⚠ {escape(w)}" for w in plan.warnings))
         self.warnings.setVisible(bool(plan.warnings))

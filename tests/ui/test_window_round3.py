@@ -214,3 +214,17 @@ def test_a_mistyped_context_says_why_on_its_own_line(window, shape_model, qtbot)
         qtbot.keyClicks(c.entry, "64k")
         qtbot.keyClick(c.entry, Qt.Key.Key_Return)
     assert c.error.isHidden()
+
+
+def test_the_legend_names_only_the_parts_on_the_bars(no_gpu_window, shape_model, qtbot):
+    """A CPU plan names no GPU part; a GPU plan names the driver's reserve it draws."""
+    w = no_gpu_window
+    with qtbot.waitSignal(w.planned):
+        assert w.open_model(shape_model(LLAMA8B))
+    text = w.budget.legend.text()
+    assert "Mapped weights" in text and "KV cache" in text
+    assert "Overhead" not in text and "Safety" not in text and "KV window" not in text
+    with qtbot.waitSignal(w.planned):
+        w.devices.simulate.setCurrentText("H200")
+    text = w.budget.legend.text()
+    assert "Driver reserve" in text and "Weights" in text and "Overhead" in text
