@@ -15,8 +15,9 @@ import json
 import sys
 from typing import Any
 
-from app.commands.common import add_launch_args, hub_model, settings_from_args
+from app.commands.common import add_launch_args, hub_model, seconds, settings_from_args
 from app.planner.errors import PlannerError
+from app.planner.measure import MeasureError
 from app.planner.measurement import Measurement
 from app.planner.settings import LaunchSettings
 from app.planner.units import Bytes, format_tokens
@@ -25,23 +26,31 @@ from app.planner.units import Bytes, format_tokens
 def register(sub: Any) -> None:
     p = sub.add_parser("measure", help="measure the compute buffer and KV cache llama.cpp would reserve",
                        description="Pass 1: what llama.cpp's own allocator would reserve for this exact "
-                                   "launch (nothing is loaded or allocated).")
+                                   "launch (nothing is loaded or allocated).",
+                       epilog="Exit status: 0 measured; 1 pass 1 ran and failed (a crash, a timeout, out of "
+                              "memory); 2 the model or the settings cannot be used (as for `headroom plan`).")
     p.add_argument("model", help="the GGUF file, or hf:owner/name[:QUANT] (measured from its header only)")
     add_launch_args(p)
     p.add_argument("--with", dest="method", choices=("probe", "fit-params"), default="probe",
                    help="probe: llama-cpp-python no_alloc (default); fit-params: the engine's llama-fit-params")
     p.add_argument("--refresh", action="store_true", help="measure again even when cached")
-    p.add_argument("--timeout", type=float, default=60.0, help="seconds before the probe is stopped")
+    p.add_argument("--timeout", type=seconds, default=60.0, help="seconds before the probe is stopped")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run)
 
 
 def _measure(args: argparse.Namespace, settings: LaunchSettings) -> tuple[Measurement, bool, str | None]:
     from app.engine.native_build import find_build
-    from app.planner.gguf_model import read_headers
+    from app.planner.errors import NotModelled
+    from app.planner.gguf_model import read_headers, read_shape
+    from app.planner.kv import check_supported
     from app.planner.measure import gpu_caveat, measure_cached
 
     read_headers(args.model)  # a missing, truncated or non-GGUF file: one clear line, before any child runs
+    try:  # settings the engine refuses (a quantized V without flash attention ...): said as `plan` says it
+        check_supported(read_shape(args.model), settings)
+    except NotModelled:
+        pass  # the planner does not know the architecture; the probe still measures it
     engine = find_build()
     if args.method == "fit-params":
         from app.planner.measure_engine import fit_params_measure
@@ -78,9 +87,12 @@ def run(args: argparse.Namespace) -> int:
         args.model = hub_model(args.model, download=False)
         settings = settings_from_args(args)
         m, hit, caveat = _measure(args, settings)
-    except (PlannerError, ValueError) as exc:
+    except MeasureError as exc:  # the probe ran and failed
         print(f"headroom measure: {exc}", file=sys.stderr)
         return 1
+    except (PlannerError, ValueError) as exc:  # bad input: a file, a setting or a repo it cannot use
+        print(f"headroom measure: {exc}", file=sys.stderr)
+        return 2
     if args.json:
         print(json.dumps({"settings": settings.to_json(), "measurement": m.to_json(), "cached": hit,
                           "caveat": caveat}, indent=2))

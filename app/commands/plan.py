@@ -22,6 +22,7 @@ from app.commands.common import (
     hub_model,
     measured_plan,
     plan_options,
+    seconds,
     settings_from_args,
 )
 from app.engine.discover import EngineInfo
@@ -40,7 +41,7 @@ def register(sub: Any) -> None:
     add_gpu_args(p)
     p.add_argument("--measure", action="store_true",
                    help="run pass 1 first (else a cached pass 1 for this exact launch is used when there is one)")
-    p.add_argument("--timeout", type=float, default=60.0, help="seconds before pass 1 is stopped")
+    p.add_argument("--timeout", type=seconds, default=60.0, help="seconds before pass 1 is stopped")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.set_defaults(func=run)
 

@@ -25,6 +25,7 @@ from app.commands.common import (
     hub_model,
     measured_plan,
     plan_options,
+    seconds,
     settings_from_args,
 )
 from app.engine.discover import EngineInfo
@@ -50,7 +51,7 @@ def register(sub: Any) -> None:
     p.add_argument("--smoke", action="store_true", help="run the shared-sequence smoke test once ready")
     p.add_argument("--diagnostic", action="store_true",
                    help="launch with GGML_SCHED_DEBUG_REALLOC=1 (for --smoke: name graph re-reserves)")
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the engine to load")
+    p.add_argument("--timeout", type=seconds, default=120.0, help="seconds to wait for the engine to load")
     p.add_argument("--slot-save-path", type=Path, default=None, metavar="DIR",
                    help="where the engine saves slot caches (for `headroom sessions save/restore`); "
                         "llama-server's flag, allocates nothing")

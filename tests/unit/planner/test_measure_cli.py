@@ -46,8 +46,8 @@ def test_measure_reports_an_impossible_setting(engine_build: EngineBuild, tiny_m
                                                capsys: pytest.CaptureFixture[str]) -> None:
     rc = cli.main(["measure", str(tiny_model), "--fa", "off", "--ctk", "f16", "--ctv", "q4_0"])
     err = capsys.readouterr().err
-    assert rc == 1
-    assert "needs flash attention" in err
+    assert rc == 2  # a setting it cannot use, as `headroom plan` says it
+    assert "requires flash attention" in err  # said before any child runs, as `plan` says it
 
 
 @pytest.mark.parametrize(("content", "says"), [
@@ -64,7 +64,18 @@ def test_measure_names_a_file_that_is_not_a_gguf_in_one_line(
         model.mkdir()
     else:
         model.write_bytes(content)
-    assert cli.main(["measure", str(model), "--with", method]) == 1
+    assert cli.main(["measure", str(model), "--with", method]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1  # one line, not llama.cpp's log or a core-dump backtrace
     assert err.startswith("headroom measure: ") and "model.gguf" in err and says in err
+
+
+def test_a_probe_that_fails_exits_1_and_bad_input_exits_2(engine_build: EngineBuild, tiny_model: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """Scripts can tell "pass 1 ran and failed" (1) from "this model or setting cannot be used" (2)."""
+    assert cli.main(["measure", str(tiny_model), "--refresh", "--timeout", "0.001"]) == 1
+    assert "headroom measure: " in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["measure", str(tiny_model), "--timeout", "-5"])
+    assert exit_.value.code == 2
+    assert "must be more than 0 seconds" in capsys.readouterr().err
