@@ -13,7 +13,8 @@ from typing import Any
 
 def register(sub: Any) -> None:
     p = sub.add_parser("gui", help="open the window (the default when no command is given)")
-    p.add_argument("model", nargs="?", type=Path, help="a GGUF model to open")
+    p.add_argument("model", nargs="?", help="a GGUF model to open, or hf:owner/name[:QUANT] (its header only: "
+                                            "download it in the window to launch)")
     p.add_argument("--demo", action="store_true", help="open the built-in demo (a simulated 24 GB GPU)")
     p.add_argument("--ctx", type=_ctx, default=None, help="context length to start with, e.g. 512k")
     p.add_argument("--screenshot", type=Path, default=None, metavar="PATH",
@@ -45,10 +46,20 @@ def run(args: argparse.Namespace) -> int:
               "`headroom plan MODEL.gguf` on a terminal, or run the window under Xvfb "
               "(xvfb-run headroom gui) or with QT_QPA_PLATFORM=offscreen.", file=sys.stderr)
         return 2
-    if args.model is not None and not args.model.is_file():
-        what = "is a directory, not a file" if args.model.is_dir() else "not found"
-        print(f"headroom gui: model {what}: {args.model}", file=sys.stderr)
-        return 2
+    model: Path | None = None
+    if args.model is not None:
+        from app.commands.common import hub_model
+        from app.planner.errors import PlannerError
+
+        try:
+            model = Path(hub_model(args.model, download=False))  # hf:…: the header-only copy, before Qt
+        except PlannerError as exc:
+            print(f"headroom gui: {exc}", file=sys.stderr)
+            return 2
+        if not model.is_file():
+            what = "is a directory, not a file" if model.is_dir() else "not found"
+            print(f"headroom gui: model {what}: {model}", file=sys.stderr)
+            return 2
     from app.ui.application import run_gui  # Qt only when the window is wanted
 
-    return run_gui(model=args.model, demo=args.demo, ctx=args.ctx, screenshot=args.screenshot)
+    return run_gui(model=model, demo=args.demo, ctx=args.ctx, screenshot=args.screenshot)

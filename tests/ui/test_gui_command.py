@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.fixtures.fake_hub import FakeHub, fake_hub  # noqa: F401 (the fixture)
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -34,3 +36,20 @@ def test_a_bad_context_or_a_missing_model_is_one_line_before_any_window(tmp_path
                               env=env, capture_output=True, text=True, timeout=60)
         assert proc.returncode == 2 and says in proc.stderr, proc.stderr
         assert "Traceback" not in proc.stderr and not shot.exists()
+
+
+def test_a_hugging_face_ref_opens_the_header_only_copy(tmp_path: Path, fake_hub: FakeHub,  # noqa: F811
+                                                        tiny_chat_model: Path) -> None:
+    """`headroom gui hf:owner/name:QUANT`: the header is fetched before the window opens, which plans it;
+    a repo that is not there is one line, before any window."""
+    fake_hub.add_repo("acme/Tiny-GGUF", {"tiny-Q8_0.gguf": tiny_chat_model})
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"}
+    shot = tmp_path / "shot.png"
+    proc = subprocess.run([sys.executable, "-m", "app", "gui", "hf:acme/Tiny-GGUF:Q8_0", "--screenshot", str(shot)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "header of acme/Tiny-GGUF/tiny-Q8_0.gguf" in proc.stderr and shot.stat().st_size > 0
+    proc = subprocess.run([sys.executable, "-m", "app", "gui", "hf:acme/Gone-GGUF", "--screenshot", str(shot)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.startswith("headroom gui: ") and "acme/Gone-GGUF" in proc.stderr
+    assert "Traceback" not in proc.stderr
