@@ -7,13 +7,14 @@ failure means, live in ``nvml_session.py``; simulated cards in ``gpu_table.py``.
   failing GPU: ``reason`` and ``warnings`` say what happened.
 - ``resolve_gpus(["H200", "MyCard:20GiB"])``: simulated cards instead; ``[]``/``["auto"]`` = real.
 - ``Poller`` / ``snapshot()``: the cheap reading the UI takes about once a second, telling the
-  launched engine's memory (by PID, children included) from other processes'.
+  launched engine's memory (by PID, children included) from other processes', with host RAM too.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
@@ -205,14 +206,21 @@ class Snapshot:
     warnings: tuple[str, ...] = ()
     engine_pid: int | None = None
     taken_at: float = 0.0  # time.monotonic()
+    host: HostMemory | None = None  # psutil at the same moment (also without NVML); None: not read
 
 
-def snapshot(session: NvmlSession, engine_pid: int | None) -> Snapshot:
-    """Memory and processes per GPU now: one memory call and two process calls per GPU. The session
-    (``NvmlSession``, the handle cache) is opened on first use and keeps handles and names."""
+def snapshot(session: NvmlSession, engine_pid: int | None,
+             read_host: Callable[[], HostMemory | None] = host_memory) -> Snapshot:
+    """Memory and processes per GPU now (one memory call and two process calls per GPU) and host RAM
+    (psutil, read even when NVML is unusable: CPU-only machines plan against it). The session
+    (``NvmlSession``, the handle cache) is opened on first use and keeps handles and names.
+    ``read_host`` is for tests (host RAM that moves on cue; others' processes move the real one);
+    when it returns None the snapshot has no host reading."""
     now = time.monotonic()
+    host = read_host()
     if not session.open():
-        return Snapshot(gpus=(), ok=False, reason=session.reason, engine_pid=engine_pid, taken_at=now)
+        return Snapshot(gpus=(), ok=False, reason=session.reason, engine_pid=engine_pid, taken_at=now,
+                        host=host)
     samples: list[GpuSample] = []
     warnings = list(session.warnings)
     for info, handle in session.devices:
@@ -228,14 +236,16 @@ def snapshot(session: NvmlSession, engine_pid: int | None) -> Snapshot:
                                  processes_known=procs is not None))
     reason = "" if samples else _no_gpu_reason(session, warnings)
     return Snapshot(gpus=tuple(samples), ok=True, reason=reason, warnings=tuple(warnings),
-                    engine_pid=engine_pid, taken_at=now)
+                    engine_pid=engine_pid, taken_at=now, host=host)
 
 
 class Poller:
     """Holds one NVML session for the UI's ~1/s worker. Thread-safe; ``close()`` shuts NVML down."""
 
-    def __init__(self, nvml: ModuleType | None = None) -> None:
+    def __init__(self, nvml: ModuleType | None = None,
+                 read_host: Callable[[], HostMemory | None] = host_memory) -> None:
         self._session = NvmlSession(nvml)
+        self._read_host = read_host
         self._lock = threading.Lock()
         self._closed = False
 
@@ -244,7 +254,7 @@ class Poller:
             if self._closed:
                 return Snapshot(gpus=(), ok=False, reason="poller closed", engine_pid=engine_pid,
                                 taken_at=time.monotonic())
-            return snapshot(self._session, engine_pid)
+            return snapshot(self._session, engine_pid, self._read_host)
 
     def close(self) -> None:
         with self._lock:

@@ -149,7 +149,9 @@ class DevicesPanel(QWidget):
                                    f"Host RAM: {Bytes(host.available)} available (psutil)")
 
     def show_snapshot(self, snap: Snapshot) -> None:
-        """Live update of the real GPUs (ignored while planning for simulated ones)."""
+        """Live update of host RAM, and of the real GPUs (not while planning for simulated ones)."""
+        if snap.host is not None:
+            self.show_host(snap.host)
         if self.simulated_choice() or not snap.ok:
             return
         self._ensure_cards(len(snap.gpus))

@@ -1,10 +1,21 @@
-"""Live re-planning: when another app takes or releases GPU memory, plan again from the new reading.
+"""Live re-planning: when another app takes or releases GPU memory or host RAM, plan again.
 
-The plan starts from an inventory read once; the devices panel polls NVML about once a second. When
-a real GPU's free memory moved by more than the plan's safety margin since the inventory was read,
-the window re-plans from the new reading, so the bars show the truth. Re-plans are coalesced (the
-latest snapshot wins, at most one per ``MIN_INTERVAL_S``) and deferred while the user drags the
-context slider or while the launched engine runs (its own memory would read as "other apps").
+The plan starts from an inventory read once; the poll worker reads NVML and psutil about once a
+second (``app.planner.devices.snapshot``). The window re-plans from the new reading when
+
+- a real GPU's free memory moved by more than the plan's safety margin, or
+- host available RAM moved by more than ``host_threshold(margin)`` = max(margin, 512 MiB) — also
+  with no GPU at all (the CPU plan) and with simulated GPUs (their host RAM is this machine's).
+
+Why a larger floor for the host: NVML's free memory only moves when a process allocates on the
+card, but psutil's ``available`` drifts all the time (page cache, other apps starting and ending)
+by a few hundred MiB; re-planning on every such wobble would redraw the bars every second. Host
+budgets are in GiB (mapped weights, the KV host tail), so a 512 MiB move is still well under any
+verdict that matters, and a larger safety margin raises the floor with it.
+
+Re-plans are coalesced (the latest snapshot wins, at most one per ``MIN_INTERVAL_S``) and deferred
+while the user drags the context slider or while the launched engine runs (its own memory, GPU or
+host, would read as "other apps").
 """
 
 from __future__ import annotations
@@ -13,20 +24,28 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from app.planner.devices import Inventory, Snapshot
+from app.planner.devices import GpuDevice, HostMemory, Inventory, Snapshot
+from app.planner.units import MiB
 from app.ui.qt import QObject, QTimer
 
 #: At most one live re-plan per this many seconds.
 MIN_INTERVAL_S = 1.0
 #: While deferred (a drag), look again after this many milliseconds.
 RETRY_MS = 250
+#: Host available RAM must move by more than this (or the safety margin, if larger) to re-plan.
+HOST_MIN_MOVE = 512 * MiB
 
 
-def refreshed_inventory(inv: Inventory, snap: Snapshot, margin: int) -> Inventory | None:
-    """``inv`` with the snapshot's memory readings, if some real GPU's free memory moved by more
-    than ``margin`` bytes; None when nothing that matters changed (or the GPUs are simulated)."""
+def host_threshold(margin: int) -> int:
+    """Bytes host available RAM must move by before a re-plan (see the module docstring)."""
+    return max(margin, HOST_MIN_MOVE)
+
+
+def _refreshed_gpus(inv: Inventory, snap: Snapshot, margin: int) -> tuple[tuple[GpuDevice, ...], bool]:
+    """The GPUs with the snapshot's readings, and whether a real one's free memory moved by more
+    than ``margin``. Simulated cards (or an unusable NVML) keep the inventory's numbers."""
     if not snap.ok or not inv.gpus or any(g.simulated for g in inv.gpus):
-        return None
+        return inv.gpus, False
     samples = {s.index: s for s in snap.gpus}
     moved = False
     gpus = []
@@ -38,7 +57,22 @@ def refreshed_inventory(inv: Inventory, snap: Snapshot, margin: int) -> Inventor
         moved = moved or abs(s.free - g.free) > margin
         gpus.append(replace(g, free=s.free, used=s.used, reserved=s.reserved, processes=s.processes,
                             processes_known=s.processes_known))
-    return replace(inv, gpus=tuple(gpus)) if moved else None
+    return tuple(gpus), moved
+
+
+def _refreshed_host(host: HostMemory, now: HostMemory | None, margin: int) -> tuple[HostMemory, bool]:
+    if now is None:
+        return host, False
+    return now, abs(now.available - host.available) > host_threshold(margin)
+
+
+def refreshed_inventory(inv: Inventory, snap: Snapshot, margin: int) -> Inventory | None:
+    """``inv`` with the snapshot's memory readings (GPUs and host), if a real GPU's free memory
+    moved by more than ``margin`` bytes or host available RAM by more than ``host_threshold``;
+    None when nothing that matters changed."""
+    gpus, gpus_moved = _refreshed_gpus(inv, snap, margin)
+    host, host_moved = _refreshed_host(inv.host, snap.host, margin)
+    return replace(inv, gpus=gpus, host=host) if gpus_moved or host_moved else None
 
 
 class LiveReplan(QObject):

@@ -4,11 +4,12 @@ launch and the engine's log at the bottom. Only wiring; every number comes from 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
 from app.engine.discover import EngineInfo
-from app.planner.devices import Inventory, Poller, Snapshot
+from app.planner.devices import HostMemory, Inventory, Poller, Snapshot, host_memory
 from app.planner.errors import PlannerError
 from app.planner.measurement import Measurement
 from app.planner.plan import Plan
@@ -61,7 +62,8 @@ class MainWindow(QMainWindow):
     errorShown = Signal(str)
 
     def __init__(self, state: UiState | None = None, *, persist: bool = True,
-                 state_file: Path | None = None, nvml: ModuleType | None = None) -> None:
+                 state_file: Path | None = None, nvml: ModuleType | None = None,
+                 read_host: Callable[[], HostMemory | None] = host_memory) -> None:
         super().__init__()
         self.nvml = nvml  # a pynvml stand-in for tests; None = the real one
         self.state_file = state_file
@@ -81,7 +83,7 @@ class MainWindow(QMainWindow):
         self.plan_ms = 0.0
         self._build()
         self._menus()
-        self.poller = Poller(nvml)
+        self.poller = Poller(nvml, read_host)  # read_host: live host RAM (tests pass their own)
         self.poll = PollWorker(self._poll_once, parent=self)
         self.poll.polled.connect(self.devices.show_snapshot)
         self.live = LiveReplan(lambda: self.inputs.inventory, lambda: self.inputs.safety, self._live_busy,
@@ -284,7 +286,8 @@ class MainWindow(QMainWindow):
         return self.settings.context.slider.isSliderDown() or self.launch.server is not None
 
     def _apply_live(self, inv: Inventory) -> None:
-        self.real_inventory = inv
+        if not any(g.simulated for g in inv.gpus):  # simulated cards: only their host RAM is live
+            self.real_inventory = inv
         self.inputs.set_inventory(inv)
         self.replan()
 

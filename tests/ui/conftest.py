@@ -23,7 +23,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture
 def window(qtbot, tmp_path: Path) -> Iterator[MainWindow]:
-    w = MainWindow(state=UiState(), persist=False, state_file=tmp_path / "gui-state.json")
+    # Host RAM held still: on a shared box psutil's reading moves by GiBs between polls, and a live
+    # re-plan would race the test's own (tests/ui/test_live_replan_host.py tests that path).
+    w = MainWindow(state=UiState(), persist=False, state_file=tmp_path / "gui-state.json", read_host=lambda: None)
     qtbot.addWidget(w)
     w.show()
     yield w

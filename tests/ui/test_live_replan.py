@@ -17,7 +17,10 @@ LLAMA8B = "llama-3.1-8b-instruct-q4_k_m"
 
 
 def _window(qtbot, tmp_path, nvml: FakeNvml) -> MainWindow:
-    w = MainWindow(state=UiState(), persist=False, state_file=tmp_path / "s.json", nvml=nvml)
+    # No live host reading: other processes on this box move host RAM by GiBs, which re-plans too
+    # (tests/ui/test_live_replan_host.py); these tests count the re-plans GPU memory causes.
+    w = MainWindow(state=UiState(), persist=False, state_file=tmp_path / "s.json", nvml=nvml,
+                   read_host=lambda: None)
     qtbot.addWidget(w)
     w.show()
     return w
@@ -72,7 +75,7 @@ def test_changes_within_the_safety_margin_and_simulated_cards_do_not_replan():
     inv = resolve_gpus(["auto"], nvml)
     session = NvmlSession(nvml)
     nvml.state = "torch_ctx"
-    snap = snapshot(session, None)
+    snap = snapshot(session, None, lambda: inv.host)  # host RAM held still: only the GPU moved
     session.close()
     moved = load_readings().free - load_readings().ctx_free  # 527 MiB
     assert refreshed_inventory(inv, snap, margin=moved + 1) is None

@@ -31,7 +31,8 @@ BARE_NUMBER = re.compile(r"(?<![\d,.])\d{5,}(?![\d,.])")
 def no_gpu_window(qtbot, tmp_path: Path) -> Iterator[MainWindow]:
     """A machine without an NVIDIA driver, whatever machine the test runs on."""
     nvml = FakeNvml(init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
-    w = MainWindow(state=UiState(), persist=False, state_file=tmp_path / "s.json", nvml=nvml)
+    w = MainWindow(state=UiState(), persist=False, state_file=tmp_path / "s.json", nvml=nvml,
+                   read_host=lambda: None)  # host RAM held still, as in conftest's window
     qtbot.addWidget(w)
     w.show()
     yield w
