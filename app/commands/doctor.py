@@ -76,6 +76,33 @@ def _nvml_lines(nv: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _hub() -> dict[str, Any]:
+    """Which Hub, whether a token is there (never the token), where downloads and header copies go.
+    No network: doctor stays instant offline."""
+    import os
+
+    from app.hub.download import models_dir
+    from app.hub.errors import endpoint
+    from app.hub.preview import hub_dir
+
+    try:
+        from huggingface_hub import get_token
+
+        stored = get_token() is not None
+    except ImportError:
+        stored = False
+    token = "HF_TOKEN" if os.environ.get("HF_TOKEN") else ("stored login" if stored else "")
+    previews = list(hub_dir().rglob("*.gguf")) if hub_dir().is_dir() else []
+    return {"endpoint": endpoint(), "token": token, "models_dir": str(models_dir()),
+            "header_copies": len(previews), "header_copies_dir": str(hub_dir())}
+
+
+def _hub_line(hub: dict[str, Any]) -> str:
+    token = f"token from {hub['token']}" if hub["token"] else "no token (public repos only; `hf auth login`)"
+    return _line("Hugging Face", f"{hub['endpoint']} — {token}; downloads to {hub['models_dir']}; "
+                                 f"{hub['header_copies']} header-only copies in {hub['header_copies_dir']}")
+
+
 def _engines() -> list[dict[str, Any]]:
     from app.engine.discover import discover_engines
 
@@ -90,6 +117,7 @@ def collect() -> dict[str, Any]:
         "pyside6": _pyside(),
         "llama_cpp_python": _llama_cpp(),
         "cache_dir": str(paths.cache_dir()),
+        "hub": _hub(),
     }
     try:
         report["nvml"] = _nvml()
@@ -134,5 +162,6 @@ def run(args: argparse.Namespace) -> int:
         print(_line("Engines", "none found (run `headroom engine build`)"))
     for e in engines:
         print(_line("Engine", f"{e.get('kind', '?')} {e.get('version', '')} at {e.get('path', '?')}"))
+    print(_hub_line(report["hub"]))
     print(_line("Cache", report["cache_dir"]))
     return 0

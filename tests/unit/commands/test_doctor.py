@@ -1,0 +1,27 @@
+"""`headroom doctor`'s Hugging Face line: which Hub, whether a token is there (never the token itself)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _doctor(tmp_path: Path, **env: str) -> str:
+    base = {k: v for k, v in os.environ.items() if k not in ("HF_TOKEN", "HF_ENDPOINT")}
+    base |= {"HF_HOME": str(tmp_path / "hf-home"), "HEADROOM_CACHE_DIR": str(tmp_path / "cache"), **env}
+    proc = subprocess.run([sys.executable, "-m", "app", "doctor"], cwd=ROOT, env=base, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return next(line for line in proc.stdout.splitlines() if line.startswith("Hugging Face"))
+
+
+def test_doctor_says_whether_a_token_is_there_but_never_prints_it(tmp_path: Path) -> None:
+    with_token = _doctor(tmp_path, HF_TOKEN="hf_do_not_print_me", HF_ENDPOINT="http://127.0.0.1:9")
+    assert "token from HF_TOKEN" in with_token and "hf_do_not_print_me" not in with_token
+    assert "http://127.0.0.1:9" in with_token and "0 header-only copies" in with_token
+    without = _doctor(tmp_path)
+    assert "https://huggingface.co" in without and "no token (public repos only" in without
