@@ -30,8 +30,8 @@ from functools import lru_cache
 from app.planner.gguf_model import ModelShape
 from app.planner.kv import ContextSize, swa_cells
 from app.planner.settings import LaunchSettings
+from app.planner.units import MiB
 
-MiB = 1024 * 1024
 #: What the terms above do not model (norms, rope tables, small inputs, other architectures' extras).
 BASE_MARGIN = 64 * MiB
 #: K/V cache types the CUDA flash-attention kernels read directly; the rest are dequantized to f16 first.

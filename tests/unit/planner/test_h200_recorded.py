@@ -4,6 +4,10 @@ Recorded there by bench/h200/ on 2026-11-30 (bench/results/h200-2026-11-30.md): 
 launches of four shape models (32k–512k, f16/q8_0/q4_0, ubatch 512–2048, -np 1/4 ±kvu), 32 launches
 through ``headroom serve`` with NVML's reading of the engine process, and one whole engine log. The GPU
 cannot run here; everything the planner computes from those readings is recomputed below.
+
+The estimate's terms were fitted to these same pass-1 readings, so here they guard against regressions;
+the CPU side is checked live against pass 1 on shapes the fit never saw (tests/integration/
+test_estimate_vs_pass1.py: MLA, a recurrent hybrid, flash attention off).
 """
 
 from __future__ import annotations
@@ -105,7 +109,7 @@ def test_plan_without_pass1_meets_the_issue_9_bar(row: dict[str, Any]) -> None:
     assert plan.feasible and gpu.sources["compute"] == ESTIMATED
     nvml = row["nvml_engine_mib"]
     assert abs(gpu.used / MiB - nvml) <= issue9_tolerance(nvml)
-    assert gpu.used / MiB >= nvml - 32  # the estimate errs on the side of room
+    assert gpu.used / MiB >= nvml  # the estimate errs on the side of room
 
 
 @pytest.mark.parametrize("row", ROWS, ids=lambda r: r["key"])
