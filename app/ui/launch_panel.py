@@ -69,6 +69,7 @@ class LaunchPanel(QWidget):
         self._plan: Plan | None = None
         self._launched_plan: Plan | None = None
         self._model: Path | None = None
+        self._not_launchable = ""  # why this model cannot be launched at all (a header-only preview)
         self._arch = ""
         self.advice: list[Advisory] = []  # the engine advisories for the current plan and engine
         self._tasks: set[TaskThread] = set()
@@ -177,8 +178,11 @@ class LaunchPanel(QWidget):
         i = self.engine_combo.currentIndex()
         return self.engines[i] if 0 <= i < len(self.engines) else None
 
-    def set_plan(self, plan: Plan, model: Path | None, arch: str = "") -> None:
+    def set_plan(self, plan: Plan, model: Path | None, arch: str = "", *, not_launchable: str = "") -> None:
+        """``not_launchable``: why this model cannot be launched at all (a header-only preview); the
+        Launch button stays off and says so, whatever the plan."""
         self._plan, self._model, self._arch = plan, model, arch
+        self._not_launchable = not_launchable
         self._enable_launch()
         engine = self.engine()
         self.advice = advisories(plan, engine, arch) if engine is not None and arch else []
@@ -189,10 +193,11 @@ class LaunchPanel(QWidget):
         """Launch is offered for a plan that fits; one that does not says why on the button's tooltip."""
         plan = self._plan
         fits = plan is not None and plan.feasible
-        self.launch_button.setEnabled(self.server is None and self._model is not None and fits)
-        self.launch_button.setToolTip("" if fits or plan is None else
-                                      f"Nothing to launch: the plan does not fit ({plan.reason}). "
-                                      "Use one of the other ways to run it, shown with the plan.")
+        why_not = self._not_launchable
+        self.launch_button.setEnabled(self.server is None and self._model is not None and fits and not why_not)
+        no_fit = "" if fits or plan is None else (f"Nothing to launch: the plan does not fit ({plan.reason}). "
+                                                  "Use one of the other ways to run it, shown with the plan.")
+        self.launch_button.setToolTip("\n".join(t for t in (why_not, no_fit) if t))
 
     def refusal(self) -> str | None:
         """The first "error" advisory's message: the launch is refused with it."""

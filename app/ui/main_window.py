@@ -322,9 +322,8 @@ class MainWindow(QMainWindow):
         else:
             self.settings.context.set_largest_fit(fit.resident or None, "fully on GPU")
         # A header-only copy has no weights: Launch has no model to start, and says why.
-        self.launch.set_plan(plan, None if self.preview else self.model_path, self.inputs.shape.arch)
-        if self.preview:
-            self.launch.launch_button.setToolTip(PREVIEW_LAUNCH)
+        self.launch.set_plan(plan, None if self.preview else self.model_path, self.inputs.shape.arch,
+                             not_launchable=PREVIEW_LAUNCH if self.preview else "")
         self.sessions.set_advisories(self.launch.advice)
         self.planned.emit(plan)
 

@@ -16,6 +16,7 @@ import pytest
 
 from app.engine.discover import EngineInfo
 from app.planner.units import Bytes, GiB
+from app.ui.hub_button import PREVIEW_LAUNCH
 from app.ui.main_window import MainWindow
 from app.ui.qt import QCheckBox, QColor, QLabel, QPalette, QPushButton, Qt
 from app.ui.state import UiState, load_state
@@ -229,3 +230,21 @@ def test_the_legend_names_only_the_parts_on_the_bars(no_gpu_window, shape_model,
         w.devices.simulate.setCurrentText("H200")
     text = w.budget.legend.text()
     assert "Driver reserve" in text and "Weights" in text and "Overhead" in text
+
+
+def test_a_model_that_cannot_be_launched_keeps_saying_why(no_gpu_window, shape_model, qtbot):
+    """The Launch button's reason for a header-only preview survives the panel re-enabling itself
+    (an engine that failed or stopped) and sits beside a plan's own "does not fit"."""
+    w = no_gpu_window
+    with qtbot.waitSignal(w.planned):
+        assert w.open_model(shape_model(LLAMA8B))
+    w.preview = "acme/X-GGUF/x-Q8_0.gguf"  # as opening a header-only copy sets it
+    w.replan()
+    panel, plan = w.launch, w.plan
+    assert plan is not None and plan.feasible
+    assert not panel.launch_button.isEnabled() and panel.launch_button.toolTip() == PREVIEW_LAUNCH
+    panel._failed("the engine exited")  # what an engine failure does to the panel (it re-enables itself)
+    assert not panel.launch_button.isEnabled() and panel.launch_button.toolTip() == PREVIEW_LAUNCH
+    w.preview = None  # a real file again: Launch is back, the reason gone
+    w.replan()
+    assert panel.launch_button.isEnabled() and PREVIEW_LAUNCH not in panel.launch_button.toolTip()
