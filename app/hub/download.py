@@ -1,8 +1,10 @@
 """Download a repo's GGUF (every part) to launch it: resumable, sha256-checked, cancellable.
 
 Each part streams to ``<dest>/<repo>/<path>.part`` and is renamed into place once complete and its
-sha256 matches the LFS oid. A cancelled or cut download keeps its ``.part``; the next call hashes the
-kept bytes and asks for the rest with a Range request.
+sha256 matches the LFS oid. A cancelled or cut download keeps its ``.part`` (and ``.part.json``: which
+commit and sha256 it is part of); the next call hashes the kept bytes and asks for the rest with a Range
+request, unless the repo moved on and the ``.part`` belongs to another file (then it starts over). A
+finished file gets ``<file>.download.json``; :func:`downloaded` trusts a file only with a matching one.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from app.hub.errors import HubCancelled, HubError, is_translatable, translate
+from app.hub.files import read_json, size_of, write_json
 from app.hub.remote import RemoteFile, RemoteGguf, open_range
 from app.paths import data_dir
 from app.planner.units import Bytes, MiB
@@ -25,6 +29,8 @@ PROGRESS_EVERY = 0.1
 #: Kept free on the destination disk beyond the download itself.
 DISK_MARGIN = 256 * MiB
 _CHUNK = 4 * MiB
+#: Next to a finished download: which repo file (commit, sha256) it is.
+RECORD = ".download.json"
 
 Progress = Callable[[int, int], None]
 
@@ -41,27 +47,44 @@ def _partial(path: Path) -> Path:
     return path.with_name(path.name + ".part")
 
 
-def _size_of(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
+def _part_record(path: Path) -> Path:
+    """Which file a ``.part`` belongs to: {commit, sha256, size}, written before its first byte."""
+    return path.with_name(path.name + ".part.json")
+
+
+def _record(path: Path) -> Path:
+    """Which repo file a finished download is: {repo, commit, path, sha256, size}. (Not ``.hub.json``:
+    that suffix marks header-only previews.)"""
+    return path.with_name(path.name + RECORD)
+
+
+def _same_file(record: dict[str, Any] | None, gguf: RemoteGguf, part: RemoteFile) -> bool:
+    """Does ``record`` describe ``part`` of ``gguf``: the same sha256 when both have one, else the same
+    commit, and the same size either way."""
+    if not record or record.get("size") != part.size:
+        return False
+    sha = record.get("sha256")
+    if part.sha256 and isinstance(sha, str) and sha:
+        return sha.lower() == part.sha256.lower()
+    return record.get("commit") == gguf.commit
+
+
+def _complete(gguf: RemoteGguf, part: RemoteFile, path: Path) -> bool:
+    return size_of(path) == part.size and _same_file(read_json(_record(path)), gguf, part)
 
 
 def downloaded(gguf: RemoteGguf, dest_root: Path | None = None) -> Path | None:
-    """The complete local copy of ``gguf`` (every part, each its full size), or None."""
-    for part in gguf.parts:
-        path = local_path(gguf, part, dest_root)
-        if not path.is_file() or path.stat().st_size != part.size:
-            return None
-    return local_path(gguf, dest_root=dest_root)
+    """The complete local copy of ``gguf`` (every part its full size, recorded as this very file), or None."""
+    if all(_complete(gguf, part, local_path(gguf, part, dest_root)) for part in gguf.parts):
+        return local_path(gguf, dest_root=dest_root)
+    return None
 
 
 class _Meter:
     """progress(done, total) over all parts, at most every PROGRESS_EVERY seconds (and at the end)."""
 
-    def __init__(self, total: int, progress: Progress | None) -> None:
-        self.total, self.progress, self.done, self.last = total, progress, 0, 0.0
+    def __init__(self, total: int, progress: Progress | None, done: int) -> None:
+        self.total, self.progress, self.done, self.last = total, progress, done, 0.0
 
     def add(self, n: int, *, force: bool = False) -> None:
         self.done += n
@@ -72,21 +95,37 @@ class _Meter:
 
 
 def download(gguf: RemoteGguf, *, token: str | None = None, cancel: threading.Event | None = None,
-             progress: Progress | None = None, dest_root: Path | None = None) -> Path:
+             progress: Progress | None = None, dest_root: Path | None = None,
+             verifying: Progress | None = None) -> Path:
     """Download every part of ``gguf``; returns the first part's path. HubCancelled when ``cancel`` is
-    set (the ``.part`` kept); HubError for a full disk, a network failure or a sha256 mismatch."""
+    set (the ``.part`` kept); HubError for a full disk, a network failure or a sha256 mismatch.
+
+    The first ``progress`` event is the bytes already on disk (complete parts and kept ``.part`` files),
+    so a speed counts only what moves after it. ``verifying(hashed, kept)`` reports re-hashing a kept
+    ``.part`` before its transfer resumes (cancellable too)."""
     paths = [local_path(gguf, p, dest_root) for p in gguf.parts]
-    kept = [p.size if _size_of(path) == p.size else min(_size_of(_partial(path)), p.size)
+    kept = [p.size if _complete(gguf, p, path) else _kept(gguf, p, path)
             for p, path in zip(gguf.parts, paths, strict=True)]
     _check_space(paths[0], gguf.size - sum(kept))
-    meter = _Meter(gguf.size, progress)
+    meter = _Meter(gguf.size, progress, sum(kept))
+    meter.add(0, force=True)
     for part, path in zip(gguf.parts, paths, strict=True):
-        if _size_of(path) == part.size:
-            meter.add(part.size)
-            continue
-        _download_part(gguf, part, path, token, cancel, meter)
+        if not _complete(gguf, part, path):
+            _download_part(gguf, part, path, token, cancel, meter, verifying)
     meter.add(0, force=True)
     return paths[0]
+
+
+def _kept(gguf: RemoteGguf, part: RemoteFile, path: Path) -> int:
+    """The bytes of ``path``'s ``.part`` that belong to this very file. A ``.part`` of another commit's
+    file (or of unknown origin, or too long) is deleted: resuming it would mix two files."""
+    partial = _partial(path)
+    have = size_of(partial)
+    if have is not None and have <= part.size and _same_file(read_json(_part_record(path)), gguf, part):
+        return have
+    partial.unlink(missing_ok=True)
+    _part_record(path).unlink(missing_ok=True)
+    return 0
 
 
 def _check_space(path: Path, needed: int) -> None:
@@ -102,13 +141,17 @@ def _check_space(path: Path, needed: int) -> None:
 
 
 def _download_part(gguf: RemoteGguf, part: RemoteFile, path: Path, token: str | None,
-                   cancel: threading.Event | None, meter: _Meter) -> None:
+                   cancel: threading.Event | None, meter: _Meter, verifying: Progress | None) -> None:
     partial = _partial(path)
-    if _size_of(partial) > part.size:
-        partial.unlink()
     digest = hashlib.sha256()
-    have = _hash_kept(partial, digest) if partial.exists() else 0
-    meter.add(have)
+    if partial.exists():
+        have = _hash_kept(gguf, part, partial, digest, cancel, verifying)
+    else:
+        have = 0
+        try:
+            write_json(_part_record(path), {"commit": gguf.commit, "sha256": part.sha256, "size": part.size})
+        except OSError as exc:
+            raise translate(exc, repo=gguf.repo, what=f"writing {_part_record(path)}") from None
     if have == part.size:  # complete but never renamed (stopped before its check)
         _finish(gguf, part, path, partial, have, digest.hexdigest())
         return
@@ -134,16 +177,26 @@ def _download_part(gguf: RemoteGguf, part: RemoteFile, path: Path, token: str | 
             raise
         err = translate(exc, repo=gguf.repo, revision=gguf.commit, what=what)
         raise HubError(err.message, f"{err.hint}; the {Bytes(have)} downloaded are kept: download again to resume"
-                       if have else err.hint) from None
+                       if have else err.hint, reason=err.reason) from None
     _finish(gguf, part, path, partial, have, digest.hexdigest())
 
 
-def _hash_kept(partial: Path, digest: hashlib._Hash) -> int:
-    n = 0
+def _hash_kept(gguf: RemoteGguf, part: RemoteFile, partial: Path, digest: hashlib._Hash,
+               cancel: threading.Event | None, verifying: Progress | None) -> int:
+    """Hash the kept bytes of ``partial`` into ``digest`` (the sha256 covers the whole file), reporting
+    ``verifying(hashed, kept)`` and stopping at once on ``cancel``."""
+    kept = size_of(partial) or 0
+    n, last = 0, 0.0
     with partial.open("rb") as f:
         while block := f.read(_CHUNK):
+            if cancel is not None and cancel.is_set():
+                raise HubCancelled(f"the download of {gguf.repo}/{part.path} was cancelled",
+                                   f"{Bytes(kept)} of {Bytes(part.size)} kept; download again to resume")
             digest.update(block)
             n += len(block)
+            if verifying is not None and (n == kept or time.monotonic() - last >= PROGRESS_EVERY):
+                last = time.monotonic()
+                verifying(n, kept)
     return n
 
 
@@ -153,6 +206,14 @@ def _finish(gguf: RemoteGguf, part: RemoteFile, path: Path, partial: Path, have:
                        "download again to resume")
     if part.sha256 is not None and sha != part.sha256.lower():
         partial.unlink(missing_ok=True)
+        _part_record(path).unlink(missing_ok=True)
         raise HubError(f"{gguf.repo}/{part.path}: the downloaded file's sha256 does not match the Hub's "
                        "(the file was deleted)", "download it again")
-    os.replace(partial, path)
+    try:  # the old record goes first: a crash in between leaves a file no record vouches for, never a wrong one
+        _record(path).unlink(missing_ok=True)
+        os.replace(partial, path)
+        write_json(_record(path), {"repo": gguf.repo, "commit": gguf.commit, "path": part.path,
+                                   "sha256": sha, "size": part.size})
+        _part_record(path).unlink(missing_ok=True)
+    except OSError as exc:
+        raise translate(exc, repo=gguf.repo, what=f"keeping {path}") from None

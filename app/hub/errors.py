@@ -18,10 +18,12 @@ def endpoint() -> str:
 class HubError(PlannerError):
     """What went wrong, in a user's words; ``hint`` says what to do about it."""
 
-    def __init__(self, message: str, hint: str = "") -> None:
+    def __init__(self, message: str, hint: str = "", *, reason: str = "") -> None:
         super().__init__(message)
         self.message = message
         self.hint = hint
+        #: "gated" or "auth" when a token would help (the window points at its token field), else "".
+        self.reason = reason
 
     def __str__(self) -> str:
         return f"{self.message} ({self.hint})" if self.hint else self.message
@@ -46,16 +48,18 @@ def translate(exc: BaseException, *, repo: str, revision: str = "main", what: st
     if isinstance(exc, hf.GatedRepoError):  # a RepositoryNotFoundError too: first
         return HubError(f"{repo} is a gated repository{doing}",
                         f"accept the licence on the repo page {DEFAULT_ENDPOINT}/{repo}, then log in "
-                        "with `hf auth login` or set HF_TOKEN")
+                        "with `hf auth login` or set HF_TOKEN", reason="gated")
     if isinstance(exc, hf.RepositoryNotFoundError):
         return HubError(f"repository {repo} not found on {where} (or it is private)",
-                        f"check the name; {LOGIN_HINT}")
+                        f"check the name; {LOGIN_HINT}", reason="auth")
     if isinstance(exc, hf.RevisionNotFoundError):
         return HubError(f"revision {revision!r} not found in {repo}", "check the branch, tag or commit")
     if isinstance(exc, hf.RemoteEntryNotFoundError):
         return HubError(f"file not found in {repo}@{revision}{doing}", "list the repo again: it may have changed")
     if isinstance(exc, hf.HfHubHTTPError):
         status = exc.response.status_code if exc.response is not None else "?"
+        if status == 401:
+            return HubError(f"{where} refused access to {repo}{doing} (HTTP 401)", LOGIN_HINT, reason="auth")
         return HubError(f"the Hub answered HTTP {status} for {repo}{doing}", "try again later")
     if isinstance(exc, httpx2.TimeoutException):
         return HubError(f"timed out talking to {where}{doing}", "check the connection or HF_ENDPOINT, then retry")

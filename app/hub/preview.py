@@ -9,23 +9,26 @@ A sidecar ``<file>.hub.json`` marks the copy as a preview: launching it is refus
 
 from __future__ import annotations
 
-import json
-import os
+import contextlib
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from app.hub.errors import HubCancelled, HubError, is_translatable, translate
+from app.hub.files import atomic_write, read_json, size_of, write_json
 from app.hub.remote import RemoteFile, RemoteGguf, open_range
 from app.paths import cache_dir
 from app.planner.errors import PlannerError
 from app.planner.gguf_reader import parse_prefix
-from app.planner.units import MiB
+from app.planner.units import Bytes, MiB
 
 FIRST_PREFIX = 2 * MiB
 MAX_PREFIX = 256 * MiB
 SIDECAR = ".hub.json"
+#: Allocated bytes a sparse copy may have beyond its prefix (filesystem blocks, metadata) before Headroom
+#: decides the filesystem filled the hole in.
+SPARSE_SLACK = 64 * MiB
 
 Progress = Callable[[int, int], None]
 
@@ -48,16 +51,24 @@ def fetch_header(gguf: RemoteGguf, *, token: str | None = None, cancel: threadin
     """The header-only copy of ``gguf`` (fetched now, or the cached one). Returns the first part's path."""
     first = preview_path(gguf)
     if preview_origin(first) is not None and all(
-            _size_of(preview_path(gguf, p)) == p.size for p in gguf.parts):
+            size_of(preview_path(gguf, p)) == p.size for p in gguf.parts):
         return first
-    fetched = 0
+    prefixes: list[bytes] = []
     for part in gguf.parts:
-        prefix = _fetch_prefix(gguf, part, token, cancel, progress, fetched)
-        fetched += len(prefix)
-        _write_sparse(preview_path(gguf, part), prefix, part.size)
-    meta = _to_json(gguf) | {"fetched": fetched}
-    for part in gguf.parts:
-        _atomic_write(_sidecar(preview_path(gguf, part)), json.dumps(meta, indent=1).encode())
+        prefixes.append(_fetch_prefix(gguf, part, token, cancel, progress, sum(map(len, prefixes))))
+    meta = _to_json(gguf) | {"fetched": sum(map(len, prefixes))}
+    # The sidecars go first: a zero-filled copy must never exist without the mark that refuses launching it.
+    written = [path for part in gguf.parts for path in (_sidecar(preview_path(gguf, part)), preview_path(gguf, part))]
+    try:
+        for part in gguf.parts:
+            write_json(_sidecar(preview_path(gguf, part)), meta)
+        for part, prefix in zip(gguf.parts, prefixes, strict=True):
+            _write_sparse(preview_path(gguf, part), prefix, part.size)
+    except BaseException:
+        for path in reversed(written):  # files first, their sidecars last
+            with contextlib.suppress(OSError):
+                path.unlink(missing_ok=True)
+        raise
     return first
 
 
@@ -109,30 +120,23 @@ def _read_into(buf: bytearray, gguf: RemoteGguf, part: RemoteFile, want: int, to
 
 
 def _write_sparse(path: Path, prefix: bytes, size: int) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    """``prefix``, then a hole up to ``size``. HubError when the disk allocated the hole (FAT, exFAT...):
+    a header-only copy would then take the model's whole size."""
+
+    def write(f: IO[bytes]) -> None:
+        f.write(prefix)
+        f.truncate(size)
+
     try:
-        with tmp.open("wb") as f:
-            f.write(prefix)
-            f.truncate(size)
-        os.replace(tmp, path)
+        atomic_write(path, write)
+        allocated = path.stat().st_blocks * 512
     except OSError as exc:
         raise HubError(f"cannot write {path}: {exc.strerror or exc}", "check the disk space and permissions") from None
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-
-
-def _size_of(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return -1
+    if allocated > len(prefix) + SPARSE_SLACK:
+        path.unlink(missing_ok=True)
+        raise HubError(f"the filesystem of {hub_dir()} cannot hold sparse files: a header-only copy of "
+                       f"{path.name} would take {Bytes(allocated)} instead of {Bytes(len(prefix))}",
+                       "set HEADROOM_CACHE_DIR to a folder on ext4, xfs or btrfs")
 
 
 def _to_json(gguf: RemoteGguf) -> dict[str, Any]:
@@ -141,14 +145,7 @@ def _to_json(gguf: RemoteGguf) -> dict[str, Any]:
 
 
 def _sidecar_json(path: str | Path) -> dict[str, Any] | None:
-    side = _sidecar(Path(path))
-    if not side.is_file():
-        return None
-    try:
-        data = json.loads(side.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        data = None
-    return data if isinstance(data, dict) else {}
+    return read_json(_sidecar(Path(path)))
 
 
 def preview_origin(path: str | Path) -> RemoteGguf | None:
@@ -161,7 +158,7 @@ def preview_origin(path: str | Path) -> RemoteGguf | None:
         return RemoteGguf(str(data["repo"]), str(data["commit"]), parts)
     except (KeyError, TypeError, ValueError):  # a damaged sidecar still marks a preview
         p = Path(path)
-        return RemoteGguf("?", "", (RemoteFile(p.name, _size_of(p), None),))
+        return RemoteGguf("?", "", (RemoteFile(p.name, size_of(p) or 0, None),))
 
 
 def fetched_bytes(path: str | Path) -> int:

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from app.hub.errors import HubError, endpoint, is_translatable, translate
 from app.hub.refs import HubRef
@@ -96,17 +96,21 @@ def group_parts(repo: str, commit: str, files: list[RemoteFile]) -> list[RemoteG
 
 def list_ggufs(repo: str, revision: str = "main", *, token: str | None = None) -> RepoListing:
     """Every GGUF model in ``repo`` at ``revision`` (resolved to its commit). HubError when the repo,
-    revision or Hub cannot be reached, or the repo holds no GGUF."""
-    from huggingface_hub import HfApi
-    from huggingface_hub.hf_api import RepoFile
+    revision or Hub cannot be reached (each request waits at most TIMEOUT seconds for an answer), or the
+    repo holds no GGUF."""
+    from urllib.parse import quote
 
-    api = HfApi(endpoint=endpoint(), token=token)
+    base = f"{endpoint()}/api/models/{repo}"
     try:
-        info = api.model_info(repo, revision=revision, token=token)
-        commit = info.sha or revision
-        files = [RemoteFile(e.path, int(e.size), e.lfs.sha256 if e.lfs else None)
-                 for e in api.list_repo_tree(repo, revision=commit, recursive=True, token=token)
-                 if isinstance(e, RepoFile)]
+        info = _get_json(base if revision == "main" else f"{base}/revision/{quote(revision, safe='')}", token)
+        commit = str(info.get("sha") or revision) if isinstance(info, dict) else ""
+        if not commit:
+            raise _not_json()
+        files: list[RemoteFile] = []
+        url: str | None = f"{base}/tree/{quote(commit, safe='')}?recursive=true"
+        while url is not None:
+            page, url = _get_page(url, token)
+            files += _files(page)
     except Exception as exc:
         if not is_translatable(exc):
             raise
@@ -121,6 +125,49 @@ def list_ggufs(repo: str, revision: str = "main", *, token: str | None = None) -
         raise HubError(f"{repo} has no GGUF file at {revision}",
                        "Headroom plans GGUF models: look for a repo with -GGUF in its name")
     return RepoListing(repo, commit, tuple(ggufs))
+
+
+def _not_json() -> HubError:
+    return HubError(f"the Hub at {endpoint()} did not answer with JSON",
+                    "check HF_ENDPOINT: it should be the Hugging Face Hub or a mirror of it")
+
+
+def _get_page(url: str, token: str | None) -> tuple[Any, str | None]:
+    """One GET of the Hub API (at most TIMEOUT s without an answer): its JSON and the Link header's next
+    page (the Hub paginates trees as GitHub does). huggingface_hub's HTTP errors propagate."""
+    from huggingface_hub import get_session
+    from huggingface_hub.utils._headers import build_hf_headers
+    from huggingface_hub.utils._http import hf_raise_for_status
+
+    r = get_session().get(url, headers=build_hf_headers(token=token), follow_redirects=True, timeout=TIMEOUT)
+    hf_raise_for_status(r)
+    try:
+        data = r.json()
+    except ValueError:
+        raise _not_json() from None
+    nxt = r.links.get("next", {}).get("url")
+    return data, str(nxt) if nxt else None
+
+
+def _get_json(url: str, token: str | None) -> Any:
+    return _get_page(url, token)[0]
+
+
+def _files(page: Any) -> list[RemoteFile]:
+    """The files of one tree page: ``[{"type": "file", "path", "size", "lfs": {"oid"}}]``."""
+    if not isinstance(page, list):
+        raise _not_json()
+    out: list[RemoteFile] = []
+    for e in page:
+        if not isinstance(e, dict) or e.get("type") != "file":
+            continue
+        lfs = e.get("lfs")
+        sha = lfs.get("oid") if isinstance(lfs, dict) else None
+        try:
+            out.append(RemoteFile(str(e["path"]), int(e["size"]), str(sha) if sha else None))
+        except (KeyError, TypeError, ValueError):
+            raise _not_json() from None
+    return out
 
 
 _SAFE_COMMIT = re.compile(r"^(?!\.+$)[0-9A-Za-z._-]{1,96}$")  # a sha, a branch or a tag; never "." or ".."
@@ -139,6 +186,9 @@ def pick(listing: RepoListing, ref: HubRef) -> RemoteGguf:
         found = [g for g in listing.ggufs if ref.path in (p.path for p in g.parts)]
         if not found:
             raise HubError(f"{listing.repo} has no GGUF {ref.path!r}", f"choose one of: {_choices(models)}")
+        if found[0].is_projector:
+            raise HubError(f"{listing.repo}/{ref.path} is a vision projector (mmproj), not a model to plan alone",
+                           f"choose one of: {_choices(models)}")
         return found[0]
     if ref.quant is not None:
         found = [g for g in models if g.quant.upper() == ref.quant.upper()]

@@ -7,88 +7,52 @@ header-only copy (plan and pass 1 work on it, Launch does not) or a downloaded f
 
 Cancel during a header fetch or a download waits for the worker to stop writing (the download's
 ``.part`` is kept: the next Download resumes it); a cancelled listing is dropped at once.
+
+The Token field (password echo) is passed to every Hub call; it lives in this dialog's memory for the
+session only: never saved, logged or shown.
 """
 
 from __future__ import annotations
 
+import atexit
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from app.hub import remote
 from app.hub.download import download, downloaded
 from app.hub.errors import HubError
 from app.hub.preview import fetch_header
 from app.hub.refs import HubRef, parse_ref
 from app.hub.remote import RemoteGguf, RepoListing, list_ggufs, pick
 from app.planner.units import Bytes
+from app.ui.hub_progress import TransferClock, hub_message, hub_work, token_placeholder, verify_text
+from app.ui.hub_table import fill_table, make_table
 from app.ui.qt import (
-    QAbstractItemView,
     QCloseEvent,
     QDialog,
     QGridLayout,
     QHBoxLayout,
-    QHeaderView,
     QLabel,
     QLineEdit,
     QProgressBar,
     QPushButton,
     Qt,
-    QTableWidget,
-    QTableWidgetItem,
     QVBoxLayout,
     QWidget,
     Signal,
 )
 from app.ui.workers import TaskThread
 
-COLUMNS = ("File", "Quant", "Size", "Parts")
-PROJECTOR_TIP = "A vision projector (mmproj): used together with a model, not planned on its own"
 REF_HELP = "owner/name, hf:owner/name:Q4_K_M or a huggingface.co link"
 CANCELLED = "Download cancelled: the partial file is kept, and Download resumes it."
+FINISHED_FIRST = "The download had finished before Cancel took effect: Open downloaded opens it."
+#: Closing the window waits this long for a worker to stop; a worker still waiting on the network is left
+#: to end on its own (every Hub request times out).
+SHUTDOWN_WAIT_MS = 2000
 #: Bar resolution: byte counts pass 2**31, a QProgressBar holds an int.
 BAR_STEPS = 1000
-
-
-def hub_message(exc: HubError) -> str:
-    """What went wrong and what to do, as the dialog shows it."""
-    text = exc.message.strip() or type(exc).__name__
-    hint = exc.hint.strip().rstrip(".")
-    return f"{text}\n{hint[:1].upper()}{hint[1:]}." if hint else text
-
-
-def duration_text(seconds: float) -> str:
-    """42 → '42 s', 185 → '3 min 05 s', 3720 → '1 h 02 min'."""
-    s = max(0, round(seconds))
-    if s < 60:
-        return f"{s} s"
-    if s < 3600:
-        return f"{s // 60} min {s % 60:02d} s"
-    return f"{s // 3600} h {s % 3600 // 60:02d} min"
-
-
-def transfer_text(done: int, total: int, seconds: float, since: int = 0) -> str:
-    """'1.2 GiB of 4.7 GiB — 35 MiB/s, 1 min 42 s left'. ``since``: bytes already on disk when this
-    transfer started (a resumed download), which do not count towards its speed."""
-    head = f"{Bytes(done)} of {Bytes(total)}"
-    moved = done - since
-    if seconds <= 0 or moved <= 0:
-        return head
-    speed = moved / seconds
-    return f"{head} — {Bytes(speed)}/s, {duration_text(max(0, total - done) / speed)} left"
-
-
-def _hub_work(fn: Callable[[threading.Event], object]) -> Callable[[threading.Event], object]:
-    """The worker body: a HubError leaves it as its message and hint (TaskThread shows str(exc))."""
-
-    def work(cancel: threading.Event) -> object:
-        try:
-            return fn(cancel)
-        except HubError as exc:
-            raise RuntimeError(hub_message(exc)) from exc
-
-    return work
 
 
 class HubDialog(QDialog):
@@ -98,6 +62,7 @@ class HubDialog(QDialog):
     stopped = Signal()  # a cancelled header fetch or download has stopped writing
     progressed = Signal(str)  # the progress line as shown
     _moved = Signal(object, object)  # (done, total) from the worker thread, queued to the GUI
+    _verified = Signal(object, object)  # (hashed, kept) while a kept .part is re-hashed
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -107,8 +72,8 @@ class HubDialog(QDialog):
         self.task: TaskThread | None = None
         self.kind = ""  # "list" | "header" | "download" while a task runs
         self.stopping: set[TaskThread] = set()  # cancelled listings still waiting on the network
-        self._started = 0.0
-        self._since = -1  # bytes already there when the running transfer started
+        self.clock = TransferClock()
+        self.target: RemoteGguf | None = None  # the file being downloaded
         self.repo = QLineEdit()
         self.repo.setPlaceholderText(REF_HELP)
         self.repo.setAccessibleName("Hugging Face repo")
@@ -117,6 +82,10 @@ class HubDialog(QDialog):
         self.revision = QLineEdit()
         self.revision.setPlaceholderText("main")
         self.revision.setAccessibleName("Revision (branch, tag or commit; empty for main)")
+        self.token = QLineEdit()
+        self.token.setEchoMode(QLineEdit.EchoMode.Password)
+        self.token.setPlaceholderText(token_placeholder())
+        self.token.setAccessibleName("Hugging Face token (kept for this session only)")
         self.ref_message = QLabel()
         self.ref_message.setObjectName("refMessage")
         self.ref_message.setTextFormat(Qt.TextFormat.PlainText)
@@ -125,16 +94,7 @@ class HubDialog(QDialog):
         self.list_button = QPushButton("&List")
         self.list_button.setEnabled(False)
         self.list_button.clicked.connect(self.list_repo)
-        self.table = QTableWidget(0, len(COLUMNS))
-        self.table.setHorizontalHeaderLabels(COLUMNS)
-        self.table.setAccessibleName("GGUF files in the repo")
-        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.table.verticalHeader().setVisible(False)
-        header = self.table.horizontalHeader()
-        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        self.table = make_table()
         self.table.itemSelectionChanged.connect(self._update)
         self.table.itemDoubleClicked.connect(lambda _i: self.plan_header())
         self.progress = QProgressBar()
@@ -166,19 +126,23 @@ class HubDialog(QDialog):
         self.list_button.setDefault(True)
         self._layout(close)
         self._moved.connect(self._show_progress)
+        self._verified.connect(self._show_verifying)
         self._update()
         self.resize(720, 480)
 
     def _layout(self, close: QPushButton) -> None:
-        repo_label, rev_label = QLabel("&Repo:"), QLabel("Re&vision:")
+        repo_label, rev_label, token_label = QLabel("&Repo:"), QLabel("Re&vision:"), QLabel("&Token:")
         repo_label.setBuddy(self.repo)
         rev_label.setBuddy(self.revision)
+        token_label.setBuddy(self.token)
         form = QGridLayout()
         form.addWidget(repo_label, 0, 0)
         form.addWidget(self.repo, 0, 1)
         form.addWidget(self.list_button, 0, 2)
         form.addWidget(rev_label, 1, 0)
         form.addWidget(self.revision, 1, 1)
+        form.addWidget(token_label, 2, 0)
+        form.addWidget(self.token, 2, 1)
         busy = QHBoxLayout()
         busy.addWidget(self.progress, 1)
         busy.addWidget(self.cancel_button)
@@ -222,12 +186,15 @@ class HubDialog(QDialog):
         self.download_button.setText("&Open downloaded" if here is not None else "&Download")
         self.download_button.setToolTip(str(here) if here is not None else
                                         "Download the whole file to launch it (resumes a cancelled one)")
-        for w in (self.repo, self.revision):
+        for w in (self.repo, self.revision, self.token):
             w.setEnabled(not busy)
         self.list_button.setEnabled(not busy and self.ref is not None)
         self.header_button.setEnabled(not busy and chosen is not None)
         self.download_button.setEnabled(not busy and chosen is not None)
         self.table.setEnabled(not busy)
+
+    def _token(self) -> str | None:
+        return self.token.text().strip() or None
 
     def _show_error(self, message: str) -> None:
         self.error.setText(message)
@@ -243,22 +210,13 @@ class HubDialog(QDialog):
         revision = self.revision.text().strip() or ref.revision
         self.listing = None
         self.table.setRowCount(0)
+        token = self._token()
         self._start("list", f"Listing {ref.repo}…",
-                     lambda _c: list_ggufs(ref.repo, revision), lambda r: self._listed(r, ref))
+                     lambda _c: list_ggufs(ref.repo, revision, token=token), lambda r: self._listed(r, ref))
 
     def _listed(self, listing: RepoListing, ref: HubRef) -> None:
         self.listing = listing
-        self.table.setRowCount(len(listing.ggufs))
-        for row, g in enumerate(listing.ggufs):
-            cells = (g.name, g.quant or "—", str(Bytes(g.size)), str(len(g.parts)))
-            for col, text in enumerate(cells):
-                item = QTableWidgetItem(text)
-                item.setToolTip(PROJECTOR_TIP if g.is_projector else "\n".join(p.path for p in g.parts))
-                if col >= 2:
-                    item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-                if g.is_projector:  # greyed and not selectable: not plannable alone
-                    item.setFlags(Qt.ItemFlag.NoItemFlags)
-                self.table.setItem(row, col, item)
+        fill_table(self.table, listing)
         plain = [g for g in listing.ggufs if not g.is_projector]
         self.status.setText(f"{listing.repo} @ {listing.commit[:10]}: {len(plain)} GGUF model"
                             f"{'' if len(plain) == 1 else 's'}")
@@ -283,8 +241,9 @@ class HubDialog(QDialog):
         chosen = self.selected()
         if chosen is None or self.task is not None:
             return
+        token = self._token()
         self._start("header", f"Fetching the header of {chosen.name}…",
-                    lambda c: fetch_header(chosen, cancel=c, progress=self._moved.emit), self._done)
+                    lambda c: fetch_header(chosen, token=token, cancel=c, progress=self._moved.emit), self._done)
 
     def download_or_open(self) -> None:
         chosen = self.selected()
@@ -294,8 +253,10 @@ class HubDialog(QDialog):
         if here is not None:
             self._done(here)
             return
+        token, self.target = self._token(), chosen
         self._start("download", f"Downloading {chosen.name}…",
-                    lambda c: download(chosen, cancel=c, progress=self._moved.emit), self._done)
+                    lambda c: download(chosen, token=token, cancel=c, progress=self._moved.emit,
+                                       verifying=self._verified.emit), self._done)
 
     def _show_progress(self, done: object, total: object) -> None:
         assert isinstance(done, int) and isinstance(total, int)
@@ -305,13 +266,19 @@ class HubDialog(QDialog):
             self.status.setText(f"Fetching the header: {Bytes(done)} fetched")
             self.progressed.emit(self.status.text())
             return
-        if self._since < 0:
-            self._since, self._started = done, time.monotonic()
         self.progress.setRange(0, BAR_STEPS)
         self.progress.setValue(done * BAR_STEPS // total if total else 0)
-        text = transfer_text(done, total, time.monotonic() - self._started, self._since)
+        text = self.clock.text(done, total)
         self.status.setText(text)
         self.progressed.emit(text)
+
+    def _show_verifying(self, hashed: object, kept: object) -> None:
+        assert isinstance(hashed, int) and isinstance(kept, int)
+        if self.task is None or self.task.cancelled:
+            return
+        self.clock.verifying()  # hashing is no transfer: the speed counts from its end
+        self.status.setText(verify_text(hashed, kept))
+        self.progressed.emit(self.status.text())
 
     def _done(self, path: object) -> None:
         assert isinstance(path, Path)
@@ -321,8 +288,8 @@ class HubDialog(QDialog):
     # ---- running -------------------------------------------------------------------------------
     def _start(self, kind: str, text: str, fn: Callable[[threading.Event], object],
                ok: Callable[[Any], None]) -> None:
-        task = TaskThread(_hub_work(fn), self)
-        self.task, self.kind, self._since = task, kind, -1
+        task = TaskThread(hub_work(fn), self)
+        self.task, self.kind, self.clock = task, kind, TransferClock()
 
         def succeeded(result: object) -> None:
             self._end(task)
@@ -372,10 +339,15 @@ class HubDialog(QDialog):
         self.stopping.discard(task)
         if self.task is task:  # a cancelled header fetch or download has stopped writing
             self.task = None
-            self.status.setText(CANCELLED if self.kind == "download" else "Header fetch cancelled")
+            self.status.setText(self._cancelled_text())
             self._idle()
             self.stopped.emit()
         task.deleteLater()
+
+    def _cancelled_text(self) -> str:
+        if self.kind != "download":
+            return "Header fetch cancelled"
+        return FINISHED_FIRST if self.target is not None and downloaded(self.target) is not None else CANCELLED
 
     def _idle(self) -> None:
         self.progress.setVisible(False)
@@ -392,8 +364,32 @@ class HubDialog(QDialog):
         super().closeEvent(e)
 
     def shutdown(self) -> None:
-        """The window closes: cancel and wait for every worker."""
+        """The window closes: cancel every worker and wait a little for it. One still waiting on the
+        network is detached (kept alive until it ends: every Hub request times out), never waited for."""
         task = self.task
         self.cancel()
+        self.hide()
         for t in [*self.stopping, *([task] if task is not None else [])]:
-            t.wait()
+            if not t.wait(SHUTDOWN_WAIT_MS):
+                _detach(t)
+
+
+#: Workers that outlived their dialog: referenced here until they finish, so none is destroyed running.
+_DETACHED: set[TaskThread] = set()
+
+
+def _wait_detached() -> None:
+    """At exit: a detached worker ends within one Hub timeout; Qt aborts if one is destroyed running."""
+    for t in list(_DETACHED):
+        t.wait(int((remote.TIMEOUT + 5) * 1000))
+
+
+atexit.register(_wait_detached)
+
+
+def _detach(task: TaskThread) -> None:
+    for signal in (task.succeeded, task.failed, task.finished):  # its dialog may be gone before it ends
+        signal.disconnect()
+    task.setParent(None)
+    _DETACHED.difference_update([t for t in _DETACHED if t.isFinished()])
+    _DETACHED.add(task)

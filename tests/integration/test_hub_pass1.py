@@ -152,4 +152,4 @@ def test_headroom_measure_hf_ref_runs_pass1_on_the_header(engine_build: object, 
     want = json.loads(json.dumps(measure(tiny_chat_model, LaunchSettings(n_ctx=4096)).to_json()))
     assert got["devices"] == want["devices"]
     missing = _headroom("measure", "hf:acme/Nope-GGUF", env=_env(fake_hub, tmp_path))
-    assert missing.returncode == 1 and "repository acme/Nope-GGUF not found" in missing.stderr
+    assert missing.returncode == 2 and "repository acme/Nope-GGUF not found" in missing.stderr

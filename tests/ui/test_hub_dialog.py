@@ -16,13 +16,17 @@ from pathlib import Path
 import pytest
 from gguf import GGMLQuantizationType, LlamaFileType
 
+from app.hub.download import download
 from app.hub.preview import preview_origin
 from app.hub.remote import RemoteGguf
 from app.planner.units import Bytes
+from app.ui import hub_dialog
 from app.ui.hub_button import PREVIEW_LAUNCH
-from app.ui.hub_dialog import CANCELLED, HubDialog, duration_text, transfer_text
+from app.ui.hub_dialog import CANCELLED, FINISHED_FIRST, HubDialog
+from app.ui.hub_progress import TOKEN_HINT, duration_text, transfer_text
 from app.ui.main_window import MainWindow
-from app.ui.qt import Qt, QTableWidgetItem, QTimer
+from app.ui.qt import QLabel, QLineEdit, Qt, QTableWidgetItem, QTimer
+from app.ui.state import UiState
 from tests.fixtures import gguf_factory, shapes, tables
 from tests.fixtures.fake_hub import FakeHub, fake_hub  # noqa: F401 (the fixture)
 from tests.fixtures.quant import uniform
@@ -280,11 +284,17 @@ def test_cancel_keeps_the_partial_file_and_the_next_download_resumes(
     kept = part.stat().st_size
     assert 0 < kept < total
     assert window.model_path is None and dialog.download_button.isEnabled()
+    shown: list[str] = []
+    dialog.progressed.connect(shown.append)
     with qtbot.waitSignal(dialog.opened, timeout=60_000) as opened:
         qtbot.mouseClick(dialog.download_button, LEFT)
     assert opened.args[0].read_bytes() == wide_model.read_bytes()
     asked = [r for m, p, r in hub.requests if m == "GET" and p.endswith(f"/{WIDE}")]
     assert asked[-1] == f"bytes={kept}-", asked  # resumed where the kept bytes end, not restarted
+    # the kept bytes are verified first (said so), then the speed counts only what moved after them
+    verifying = [t for t in shown if t.startswith("Verifying the kept part: ")]
+    assert verifying and verifying[-1] == f"Verifying the kept part: {Bytes(kept)} of {Bytes(kept)}…"
+    assert f"{Bytes(kept)} of {Bytes(total)}" in shown
     assert not part.exists() and window.model_path == opened.args[0]
     assert window.launch.launch_button.isEnabled()
 
@@ -348,3 +358,99 @@ def test_cancel_listing_frees_the_dialog_at_once(window, hub, monkeypatch, qtbot
     gate.set()
     qtbot.waitUntil(lambda: not dialog.stopping, timeout=30_000)
     assert dialog.table.rowCount() == 0  # the late answer was dropped
+
+
+# ---- a Hub that never answers, a late Cancel ---------------------------------------------------------
+
+@pytest.mark.timeout(60)
+def test_closing_the_window_while_the_hub_never_answers_does_not_hang(window, hub, monkeypatch, qtbot):
+    monkeypatch.setattr("app.hub.remote.TIMEOUT", 3.0)
+    hub.stall()
+    dialog = open_dialog(window, qtbot)
+    qtbot.mouseClick(dialog.list_button, LEFT)
+    qtbot.waitUntil(lambda: any(p.startswith("/api/") for _, p, _ in hub.requests), timeout=10_000)
+    window.close()  # waits a little, then leaves the listing to time out on its own
+    assert not window.isVisible() and not dialog.isVisible()
+    qtbot.waitUntil(lambda: all(t.isFinished() for t in hub_dialog._DETACHED), timeout=20_000)
+
+
+def test_a_cancel_that_lands_after_the_download_finished_says_it_is_complete(
+        window, hub, tiny_chat_model, models_home, monkeypatch, qtbot):
+    finished, go_on = threading.Event(), threading.Event()
+    real = download
+
+    def download_then_wait(*args, **kwargs):  # the real download; the user's Cancel arrives just after
+        path = real(*args, **kwargs)
+        finished.set()
+        go_on.wait(30)
+        return path
+
+    monkeypatch.setattr("app.ui.hub_dialog.download", download_then_wait)
+    dialog = open_dialog(window, qtbot, f"hf:{REPO}/{CHAT}")
+    list_repo(dialog, qtbot)
+    qtbot.mouseClick(dialog.download_button, LEFT)
+    qtbot.waitUntil(finished.is_set, timeout=30_000)
+    with qtbot.waitSignal(dialog.stopped, timeout=30_000):
+        qtbot.mouseClick(dialog.cancel_button, LEFT)
+        go_on.set()
+    assert dialog.status.text() == FINISHED_FIRST  # not "the partial file is kept": it is complete
+    assert dialog.download_button.text() == "&Open downloaded"
+    assert (models_home / REPO / CHAT).read_bytes() == tiny_chat_model.read_bytes()
+
+
+# ---- the token field -----------------------------------------------------------------------------
+
+SECRET = "hf_s3cretTokenValue42"
+
+
+def test_the_token_field_says_where_a_token_comes_from_without_showing_it(monkeypatch, qtbot):
+    monkeypatch.setattr("huggingface_hub.get_token", lambda: None)
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    bare = HubDialog()
+    qtbot.addWidget(bare)
+    assert bare.token.echoMode() == QLineEdit.EchoMode.Password
+    assert bare.token.placeholderText() == "hf_… for gated or private repos"
+    monkeypatch.setattr("huggingface_hub.get_token", lambda: SECRET)
+    logged_in = HubDialog()
+    qtbot.addWidget(logged_in)
+    assert "from your hf login" in logged_in.token.placeholderText()
+    monkeypatch.setenv("HF_TOKEN", SECRET)
+    from_env = HubDialog()
+    qtbot.addWidget(from_env)
+    assert "from HF_TOKEN" in from_env.token.placeholderText()
+    for d in (logged_in, from_env):
+        assert SECRET not in d.token.placeholderText() and d.token.text() == ""
+
+
+def test_a_gated_repo_points_at_the_token_field_and_the_token_is_never_shown(
+        hub, tiny_chat_model, models_home, tmp_path, qtbot):
+    hub.gate(REPO, accept_token=SECRET)
+    state_file = tmp_path / "gui-state.json"
+    window = MainWindow(state=UiState(), persist=True, state_file=state_file, read_host=lambda: None)
+    qtbot.addWidget(window)
+    window.show()
+    dialog = open_dialog(window, qtbot, f"hf:{REPO}/{CHAT}")
+    with qtbot.waitSignal(dialog.failed, timeout=30_000) as failed:
+        qtbot.mouseClick(dialog.list_button, LEFT)
+    assert f"{REPO} is a gated repository" in failed.args[0]
+    assert TOKEN_HINT in failed.args[0] and "Token field" in dialog.error.text()
+    dialog.token.setText(SECRET)
+    list_repo(dialog, qtbot)  # with the token: listed
+    assert dialog.error.isHidden() and chosen(dialog).path == CHAT
+    with qtbot.waitSignal(window.planned, timeout=30_000):  # the download is gated too
+        qtbot.mouseClick(dialog.download_button, LEFT)
+    assert window.model_path == models_home / REPO / CHAT
+    window.open_hub()  # the token is still there for this session
+    assert dialog.token.text() == SECRET
+    select(dialog, "tiny-F32.gguf")
+    with qtbot.waitSignal(window.planned, timeout=30_000):  # and so is the header fetch
+        qtbot.mouseClick(dialog.header_button, LEFT)
+    assert window.model_path is not None and preview_origin(window.model_path) is not None
+    texts = [w.text() for w in dialog.findChildren(QLabel)]
+    texts += [w.text() for w in dialog.findChildren(QLineEdit) if w is not dialog.token]
+    texts += [w.toolTip() for w in dialog.findChildren(QLineEdit)]
+    texts += [w.text() for w in window.findChildren(QLabel)]
+    texts += [window.statusBar().currentMessage(), window.windowTitle()]
+    assert not [t for t in texts if SECRET in t]
+    window.close()
+    assert state_file.is_file() and SECRET not in state_file.read_text()

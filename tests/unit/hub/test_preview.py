@@ -9,7 +9,15 @@ from pathlib import Path
 import pytest
 
 from app.hub.errors import HubCancelled, HubError
-from app.hub.preview import FIRST_PREFIX, fetch_header, fetched_bytes, preview_origin, refuse_preview
+from app.hub.preview import (
+    FIRST_PREFIX,
+    fetch_header,
+    fetched_bytes,
+    hub_dir,
+    preview_origin,
+    preview_path,
+    refuse_preview,
+)
 from app.hub.remote import list_ggufs
 from app.planner.gguf_model import read_shape
 from app.planner.gguf_reader import parse_prefix, read_header
@@ -74,19 +82,52 @@ def test_a_file_cut_inside_its_header_is_named(fake_hub: FakeHub, tiny_chat_mode
     assert "runs past the end of the file" in err.value.message
 
 
-def test_gated_and_cancelled(fake_hub: FakeHub, shape_model: Callable[[str], Path]) -> None:
+def test_a_fetch_cancelled_mid_header_leaves_nothing(fake_hub: FakeHub, shape_model: Callable[[str], Path]) -> None:
     fake_hub.add_repo("acme/Llama-GGUF", {"m-Q4_K_M.gguf": shape_model(LLAMA)})
     gguf = list_ggufs("acme/Llama-GGUF").ggufs[0]
     cancel = threading.Event()
-    cancel.set()
-    with pytest.raises(HubCancelled):
-        fetch_header(gguf, cancel=cancel)
-    assert preview_origin(fetch_header(gguf)) == gguf  # a cancelled fetch leaves nothing half-written
+    with pytest.raises(HubCancelled):  # the first 2 MiB arrive, then Cancel, before the next 2 MiB
+        fetch_header(gguf, cancel=cancel, progress=lambda done, total: cancel.set())
+    assert fake_hub.served(gguf.repo, gguf.path) < 2 * FIRST_PREFIX  # the second range was cut short
+    folder = hub_dir() / gguf.repo / gguf.commit
+    assert not folder.exists() or not list(folder.rglob("*"))  # no zero-filled copy, no sidecar, no temp file
+    assert preview_origin(fetch_header(gguf)) == gguf
+
+
+def test_a_gated_header_is_refused_without_the_token(fake_hub: FakeHub, shape_model: Callable[[str], Path]) -> None:
     fake_hub.add_repo("acme/Other-GGUF", {"m-Q4_K_M.gguf": shape_model(LLAMA)})
     other = list_ggufs("acme/Other-GGUF").ggufs[0]
-    fake_hub.gate("acme/Other-GGUF")
-    with pytest.raises(HubError, match="gated"):
+    fake_hub.gate("acme/Other-GGUF", accept_token="hf_ok")
+    with pytest.raises(HubError, match="gated") as err:
         fetch_header(other)
+    assert err.value.reason == "gated"
+    assert preview_origin(fetch_header(other, token="hf_ok")) == other
+
+
+def test_a_failed_write_leaves_no_copy_without_its_sidecar(fake_hub: FakeHub, tiny_model: Path) -> None:
+    one, two = "m-Q8_0-00001-of-00002.gguf", "m-Q8_0-00002-of-00002.gguf"
+    fake_hub.add_repo("acme/Split-GGUF", {one: tiny_model, two: tiny_model})
+    gguf = list_ggufs("acme/Split-GGUF").ggufs[0]
+    blocker = preview_path(gguf, gguf.parts[1])
+    blocker.mkdir(parents=True)  # the second part cannot be written: a folder sits where it goes
+    with pytest.raises(HubError, match="cannot write"):
+        fetch_header(gguf)
+    first = preview_path(gguf)
+    assert not first.exists()  # never a zero-filled copy that refuse_preview would take for a real file
+    assert not list(first.parent.glob("*.hub.json"))
+    blocker.rmdir()
+    assert preview_origin(fetch_header(gguf)) == gguf
+
+
+def test_a_filesystem_without_sparse_files_is_named(fake_hub: FakeHub, tiny_chat_model: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_hub.add_repo("acme/Tiny-GGUF", {"tiny-F32.gguf": tiny_chat_model})
+    gguf = list_ggufs("acme/Tiny-GGUF").ggufs[0]
+    monkeypatch.setattr("app.hub.preview.SPARSE_SLACK", -1)  # as on FAT: every byte of the hole allocated
+    with pytest.raises(HubError) as err:
+        fetch_header(gguf)
+    assert "cannot hold sparse files" in err.value.message and "HEADROOM_CACHE_DIR" in err.value.hint
+    assert not preview_path(gguf).exists() and preview_origin(preview_path(gguf)) is None
 
 
 def test_parse_prefix_says_when_it_needs_more(tiny_chat_model: Path) -> None:

@@ -113,3 +113,46 @@ def test_a_file_path_that_would_leave_the_download_folder_is_not_listed(fake_hub
     fake_hub.add_repo("acme/Odd-GGUF", {"ok-Q8_0.gguf": tiny_chat_model, "sub/../../../evil-Q4_0.gguf": tiny_chat_model})
     listing = list_ggufs("acme/Odd-GGUF")
     assert [g.path for g in listing.ggufs] == ["ok-Q8_0.gguf"]
+
+
+@pytest.mark.timeout(30)
+def test_a_hub_that_accepts_and_never_answers_times_out_the_listing(fake_hub: FakeHub,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("app.hub.remote.TIMEOUT", 0.5)
+    fake_hub.stall()
+    with pytest.raises(HubError) as err:
+        list_ggufs("acme/Tiny-GGUF")
+    assert err.value.message.startswith(f"timed out talking to {fake_hub.url}")
+    assert "HF_ENDPOINT" in err.value.hint
+
+
+def test_an_endpoint_answering_html_is_named(fake_hub: FakeHub, tiny_chat_model: Path) -> None:
+    fake_hub.add_repo("acme/Tiny-GGUF", {"tiny-F32.gguf": tiny_chat_model})
+    fake_hub.answer_html()
+    with pytest.raises(HubError) as err:
+        list_ggufs("acme/Tiny-GGUF")
+    assert err.value.message == f"the Hub at {fake_hub.url} did not answer with JSON"
+    assert "HF_ENDPOINT" in err.value.hint and "Expecting value" not in str(err.value)
+
+
+def test_pick_by_path_never_returns_a_projector() -> None:
+    with pytest.raises(HubError) as err:
+        pick(LISTING, parse_ref("hf:o/n/mmproj-F16.gguf"))
+    assert "vision projector" in err.value.message and "hf:o/n:Q4_K_M" in err.value.hint
+
+
+def test_gated_and_private_errors_say_a_token_would_help(fake_hub: FakeHub, tiny_chat_model: Path) -> None:
+    fake_hub.add_repo("acme/Gated-GGUF", {"m-Q8_0.gguf": tiny_chat_model})
+    fake_hub.gate("acme/Gated-GGUF", accept_token="hf_ok")
+    for repo, reason in (("acme/Gated-GGUF", "gated"), ("acme/Private-GGUF", "auth")):
+        with pytest.raises(HubError) as err:
+            list_ggufs(repo)
+        assert err.value.reason == reason
+
+
+def test_a_paginated_tree_is_listed_whole(fake_hub: FakeHub, tiny_chat_model: Path) -> None:
+    fake_hub.add_repo("acme/Many-GGUF", {f"m-{q}.gguf": tiny_chat_model for q in ("Q4_0", "Q5_0", "Q8_0")})
+    fake_hub.page_size = 1
+    listing = list_ggufs("acme/Many-GGUF")
+    assert sorted(g.quant for g in listing.ggufs) == ["Q4_0", "Q5_0", "Q8_0"]
+    assert len([p for _, p, _ in fake_hub.requests if "/tree/" in p]) == 3  # one request per page

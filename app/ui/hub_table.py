@@ -1,0 +1,40 @@
+"""The Hugging Face dialog's table of a repo's GGUFs: one row per model (a split set is one row), the
+vision projectors greyed and not selectable."""
+
+from __future__ import annotations
+
+from app.hub.remote import RepoListing
+from app.planner.units import Bytes
+from app.ui.qt import QAbstractItemView, QHeaderView, Qt, QTableWidget, QTableWidgetItem
+
+COLUMNS = ("File", "Quant", "Size", "Parts")
+PROJECTOR_TIP = "A vision projector (mmproj): used together with a model, not planned on its own"
+
+
+def make_table() -> QTableWidget:
+    table = QTableWidget(0, len(COLUMNS))
+    table.setHorizontalHeaderLabels(COLUMNS)
+    table.setAccessibleName("GGUF files in the repo")
+    table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+    table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+    table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+    table.verticalHeader().setVisible(False)
+    header = table.horizontalHeader()
+    header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+    header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+    return table
+
+
+def fill_table(table: QTableWidget, listing: RepoListing) -> None:
+    """The rows are the listing's GGUFs, in its order (the dialog maps a row back by its index)."""
+    table.setRowCount(len(listing.ggufs))
+    for row, g in enumerate(listing.ggufs):
+        cells = (g.name, g.quant or "—", str(Bytes(g.size)), str(len(g.parts)))
+        for col, text in enumerate(cells):
+            item = QTableWidgetItem(text)
+            item.setToolTip(PROJECTOR_TIP if g.is_projector else "\n".join(p.path for p in g.parts))
+            if col >= 2:
+                item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+            if g.is_projector:  # greyed and not selectable: not plannable alone
+                item.setFlags(Qt.ItemFlag.NoItemFlags)
+            table.setItem(row, col, item)
