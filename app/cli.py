@@ -18,6 +18,7 @@ COMMANDS = ("plan", "measure", "serve", "sessions", "doctor", "engine", "gui")
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="headroom",
+        allow_abbrev=False,  # `measure --gpu H200` must not be taken for --gpu-layers
         description="See how a GGUF model and its context fit your GPUs, then serve it.",
     )
     parser.add_argument("--version", action="version", version=f"headroom {__version__}")

@@ -218,3 +218,9 @@ def hub_model(text: str, *, download: bool) -> str:
                   file=sys.stderr, flush=True)
 
     return str(fetch_all(gguf, progress=progress))
+
+
+def exit_status(ok: str, negative: str, unusable: str) -> str:
+    """Every subcommand's ``--help`` epilog, in the same words: 0 it fits / it ran; 1 it ran but the
+    answer is negative; 2 the input or the request cannot be used."""
+    return f"Exit status: 0 {ok}; 1 {negative}; 2 {unusable}."

@@ -15,7 +15,8 @@ from app.planner.units import Bytes
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("doctor", help="report Python, Qt, llama-cpp-python, NVML, engines, cache")
+    p = sub.add_parser("doctor", allow_abbrev=False,
+                       epilog="Exit status: 0 the report was printed (any problem is in it); 2 bad flags.", help="report Python, Qt, llama-cpp-python, NVML, engines, cache")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)
 

@@ -6,17 +6,22 @@ import argparse
 import sys
 from typing import Any
 
+from app.commands.common import exit_status, positive_int
 from app.engine import native_build
+
+EXIT_STATUS = exit_status("built (or found)", "the build failed, or no engine is built yet (where)", "bad flags")
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("engine", help="build or locate the stock llama-server")
+    p = sub.add_parser("engine", allow_abbrev=False, help="build or locate the stock llama-server", epilog=EXIT_STATUS)
     esub = p.add_subparsers(dest="engine_command", metavar="ACTION", required=True)
-    b = esub.add_parser("build", help="build llama-server from source (cached by commit and backend)")
-    b.add_argument("--jobs", type=int, default=None)
+    b = esub.add_parser("build", allow_abbrev=False, epilog=EXIT_STATUS,
+                        help="build llama-server from source (cached by commit and backend)")
+    b.add_argument("--jobs", type=positive_int, default=None, metavar="N",
+                   help="parallel compile jobs (default: one per CPU core)")
     b.add_argument("--bindings", action="store_true", help="also install llama-cpp-python without compiling")
     b.set_defaults(func=run_build)
-    w = esub.add_parser("where", help="print the cached build's bin directory")
+    w = esub.add_parser("where", allow_abbrev=False, epilog=EXIT_STATUS, help="print the cached build's bin directory")
     w.set_defaults(func=run_where)
 
 

@@ -10,9 +10,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from app.commands.common import exit_status
+
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("gui", help="open the window (the default when no command is given)")
+    p = sub.add_parser("gui", allow_abbrev=False, help="open the window (the default when no command is given)",
+                       epilog=exit_status("the window closed (with --screenshot: a picture of a plan)",
+                                          "with --screenshot: no plan could be made",
+                                          "the model, the context or a flag cannot be used"))
     p.add_argument("model", nargs="?", help="a GGUF model to open, or hf:owner/name[:QUANT] (its header only: "
                                             "download it in the window to launch)")
     p.add_argument("--demo", action="store_true", help="open the built-in demo (a simulated 24 GB GPU)")

@@ -15,7 +15,7 @@ import json
 import sys
 from typing import Any
 
-from app.commands.common import add_launch_args, hub_model, seconds, settings_from_args
+from app.commands.common import add_launch_args, exit_status, hub_model, seconds, settings_from_args
 from app.planner.errors import PlannerError
 from app.planner.measure import MeasureError
 from app.planner.measurement import Measurement
@@ -24,11 +24,12 @@ from app.planner.units import Bytes, format_tokens
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("measure", help="measure the compute buffer and KV cache llama.cpp would reserve",
+    p = sub.add_parser("measure", allow_abbrev=False, help="measure the compute buffer and KV cache llama.cpp would reserve",
                        description="Pass 1: what llama.cpp's own allocator would reserve for this exact "
                                    "launch (nothing is loaded or allocated).",
-                       epilog="Exit status: 0 measured; 1 pass 1 ran and failed (a crash, a timeout, out of "
-                              "memory); 2 the model or the settings cannot be used (as for `headroom plan`).")
+                       epilog=exit_status("measured", "pass 1 ran and failed (a crash, a timeout, out of memory)",
+                                          "the model, a file, a hub ref or the settings cannot be used "
+                                          "(as for `headroom plan`)"))
     p.add_argument("model", help="the GGUF file, or hf:owner/name[:QUANT] (measured from its header only)")
     add_launch_args(p)
     p.add_argument("--with", dest="method", choices=("probe", "fit-params"), default="probe",

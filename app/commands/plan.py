@@ -4,13 +4,15 @@ Prints the plan as a table, or its versioned JSON with ``--json`` (see app/plann
 Pass 1: a cached measurement for exactly this launch is used when there is one (nothing runs);
 ``--measure`` runs pass 1 first (through the same cache). The engine advisories for the engine a
 launch would use (discovered, not started) are printed too. Launch flags: app/commands/common.py.
-Exit status: 0 feasible, 1 not feasible, 2 the model or settings cannot be planned.
+Exit status (``EXIT_STATUS``, the ``--help`` epilog): 0 it fits (as asked, or with the alternative
+the plan chose, said on the first line); 1 it does not fit; 2 the model or settings cannot be planned.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from dataclasses import asdict
 from typing import Any
@@ -19,6 +21,7 @@ from app.commands.common import (
     add_gpu_args,
     add_launch_args,
     advisory_lines,
+    exit_status,
     hub_model,
     measured_plan,
     plan_options,
@@ -32,9 +35,14 @@ from app.planner.settings import ALL_LAYERS, LaunchSettings
 from app.planner.units import Bytes
 from app.sessions.advisories import Advisory
 
+EXIT_STATUS = exit_status("it fits (as asked, or with the alternative the plan chose)",
+                          "it does not fit, as asked or with any alternative",
+                          "the model, a file, a hub ref or the settings cannot be used")
+
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("plan", help="plan how a model and its context fit the GPUs (no engine started)")
+    p = sub.add_parser("plan", allow_abbrev=False, epilog=EXIT_STATUS,
+                       help="plan how a model and its context fit the GPUs (no engine started)")
     p.add_argument("model", help="the GGUF file (the first part of a split model), or hf:owner/name[:QUANT] "
                                  "(planned from its header, fetched without downloading the weights)")
     add_launch_args(p)
@@ -158,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
     title = f"{shape.name} ({shape.arch}, {shape.n_layer} layers)"
     if origin is not None:
         title += f" — planned from the header of hf:{origin.repo}/{origin.path} (not downloaded)"
-    print(render(plan, title, fit))
+    print(render(plan, title, fit, settings))
     print(f"  {pass1.describe(measurement)}")
     if engine is not None:
         print(f"  engine: {engine.kind} {engine.version} (llama.cpp {engine.commit}) {engine.path}")
@@ -168,12 +176,37 @@ def run(args: argparse.Namespace) -> int:
     return 0 if plan.feasible else 1
 
 
-def render(plan: Any, title: str, fit: Any) -> str:
-    """The plan as a readable table."""
+#: The planner's warning when it chose an alternative (app/planner/plan.py ``_stock_plan``).
+_NOT_AS_GIVEN = re.compile(r"^the settings as given do not fit \((?P<why>.*)\); chose ")
+
+
+def changed(plan: Plan, asked: LaunchSettings) -> str:
+    """The first line when the plan launches otherwise than asked ('' when it launches as asked):
+    "512k DOES NOT FIT as asked (CUDA0 short 87.3 GiB); planned instead: -c 49,664"."""
     from app.planner.units import format_tokens
 
     launch = plan.launch
-    out = [title,
+    if launch == asked:
+        return ""
+    instead = []
+    if launch.n_ctx != asked.n_ctx:
+        instead.append(f"-c {format_tokens(launch.n_ctx)}")
+    if launch.n_gpu_layers != asked.n_gpu_layers:
+        instead.append(f"-ngl {'all' if launch.n_gpu_layers >= ALL_LAYERS else launch.n_gpu_layers}")
+    if launch.offload_kqv != asked.offload_kqv:
+        instead.append("-nkvo" if not launch.offload_kqv else "KV offloaded")
+    why = next((m.group("why") for w in plan.warnings if (m := _NOT_AS_GIVEN.match(w))), "")
+    return (f"{format_tokens(asked.n_ctx)} DOES NOT FIT as asked{f' ({why})' if why else ''}; "
+            f"planned instead: {' '.join(instead) or 'other settings'}")
+
+
+def render(plan: Any, title: str, fit: Any, asked: LaunchSettings | None = None) -> str:
+    """The plan as a readable table; first, when the plan changed the settings as ``asked``, that."""
+    from app.planner.units import format_tokens
+
+    launch = plan.launch
+    first = changed(plan, asked) if asked is not None else ""
+    out = ([first] if first else []) + [title,
            f"  context {format_tokens(launch.n_ctx)}  K {launch.type_k} V {launch.type_v}  "
            f"-np {launch.n_parallel}{' -kvu' if launch.kv_unified else ''}  -fa {launch.flash_attn}  "
            f"-ub {launch.n_ubatch}  -ngl {'all' if launch.n_gpu_layers >= ALL_LAYERS else launch.n_gpu_layers}"

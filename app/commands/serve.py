@@ -5,7 +5,10 @@ The launch and GPU flags are the same as ``headroom plan``'s. The engine advisor
 model on the chosen engine are printed before launching; a model the planner does not model is
 refused (after its advisories), since nothing about its launch could be planned or checked —
 unless ``--unplanned`` says to launch it with the flags exactly as given (no plan, no plan-vs-actual
-check; what the diagnostic smoke test of a k-pool model needs)."""
+check; what the diagnostic smoke test of a k-pool model needs).
+
+Serve launches on this machine's real devices: ``--gpu`` with a card it does not have (a simulated
+H200, ``NAME:SIZE``) is for ``headroom plan`` and is refused here."""
 
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ from app.commands.common import (
     add_gpu_args,
     add_launch_args,
     advisory_lines,
+    exit_status,
     hub_model,
     measured_plan,
     plan_options,
@@ -29,16 +33,18 @@ from app.commands.common import (
     settings_from_args,
 )
 from app.engine.discover import EngineInfo
+from app.engine.process import ServerStatus
 from app.planner.errors import NotModelled
 from app.planner.gguf_model import ModelShape
 from app.planner.measurement import Measurement
 from app.planner.plan_types import Plan
 from app.planner.settings import LaunchSettings
+from app.planner.units import format_tokens
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser("serve", help="plan, launch the engine, check the plan held, serve until Ctrl-C",
-                       description=__doc__)
+                       description=_DESCRIPTION, epilog=EXIT_STATUS, allow_abbrev=False)
     p.add_argument("model", help="the GGUF file, or hf:owner/name[:QUANT] (downloaded first)")
     add_launch_args(p)
     add_gpu_args(p)
@@ -62,6 +68,19 @@ def register(sub: Any) -> None:
                    help="with --unplanned: one more engine argument, passed as is (repeatable; e.g. "
                         "--engine-arg=--rpc --engine-arg=127.0.0.1:50052)")
     p.set_defaults(func=run)
+
+
+_DESCRIPTION = (__doc__ or "").replace("``", "`")
+EXIT_STATUS = exit_status("served, then stopped cleanly (Ctrl-C)",
+                          "the plan does not fit, the engine failed or the smoke test failed",
+                          "the model, a file, a hub ref, the settings or the launch cannot be used (a refused "
+                          "launch, --gpu with a card this machine does not have)")
+
+
+def simulated_gpus(specs: list[str]) -> list[str]:
+    """The ``--gpu`` values that name a card rather than this machine's own GPUs (``auto``)."""
+    names = [part.strip() for spec in specs for part in spec.split(",") if part.strip()]
+    return [n for n in names if n.lower() != "auto"]
 
 
 def port(text: str) -> int:
@@ -188,6 +207,14 @@ def run(args: argparse.Namespace) -> int:
         print("headroom serve: --engine-arg is only for --unplanned launches: extra engine flags would "
               "change what the plan sized", file=sys.stderr)
         return 2
+    if not plan.feasible:  # the same plan `headroom plan` answers 1 for
+        print(f"headroom serve: refused: the plan does not fit: {plan.reason}", file=sys.stderr)
+        return 1
+    cards = simulated_gpus(list(args.gpu))
+    if cards:
+        print(f"headroom serve: --gpu {','.join(cards)} plans for a card this machine does not have; serve "
+              "launches on the real devices: drop --gpu (or --gpu auto)", file=sys.stderr)
+        return 2
     for w in plan.warnings:
         print(f"warning: {w}")
     extra = tuple(args.engine_arg)
@@ -212,7 +239,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if spec.advisories:
         print("\n".join(advisory_lines(spec.advisories)), flush=True)
-    print(f"plan: {plan.mode}, {plan.launch.n_ctx} tokens — {plan.reason}")
+    print(f"plan: {plan.mode}, {format_tokens(plan.launch.n_ctx)} tokens — {plan.reason}")
     print(f"engine: {spec.engine.kind} {spec.engine.version} ({spec.engine.path})")
     print(f"command: {spec.shell_line}", flush=True)
     if spec.api_key:
@@ -220,7 +247,7 @@ def run(args: argparse.Namespace) -> int:
 
         print(f"API key required (stored 0600 in {key_path()}); export HEADROOM_API_KEY=$(cat {key_path()})")
     server = spec.server()
-    server.add_listener(lambda status, detail: print(f"engine: {status.value}" + (f" — {detail}" if detail else ""), flush=True))
+    server.add_listener(_print_status)
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -253,6 +280,12 @@ def run(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, previous)
     print(f"engine stopped (exit code {code})")
     return 0
+
+
+def _print_status(status: ServerStatus, detail: str) -> None:
+    """Engine status changes as they happen; a failure and the stop are said once, at the end."""
+    if status not in (ServerStatus.FAILED, ServerStatus.STOPPED):
+        print(f"engine: {status.value}" + (f" — {detail}" if detail else ""), flush=True)
 
 
 def _arch_of(model: Path) -> str:

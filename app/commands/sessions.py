@@ -1,6 +1,6 @@
 """``headroom sessions``: named sessions on a running engine that share one KV pool.
 
-    headroom sessions --url http://127.0.0.1:8080 list
+    headroom sessions --url http://127.0.0.1:8080 list     (or: headroom sessions list --url ...)
     headroom sessions --url ... fork "long document ..." --k 3 --names a,b,c
     headroom sessions --url ... continue b "and the second question?"
     headroom sessions --url ... metrics | smoke | send NAME PROMPT | save NAME | restore NAME
@@ -17,38 +17,60 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from app.commands.common import exit_status
 from app.sessions import fork as ops
 from app.sessions.client import EngineClient, EngineError, EngineRejected
 from app.sessions.smoke import run_smoke
 from app.sessions.store import SessionStore
 
+EXIT_STATUS = exit_status("the action ran", "it ran but failed (the engine is not answering, refused the request "
+                          "or cut a reply off)", "the request cannot be used (a bad URL, flag or prompt file, "
+                          "an unknown session, a fork into more sessions than the engine has slots)")
+
+
+def _engine_args(p: argparse.ArgumentParser, *, after: bool) -> None:
+    """--url and --api-key, accepted before the action and after it. After it they default to
+    SUPPRESS, so an action's parser does not overwrite what was given before the action."""
+    p.add_argument("--url", default=argparse.SUPPRESS if after else None,
+                   help="the engine, e.g. http://127.0.0.1:8080 (required)")
+    p.add_argument("--api-key", default=argparse.SUPPRESS if after else os.environ.get("HEADROOM_API_KEY"),
+                   help="the engine's --api-key (default: $HEADROOM_API_KEY)")
+
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("sessions", help="fork, continue and inspect sessions on a running engine",
-                       description="Fork, continue and inspect named sessions that share one KV pool.")
-    p.add_argument("--url", required=True, help="the engine, e.g. http://127.0.0.1:8080")
-    p.add_argument("--api-key", default=os.environ.get("HEADROOM_API_KEY"),
-                   help="the engine's --api-key (default: $HEADROOM_API_KEY)")
-    acts = p.add_subparsers(dest="action", metavar="ACTION", required=True)
-    acts.add_parser("list", help="sessions and the engine's slots")
-    acts.add_parser("metrics", help="prompt/generation counters and slot use")
-    acts.add_parser("smoke", help="the shared-sequence smoke test (fork 2, continue both)")
+    p = sub.add_parser("sessions", allow_abbrev=False, help="fork, continue and inspect sessions on a running engine",
+                       description="Fork, continue and inspect named sessions that share one KV pool.",
+                       epilog=EXIT_STATUS)
+    _engine_args(p, after=False)
+    acts = p.add_subparsers(dest="action", metavar="ACTION", required=True, parser_class=_ActionParser)
+    acts.add_parser("list", allow_abbrev=False, help="sessions and the engine's slots")
+    acts.add_parser("metrics", allow_abbrev=False, help="prompt/generation counters and slot use")
+    acts.add_parser("smoke", allow_abbrev=False, help="the shared-sequence smoke test (fork 2, continue both)")
     for name, helptext in (("send", "start (or continue) session NAME"), ("continue", "continue session NAME")):
-        a = acts.add_parser(name, help=helptext)
+        a = acts.add_parser(name, allow_abbrev=False, help=helptext)
         a.add_argument("name")
         a.add_argument("prompt", help="text, or @FILE")
         _sampling_args(a)
-    f = acts.add_parser("fork", help="one prompt, decoded once, into K sessions")
+    f = acts.add_parser("fork", allow_abbrev=False, help="one prompt, decoded once, into K sessions")
     f.add_argument("prompt", help="text, or @FILE")
     f.add_argument("--k", type=int, default=None, help="how many sessions (default: as many names)")
     f.add_argument("--names", default=None, help="comma-separated session names (default s1..sK)")
     _sampling_args(f)
     for name in ("save", "restore"):
-        s = acts.add_parser(name, help=f"{name} session NAME's slot cache (engine needs --slot-save-path)")
+        s = acts.add_parser(name, allow_abbrev=False, help=f"{name} session NAME's slot cache (engine needs --slot-save-path)")
         s.add_argument("name")
         if name == "restore":
             s.add_argument("--slot", type=int, default=None, help="restore into this slot")
     p.set_defaults(func=run)
+
+
+class _ActionParser(argparse.ArgumentParser):
+    """An action's parser: no abbreviations, the exit-status epilog, and --url/--api-key after it."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("epilog", EXIT_STATUS)
+        super().__init__(**kwargs)
+        _engine_args(self, after=True)
 
 
 def _sampling_args(p: argparse.ArgumentParser) -> None:
@@ -93,16 +115,25 @@ class _Printer:
         sys.stdout.flush()
 
 
+def _check_url(url: str | None) -> str:
+    """--url, given before or after the action; a bare word is not taken for a host name."""
+    if not url:
+        raise ValueError("--url is required (before or after the action), e.g. --url http://127.0.0.1:8080")
+    if "://" not in url and ":" not in url:
+        raise ValueError(f"--url {url}: not a valid http(s) URL (try http://127.0.0.1:8080)")
+    return url
+
+
 def run(args: argparse.Namespace) -> int:
     try:
-        client = EngineClient(args.url, args.api_key)
+        client = EngineClient(_check_url(args.url), args.api_key)
         store = SessionStore(client.base_url)
     except ValueError as exc:
         print(f"headroom sessions: {exc}", file=sys.stderr)
         return 2
     try:
         return _ACTIONS[args.action](client, store, args)
-    except (ValueError, OSError) as exc:
+    except (ValueError, OSError, ops.ForkTooLarge) as exc:  # a request that cannot be used as it is
         print(f"headroom sessions: {exc}", file=sys.stderr)
         return 2
     except EngineError as exc:
@@ -123,7 +154,7 @@ def _list(client: EngineClient, store: SessionStore, args: argparse.Namespace) -
         where = f"slot {s.slot}" + (f" ({held.n_prompt_tokens} tokens cached)" if held else "")
         flag = "" if s.complete else "  [last reply cut off]"
         print(f"  {s.name:<16} {where:<32} {len(s.text):>7} chars, {s.turns} turn(s) {s.origin}{flag}")
-    if not store.sessions:
+    if not store.sessions and error is None:
         print("  (no sessions yet: headroom sessions ... fork PROMPT --k 2)")
     if error is not None:
         print(f"headroom sessions: {_explain(error)}", file=sys.stderr)

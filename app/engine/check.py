@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from app.planner.plan_types import Plan
 
 BUFFER_TOLERANCE = 1 * MiB
+#: The log's resolution: llama.cpp prints buffer sizes as ``%.2f MiB``, so a logged 0.00 may be up to this.
+LOG_RESOLUTION = MiB // 200
 #: NVML counts the CUDA context and libraries too (~590 MiB per process on an H200, DOMAIN.md §2);
 #: the plan carries that as ``overhead``, which is an estimate, not a measurement.
 PROCESS_TOLERANCE = 128 * MiB
@@ -48,8 +50,14 @@ class CheckRow:
 
     @property
     def ok(self) -> bool:
+        """Within the tolerance, and a part planned at 0 was not allocated (nor the reverse): a buffer
+        that is there or not is a different launch, however small it is."""
         err = self.error
-        return err is not None and abs(err) <= self.tolerance
+        if err is None:
+            return False
+        if self.unit == "bytes" and (self.planned == 0 or self.actual == 0) and abs(err) > LOG_RESOLUTION:
+            return False
+        return abs(err) <= self.tolerance
 
     def _fmt(self, v: int | None) -> str:
         if v is None:
@@ -62,7 +70,8 @@ class CheckRow:
             verdict, err_s = "?", "—"
         else:
             verdict = "ok" if self.ok else "OFF"
-            err_s = f"{err / MiB:+,.2f} MiB" if self.unit == "bytes" else f"{err:+,}"
+            # rounded first, then + 0.0: a sub-resolution negative error reads +0.00, not -0.00
+            err_s = f"{round(err / MiB, 2) + 0.0:+,.2f} MiB" if self.unit == "bytes" else f"{err:+,}"
         return (self.device, self.part, self._fmt(self.planned), self._fmt(self.actual), err_s, verdict)
 
 

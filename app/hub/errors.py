@@ -45,6 +45,10 @@ def translate(exc: BaseException, *, repo: str, revision: str = "main", what: st
     doing = f" ({what})" if what else ""
     if isinstance(exc, HubError):
         return exc
+    if isinstance(exc, hf.OfflineModeIsEnabled):  # an OSError too: before the disk's branch
+        return HubError(f"offline mode is on (HF_HUB_OFFLINE is set): cannot reach {where} for {repo}{doing}",
+                        "unset HF_HUB_OFFLINE or set it to 0 to use the Hub; files already downloaded "
+                        "are used without it")
     if isinstance(exc, hf.GatedRepoError):  # a RepositoryNotFoundError too: first
         return HubError(f"{repo} is a gated repository{doing}",
                         f"accept the licence on the repo page {DEFAULT_ENDPOINT}/{repo}, then log in "
@@ -62,12 +66,12 @@ def translate(exc: BaseException, *, repo: str, revision: str = "main", what: st
             return HubError(f"{where} refused access to {repo}{doing} (HTTP 401)", LOGIN_HINT, reason="auth")
         return HubError(f"the Hub answered HTTP {status} for {repo}{doing}", "try again later")
     if isinstance(exc, httpx2.TimeoutException):
-        return HubError(f"timed out talking to {where}{doing}", "check the connection or HF_ENDPOINT, then retry")
+        return HubError(f"timed out talking to {where} for {repo}{doing}", "check the connection or HF_ENDPOINT, then retry")
     if isinstance(exc, httpx2.ConnectError):
-        return HubError(f"cannot reach {where}{doing}: {exc or type(exc).__name__}",
+        return HubError(f"cannot reach {where} for {repo}{doing}: {exc or type(exc).__name__}",
                         "check the connection or HF_ENDPOINT")
     if isinstance(exc, httpx2.TransportError):
-        return HubError(f"the connection to {where} broke{doing}: {exc or type(exc).__name__}",
+        return HubError(f"the connection to {where} broke for {repo}{doing}: {exc or type(exc).__name__}",
                         "check the connection, then try again")
     if isinstance(exc, OSError):
         return HubError(f"{what or 'file error'}: {exc.strerror or exc}", "check the disk and its permissions")

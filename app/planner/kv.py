@@ -132,6 +132,10 @@ class KvLayout:
 def check_supported(shape: ModelShape, settings: LaunchSettings) -> None:
     """Settings the engine refuses to create a context with (src/llama-context.cpp
     ``llama_init_from_model``), as a PlannerError instead of a number for a launch that cannot start."""
+    ctx = context_size(settings)
+    if ctx.n_ctx_seq == 0:  # per-slot caches: pad(n_ctx) // n_seq rounds down to no cells at all
+        raise PlannerError(f"{pad(settings.n_ctx)} tokens ÷ {settings.n_parallel} slots = 0 tokens per slot: "
+                           "raise -c or lower -np")
     if shape.is_mla and settings.type_k != settings.type_v:
         raise PlannerError(f"this model (MLA) needs the same K and V cache types, not {settings.type_k}/"
                            f"{settings.type_v}")

@@ -30,6 +30,8 @@ class Bytes(int):
         n = int(self)
         sign = "-" if n < 0 else ""
         a = abs(n)
+        if a >= 1024 * GiB:
+            return f"{sign}{a / (1024 * GiB):.1f} TiB"
         if a >= GiB:
             return f"{sign}{a / GiB:.1f} GiB"
         if a >= MiB:

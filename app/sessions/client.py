@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
 import urllib.parse
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -90,7 +91,7 @@ class EngineClient:
     def __init__(self, base_url: str, api_key: str | None = None, timeout: float = 120.0) -> None:
         parts = urllib.parse.urlsplit(base_url if "://" in base_url else f"http://{base_url}")
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"not an engine URL: {base_url!r} (try http://127.0.0.1:8080)")
+            raise ValueError(f"--url {base_url}: not a valid http(s) URL (try http://127.0.0.1:8080)")
         self.base_url = f"{parts.scheme}://{parts.netloc}"
         self._https = parts.scheme == "https"
         self._host = parts.hostname
@@ -121,6 +122,10 @@ class EngineClient:
         try:
             conn.request(method, self._prefix + path, body=payload, headers=self._headers(body is not None))
             resp = conn.getresponse()
+        except socket.gaierror as exc:  # the name does not resolve: nothing to restart
+            conn.close()
+            raise EngineUnreachable(f"cannot find the host of {self.base_url} ({exc.strerror or exc}): check "
+                                    "that --url is a valid http(s) URL, e.g. http://127.0.0.1:8080") from exc
         except OSError as exc:  # refused, reset, timed out
             conn.close()
             raise EngineUnreachable(

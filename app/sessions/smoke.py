@@ -112,6 +112,11 @@ def _failure(client: EngineClient, why: str, steps: list[str], tokens: dict[str,
     return failed("no-tokens", why)
 
 
+def token_counts(tokens: dict[str, int]) -> str:
+    """``{'smoke-a': 32, 'smoke-b': 30}`` → ``smoke-a 32 tokens, smoke-b 30 tokens``."""
+    return ", ".join(f"{name} {n} tokens" for name, n in tokens.items())
+
+
 def run_smoke(base_url: str, api_key: str | None = None, log_tail: Callable[[], list[str]] | None = None,
               *, diagnostic: bool = False, n_predict: int = 16,
               on_step: Callable[[str], None] | None = None, log_grace_s: float = LOG_GRACE_S,
@@ -150,7 +155,7 @@ def run_smoke(base_url: str, api_key: str | None = None, log_tail: Callable[[], 
         sharing = str(forked.proof) if forked.proof else ""
         if forked.error:
             return _failure(client, forked.error, steps, tokens, log_tail, diagnostic, log_grace_s)
-        step(f"fork done: {tokens}; {sharing}")
+        step(f"fork done: {token_counts(tokens)}; {sharing}")
         for s in forked.sessions:
             turn = send(client, s, s.name, " Continue.", Sampling(n_predict, 0.8, 99))
             tokens[s.name] += turn.completions[0].tokens_predicted
@@ -168,11 +173,11 @@ def run_smoke(base_url: str, api_key: str | None = None, log_tail: Callable[[], 
         return SmokeResult(False, "no-tokens", f"no tokens from {', '.join(empty)} after sharing the prompt",
                            tokens, tuple(steps), diagnostic=diagnostic, sharing=sharing)
     if diagnostic and backends == 1:
-        return SmokeResult(True, "inconclusive", f"both shared sequences produced tokens {tokens}, but this "
-                           f"engine runs on one backend, where {SINGLE_BACKEND_WHY}; {SECOND_BACKEND_HINT}",
+        return SmokeResult(True, "inconclusive", f"both shared sequences produced tokens ({token_counts(tokens)}), "
+                           f"but this engine runs on one backend, where {SINGLE_BACKEND_WHY}; {SECOND_BACKEND_HINT}",
                            tokens, tuple(steps), diagnostic=diagnostic, sharing=sharing)
     mode = " (diagnostic launch: no graph re-reserve)" if diagnostic else ""
-    return SmokeResult(True, "ok", f"both shared sequences produced tokens {tokens}{mode}",
+    return SmokeResult(True, "ok", f"both shared sequences produced tokens: {token_counts(tokens)}{mode}",
                        tokens, tuple(steps), diagnostic=diagnostic, sharing=sharing)
 
 

@@ -118,7 +118,7 @@ def test_cli_fork_continue_list_and_refusals(engine: RunningServer, tmp_path: Pa
     out = capsys.readouterr().out
     assert "engine at" in out and "4 slots" in out
     assert "2 turn(s) fork of 3 (x, y, z)" in out and "1 turn(s) fork of 3 (x, y, z)" in out
-    assert main([*base, "fork", DOCUMENT, "--k", "5"]) == 1
+    assert main([*base, "fork", DOCUMENT, "--k", "5"]) == 2  # a request the engine cannot take
     assert "needs 5 slots" in capsys.readouterr().err
     assert main([*base, "continue", "nobody", "hi"]) == 2
     assert "no session 'nobody'" in capsys.readouterr().err

@@ -35,11 +35,13 @@ def test_glm5_next_alone_has_no_shared_session_warning(engine_build: EngineBuild
 
 def test_serve_plans_for_the_gpus_it_is_given(engine_build: EngineBuild, tiny_model: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
-    # --gpu reaches the plan: a card too small for the settings is refused before any launch
+    # --gpu reaches the plan: a card too small for the settings is refused before any launch, with
+    # the exit status `headroom plan` gives the same plan (1: it does not fit)
     rc = cli.main(["serve", str(tiny_model), "-c", "4096", "--gpu", "Tiny:256MiB", "--no-measure"])
-    err = capsys.readouterr().err
-    assert rc == 2
+    out, err = capsys.readouterr()
+    assert rc == 1 == cli.main(["plan", str(tiny_model), "-c", "4096", "--gpu", "Tiny:256MiB"])
     assert "refused: the plan does not fit" in err and "CUDA0" in err
+    assert "engine: starting" not in out
 
 
 @pytest.mark.parametrize("port", ["99999", "-1", "http"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.engine.check import HOST, actuals, check_plan, describe
+from app.engine.check import HOST, CheckRow, PlanCheck, actuals, check_plan, describe
 from app.planner.devices import GpuProcess, GpuSample, Snapshot
 from app.planner.logparse import mib_to_bytes, parse_log
 from app.planner.plan_types import DevicePlan, HostPlan, Plan
@@ -107,3 +107,20 @@ def test_a_plan_that_forgot_the_repacked_copy_is_off_by_it() -> None:
     row = check.row(HOST, "weights")
     assert row is not None and not row.ok and row.error == mib_to_bytes(3204.00)
     assert "host weights 3.1 GiB over" in describe(check)
+
+
+def test_a_part_planned_at_zero_that_the_engine_allocated_is_not_ok() -> None:
+    # the reviewer's "host kv 0.00 MiB planned / 1.00 MiB actual ok": the KV went somewhere the plan
+    # did not put it, which no MiB-rounding tolerance should hide
+    check = PlanCheck((CheckRow(HOST, "kv", 0, 1 * MiB), CheckRow(HOST, "compute", 0, 2 * 1024)))
+    lines = check.table().splitlines()
+    kv = next(line for line in lines if " kv " in line)
+    assert kv.endswith("+1.00 MiB  OFF"), kv
+    rounding = next(line for line in lines if " compute " in line)  # 2 KiB logs as 0.00 MiB: same launch
+    assert rounding.endswith("ok"), rounding
+    assert not check.ok and "host kv 1 MiB over" in describe(check)
+
+
+def test_an_error_below_the_log_resolution_reads_plus_zero() -> None:
+    table = PlanCheck((CheckRow("CUDA0", "weights", 100 * MiB, 100 * MiB - 100),)).table()
+    assert "+0.00 MiB" in table and "-0.00" not in table

@@ -1,0 +1,84 @@
+"""``headroom serve`` on the real engine, as a user reads it: each thing said once (the stop, a port in
+use), the context as ``plan`` writes it, the smoke result in words, and ``sessions`` against it
+(--url after the action; a fork into more sessions than slots is a request that cannot be used: 2)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from app import cli
+from app.engine.native_build import EngineBuild
+
+pytestmark = pytest.mark.engine
+
+
+def _serve(model: Path, *extra: str, deadline_s: float = 150.0) -> tuple[int, str]:
+    """Run ``headroom serve`` until it serves (then SIGTERM, as Ctrl-C) or exits by itself."""
+    argv = [sys.executable, "-m", "app", "serve", str(model), "--no-measure", *extra]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    assert proc.stdout is not None
+    lines: list[str] = []
+    end = time.monotonic() + deadline_s
+    for line in proc.stdout:
+        lines.append(line)
+        if line.startswith("serving at"):
+            proc.send_signal(signal.SIGTERM)
+        if time.monotonic() > end:
+            proc.kill()
+            break
+    return proc.wait(timeout=60), "".join(lines)
+
+
+def test_a_port_in_use_is_said_once_and_exits_1(engine_build: EngineBuild, tiny_model: Path) -> None:
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        rc, out = _serve(tiny_model, "-c", "4096", "--port", str(port))
+    assert rc == 1, out
+    assert out.count("the port is in use") == 1, out
+    assert "plan: cpu, 4k tokens" in out
+
+
+def test_serve_says_each_thing_once_and_sessions_take_url_after_the_action(
+        engine_build: EngineBuild, tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [sys.executable, "-m", "app", "serve", str(tiny_model), "--no-measure", "-c", "4096", "-np", "2",
+            "-kvu", "--smoke"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    monkeypatch.setenv("HEADROOM_CACHE_DIR", str(tmp_path))  # this test's sessions only (not the engine's cache)
+    assert proc.stdout is not None
+    lines: list[str] = []
+    rcs: list[int] = []
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith("serving at"):
+                url = line.split()[2]
+                rcs.append(cli.main(["sessions", "fork", "a prompt", "--k", "3", "--url", url]))
+                rcs.append(cli.main(["sessions", "list", "--url", url]))
+                proc.send_signal(signal.SIGTERM)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    out = "".join(lines)
+    assert proc.wait(timeout=60) == 0, out
+    assert "plan: cpu, 4k tokens" in out
+    smoke = next(line for line in lines if line.startswith("smoke: "))
+    assert "smoke-a " in smoke and " tokens, smoke-b " in smoke and "{" not in smoke, smoke
+    assert out.count("engine stopped (exit code") == 1 and "engine: stopped" not in out, out
+    assert "-0.00 MiB" not in out
+    fork_rc, list_rc = rcs
+    seen = capsys.readouterr()
+    assert fork_rc == 2 and "a fork into 3 sessions needs 3 slots" in seen.err
+    assert list_rc == 0 and "2 slots" in seen.out

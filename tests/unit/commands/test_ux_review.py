@@ -1,0 +1,163 @@
+"""What a user saw running the CLI (a UX review), each finding as they would see it: a refusal with
+a reason instead of a traceback, no abbreviated flags, serve refusing a simulated card, the verdict
+first when the plan changed the settings, one exit-status table in every --help, hub and sessions
+messages that say what is wrong."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from app import cli
+from app.engine.native_build import EngineBuild
+from app.planner.units import Bytes, GiB
+
+QWEN14B = "qwen2.5-14b-instruct-1m-q8_0"
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _usage_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(argv)
+    assert exit_.value.code == 2
+    return capsys.readouterr().err
+
+
+# --- 1. more slots than context: a reason, not a ZeroDivisionError ---
+
+def test_more_slots_than_tokens_is_refused_with_what_to_change(
+        shape_model: Callable[[str], Path], capsys: pytest.CaptureFixture[str]) -> None:
+    rc = cli.main(["plan", str(shape_model(QWEN14B)), "-np", "4097", "-c", "4096", "--gpu", "H200"])
+    out, err = capsys.readouterr()
+    assert rc == 2 and out == ""
+    assert err == "headroom plan: 4096 tokens ÷ 4097 slots = 0 tokens per slot: raise -c or lower -np\n"
+    # one slot per 256 tokens is still a launch the engine makes (padded to 256 cells each)
+    assert cli.main(["plan", str(shape_model(QWEN14B)), "-np", "16", "-c", "4096", "--gpu", "H200"]) == 0
+
+
+# --- 2. no abbreviated flags ---
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["measure", "M.gguf", "--gpu", "H200"], "unrecognized arguments: --gpu H200"),  # not --gpu-layers
+    (["plan", "M.gguf", "--js"], "unrecognized arguments: --js"),
+    (["plan", "M.gguf", "--meas"], "unrecognized arguments: --meas"),
+    (["sessions", "--ur", "http://127.0.0.1:1", "list"], "choice: 'http://127.0.0.1:1'"),  # not --url
+    (["engine", "build", "--job", "2"], "unrecognized arguments: --job"),
+])
+def test_an_abbreviated_flag_is_not_taken_for_another(argv: list[str], says: str,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    assert says in _usage_error(capsys, argv)
+
+
+# --- 3. serve launches on the real devices only ---
+
+def test_serve_refuses_a_card_this_machine_does_not_have(engine_build: EngineBuild, tiny_model: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    rc = cli.main(["serve", str(tiny_model), "--gpu", "H200", "--no-measure"])
+    out, err = capsys.readouterr()
+    assert rc == 2
+    assert err == ("headroom serve: --gpu H200 plans for a card this machine does not have; serve launches on "
+                   "the real devices: drop --gpu (or --gpu auto)\n")
+    assert "engine: starting" not in out and "command:" not in out
+
+
+# --- 4. the verdict first when the plan picked an alternative ---
+
+def test_a_context_that_does_not_fit_says_so_on_the_first_line(
+        shape_model: Callable[[str], Path], capsys: pytest.CaptureFixture[str]) -> None:
+    model = str(shape_model(QWEN14B))
+    assert cli.main(["plan", model, "--ctx", "512k", "--gpu", "RTX 4090"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first == "512k DOES NOT FIT as asked (CUDA0 is short by 87.3 GiB); planned instead: -c 49,664"
+    # --json is data: no such line, the same keys as before
+    assert cli.main(["plan", model, "--ctx", "512k", "--gpu", "RTX 4090", "--json"]) == 0
+    text = capsys.readouterr().out
+    data = json.loads(text)
+    assert data["launch"]["n_ctx"] == 49664 and data["feasible"] and "DOES NOT FIT" not in text
+    # as asked and fitting: no such line
+    assert cli.main(["plan", model, "--ctx", "32k", "--gpu", "H200"]) == 0
+    assert "DOES NOT FIT" not in capsys.readouterr().out
+
+
+def test_a_huge_size_prints_in_tib() -> None:
+    # the alternatives table printed "12800.0 GiB" for an -nkvo of a 2M context
+    assert str(Bytes(12800 * GiB)) == "12.5 TiB" and str(Bytes(1023 * GiB)) == "1023.0 GiB"
+
+
+# --- 5./6. one exit-status table in every --help; help text a user can read ---
+
+@pytest.mark.parametrize("argv", [["plan"], ["measure"], ["serve"], ["sessions"], ["sessions", "fork"],
+                                  ["engine"], ["engine", "build"], ["gui"]])
+def test_every_subcommand_help_ends_with_its_exit_status(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli.main([*argv, "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "Exit status: 0 " in text and "; 1 " in text and "; 2 " in text
+
+
+def test_serve_and_engine_build_help_read_as_plain_text(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli.main(["serve", "--help"])
+    out = capsys.readouterr().out
+    assert "``" not in out and "`--unplanned`" in out
+    with pytest.raises(SystemExit):
+        cli.main(["engine", "build", "--help"])
+    assert "--jobs N    parallel compile jobs" in " ".join(capsys.readouterr().out.split(" \n"))
+
+
+# --- 7. hub errors that say what is wrong ---
+
+def _headroom(*argv: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "app", *argv], capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, **env))
+
+
+def test_offline_mode_is_named_with_how_to_turn_it_off() -> None:
+    out = _headroom("plan", "hf:someone/model-GGUF", HF_HUB_OFFLINE="1")
+    assert out.returncode == 2
+    assert "offline mode is on (HF_HUB_OFFLINE is set)" in out.stderr and "someone/model-GGUF" in out.stderr
+    assert "unset HF_HUB_OFFLINE or set it to 0" in out.stderr and "disk" not in out.stderr
+
+
+def test_an_unreachable_hub_names_the_repo() -> None:
+    url = f"http://127.0.0.1:{_closed_port()}"
+    out = _headroom("plan", "hf:someone/model-GGUF", HF_ENDPOINT=url)
+    assert out.returncode == 2
+    assert f"cannot reach {url} for someone/model-GGUF (listing its files)" in out.stderr
+
+
+# --- 8. sessions: --url after the action, an engine that is not answering, a URL that is not one ---
+
+def test_sessions_url_after_the_action_and_an_engine_not_answering(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("HEADROOM_CACHE_DIR", str(tmp_path))
+    url = f"http://127.0.0.1:{_closed_port()}"
+    for argv in (["sessions", "list", "--url", url], ["sessions", "--url", url, "list"]):
+        assert cli.main(argv) == 1
+        out, err = capsys.readouterr()
+        assert out == f"engine at {url}: not answering\n"  # not also "(no sessions yet …)"
+        assert f"no engine answers at {url}" in err
+
+
+@pytest.mark.parametrize("url", ["notaurl", "ftp://127.0.0.1:8080"])
+def test_sessions_url_that_is_not_one_says_so(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["sessions", "list", "--url", url]) == 2
+    err = capsys.readouterr().err
+    assert err == f"headroom sessions: --url {url}: not a valid http(s) URL (try http://127.0.0.1:8080)\n"
+
+
+def test_sessions_without_url_says_where_it_goes(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["sessions", "list"]) == 2
+    assert "--url is required (before or after the action)" in capsys.readouterr().err
