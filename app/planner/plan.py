@@ -274,7 +274,7 @@ def max_context(shape: ModelShape, inventory: Inventory, settings: LaunchSetting
                          measurement=_grown(shape, settings, measurement, n), safety=safety,
                          vram_target=vram_target, overhead=overhead).feasible
 
-    return ContextFit(largest(resident), largest(with_tail), shape.n_ctx_train)
+    return ContextFit(largest(resident), largest(with_tail), shape.n_ctx_train, cap // per * per)
 
 
 def _grown(shape: ModelShape, settings: LaunchSettings, measurement: Measurement | None,

@@ -164,7 +164,21 @@ class ContextFit:
     resident: int
     with_tail: int
     n_ctx_train: int
+    #: The largest context the search tried (the larger of the trained and the asked context, padded);
+    #: a result equal to it means the search stopped there, not the memory. 0: not known.
+    searched_to: int = 0
+
+    @property
+    def resident_capped(self) -> bool:
+        """The fully resident result is the search's cap: more may fit."""
+        return 0 < self.searched_to <= self.resident
+
+    @property
+    def tail_capped(self) -> bool:
+        """The with-a-host-tail result is the search's cap: more may fit."""
+        return 0 < self.searched_to <= self.with_tail
 
     def to_json(self) -> dict[str, Any]:
-        return {"resident": self.resident, "with_tail": self.with_tail, "n_ctx_train": self.n_ctx_train}
+        return {"resident": self.resident, "with_tail": self.with_tail, "n_ctx_train": self.n_ctx_train,
+                "searched_to": self.searched_to}
 

@@ -7,13 +7,25 @@ drawn in red, with the reason and the best alternative one click away.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 from html import escape
 from typing import TYPE_CHECKING
 
 from app.planner.settings import LaunchSettings
 from app.planner.units import Bytes
+from app.ui.budget_parts import (
+    AMBER,
+    DEFAULT_SOURCES,
+    GPU_PARTS,
+    HOST_PARTS,
+    RED,
+    Segment,
+    _legend,
+    device_segments,
+    host_segments,
+    legend_entries,
+    legend_tooltip,
+)
 from app.ui.options_view import OptionsView
 from app.ui.qt import (
     QColor,
@@ -26,6 +38,7 @@ from app.ui.qt import (
     QPen,
     QPushButton,
     QRectF,
+    QSizePolicy,
     Qt,
     QToolTip,
     QVBoxLayout,
@@ -35,71 +48,10 @@ from app.ui.qt import (
 from app.ui.settings_panel import tokens_text
 
 if TYPE_CHECKING:
-    from app.planner.plan import Alternative, ContextFit, DevicePlan, HostPlan, Plan
+    from app.planner.plan import Alternative, ContextFit, Plan
 
-#: (field, label, colour). Colours are mid-tones that read on light and dark palettes (Tableau 20); a
-#: host part gets the light shade of its GPU counterpart, so no two different things share a colour.
-GPU_PARTS = (
-    ("other_processes", "Other apps", "#8c8c8c"),
-    ("weights", "Weights", "#4e79a7"),
-    ("compute", "Compute", "#f28e2b"),
-    ("kv_resident", "KV window", "#59a14f"),
-    ("overhead", "Overhead", "#b07aa1"),
-    ("safety", "Safety", "#edc948"),
-)
-HOST_PARTS = (
-    ("other", "Other apps", "#8c8c8c"),
-    ("weights_mapped", "Mapped weights", "#a0cbe8"),
-    ("kv_tail", "KV host tail", "#8cd17d"),
-    ("compute_pinned", "Pinned compute", "#ffbe7d"),
-)
-DRIVER_COLOR = "#bab0ac"
-RED = "#d62728"
-AMBER = "#c77800"
-#: Sources for parts the planner does not label itself.
-DEFAULT_SOURCES = {"other_processes": "from NVML", "free": "what is left", "other": "from psutil"}
-
-
-@dataclass(frozen=True)
-class Segment:
-    key: str
-    label: str
-    size: int
-    color: str
-    source: str
-
-    @property
-    def tooltip(self) -> str:
-        return f"{self.label}: {Bytes(self.size)}\n{self.source}"
-
-
-def device_segments(dp: DevicePlan) -> list[Segment]:
-    segs = []
-    for key, label, color in GPU_PARTS:
-        source = dp.sources.get(key, DEFAULT_SOURCES.get(key, "estimated"))
-        size = int(getattr(dp, key))
-        if key == "other_processes" and dp.driver_reserve > 0:
-            # What no process holds is the driver's own reserve (an idle H200: 615 MiB), not "apps".
-            reserve = min(int(dp.driver_reserve), size)
-            segs.append(Segment("driver_reserve" if size > reserve else key, "Driver reserve", reserve,
-                                DRIVER_COLOR, f"kept by the driver, not usable by the engine ({source})"))
-            size -= reserve
-            if size <= 0:
-                continue
-        segs.append(Segment(key, label, size, color, source))
-    return segs
-
-
-def host_segments(hp: HostPlan, *, no_gpu: bool = False) -> list[Segment]:
-    """``no_gpu``: the KV cache has no GPU part, so it is the whole cache, not a "tail"."""
-    segs = [Segment("other", "Other apps", max(0, int(hp.total) - int(hp.available)), HOST_PARTS[0][2],
-                    hp.sources.get("other", DEFAULT_SOURCES["other"]))]
-    for key, label, color in HOST_PARTS[1:]:
-        if key == "kv_tail" and no_gpu:
-            label = "KV cache"
-        segs.append(Segment(key, label, int(getattr(hp, key)), color,
-                            hp.sources.get(key, DEFAULT_SOURCES.get(key, "estimated"))))
-    return segs
+#: The parts' names stay importable from here (the tests and the screenshot use them).
+__all__ = ["GPU_PARTS", "HOST_PARTS", "BudgetView", "DeviceRow", "Segment", "StackedBar", "legend_entries"]
 
 
 class StackedBar(QWidget):
@@ -163,6 +115,8 @@ class StackedBar(QWidget):
     def paintEvent(self, _e: QPaintEvent) -> None:
         p = QPainter(self)
         p.setRenderHint(QPainter.RenderHint.Antialiasing, False)
+        if not self.isEnabled():
+            p.setOpacity(0.3)  # a stale picture (no plan for the settings): greyed
         pal = self.palette()
         outer = QRectF(0.5, 0.5, self.width() - 1.0, self.height() - 1.0)
         p.fillRect(outer, pal.color(QPalette.ColorRole.Base))
@@ -193,6 +147,7 @@ class DeviceRow(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.title = QLabel()
+        self.title.setWordWrap(True)  # a long card name wraps instead of widening the plan pane
         self.bar = StackedBar()
         self.caption = QLabel()
         self.caption.setWordWrap(True)
@@ -211,18 +166,6 @@ class DeviceRow(QWidget):
         parts = [f"{s.label.lower()} {Bytes(s.size)}" for s in segments if s.size > 0]
         shown_free = f"free {Bytes(free)}" if free >= 0 else f"<span style='color:{RED}'>short {Bytes(-free)}</span>"
         self.caption.setText(" · ".join([*parts, shown_free]))
-
-
-def legend_entries(shown: Iterable[Segment] | None = None) -> dict[str, str]:
-    """Label -> colour for the parts drawn (a label on several bars, "Other apps", is listed once);
-    with ``shown``, only those segments' parts — a CPU plan's legend names no GPU part."""
-    if shown is None:
-        return {label: color for _k, label, color in (*GPU_PARTS, ("", "Driver reserve", DRIVER_COLOR), *HOST_PARTS)}
-    return {s.label: s.color for s in shown if s.size > 0}
-
-
-def _legend(shown: Iterable[Segment] | None = None) -> str:
-    return "  ".join(f"<span style='color:{c}'>■</span> {label}" for label, c in legend_entries(shown).items())
 
 
 @dataclass(frozen=True)
@@ -259,6 +202,11 @@ def verdict(plan: Plan, requested: LaunchSettings | None, fit: ContextFit | None
     return Verdict(f"<b>Fits</b> — {plan.mode} mode" + (f": {escape(plan.reason)}" if plan.reason else ""), "")
 
 
+#: What the plan pane says before any model is open.
+EMPTY_HINT = ("<b>No model yet.</b> Open a GGUF model (File ▸ Open model…, or drop a .gguf here), pick one "
+              "from Hugging Face, or try the demo (File ▸ Open the demo model).")
+
+
 class BudgetView(QWidget):
     """All bars for one plan, the window/tail numbers, and the verdict."""
 
@@ -273,11 +221,18 @@ class BudgetView(QWidget):
         self.running.setWordWrap(True)
         self.running.setStyleSheet("border: 1px solid palette(mid); padding: 4px;")
         self.running.setVisible(False)
+        # Before a model: how to start. After a settings error: "No plan: …" over the greyed picture.
+        self.notice = QLabel(EMPTY_HINT)
+        self.notice.setObjectName("planNotice")
+        self.notice.setWordWrap(True)
+        self.notice.setStyleSheet("border: 1px solid palette(mid); padding: 6px;")
         self.verdict = QLabel()
         self.verdict.setObjectName("verdict")
         self.verdict.setWordWrap(True)
         self.alternative = QPushButton()
         self.alternative.setVisible(False)
+        # A long "Use instead: …" must not widen the pane (no sideways scrolling); its tooltip has it all.
+        self.alternative.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
         self.alternative.clicked.connect(self._choose_alternative)
         self.window_numbers = QLabel()
         self.window_numbers.setObjectName("windowNumbers")
@@ -289,13 +244,16 @@ class BudgetView(QWidget):
         self.warnings.setStyleSheet(f"color: {AMBER};")  # caveats the user should read before launching
         self.legend = QLabel(_legend())
         self.legend.setWordWrap(True)
+        self.legend.setVisible(False)  # no legend until there is a plan
         self.options = OptionsView()
         self.options.setVisible(False)
         self.options.settingsChosen.connect(self.settingsChosen)
         self.rows: list[DeviceRow] = []
         self.host_row = DeviceRow()
+        self.host_row.setVisible(False)  # no empty bar before a model
         self._rows_box = QVBoxLayout()
         lay = QVBoxLayout(self)
+        lay.addWidget(self.notice)
         lay.addWidget(self.running)
         lay.addWidget(self.verdict)
         lay.addWidget(self.alternative)
@@ -317,9 +275,35 @@ class BudgetView(QWidget):
             row.setParent(None)
             row.deleteLater()
 
+    def _picture(self) -> list[QWidget]:
+        """The widgets that draw a plan (greyed when the settings give none)."""
+        return [self.verdict, self.alternative, *self.rows, self.host_row, self.window_numbers,
+                self.warnings, self.legend, self.options]
+
+    def show_no_plan(self, message: str) -> None:
+        """The settings give no plan: the last picture stays, greyed, under "No plan: …"; nothing in it
+        can be applied."""
+        self.plan = None
+        self._verdict = None
+        self.notice.setText(f"<b>No plan</b>: {escape(message)} — the picture below is the last plan, "
+                            "not these settings.")
+        self.notice.setStyleSheet(f"color: {RED}; border: 1px solid {RED}; padding: 6px;")
+        self.notice.setVisible(True)
+        self.verdict.setText("<b>No plan</b> for these settings")
+        self.verdict.setStyleSheet("")
+        self.alternative.setVisible(False)
+        self.warnings.setVisible(False)  # they were about the last plan
+        for w in self._picture():
+            w.setEnabled(False)
+
     def show_plan(self, plan: Plan, requested: LaunchSettings | None = None,
                   fit: ContextFit | None = None) -> None:
         self.plan = plan
+        self.notice.setVisible(False)
+        for w in self._picture():
+            w.setEnabled(True)
+        self.host_row.setVisible(True)
+        self.legend.setVisible(True)
         self._ensure_rows(len(plan.gpus))
         shown: list[Segment] = []
         for row, dp in zip(self.rows, plan.gpus, strict=True):
@@ -333,6 +317,7 @@ class BudgetView(QWidget):
         shown += segs
         self.host_row.show_device("Host RAM", int(hp.total), segs, int(hp.free), over=int(hp.free) < 0)
         self.legend.setText(_legend(shown))
+        self.legend.setToolTip(legend_tooltip(shown))
         self.window_numbers.setText(window_text(plan))
         self.warnings.setText("<br>".join(f"⚠ {escape(w)}" for w in plan.warnings))
         self.warnings.setVisible(bool(plan.warnings))
@@ -342,6 +327,7 @@ class BudgetView(QWidget):
         self.verdict.setStyleSheet(f"color: {v.color};" if v.color else "")
         self.alternative.setVisible(v.settings is not None)
         self.alternative.setText(v.action)
+        self.alternative.setToolTip(v.action)
         self.options.show_options(plan, fit, plan.mode == "window")
 
     def set_running(self, running: Plan | None, pending: Plan | None = None) -> None:

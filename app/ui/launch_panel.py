@@ -40,6 +40,7 @@ from app.ui.workers import TaskThread
 
 HOST = "127.0.0.1"
 LOOKING = "looking for engines…"
+NO_MODEL = "Open a model first: there is nothing to launch yet"
 NONE_FOUND = "no engine found — Build engine…"
 #: How an advisory reads before launch (severity -> colour); "error" refuses the launch.
 ADVICE_COLOUR = {"error": "#d62728", "warning": "#c77800", "info": ""}
@@ -96,11 +97,17 @@ class LaunchPanel(QWidget):
         self.check.setObjectName("planCheck")
         self.check.setWordWrap(True)
         self.check.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.command = QLabel()
-        self.command.setWordWrap(True)
-        for label in (self.status, self.check, self.command):  # engine text, never markup
-            label.setTextFormat(Qt.TextFormat.PlainText)
+        # The command line: one read-only line (never wider than the column), all of it in the tooltip.
+        self.command = QLineEdit()
+        self.command.setReadOnly(True)
         self.command.setObjectName("commandLine")
+        self.command.setAccessibleName("Engine command line")
+        self.command.setVisible(False)
+        self.command_caption = QLabel()
+        self.command_caption.setObjectName("commandCaption")
+        self.command_caption.setVisible(False)
+        for label in (self.status, self.check):  # engine text, never markup
+            label.setTextFormat(Qt.TextFormat.PlainText)
         self.advice_label = QLabel()
         self.advice_label.setObjectName("engineAdvice")
         self.advice_label.setWordWrap(True)
@@ -111,22 +118,29 @@ class LaunchPanel(QWidget):
         self.builder.setVisible(False)
         self.builder.logLines.connect(self.logLines)
         self.builder.built.connect(lambda: self.discover())
+        # Launch / Stop and the endpoint: ``controls``, which the window pins below its scrolling form.
+        self.controls = QWidget()
         row = QHBoxLayout()
         row.addWidget(self.launch_button)
         row.addWidget(self.stop_button)
         ep = QHBoxLayout()
         ep.addWidget(self.endpoint, 1)
         ep.addWidget(self.copy_button)
+        pinned = QVBoxLayout(self.controls)
+        pinned.setContentsMargins(0, 0, 0, 0)
+        pinned.addLayout(row)
+        pinned.addLayout(ep)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         lay.addWidget(self.builder)
         lay.addWidget(self.advice_label)
-        lay.addLayout(row)
         lay.addWidget(self.progress)
         lay.addWidget(self.status)
-        lay.addLayout(ep)
         lay.addWidget(self.check)
+        lay.addWidget(self.command_caption)
         lay.addWidget(self.command)
+        self._not_launchable = NO_MODEL
+        self._enable_launch()  # nothing to launch before a model is open
         self.statusChanged.connect(self._on_status)
         self._flush = QTimer(self)
         self._flush.setInterval(LOG_FLUSH_MS)
@@ -189,6 +203,14 @@ class LaunchPanel(QWidget):
         self.advice_label.setText("<br>".join(advice_html(a) for a in self.advice))
         self.advice_label.setVisible(bool(self.advice))
 
+    def set_no_plan(self, reason: str) -> None:
+        """The settings give no plan: nothing to launch, and the button's tooltip says why."""
+        self._plan = None
+        self._not_launchable = f"Nothing to launch: {reason}"
+        self.advice = []
+        self.advice_label.setVisible(False)
+        self._enable_launch()
+
     def _enable_launch(self) -> None:
         """Launch is offered for a plan that fits; one that does not says why on the button's tooltip."""
         plan = self._plan
@@ -227,7 +249,8 @@ class LaunchPanel(QWidget):
         self.server = server
         self._launched_plan = plan
         self.check.clear()
-        self.command.setText(shell_line(argv))
+        self.check.setToolTip("")
+        self._show_command(shell_line(argv), "Command line:")
         self.launch_button.setEnabled(False)
         self.stop_button.setEnabled(True)
         self.progress.setVisible(True)
@@ -297,8 +320,21 @@ class LaunchPanel(QWidget):
         self.progress.setVisible(False)
         self.endpoint.clear()
         self.status.setText("Engine: stopped")
+        # What the check and the command describe is gone: they say they are about the last run.
+        if self.check.text():
+            self.check.setText(f"Last run (stopped): {self.check.text()}")
+        if self.command.text():
+            self._show_command(self.command.text(), "Last run (stopped), command line:")
         self._enable_launch()
         self.engineStopped.emit()
+
+    def _show_command(self, line: str, caption: str) -> None:
+        self.command.setText(line)
+        self.command.setCursorPosition(0)  # the start of the command shows; the tooltip has it all
+        self.command.setToolTip(line)
+        self.command_caption.setText(caption)
+        for w in (self.command, self.command_caption):
+            w.setVisible(True)
 
     def copy_endpoint(self) -> None:
         if self.endpoint.text():

@@ -18,11 +18,13 @@ from app.ui import demo
 from app.ui.budget_view import BudgetView
 from app.ui.console import Console
 from app.ui.devices_panel import DevicesPanel
+from app.ui.form_scroll import FormScroll
 from app.ui.hub_button import PREVIEW_LAUNCH, HubButton, model_title, preview_name
 from app.ui.hub_dialog import HubDialog
 from app.ui.launch_panel import LaunchPanel
 from app.ui.live_replan import LiveReplan
 from app.ui.measure_bar import NOT_MEASURED, STALE, MeasureBar
+from app.ui.options_view import cap_text
 from app.ui.planning import PlanInputs, inventory_for, real_inventory
 from app.ui.qt import (
     QAction,
@@ -133,22 +135,32 @@ class MainWindow(QMainWindow):
         left.addStretch(1)
         left_inner = QWidget()
         left_inner.setLayout(left)
-        left_w = QScrollArea()  # small screens: the form scrolls instead of forcing a tall window
-        left_w.setWidgetResizable(True)
-        left_w.setWidget(left_inner)
-        left_w.setFrameShape(QScrollArea.Shape.NoFrame)
+        self.left_scroll = FormScroll(left_inner)  # small screens: the form scrolls up and down only
+        # Measure, Launch / Stop and the endpoint never scroll away: a footer under the form.
+        footer = QVBoxLayout()
+        footer.setContentsMargins(9, 0, 9, 4)
+        footer.addWidget(self.measure.controls)
+        footer.addWidget(self.launch.controls)
+        left_col = QVBoxLayout()
+        left_col.setContentsMargins(0, 0, 0, 0)
+        left_col.addWidget(self.left_scroll, 1)
+        left_col.addLayout(footer)
+        left_w = QWidget()
+        left_w.setLayout(left_col)
         left_w.setMaximumWidth(480)
         self.devices = DevicesPanel()
         self.devices.set_simulated_choice(self.state.simulated_gpus[0] if self.state.simulated_gpus else "")
         self.devices.simulationChanged.connect(self.set_simulated)
         self.budget = BudgetView()
         self.budget.settingsChosen.connect(self.settings.set_settings)
-        scroll = QScrollArea()
-        scroll.setWidgetResizable(True)
-        scroll.setWidget(self.budget)
+        self.plan_scroll = QScrollArea()
+        self.plan_scroll.setWidgetResizable(True)
+        self.plan_scroll.setWidget(self.budget)
+        # The plan pane wraps instead of scrolling sideways (bars' free end, warnings, option notes).
+        self.plan_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         mid = QVBoxLayout()
         mid.addWidget(self.devices)
-        mid.addWidget(scroll, 1)
+        mid.addWidget(self.plan_scroll, 1)
         mid_w = QWidget()
         mid_w.setLayout(mid)
         top = QSplitter(Qt.Orientation.Horizontal)
@@ -175,6 +187,7 @@ class MainWindow(QMainWindow):
         vsplit.addWidget(bottom)
         vsplit.setStretchFactor(0, 4)
         vsplit.setStretchFactor(1, 1)
+        vsplit.setSizes([780, 180])  # the plan and the form first; the log and sessions get what is left
         self.setCentralWidget(vsplit)
         self.devices.show_inventory(self.inputs.inventory, self.inputs.nvml_reason)
 
@@ -242,6 +255,7 @@ class MainWindow(QMainWindow):
                                  f"trained for {tokens_text(shape.n_ctx_train)} tokens")
         self.model_label.setToolTip(str(path))
         self.measure.status.setText(NOT_MEASURED)
+        self.measure.status.setToolTip("")
         if remember:
             self.state.remember_model(str(path))
             self._fill_recent()
@@ -297,13 +311,16 @@ class MainWindow(QMainWindow):
         self.inputs.engine_window = self.settings.engine_window()
         if self.inputs.shape is None:
             return
+        if self.settings.context.invalid:  # said under the field already: not again on top
+            self._no_plan(f"context: {self.settings.context.invalid}", say=False)
+            return
         settings = self.settings.settings()
         started = time.perf_counter()
         try:
             plan = self.inputs.plan(settings)
             fit = self.inputs.largest_fit(settings)
         except (PlannerError, ValueError) as exc:
-            self.show_error(f"Cannot plan: {exc}")
+            self._no_plan(str(exc))
             return
         self.plan_ms = (time.perf_counter() - started) * 1000
         self.show_error("")  # the last message was about other settings
@@ -315,17 +332,27 @@ class MainWindow(QMainWindow):
         if running is None:  # while an engine runs, the picture stays on what it runs
             self.budget.show_plan(plan, settings, fit)
         self.budget.set_running(running, plan)
-        if not plan.gpus:
-            self.settings.context.set_largest_fit(fit.resident or None, "in host RAM")
-        elif self.inputs.engine_window:
-            self.settings.context.set_largest_fit(fit.with_tail or None, "with a host tail")
-        else:
-            self.settings.context.set_largest_fit(fit.resident or None, "fully on GPU")
+        tail = bool(plan.gpus) and self.inputs.engine_window
+        where = "in host RAM" if not plan.gpus else "with a host tail" if tail else "fully on GPU"
+        capped = fit.tail_capped if tail else fit.resident_capped  # the search stopped, not the memory
+        self.settings.context.set_largest_fit((fit.with_tail if tail else fit.resident) or None, where,
+                                              capped=cap_text(fit) if capped else "")
         # A header-only copy has no weights: Launch has no model to start, and says why.
         self.launch.set_plan(plan, None if self.preview else self.model_path, self.inputs.shape.arch,
                              not_launchable=PREVIEW_LAUNCH if self.preview else "")
         self.sessions.set_advisories(self.launch.advice)
         self.planned.emit(plan)
+
+    def _no_plan(self, reason: str, *, say: bool = True) -> None:
+        """The settings give no plan: say so, grey the last picture, and offer no Launch, until the
+        settings change to ones that plan."""
+        self.show_error(f"Cannot plan: {reason}" if say else "")
+        self.plan = None
+        if self.launch.running_plan is None:  # while an engine runs, the picture stays on what it runs
+            self.budget.show_no_plan(reason)
+        self.launch.set_no_plan(f"the settings give no plan ({reason})")
+        self.settings.context.set_largest_fit(None, "– (no plan)")
+        self.sessions.set_advisories([])
 
     def _engines_found(self, engines: list[EngineInfo]) -> None:
         """The engine chosen last time, if it is still there; else an opencoti engine first in the

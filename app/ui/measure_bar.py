@@ -44,12 +44,13 @@ class MeasureBar(QWidget):
         self.busy.setVisible(False)
         self.status = QLabel(NOT_MEASURED)
         self.status.setWordWrap(True)
-        row = QHBoxLayout()
+        self.controls = QWidget()  # Measure / Cancel: the window pins them below its scrolling form
+        row = QHBoxLayout(self.controls)
+        row.setContentsMargins(0, 0, 0, 0)
         row.addWidget(self.button)
         row.addWidget(self.cancel_button)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
-        lay.addLayout(row)
         lay.addWidget(self.busy)
         lay.addWidget(self.status)
 
@@ -96,8 +97,12 @@ class MeasureBar(QWidget):
         m, from_cache = result
         how = "from the measurement cache" if from_cache else f"{m.seconds:.2f} s"
         caveat = gpu_caveat(m, targets_gpu=targets_gpu)
-        self.status.setText(f"Compute buffer measured by pass 1 ({m.backend}, {how})"
-                            + (f"<br><i>{caveat}</i>" if caveat else ""))
+        if caveat:  # the plan's warnings say it in full once; here the headline, the rest on hover
+            self.status.setText(f"Pass 1 ran on the {m.backend} — GPU compute is still estimated ({how})")
+            self.status.setToolTip(caveat)
+        else:
+            self.status.setText(f"Compute buffer measured by pass 1 ({m.backend}, {how})")
+            self.status.setToolTip("")
         self._set_busy(False)
         self.measured.emit(m, settings)
 

@@ -35,6 +35,14 @@ class Option:
     current: bool = False
 
 
+def cap_text(fit: ContextFit) -> str:
+    """Why a largest context equals the search's cap: the search stopped there, not the memory."""
+    cap = tokens_text(fit.searched_to)
+    if fit.searched_to <= fit.n_ctx_train:
+        return f"fits beyond its trained {tokens_text(fit.n_ctx_train)} (searched up to {cap})"
+    return f"all of {cap} fits (searched up to {cap})"
+
+
 def options(plan: Plan, fit: ContextFit | None, engine_window: bool) -> list[Option]:
     """The rows for ``plan``: largest contexts first (as the user would reach for them), then the
     planner's alternatives in its own order (best first)."""
@@ -43,12 +51,15 @@ def options(plan: Plan, fit: ContextFit | None, engine_window: bool) -> list[Opt
     if fit is not None:
         if fit.resident > 0:
             where = "fully on GPU" if plan.gpus else "in host RAM"  # no GPU: the CPU plan's largest
-            rows.append(Option(f"Largest context {where}: {tokens_text(fit.resident)}", True, 0,
-                               "every KV cell resident" if plan.gpus else "no GPU: runs on the CPU", plan.launch.with_(n_ctx=fit.resident),
-                               fit.resident == n_ctx))
+            note = "every KV cell resident" if plan.gpus else "no GPU: runs on the CPU"
+            if fit.resident_capped:
+                note += f"; {cap_text(fit)}"
+            rows.append(Option(f"Largest context {where}: {tokens_text(fit.resident)}", True, 0, note,
+                               plan.launch.with_(n_ctx=fit.resident), fit.resident == n_ctx))
         if engine_window and fit.with_tail > fit.resident:
             rows.append(Option(f"Largest context with a host tail: {tokens_text(fit.with_tail)}", True, None,
-                               "rolling KV window; the tail streams from host RAM",
+                               "rolling KV window; the tail streams from host RAM"
+                               + (f"; {cap_text(fit)}" if fit.tail_capped else ""),
                                plan.launch.with_(n_ctx=fit.with_tail), fit.with_tail == n_ctx))
         if fit.n_ctx_train > 0:
             fits_train = fit.n_ctx_train <= (fit.with_tail if engine_window else fit.resident)
@@ -66,7 +77,8 @@ class _Row:
 
     def __init__(self, view: OptionsView, i: int) -> None:
         self.label, self.fits, self.cost, self.note = (view.plain() for _ in range(4))
-        self.note.setWordWrap(True)
+        for label in (self.label, self.cost, self.note):  # wrap: the plan pane never scrolls sideways
+            label.setWordWrap(True)
         self.use = QPushButton("Use")
         self.use.clicked.connect(lambda _c=False: view.choose(i))
         for col, w in enumerate((self.label, self.fits, self.cost, self.note, self.use)):
@@ -96,9 +108,12 @@ class OptionsView(QGroupBox):
         super().__init__("Other ways to run it", parent)
         self.rows: list[Option] = []
         self.grid = QGridLayout(self)
-        self.grid.setColumnStretch(3, 1)
+        self.grid.setColumnStretch(0, 2)
+        self.grid.setColumnStretch(3, 2)
         for col, text in enumerate(HEADERS):
-            self.grid.addWidget(QLabel(f"<b>{text}</b>"), 0, col)
+            head = QLabel(f"<b>{text}</b>")
+            head.setWordWrap(True)
+            self.grid.addWidget(head, 0, col)
         self._widgets: list[_Row] = []
 
     @property

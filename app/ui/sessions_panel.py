@@ -69,11 +69,13 @@ class SessionsPanel(QGroupBox):
         self.continue_button = QPushButton("Contin&ue")
         self.continue_button.clicked.connect(self.continue_chosen)
         self.smoke_button = QPushButton("Smoke test")  # every Alt letter of it is taken
-        self.smoke_button.setToolTip("Fork two sessions from one prompt and continue both (DOMAIN §5)")
+        self.smoke_button.setToolTip("Fork two sessions from one prompt and continue both: "
+                                     "checks that forking works on this engine")
         self.smoke_button.clicked.connect(self.smoke)
         self.text = QPlainTextEdit()
         self.text.setReadOnly(True)
         self.text.setMaximumHeight(120)
+        self.text.setMinimumHeight(36)  # a short window gives the plan the height, not this pane
         self.result = QLabel()
         self.result.setWordWrap(True)
         self.result.setObjectName("sessionResult")

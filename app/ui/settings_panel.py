@@ -114,14 +114,17 @@ class ContextControl(QWidget):
         if emit and changed:
             self.contextChanged.emit(n_ctx)
 
-    def set_largest_fit(self, n_ctx: int | None, note: str = "") -> None:
+    def set_largest_fit(self, n_ctx: int | None, note: str = "", *, capped: str = "") -> None:
+        """``capped``: why ``n_ctx`` is where the search stopped, not the memory (then "≥ n_ctx")."""
         self._fits_value = n_ctx
         if n_ctx is None:
             self.fits.setText(f"largest that fits: {note or '–'}")
             self.fits.setEnabled(False)
         else:
-            self.fits.setText(f"largest that fits: {tokens_text(n_ctx)}" + (f" {note}" if note else ""))
-            self.fits.setToolTip(f"Click to use the largest context that fits {note or 'these devices'}")
+            self.fits.setText(f"largest that fits: {'≥ ' if capped else ''}{tokens_text(n_ctx)}"
+                              + (f" {note}" if note else ""))
+            self.fits.setToolTip(f"Click to use the largest context that fits {note or 'these devices'}"
+                                 + (f": {tokens_text(n_ctx)}; {capped}" if capped else ""))
             self.fits.setEnabled(True)
 
     def _on_slider(self, pos: int) -> None:
@@ -131,11 +134,22 @@ class ContextControl(QWidget):
             value = step_snap(self._value, 1 if pos > ctx_to_pos(self._value) else -1)
         self.set_value(value, emit=True)
 
+    @property
+    def invalid(self) -> str:
+        """Why the typed context is not one ("" when it is): the window plans nothing until fixed."""
+        return self.error.text()
+
     def _on_entry(self) -> None:
+        was_invalid = bool(self.invalid)
         try:
             value = parse_tokens(self.entry.text())
         except ValueError as exc:
             self._say(str(exc))
+            self.contextChanged.emit(self._value)  # the settings are now invalid: the window says so
+            return
+        if value == self._value and was_invalid:
+            self._say("")
+            self.contextChanged.emit(value)  # valid again, at the old value: plan it again
             return
         self.set_value(value, emit=True)
 
@@ -165,6 +179,27 @@ def tokens_text(n: int) -> str:
     """'512k' for round values, '738,048' otherwise (the planner's numbers are multiples of 256)."""
     text = format_tokens(n)
     return text if not text.isdigit() else f"{n:,}"
+
+
+#: What each setting means, in the user's words (the llama-server flag in brackets).
+TIPS = {
+    "type_k": "K cache type (-ctk): how each cached key is stored. f16 is exact; q8_0 halves the KV "
+              "cache with a small quality cost; q4_0 quarters it with a larger one.",
+    "type_v": "V cache type (-ctv): how each cached value is stored. A quantized V cache (q8_0, q4_0) "
+              "needs flash attention on.",
+    "kvu": "-kvu: one KV pool shared by all parallel sessions, instead of a fixed slice each; sessions "
+           "forked from one prompt share its cached tokens.",
+    "nkvo": "-nkvo: keep the whole KV cache in host RAM instead of on the GPU. Frees VRAM; every token "
+            "then reads the cache over PCIe (slower).",
+    "n_parallel": "-np: how many requests the engine serves at once; each gets its own share of the context.",
+    "n_ubatch": "-ub: how many prompt tokens the GPU processes in one step. Larger is faster for long "
+                "prompts and needs a larger compute buffer.",
+    "flash_attn": "-fa: a fused attention kernel that uses less memory; a quantized V cache requires it.",
+    "safety": "VRAM the plan leaves free on every GPU for what it cannot see coming (other apps, "
+              "fragmentation).",
+    "vram_target": "--vram-target (opencoti engine): the most VRAM the engine may use on each GPU; "
+                   "'all free VRAM' plans up to what the card has free.",
+}
 
 
 class SettingsPanel(QWidget):
@@ -216,6 +251,12 @@ class SettingsPanel(QWidget):
         self.engine = QComboBox()
         self.engine.setAccessibleName("Engine")
         self.engine.setToolTip("The engine to launch, with its detected kind and version")
+        for widget, tip in ((self.type_k, TIPS["type_k"]), (self.type_v, TIPS["type_v"]),
+                            (self.kv_unified, TIPS["kvu"]), (self.nkvo, TIPS["nkvo"]),
+                            (self.n_parallel, TIPS["n_parallel"]), (self.n_ubatch, TIPS["n_ubatch"]),
+                            (self.flash_attn, TIPS["flash_attn"]), (self.safety, TIPS["safety"]),
+                            (self.vram_target, TIPS["vram_target"])):
+            widget.setToolTip(tip)
         form = QFormLayout(self)
         form.addRow("&Context", self.context)
         form.addRow("&KV cache", _row(QLabel("K"), self.type_k, QLabel("V"), self.type_v))

@@ -210,7 +210,8 @@ def test_a_mistyped_context_says_why_on_its_own_line(window, shape_model, qtbot)
     assert c.error.geometry().top() >= c.fits.geometry().bottom()  # below the fits button, not beside it
     assert c.error.geometry().right() <= c.width()  # wraps inside the form, not cut off at its edge
     assert c.error.height() >= c.error.heightForWidth(c.error.width())
-    assert window.plan == before  # nothing planned from a bad entry
+    assert before is not None and window.plan is None  # a bad entry: no plan, nothing to launch (round 5)
+    assert not window.launch.launch_button.isEnabled()
     c.entry.selectAll()
     with qtbot.waitSignal(window.planned):
         qtbot.keyClicks(c.entry, "64k")

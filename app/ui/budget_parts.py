@@ -1,0 +1,112 @@
+"""The parts of a budget bar: which plan field each segment shows, its colour, where its number came
+from, and what the legend says about it. Pure data and functions; the widgets are in budget_view."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from app.planner.plan_types import GIVEN
+from app.planner.units import Bytes
+
+if TYPE_CHECKING:
+    from app.planner.plan import DevicePlan, HostPlan
+
+#: (field, label, colour). Colours are mid-tones that read on light and dark palettes (Tableau 20); a
+#: host part gets the light shade of its GPU counterpart, so no two different things share a colour.
+GPU_PARTS = (
+    ("other_processes", "Other apps", "#8c8c8c"),
+    ("weights", "Weights", "#4e79a7"),
+    ("compute", "Compute", "#f28e2b"),
+    ("kv_resident", "KV window", "#59a14f"),
+    ("overhead", "Overhead", "#b07aa1"),
+    ("safety", "Safety", "#edc948"),
+)
+HOST_PARTS = (
+    ("other", "Other apps", "#8c8c8c"),
+    ("weights_mapped", "Mapped weights", "#a0cbe8"),
+    ("kv_tail", "KV host tail", "#8cd17d"),
+    ("compute_pinned", "Pinned compute", "#ffbe7d"),
+)
+DRIVER_COLOR = "#bab0ac"
+RED = "#d62728"
+AMBER = "#c77800"
+#: Sources for parts the planner does not label itself.
+DEFAULT_SOURCES = {"other_processes": "from NVML", "free": "what is left", "other": "from psutil"}
+#: A planner source as the user reads it.
+SOURCE_WORDS = {GIVEN: "your setting"}
+#: What each legend entry means (the legend's tooltip).
+PART_TIPS = {
+    "Other apps": "memory other programs hold now",
+    "Weights": "the model's tensors on this device",
+    "Compute": "the engine's scratch buffer for one batch (measured by pass 1, else estimated)",
+    "KV window": "the KV cache cells kept on the GPU",
+    "Overhead": "the CUDA context and driver allocations every process pays on a GPU",
+    "Safety": "your safety margin, left free on purpose",
+    "Driver reserve": "memory the driver keeps for itself; no program can use it",
+    "Mapped weights": "weights read from the file in host RAM (the layers not on a GPU)",
+    "KV host tail": "the KV cache cells beyond the GPU window, in host RAM",
+    "KV cache": "the whole KV cache, in host RAM (no GPU)",
+    "Pinned compute": "page-locked host memory the GPU copies through when it computes on host layers",
+}
+
+
+@dataclass(frozen=True)
+class Segment:
+    key: str
+    label: str
+    size: int
+    color: str
+    source: str
+
+    @property
+    def tooltip(self) -> str:
+        return f"{self.label}: {Bytes(self.size)}\n{SOURCE_WORDS.get(self.source, self.source)}"
+
+
+def device_segments(dp: DevicePlan) -> list[Segment]:
+    segs = []
+    for key, label, color in GPU_PARTS:
+        source = dp.sources.get(key, DEFAULT_SOURCES.get(key, "estimated"))
+        size = int(getattr(dp, key))
+        if key == "other_processes" and dp.driver_reserve > 0:
+            # What no process holds is the driver's own reserve (an idle H200: 615 MiB), not "apps".
+            reserve = min(int(dp.driver_reserve), size)
+            segs.append(Segment("driver_reserve" if size > reserve else key, "Driver reserve", reserve,
+                                DRIVER_COLOR, f"kept by the driver, not usable by the engine ({source})"))
+            size -= reserve
+            if size <= 0:
+                continue
+        segs.append(Segment(key, label, size, color, source))
+    return segs
+
+
+def host_segments(hp: HostPlan, *, no_gpu: bool = False) -> list[Segment]:
+    """``no_gpu``: the KV cache has no GPU part, so it is the whole cache, not a "tail"."""
+    segs = [Segment("other", "Other apps", max(0, int(hp.total) - int(hp.available)), HOST_PARTS[0][2],
+                    hp.sources.get("other", DEFAULT_SOURCES["other"]))]
+    for key, label, color in HOST_PARTS[1:]:
+        if key == "kv_tail" and no_gpu:
+            label = "KV cache"
+        segs.append(Segment(key, label, int(getattr(hp, key)), color,
+                            hp.sources.get(key, DEFAULT_SOURCES.get(key, "estimated"))))
+    return segs
+
+
+def legend_entries(shown: Iterable[Segment] | None = None) -> dict[str, str]:
+    """Label -> colour for the parts drawn (a label on several bars, "Other apps", is listed once);
+    with ``shown``, only those segments' parts — a CPU plan's legend names no GPU part."""
+    if shown is None:
+        return {label: color for _k, label, color in (*GPU_PARTS, ("", "Driver reserve", DRIVER_COLOR), *HOST_PARTS)}
+    return {s.label: s.color for s in shown if s.size > 0}
+
+
+def _legend(shown: Iterable[Segment] | None = None) -> str:
+    return "  ".join(f"<span style='color:{c}'>■</span> {label}" for label, c in legend_entries(shown).items())
+
+
+def legend_tooltip(shown: Iterable[Segment] | None = None) -> str:
+    """Each legend entry with what it means."""
+    return "\n".join(f"{label}: {PART_TIPS[label]}" if label in PART_TIPS else label
+                     for label in legend_entries(shown))

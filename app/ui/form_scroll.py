@@ -1,0 +1,30 @@
+"""A scroll area for a form that scrolls only up and down: it is never narrower than its form (plus a
+vertical scroll bar), so a splitter gives it the width its longest row needs and nothing is cut off
+sideways, even when a row grows after the window is built (a longer "largest that fits")."""
+
+from __future__ import annotations
+
+from app.ui.qt import QEvent, QObject, QScrollArea, QSize, Qt, QWidget
+
+
+class FormScroll(QScrollArea):
+    def __init__(self, form: QWidget, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWidgetResizable(True)
+        self.setWidget(form)
+        self.setFrameShape(QScrollArea.Shape.NoFrame)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        form.installEventFilter(self)
+
+    def minimumSizeHint(self) -> QSize:
+        hint = super().minimumSizeHint()
+        form = self.widget()
+        if form is None:
+            return hint
+        width = form.minimumSizeHint().width() + self.verticalScrollBar().sizeHint().width()
+        return QSize(max(hint.width(), width), hint.height())
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if watched is self.widget() and event.type() == QEvent.Type.LayoutRequest:
+            self.updateGeometry()  # the form's minimum width may have changed: the splitter re-asks
+        return super().eventFilter(watched, event)

@@ -1,0 +1,181 @@
+"""The window as the round-5 UX review met it: a settings error leaves no plan to launch (the last
+picture greyed under "No plan: …"); Measure / Launch / Stop and the whole plan pane stay in view at
+1024×700; pass 1 on the CPU says the GPU compute is still estimated, its caveat said once; after Stop
+the check and the command say they were the last run; an empty window says how to start."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.ui.budget_view import EMPTY_HINT
+from app.ui.main_window import MainWindow
+from app.ui.qt import QApplication, QLabel, Qt, QWidget
+
+GEMMA = "gemma-3-12b-it-q4_k_m"
+QWEN14_1M = "qwen2.5-14b-instruct-1m-q8_0"
+LEFT = Qt.MouseButton.LeftButton
+
+
+def seen(w: QWidget) -> bool:
+    """On screen and not scrolled or cut away: some of it is drawn."""
+    return w.isVisible() and not w.visibleRegion().isEmpty()
+
+
+def plan_gemma_on_h200(window: MainWindow, shape_model) -> None:
+    window.devices.simulate.setCurrentText("H200")
+    assert window.open_model(shape_model(GEMMA))
+    window.settings.type_k.setCurrentText("q8_0")
+    window.settings.type_v.setCurrentText("q8_0")
+    assert window.plan is not None and window.plan.feasible
+    assert window.launch.launch_button.isEnabled()
+
+
+def assert_no_plan(window: MainWindow, why: str) -> None:
+    budget = window.budget
+    assert seen(budget.notice) and budget.notice.text().startswith("<b>No plan</b>")
+    assert why in budget.notice.text()
+    assert "Fits" not in budget.verdict.text() and not budget.verdict.isEnabled()
+    assert not budget.options.isEnabled()  # "as set (planned) fits" is greyed, its Use buttons off
+    assert not any(b.isEnabled() for b in budget.options.buttons)
+    assert not budget.rows[0].bar.isEnabled() and budget.alternative.isHidden()
+    assert not window.launch.launch_button.isEnabled()
+    assert why in window.launch.launch_button.toolTip()
+    assert window.plan is None
+
+
+def test_a_settings_error_leaves_nothing_to_launch_until_it_is_fixed(window, shape_model, corrupt_gguf,
+                                                                      qtbot):
+    plan_gemma_on_h200(window, shape_model)
+    window.settings.flash_attn.setCurrentText("off")  # a quantized V cache needs flash attention
+    assert "requires flash attention" in window.error.text()
+    assert_no_plan(window, "requires flash attention")
+    assert not window.open_model(corrupt_gguf)  # the error line now names the file …
+    assert corrupt_gguf.name in window.error.text()
+    assert_no_plan(window, "requires flash attention")  # … and the pane still says the settings plan nothing
+    with qtbot.waitSignal(window.planned):
+        window.settings.flash_attn.setCurrentText("on")
+    assert window.budget.notice.isHidden() and window.budget.verdict.text().startswith("<b>Fits</b>")
+    assert window.budget.options.isEnabled() and window.launch.launch_button.isEnabled()
+    assert window.launch.launch_button.toolTip() == ""
+
+
+def test_a_context_that_is_not_a_number_plans_nothing(window, shape_model, qtbot):
+    plan_gemma_on_h200(window, shape_model)
+    window.settings.context.entry.setText("abc")
+    window.settings.context.entry.editingFinished.emit()
+    assert_no_plan(window, "context")
+    with qtbot.waitSignal(window.planned):  # the same context as before, typed again: planned again
+        window.settings.context.entry.setText("32k")
+        window.settings.context.entry.editingFinished.emit()
+    assert window.budget.notice.isHidden() and window.launch.launch_button.isEnabled()
+
+
+def show_at(window: MainWindow, qtbot, width: int, height: int) -> None:
+    window.resize(width, height)
+    qtbot.waitUntil(lambda: window.width() == width and window.height() == height)
+    QApplication.processEvents()
+
+
+def test_at_1024x700_launch_stop_and_the_plan_pane_are_all_in_view(window, shape_model, qtbot):
+    window.devices.simulate.setCurrentText("RTX 4090")
+    assert window.open_model(shape_model(QWEN14_1M))
+    with qtbot.waitSignal(window.planned):
+        window.settings.context.set_value(1 << 20, emit=True)  # long warnings, a long verdict, options
+    show_at(window, qtbot, 1024, 700)
+    for w in (window.measure.button, window.launch.launch_button, window.launch.stop_button,
+              window.launch.endpoint, window.launch.copy_button):
+        qtbot.waitUntil(lambda w=w: seen(w))
+    scroll = window.plan_scroll
+    assert not scroll.horizontalScrollBar().isVisible()
+    assert window.budget.width() <= scroll.viewport().width()  # nothing cut off to the right
+    bar = window.budget.rows[0].bar
+    assert bar.mapTo(window.budget, bar.rect().topRight()).x() < scroll.viewport().width()  # the free end
+    assert not window.left_scroll.horizontalScrollBar().isVisible()
+    form = window.left_scroll.widget()
+    assert form.width() >= form.minimumSizeHint().width()  # the form is not cut off at the right
+    top, bottom = window.centralWidget().sizes()  # the engine log and sessions take the lesser part
+    assert top >= 0.7 * (top + bottom)
+    # the option notes wrap at sentence width, not one word per line
+    note = next(lab for lab in window.budget.options.findChildren(QLabel) if lab.text().startswith("every KV"))
+    assert note.width() > note.fontMetrics().horizontalAdvance("every KV cell")
+
+
+def test_an_empty_window_says_how_to_start_and_shows_no_legend(window, tiny_model, qtbot):
+    budget = window.budget
+    assert seen(budget.notice) and budget.notice.text() == EMPTY_HINT
+    assert "Open a GGUF model" in EMPTY_HINT and "Hugging Face" in EMPTY_HINT and "demo" in EMPTY_HINT
+    assert budget.legend.isHidden() and budget.host_row.isHidden()  # no empty bar, no 10-item legend
+    assert not window.launch.launch_button.isEnabled()  # nothing to launch yet, and it says so
+    assert "Open a model first" in window.launch.launch_button.toolTip()
+    with qtbot.waitSignal(window.planned):
+        assert window.open_model(tiny_model)
+    assert budget.notice.isHidden() and seen(budget.legend) and seen(budget.host_row)
+    assert window.launch.launch_button.isEnabled()
+
+
+@pytest.mark.engine
+def test_pass_1_on_the_cpu_says_gpu_compute_is_still_estimated_once(window, tiny_model, qtbot):
+    window.devices.simulate.setCurrentText("H200")
+    assert window.open_model(tiny_model)
+    with qtbot.waitSignal(window.measured, timeout=120_000):
+        qtbot.mouseClick(window.measure.button, LEFT)
+    status = window.measure.status
+    assert status.text().startswith("Pass 1 ran on the CPU — GPU compute is still estimated")
+    assert "pip install" not in status.text() and "pip install" in status.toolTip()
+    shown = [lab.text() for lab in window.findChildren(QLabel) if lab.isVisible()]
+    assert sum(t.count("pip install") for t in shown) == 1  # the plan's warning; not twice
+
+
+@pytest.mark.engine
+def test_after_stop_the_check_and_command_say_they_were_the_last_run(window, tiny_model, engine_build,
+                                                                     qtbot):
+    with qtbot.waitSignal(window.launch.enginesFound, timeout=120_000) as found:
+        window.launch.discover()
+    window.settings.engine.setCurrentIndex([e.path for e in found.args[0]].index(str(engine_build.server)))
+    assert window.open_model(tiny_model)
+    window.settings.context.set_value(4096, emit=True)
+    with qtbot.waitSignal(window.launch.checked, timeout=120_000):
+        qtbot.mouseClick(window.launch.launch_button, LEFT)
+    command = window.launch.command
+    assert "-c 4096" in command.text() and command.toolTip() == command.text()
+    assert window.launch.command_caption.text() == "Command line:"
+    with qtbot.waitSignal(window.launch.engineStopped, timeout=30_000):
+        qtbot.mouseClick(window.launch.stop_button, LEFT)
+    window.settings.context.set_value(65536, emit=True)
+    assert window.launch.check.text().startswith("Last run (stopped): ")
+    assert window.launch.command_caption.text().startswith("Last run (stopped)")
+    assert not window.launch.command_caption.isHidden() and "-c 4096" in command.text()
+
+
+def test_the_command_line_never_widens_the_column(window):
+    window.launch._show_command("llama-server " + "-x " * 200, "Command line:")
+    assert window.launch.command.minimumSizeHint().width() < 200
+    assert window.launch.command.cursorPosition() == 0  # the start of the command shows
+
+
+def test_every_jargon_setting_and_legend_entry_explains_itself(window, shape_model, qtbot):
+    s = window.settings
+    for w, word in ((s.type_k, "quality"), (s.type_v, "flash attention"), (s.kv_unified, "shared"),
+                    (s.nkvo, "host RAM"), (s.n_ubatch, "prompt tokens"), (s.flash_attn, "attention"),
+                    (s.safety, "free"), (s.vram_target, "VRAM"), (s.n_parallel, "requests")):
+        assert word in w.toolTip(), w.accessibleName()
+    assert "DOMAIN" not in window.sessions.smoke_button.toolTip()
+    window.devices.simulate.setCurrentText("H200")
+    with qtbot.waitSignal(window.planned):
+        assert window.open_model(shape_model(GEMMA))
+    tip = window.budget.legend.toolTip()
+    for entry in ("Overhead: ", "Driver reserve: ", "Pinned compute: "):
+        assert entry in tip
+    safety = next(seg for seg in window.budget.rows[0].bar.segments if seg.key == "safety")
+    assert safety.tooltip.endswith("your setting") and "given" not in safety.tooltip
+
+
+def test_a_largest_context_at_the_search_cap_says_more_fits(window, tiny_model, qtbot):
+    window.devices.simulate.setCurrentText("H200")
+    with qtbot.waitSignal(window.planned):
+        assert window.open_model(tiny_model)
+    fits = window.settings.context.fits
+    assert fits.text().startswith("largest that fits: ≥ ") and fits.text().endswith("fully on GPU")
+    assert "fits beyond its trained" in fits.toolTip()
+    row = window.budget.options.rows[0]
+    assert row.label.startswith("Largest context fully on GPU") and "fits beyond its trained" in row.note
