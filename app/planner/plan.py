@@ -192,12 +192,20 @@ def _fewest_layers_moved(shape: ModelShape, inv: Inventory, settings: LaunchSett
     return lo
 
 
+def _on_cpu_text(shape: ModelShape, moved: int) -> str:
+    """``-ngl`` counts the output layer as one more (llama.cpp: "offloaded 33/33 layers" for 32):
+    say which are on the CPU in the model's own terms."""
+    if moved > shape.n_layer:
+        return f"all {shape.n_layer} layers, the output layer"
+    return f"{moved} of {shape.n_layer} layers"
+
+
 def _as_set_note(shape: ModelShape, settings: LaunchSettings) -> str:
     """What the settings as given put where, in words."""
     on_cpu = shape.n_layer + 1 - min(settings.n_gpu_layers, shape.n_layer + 1)
     parts = []
     if on_cpu:
-        parts.append(f"{on_cpu} layer(s) and their KV on the CPU (-ngl {settings.n_gpu_layers})")
+        parts.append(f"{_on_cpu_text(shape, on_cpu)} and their KV on the CPU (-ngl {settings.n_gpu_layers})")
     if not settings.offload_kqv:
         parts.append("the whole KV cache in host RAM (-nkvo)")
     return "; ".join(parts) or "everything resident on the GPU"
@@ -213,7 +221,7 @@ def _stock_plan(shape: ModelShape, inv: Inventory, settings: LaunchSettings, mea
         if ngl is not None:
             moved = shape.n_layer + 1 - ngl
             options.append(_priced(shape, inv, settings.with_(n_gpu_layers=ngl), f"-ngl {ngl}",
-                                   f"{moved} layer(s) and their KV run on the CPU", *args)[0])
+                                   f"{_on_cpu_text(shape, moved)} and their KV run on the CPU", *args)[0])
         if settings.offload_kqv:
             options.append(_priced(shape, inv, settings.with_(n_gpu_layers=ALL_LAYERS, offload_kqv=False),
                                    "-nkvo", "the whole KV cache in host RAM; attention runs on the CPU",

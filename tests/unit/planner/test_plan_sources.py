@@ -38,7 +38,10 @@ def test_a_measurement_survives_json_with_its_settings() -> None:
 def test_the_settings_as_given_say_what_they_put_on_the_cpu(qwen14b: ModelShape) -> None:
     plan = make_plan(qwen14b, h200(), LaunchSettings(n_ctx=8192, n_gpu_layers=5), measurement=None)
     assert plan.feasible
-    assert plan.reason == "44 layer(s) and their KV on the CPU (-ngl 5)"
+    assert plan.reason == "44 of 48 layers and their KV on the CPU (-ngl 5)"
+    # -ngl 0: llama.cpp counts the output layer as a 49th; the note says it in the model's terms.
+    cpu = make_plan(qwen14b, h200(), LaunchSettings(n_ctx=8192, n_gpu_layers=0), measurement=None)
+    assert cpu.reason == "all 48 layers, the output layer and their KV on the CPU (-ngl 0)"
     nkvo = make_plan(qwen14b, h200(), LaunchSettings(n_ctx=8192, offload_kqv=False))
     assert nkvo.reason == "the whole KV cache in host RAM (-nkvo)"
     assert make_plan(qwen14b, h200(), LaunchSettings(n_ctx=8192)).reason == "everything resident on the GPU"
