@@ -71,6 +71,10 @@ def _fits(gpus: tuple[DevicePlan, ...], host: HostPlan, vram_target: int | None)
     return ""
 
 
+#: A slot with fewer tokens than this cannot hold a real conversation (a prompt plus an answer).
+SHORT_SLOT = 1024
+
+
 def _common_warnings(shape: ModelShape, settings: LaunchSettings, compute: Compute,
                      measurement: Measurement | None = None) -> list[str]:
     w = []
@@ -88,6 +92,9 @@ def _common_warnings(shape: ModelShape, settings: LaunchSettings, compute: Compu
         w.append(f"compute buffers were {compute.source.removeprefix('measured by ')}: run pass 1 again "
                  "for this launch (headroom measure) before trusting them")
     n_ctx_seq = kv_per_layer(shape, settings).layout.ctx.n_ctx_seq
+    if settings.n_parallel > 1 and n_ctx_seq < SHORT_SLOT:
+        w.append(f"each of the {settings.n_parallel} slots holds only {n_ctx_seq:,} tokens (-c "
+                 f"{settings.n_ctx:,} split by -np {settings.n_parallel}): raise -c, lower -np, or use -kvu")
     if n_ctx_seq > shape.n_ctx_train:
         w.append(f"context per sequence {format_tokens(n_ctx_seq)} exceeds the model's training "
                  f"context {format_tokens(shape.n_ctx_train)}")

@@ -59,3 +59,10 @@ def test_the_overhead_says_whether_it_was_given_measured_or_the_default(qwen14b:
                          overhead=Sourced(612 * MiB, "measured on this GPU and driver (NVML, pid 42)")).gpus[0]
     assert measured.overhead == 612 * MiB
     assert measured.sources["overhead"] == "measured on this GPU and driver (NVML, pid 42)"
+
+
+def test_slots_too_small_for_a_conversation_are_warned(qwen14b: ModelShape) -> None:
+    split = make_plan(qwen14b, h200(), LaunchSettings(n_ctx=4096, n_parallel=8))
+    assert any("each of the 8 slots holds only 512 tokens" in w for w in split.warnings)
+    unified = make_plan(qwen14b, h200(), LaunchSettings(n_ctx=4096, n_parallel=8, kv_unified=True))
+    assert not any("slots holds only" in w for w in unified.warnings)  # one pool: any slot may use it all
