@@ -4,7 +4,9 @@ sideways, even when a row grows after the window is built (a longer "largest tha
 
 from __future__ import annotations
 
-from app.ui.qt import QEvent, QObject, QScrollArea, QSize, Qt, QWidget
+from collections.abc import Sequence
+
+from app.ui.qt import QEvent, QHBoxLayout, QObject, QScrollArea, QSize, Qt, QVBoxLayout, QWidget
 
 
 class FormScroll(QScrollArea):
@@ -28,3 +30,31 @@ class FormScroll(QScrollArea):
         if watched is self.widget() and event.type() == QEvent.Type.LayoutRequest:
             self.updateGeometry()  # the form's minimum width may have changed: the splitter re-asks
         return super().eventFilter(watched, event)
+
+
+def form_with_footer(items: Sequence[QWidget | QHBoxLayout], footer: Sequence[QWidget], *,
+                     max_width: int) -> tuple[QWidget, FormScroll]:
+    """A column: ``items`` in a form that scrolls up and down (small screens), ``footer`` pinned under
+    it so it never scrolls away (Measure, Launch / Stop and the endpoint)."""
+    form = QVBoxLayout()
+    for item in items:
+        if isinstance(item, QHBoxLayout):
+            form.addLayout(item)
+        else:
+            form.addWidget(item)
+    form.addStretch(1)
+    inner = QWidget()
+    inner.setLayout(form)
+    scroll = FormScroll(inner)
+    foot = QVBoxLayout()
+    foot.setContentsMargins(9, 0, 9, 4)
+    for widget in footer:
+        foot.addWidget(widget)
+    column = QVBoxLayout()
+    column.setContentsMargins(0, 0, 0, 0)
+    column.addWidget(scroll, 1)
+    column.addLayout(foot)
+    outer = QWidget()
+    outer.setLayout(column)
+    outer.setMaximumWidth(max_width)
+    return outer, scroll

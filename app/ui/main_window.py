@@ -18,7 +18,7 @@ from app.ui import demo
 from app.ui.budget_view import BudgetView
 from app.ui.console import Console
 from app.ui.devices_panel import DevicesPanel
-from app.ui.form_scroll import FormScroll
+from app.ui.form_scroll import form_with_footer
 from app.ui.hub_button import PREVIEW_LAUNCH, HubButton, model_title, preview_name
 from app.ui.hub_dialog import HubDialog
 from app.ui.launch_panel import LaunchPanel
@@ -124,30 +124,12 @@ class MainWindow(QMainWindow):
         self.measure.button.clicked.connect(self.start_measure)
         self.measure.measured.connect(self._measure_done)
         self.measure.failed.connect(lambda msg: self.show_error(f"Pass 1 failed: {msg}"))
-        left = QVBoxLayout()
-        left.addWidget(self.model_label)
-        left.addLayout(open_row)
-        left.addWidget(self.error)
-        left.addWidget(self.settings)
-        left.addWidget(self.measure)
         self.launch = LaunchPanel(self.settings.engine, self)
-        left.addWidget(self.launch)
-        left.addStretch(1)
-        left_inner = QWidget()
-        left_inner.setLayout(left)
-        self.left_scroll = FormScroll(left_inner)  # small screens: the form scrolls up and down only
-        # Measure, Launch / Stop and the endpoint never scroll away: a footer under the form.
-        footer = QVBoxLayout()
-        footer.setContentsMargins(9, 0, 9, 4)
-        footer.addWidget(self.measure.controls)
-        footer.addWidget(self.launch.controls)
-        left_col = QVBoxLayout()
-        left_col.setContentsMargins(0, 0, 0, 0)
-        left_col.addWidget(self.left_scroll, 1)
-        left_col.addLayout(footer)
-        left_w = QWidget()
-        left_w.setLayout(left_col)
-        left_w.setMaximumWidth(480)
+        # Small screens: the form scrolls up and down only; Measure, Launch / Stop and the endpoint
+        # never scroll away (a footer under the form).
+        left_w, self.left_scroll = form_with_footer(
+            [self.model_label, open_row, self.error, self.settings, self.measure, self.launch],
+            [self.measure.controls, self.launch.controls], max_width=480)
         self.devices = DevicesPanel()
         self.devices.set_simulated_choice(self.state.simulated_gpus[0] if self.state.simulated_gpus else "")
         self.devices.simulationChanged.connect(self.set_simulated)
