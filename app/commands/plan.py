@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from dataclasses import asdict
 from typing import Any
@@ -176,13 +175,10 @@ def run(args: argparse.Namespace) -> int:
     return 0 if plan.feasible else 1
 
 
-#: The planner's warning when it chose an alternative (app/planner/plan.py ``_stock_plan``).
-_NOT_AS_GIVEN = re.compile(r"^the settings as given do not fit \((?P<why>.*)\); chose ")
-
-
 def changed(plan: Plan, asked: LaunchSettings) -> str:
     """The first line when the plan launches otherwise than asked ('' when it launches as asked):
     "512k DOES NOT FIT as asked (CUDA0 short 87.3 GiB); planned instead: -c 49,664"."""
+    from app.planner.plan import AS_SET
     from app.planner.units import format_tokens
 
     launch = plan.launch
@@ -195,7 +191,8 @@ def changed(plan: Plan, asked: LaunchSettings) -> str:
         instead.append(f"-ngl {'all' if launch.n_gpu_layers >= ALL_LAYERS else launch.n_gpu_layers}")
     if launch.offload_kqv != asked.offload_kqv:
         instead.append("-nkvo" if not launch.offload_kqv else "KV offloaded")
-    why = next((m.group("why") for w in plan.warnings if (m := _NOT_AS_GIVEN.match(w))), "")
+    # The planner prices the settings as given first (label "as set"); when they do not fit, its note says why.
+    why = next((a.note for a in plan.alternatives if a.label == AS_SET and not a.feasible), "")
     return (f"{format_tokens(asked.n_ctx)} DOES NOT FIT as asked{f' ({why})' if why else ''}; "
             f"planned instead: {' '.join(instead) or 'other settings'}")
 

@@ -71,6 +71,8 @@ def _fits(gpus: tuple[DevicePlan, ...], host: HostPlan, vram_target: int | None)
     return ""
 
 
+#: The label of the alternative that is the settings as given (priced first; its note says why not).
+AS_SET = "as set"
 #: A slot with fewer tokens than this cannot hold a real conversation (a prompt plus an answer).
 SHORT_SLOT = 1024
 
@@ -221,7 +223,7 @@ def _as_set_note(shape: ModelShape, settings: LaunchSettings) -> str:
 def _stock_plan(shape: ModelShape, inv: Inventory, settings: LaunchSettings, measurement: Measurement | None,
                 safety: int, vram_target: int | None, overhead: int | None) -> Plan:
     args = (measurement, safety, vram_target, overhead)
-    first = _priced(shape, inv, settings, "as set", _as_set_note(shape, settings), *args)
+    first = _priced(shape, inv, settings, AS_SET, _as_set_note(shape, settings), *args)
     options = [first[0]]
     if not first[0].feasible:
         ngl = _fewest_layers_moved(shape, inv, settings, *args)
