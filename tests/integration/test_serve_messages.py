@@ -9,33 +9,20 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from app import cli
 from app.engine.native_build import EngineBuild
+from tests.fixtures.server_proc import headroom_serve
 
 pytestmark = pytest.mark.engine
 
 
 def _serve(model: Path, *extra: str, deadline_s: float = 150.0) -> tuple[int, str]:
     """Run ``headroom serve`` until it serves (then SIGTERM, as Ctrl-C) or exits by itself."""
-    argv = [sys.executable, "-m", "app", "serve", str(model), "--no-measure", *extra]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
-    assert proc.stdout is not None
-    lines: list[str] = []
-    end = time.monotonic() + deadline_s
-    for line in proc.stdout:
-        lines.append(line)
-        if line.startswith("serving at"):
-            proc.send_signal(signal.SIGTERM)
-        if time.monotonic() > end:
-            proc.kill()
-            break
-    return proc.wait(timeout=60), "".join(lines)
+    return headroom_serve([str(model), "--no-measure", *extra], deadline_s)
 
 
 def test_a_port_in_use_is_said_once_and_exits_1(engine_build: EngineBuild, tiny_model: Path) -> None:

@@ -9,11 +9,8 @@ engine Headroom builds aborts on the shared-sequence bug and Headroom names it
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -21,27 +18,15 @@ import pytest
 
 from app.engine.native_build import EngineBuild
 from tests.fixtures.kpool import rpc_backend, second_backend_args
+from tests.fixtures.server_proc import headroom_serve
 
 pytestmark = pytest.mark.engine
 
 
 def _serve(model: Path, extra: Sequence[str], deadline_s: float = 150.0) -> tuple[int, str]:
     """Run ``headroom serve`` until it serves (then SIGTERM, as Ctrl-C) or exits by itself."""
-    argv = [sys.executable, "-m", "app", "serve", str(model), "-c", "32768", "-np", "2", "-kvu",
-            "--unplanned", "--smoke", "--diagnostic", *extra]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
-    assert proc.stdout is not None
-    lines: list[str] = []
-    end = time.monotonic() + deadline_s
-    for line in proc.stdout:
-        lines.append(line)
-        if line.startswith("serving at"):
-            proc.send_signal(signal.SIGTERM)
-        if time.monotonic() > end:
-            proc.kill()
-            break
-    return proc.wait(timeout=60), "".join(lines)
+    return headroom_serve([str(model), "-c", "32768", "-np", "2", "-kvu", "--unplanned", "--smoke", "--diagnostic",
+                           *extra], deadline_s)
 
 
 def test_a_model_headroom_cannot_plan_is_refused_unless_unplanned(tiny_glm5_next_model: Path,
