@@ -33,7 +33,7 @@ import psutil
 from app.engine.argv import build_argv
 from app.engine.discover import EngineInfo
 from app.engine.native_build import EngineBuild, find_build
-from app.planner.measure import measure
+from app.probe.measure import measure
 from app.planner.settings import LaunchSettings
 from bench.report import Target, Verdicts, table, timings
 from tests.fixtures import gguf_factory, pagecache, shapes

@@ -17,7 +17,7 @@ from typing import Any
 
 from app.commands.common import add_launch_args, exit_status, hub_model, seconds, settings_from_args
 from app.planner.errors import PlannerError
-from app.planner.measure import MeasureError
+from app.probe.measure import MeasureError
 from app.planner.measurement import Measurement
 from app.planner.settings import LaunchSettings
 from app.planner.units import Bytes, format_tokens
@@ -45,7 +45,7 @@ def _measure(args: argparse.Namespace, settings: LaunchSettings) -> tuple[Measur
     from app.planner.errors import NotModelled
     from app.planner.gguf_model import read_headers, read_shape
     from app.planner.kv import check_supported
-    from app.planner.measure import gpu_caveat, measure_cached
+    from app.probe.measure import gpu_caveat, measure_cached
 
     read_headers(args.model)  # a missing, truncated or non-GGUF file: one clear line, before any child runs
     try:  # settings the engine refuses (a quantized V without flash attention ...): said as `plan` says it
@@ -54,7 +54,7 @@ def _measure(args: argparse.Namespace, settings: LaunchSettings) -> tuple[Measur
         pass  # the planner does not know the architecture; the probe still measures it
     engine = find_build()
     if args.method == "fit-params":
-        from app.planner.measure_engine import fit_params_measure
+        from app.probe.fit_params import fit_params_measure
 
         if engine is None or not engine.fit_params.is_file():
             raise PlannerError("no engine build with llama-fit-params: run `headroom engine build` first")

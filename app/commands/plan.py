@@ -32,7 +32,7 @@ from app.planner.measurement import Measurement
 from app.planner.plan_types import PLAN_JSON_VERSION, Plan
 from app.planner.settings import ALL_LAYERS, LaunchSettings
 from app.planner.units import Bytes
-from app.sessions.advisories import Advisory
+from app.engine.advisories import Advisory
 
 EXIT_STATUS = exit_status("it fits (as asked, or with the alternative the plan chose)",
                           "it does not fit, as asked or with any alternative",
@@ -66,7 +66,7 @@ class _Pass1:
         self.failure = ""
 
     def __call__(self, launch: LaunchSettings) -> Measurement | None:
-        from app.planner.measure import MeasureError, cached_measurement, measure_cached
+        from app.probe.measure import MeasureError, cached_measurement, measure_cached
 
         if self.run:
             try:
@@ -83,7 +83,7 @@ class _Pass1:
         return found
 
     def describe(self, m: Measurement | None) -> str:
-        from app.planner.measure_cache import measurements_dir
+        from app.probe.cache import measurements_dir
 
         if m is None:
             return ("pass 1: none cached for this launch; compute buffers estimated "

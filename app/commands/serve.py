@@ -117,7 +117,7 @@ def _chosen_engine_problem(path: Path, engines: list[EngineInfo]) -> str | None:
 def _plan(args: argparse.Namespace, shape: ModelShape, settings: LaunchSettings) -> Plan:
     """The plan, with pass 1 (through the on-disk cache) for the plan's own launch unless --no-measure."""
     from app.planner.devices import resolve_gpus
-    from app.planner.measure import MeasureError, measure_cached
+    from app.probe.measure import MeasureError, measure_cached
 
     inventory = resolve_gpus(list(args.gpu))
 
@@ -165,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
     from app.engine.discover import discover_engines
     from app.engine.launch import LaunchRefused, plan_check, prepare
     from app.engine.process import EngineFailed
-    from app.hub.preview import refuse_preview
+    from app.hub.preview import preview_refusal, refuse_preview
     from app.planner.errors import PlannerError
     from app.planner.gguf_model import read_shape
 
@@ -233,7 +233,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         spec = prepare(plan, args.model.resolve(), engines, host=args.host, port=args.port or None,
                        require_key=args.api_key, env=env, extra=extra,
-                       arch=shape.arch if shape is not None else _arch_of(args.model))
+                       arch=shape.arch if shape is not None else _arch_of(args.model),
+                       unlaunchable=preview_refusal)
     except LaunchRefused as exc:
         print(f"headroom serve: refused: {exc}", file=sys.stderr)
         return 2

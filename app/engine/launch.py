@@ -3,17 +3,18 @@
 The glue both ``headroom serve`` and the window use, so neither repeats the rules: the window mode
 needs the opencoti engine; an engine that lacks a flag the plan needs is refused before launch
 (app.engine.capabilities.refusal); beyond 127.0.0.1 only with the stored API key
-(app.engine.apikey); known engine issues for this model and engine (app.sessions.advisories) are
+(app.engine.apikey); known engine issues for this model and engine (app.engine.advisories) are
 attached to the spec, and an "error" one refuses the launch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.engine import apikey
+from app.engine.advisories import Advisory, advisories_for, parse_engine_version
 from app.engine.argv import argv_for_plan, shell_line
 from app.engine.capabilities import engine_env, free_port, refusal
 from app.engine.check import PlanCheck, check_plan, fetch_props
@@ -22,7 +23,10 @@ from app.engine.process import ServerProcess
 from app.planner.devices import Snapshot
 from app.planner.plan_types import Plan
 from app.planner.settings import LaunchSettings
-from app.sessions.advisories import Advisory, advisories_for, parse_engine_version
+
+
+#: Why a model file cannot be launched at all, or None (passed in by the caller).
+ModelCheck = Callable[[Path], str | None]
 
 
 class LaunchRefused(Exception):
@@ -70,18 +74,16 @@ def advisories(plan: Plan, engine: EngineInfo, arch: str) -> list[Advisory]:
 def prepare(plan: Plan, model: Path, engines: Sequence[EngineInfo], *, host: str = "127.0.0.1",
             port: int | None = None, require_key: bool = False, extra: Sequence[str] = (),
             env: dict[str, str] | None = None, key_dir: Path | None = None,
-            arch: str | None = None) -> LaunchSpec:
+            arch: str | None = None, unlaunchable: ModelCheck | None = None) -> LaunchSpec:
     """Everything needed to start the engine for ``plan``, or LaunchRefused with the reason.
 
     With the model's ``arch``, the engine advisories ride along on the spec; one of severity
-    "error" refuses the launch."""
-    from app.hub.errors import HubError
-    from app.hub.preview import refuse_preview
-
-    try:
-        refuse_preview(model)  # a header-only copy: its weights are zeros
-    except HubError as exc:
-        raise LaunchRefused(str(exc)) from None
+    "error" refuses the launch. ``unlaunchable(model)``: why this file cannot be launched, or None
+    (the caller's knowledge, e.g. ``app.hub.preview.preview_refusal``: a header-only copy's weights
+    are zeros); the engine itself knows nothing of where a file came from."""
+    why = unlaunchable(model) if unlaunchable is not None else None
+    if why:
+        raise LaunchRefused(why)
     if not plan.feasible:
         raise LaunchRefused(f"the plan does not fit: {plan.reason}")
     engine = pick_engine(plan, list(engines))

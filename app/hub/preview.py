@@ -175,3 +175,12 @@ def refuse_preview(path: str | Path) -> None:
         raise HubError(f"{origin.repo}/{origin.path} is a header-only preview: its weights are not downloaded",
                        f"download it first (Download in the Hugging Face dialog, or "
                        f"`headroom serve hf:{origin.repo}/{origin.path}`)")
+
+
+def preview_refusal(path: Path) -> str | None:
+    """``refuse_preview``'s words, or None: the check ``app.engine.launch.prepare`` is given."""
+    try:
+        refuse_preview(path)
+    except HubError as exc:
+        return str(exc)
+    return None

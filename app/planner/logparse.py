@@ -1,6 +1,6 @@
 """The one parser for llama.cpp's buffer and KV-cache log lines.
 
-Used for the pass-1 probe's captured log (app.planner.measure) and for the engine's own log
+Used for the pass-1 probe's captured log (app.probe.measure) and for the engine's own log
 (llama-server at ``-lv 4``, the opencoti llamafile). Every regex has the line it matches above it.
 Lines may carry llama-server's prefix (``0.03.595.713 I ``); patterns search, not match.
 

@@ -1,6 +1,6 @@
 """What pass 1 measured: the engine allocator's own numbers, per backend device.
 
-Produced by ``app.planner.measure`` (the llama-cpp-python ``no_alloc`` probe) or by an engine
+Produced by ``app.probe.measure`` (the llama-cpp-python ``no_alloc`` probe) or by an engine
 that measures itself; consumed by the solver. Sizes are bytes.
 """
 
@@ -69,3 +69,19 @@ class Measurement:
                    int(data.get("kv_total", 0)), int(data.get("output", 0)), int(data.get("recurrent", 0)),
                    tuple(data.get("warnings", ())),
                    LaunchSettings.from_json(data["launch"]) if data.get("launch") else None)
+
+
+def gpu_caveat(measurement: Measurement, *, targets_gpu: bool, fit_params_tool: str | None = None) -> str | None:
+    """A sentence for the plan and the UI when the numbers come from another backend than the plan's.
+    ``fit_params_tool``: the engine's llama-fit-params executable's name, offered as a way to measure."""
+    if not targets_gpu or any(not d.host for d in measurement.devices):
+        return None
+    options = ["install a CUDA build of llama-cpp-python "
+               '(CMAKE_ARGS="-DGGML_CUDA=on" pip install --force-reinstall --no-cache-dir llama-cpp-python==0.3.36; '
+               "`headroom doctor` shows which build you have)"]
+    if fit_params_tool is not None:
+        options.insert(0, f"measure with the engine's own `{fit_params_tool} -fitp on` "
+                          "(headroom measure --with fit-params; it cannot express -kvu)")
+    return (f"Pass 1 measured with the {measurement.backend} backend (llama-cpp-python here cannot offload "
+            f"to a GPU): its compute buffer is the {measurement.backend} backend's, not the GPU's, so a plan "
+            "for GPUs estimates their compute buffers. For GPU numbers, " + " or ".join(options) + ".")

@@ -19,8 +19,9 @@ from app.engine.check import PlanCheck, describe
 from app.engine.discover import EngineInfo, discover_engines
 from app.engine.launch import LaunchRefused, advisories, plan_check, prepare
 from app.engine.process import ServerProcess, ServerStatus
+from app.hub.preview import preview_refusal
 from app.planner.plan import Plan
-from app.sessions.advisories import Advisory
+from app.engine.advisories import Advisory
 from app.ui.engine_builder import EngineBuilder
 from app.ui.qt import (
     QComboBox,
@@ -238,7 +239,8 @@ class LaunchPanel(QWidget):
             self._failed(f"Cannot launch this plan: {refused}")
             return
         try:
-            spec = prepare(plan, model, [engine], host=HOST, arch=self._arch or None)
+            spec = prepare(plan, model, [engine], host=HOST, arch=self._arch or None,
+                           unlaunchable=preview_refusal)
         except (LaunchRefused, ArgvError) as exc:
             self._failed(f"Cannot launch this plan: {exc}")
             return

@@ -1,6 +1,6 @@
 """Measure (pass 1) in the background: the button, a busy indicator, Cancel, and what was measured.
 
-Pass 1 runs in a child process (app.planner.measure); here it runs on a ``TaskThread`` so the
+Pass 1 runs in a child process (app.probe.measure); here it runs on a ``TaskThread`` so the
 window stays responsive. Cancel sets the probe's cancel event: ``measure`` kills the child's process
 group within ``CANCEL_POLL_S`` and raises ``MeasureCancelled``; a result already on its way is dropped.
 The bar is free again at once; ``stopping`` holds cancelled workers until their child is gone.
@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from app.planner.measure import gpu_caveat, measure_cached
+from app.probe.measure import gpu_caveat, measure_cached
 from app.planner.measurement import Measurement
 from app.planner.settings import LaunchSettings
 from app.ui.qt import QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget, Signal

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from html import escape
 from typing import Any
 
-from app.sessions.advisories import Advisory
+from app.engine.advisories import Advisory
 from app.sessions.client import EngineClient
 from app.sessions.fork import Sampling, TurnResult, fork, send
 from app.sessions.smoke import SmokeResult, run_smoke

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from app.engine.native_build import EngineBuild
-from app.planner.measure import run_worker
+from app.probe.measure import run_worker
 from app.planner.settings import LaunchSettings
 from tests.fixtures import shapes
 

@@ -23,7 +23,7 @@ from app.hub.refs import parse_ref
 from app.hub.remote import list_ggufs, pick
 from app.planner.devices import resolve_gpus
 from app.planner.gguf_model import read_shape
-from app.planner.measure import measure
+from app.probe.measure import measure
 from app.planner.plan import make_plan
 from app.planner.settings import LaunchSettings
 from tests.fixtures import fake_hub as _fake_hub

@@ -1,6 +1,6 @@
 """Pass 1 against the real engine: the probe's compute buffer equals what llama-server reserves.
 
-For each launch, the probe (app.planner.measure, no_alloc in a child process) and the real
+For each launch, the probe (app.probe.measure, no_alloc in a child process) and the real
 llama-server built by native/ start from the same ``LaunchSettings``; the server's argv comes from
 app.engine.argv.build_argv, the same function Headroom launches with. The server is read until it
 prints its compute buffers (``-lv 4``), then stopped: no /health needed.
@@ -24,7 +24,7 @@ from app.engine.argv import build_argv
 from app.engine.discover import EngineInfo
 from app.engine.native_build import EngineBuild
 from app.planner.logparse import LogBuffers, parse_log
-from app.planner.measure import measure
+from app.probe.measure import measure
 from app.planner.settings import LaunchSettings
 from app.planner.units import MiB
 from tests.fixtures import pagecache

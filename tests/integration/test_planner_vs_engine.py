@@ -1,6 +1,6 @@
 """The planner's KV and weight bytes against the real engine's own numbers, on every shape fixture.
 
-KV: the engine's ``llama_kv_cache: size = …`` lines from pass 1 (``app.planner.measure``: the
+KV: the engine's ``llama_kv_cache: size = …`` lines from pass 1 (``app.probe.measure``: the
 vendored libllama with ``no_alloc``, exactly these context parameters, ``-kvu`` included), equal to
 the printed precision (``%.2f`` MiB), with the same cells, layers and streams.
 Weights: ``llama-fit-params -fitp on``'s memory breakdown (a CPU build: one host device, whose
@@ -27,7 +27,7 @@ from app.planner.errors import PlannerError
 from app.planner.gguf_model import read_shape
 from app.planner.kv import kv_layout
 from app.planner.logparse import parse_log
-from app.planner.measure import measure, run_worker
+from app.probe.measure import measure, run_worker
 from app.planner.plan import make_plan
 from app.planner.plan_types import REPACKED_COPY
 from app.planner.repack import NO_REPACK, CpuFeatures, host_cpu_features

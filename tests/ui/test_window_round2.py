@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from app.planner.measure import measure
+from app.probe.measure import measure
 from app.planner.measurement import Measurement
 from app.planner.settings import LaunchSettings
 from app.ui.budget_view import GPU_PARTS, HOST_PARTS, legend_entries

@@ -11,7 +11,7 @@ import pytest
 
 from app import cli
 from app.engine.native_build import EngineBuild
-from app.planner import measure_cache
+from app.probe import cache as measure_cache
 
 
 @pytest.fixture(autouse=True)

@@ -16,6 +16,7 @@ from app.hub.preview import (
     hub_dir,
     preview_origin,
     preview_path,
+    preview_refusal,
     refuse_preview,
 )
 from app.hub.remote import list_ggufs
@@ -157,7 +158,7 @@ def test_the_launch_path_refuses_a_preview(fake_hub: FakeHub, tiny_chat_model: P
     plan = make_plan(read_shape(path), resolve_gpus(["H200"]), LaunchSettings())
     assert plan.feasible  # it plans; it does not launch
     with pytest.raises(LaunchRefused, match="header-only preview"):
-        prepare(plan, path, [])
+        prepare(plan, path, [], unlaunchable=preview_refusal)
 
 
 def test_a_hub_that_never_answers_times_out_with_a_hint(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,6 +1,6 @@
 """Pass 1: what the engine's own allocator would reserve for this launch, measured, not guessed.
 
-``measure(model, settings)`` runs ``app.planner.measure_worker`` in a child process (llama.cpp
+``measure(model, settings)`` runs ``app.probe.worker`` in a child process (llama.cpp
 aborts on a failed assertion; the app must survive), reads the llama.cpp log it streams back, and
 returns a ``Measurement``. A child that fails, hangs or aborts raises ``MeasureError`` carrying the
 last log lines and, where the cause is known, what to change.
@@ -26,12 +26,13 @@ from pathlib import Path
 from app.engine.native_build import EngineBuild, find_build
 from app.planner.errors import PlannerError
 from app.planner.logparse import LogBuffers, is_host_device, parse_log
-from app.planner.measure_cache import MeasureCache, cache_key, cached, library_identity
+from app.probe.cache import MeasureCache, cache_key, cached, library_identity
 from app.planner.measurement import DeviceMeasurement, Measurement
+from app.planner.measurement import gpu_caveat as measurement_caveat
 from app.planner.settings import LaunchSettings
 
 #: The child: this interpreter running the worker module.
-WORKER: tuple[str, ...] = (sys.executable, "-m", "app.planner.measure_worker")
+WORKER: tuple[str, ...] = (sys.executable, "-m", "app.probe.worker")
 #: How many log lines an error carries.
 TAIL_LINES = 12
 _APP_ROOT = str(Path(__file__).resolve().parent.parent.parent)
@@ -234,18 +235,9 @@ def measure(model_path: str | Path, settings: LaunchSettings, *, timeout: float 
 
 
 def gpu_caveat(measurement: Measurement, *, targets_gpu: bool, engine: EngineBuild | None = None) -> str | None:
-    """A sentence for the plan and the UI when the numbers come from another backend than the plan's."""
-    if not targets_gpu or any(not d.host for d in measurement.devices):
-        return None
-    options = ["install a CUDA build of llama-cpp-python "
-               '(CMAKE_ARGS="-DGGML_CUDA=on" pip install --force-reinstall --no-cache-dir llama-cpp-python==0.3.36; '
-               "`headroom doctor` shows which build you have)"]
-    if engine is not None and engine.fit_params.is_file():
-        options.insert(0, f"measure with the engine's own `{engine.fit_params.name} -fitp on` "
-                          "(headroom measure --with fit-params; it cannot express -kvu)")
-    return (f"Pass 1 measured with the {measurement.backend} backend (llama-cpp-python here cannot offload "
-            f"to a GPU): its compute buffer is the {measurement.backend} backend's, not the GPU's, so a plan "
-            "for GPUs estimates their compute buffers. For GPU numbers, " + " or ".join(options) + ".")
+    """``app.planner.measurement.gpu_caveat``, naming the engine's own llama-fit-params when it is there."""
+    tool = engine.fit_params.name if engine is not None and engine.fit_params.is_file() else None
+    return measurement_caveat(measurement, targets_gpu=targets_gpu, fit_params_tool=tool)
 
 
 def _probe_library() -> dict[str, object]:

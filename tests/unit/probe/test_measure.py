@@ -14,7 +14,7 @@ import pytest
 from app.engine.native_build import EngineBuild
 from app.engine.process import pid_alive
 from app.planner.errors import PlannerError
-from app.planner.measure import MeasureCancelled, MeasureError, gpu_caveat, measure
+from app.probe.measure import MeasureCancelled, MeasureError, gpu_caveat, measure
 from app.planner.measurement import DeviceMeasurement, Measurement
 from app.planner.settings import LaunchSettings
 from app.planner.units import MiB
@@ -118,7 +118,7 @@ def test_cpu_numbers_for_a_gpu_plan_carry_a_caveat(engine_build: EngineBuild) ->
 def test_a_cuda_engine_log_becomes_a_gpu_measurement(shared_fixtures: Path) -> None:
     # The same conversion serves the engine's own log (recorded on an H200: CUDA0 + pinned host).
     from app.planner.logparse import parse_log
-    from app.planner.measure import backend_of, measurement_from_log
+    from app.probe.measure import backend_of, measurement_from_log
 
     log = (shared_fixtures / "h200" / "llama-server-qwen2-14b-1m-c524288-fa-ub512-f16.log").read_text()
     buffers = parse_log(log)
@@ -145,7 +145,7 @@ sys.exit(1)
 
 def test_partial_offload_kv_is_split_by_layer_device() -> None:
     from app.planner.logparse import parse_log
-    from app.planner.measure import measurement_from_log
+    from app.probe.measure import measurement_from_log
 
     log = "\n".join([*(f"llama_kv_cache: layer {i:3d}: dev = {'CPU' if i < 12 else 'CUDA0'}" for i in range(48)),
                      "llama_kv_cache:      CUDA0 KV buffer size =     0.00 MiB",

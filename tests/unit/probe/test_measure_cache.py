@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from app.engine.native_build import EngineBuild
-from app.planner.measure import measure_cached
-from app.planner.measure_cache import MeasureCache, cache_key, library_identity
+from app.probe.measure import measure_cached
+from app.probe.cache import MeasureCache, cache_key, library_identity
 from app.planner.measurement import DeviceMeasurement, Measurement
 from app.planner.settings import LaunchSettings
 from app.planner.units import MiB
@@ -55,7 +55,7 @@ def test_a_changed_file_is_measured_again(model: Path, tmp_path: Path) -> None:
         calls.append(1)
         return _m(len(calls) * MiB)
 
-    from app.planner.measure_cache import cached
+    from app.probe.cache import cached
 
     first, hit1 = cached(model, LaunchSettings(), lib, run, cache=store)
     again, hit2 = cached(model, LaunchSettings(), lib, run, cache=store)

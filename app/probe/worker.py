@@ -1,4 +1,4 @@
-"""The pass-1 probe's child process: ``python -m app.planner.measure_worker`` (request JSON on stdin).
+"""The pass-1 probe's child process: ``python -m app.probe.worker`` (request JSON on stdin).
 
 llama.cpp aborts the whole process on a failed assertion, so the probe never runs in the app's own
 process. This worker loads the model with ``no_alloc = true`` and ``load_mode = NONE`` (nothing is
@@ -7,7 +7,7 @@ exactly the launch's parameters, and lets llama.cpp log what it *would* allocate
 
 Protocol: every llama.cpp log line goes to stderr as it arrives (so a crash still leaves the last
 lines behind); one JSON object on stdout at the end: ``{"ok", "error", "gpu_offload",
-"lib_dir", "bindings", "seconds"}``. The parent (app.planner.measure) parses the log.
+"lib_dir", "bindings", "seconds"}``. The parent (app.probe.measure) parses the log.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from app.engine.native_build import EngineBuild
 from app.planner.logparse import LogParser, is_host_device, parse_fit_print
-from app.planner.measure import MeasureError, failure_hint, last_lines
+from app.probe.measure import MeasureError, failure_hint, last_lines
 from app.planner.measurement import DeviceMeasurement, Measurement
 from app.planner.settings import LaunchSettings
 from app.planner.units import MiB

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.sessions.advisories import (
+from app.engine.advisories import (
     RACE_FIX,
     SCATTER_FIX,
     Placement,
