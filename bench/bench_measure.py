@@ -33,8 +33,8 @@ import psutil
 from app.engine.argv import build_argv
 from app.engine.discover import EngineInfo
 from app.engine.native_build import EngineBuild, find_build
-from app.probe.measure import measure
 from app.planner.settings import LaunchSettings
+from app.probe.measure import measure
 from bench.report import Target, Verdicts, table, timings
 from tests.fixtures import gguf_factory, pagecache, shapes
 from tests.fixtures.server_proc import free_port

@@ -21,11 +21,11 @@ from pathlib import Path
 
 from app.planner.devices import Inventory, resolve_gpus
 from app.planner.gguf_model import ModelShape, _read_shape_cached, read_shape
-from app.probe.measure import measure
 from app.planner.measurement import DeviceMeasurement, Measurement
 from app.planner.plan import make_plan, max_context
 from app.planner.settings import LaunchSettings
 from app.planner.units import MiB
+from app.probe.measure import measure
 from bench.report import Target, Verdicts, table, timings
 from tests.fixtures import gguf_factory, pagecache, shapes
 

@@ -17,10 +17,10 @@ from typing import Any
 
 from app.commands.common import add_launch_args, exit_status, hub_model, seconds, settings_from_args
 from app.planner.errors import PlannerError
-from app.probe.measure import MeasureError
 from app.planner.measurement import Measurement
 from app.planner.settings import LaunchSettings
 from app.planner.units import Bytes, format_tokens
+from app.probe.measure import MeasureError
 
 
 def register(sub: Any) -> None:

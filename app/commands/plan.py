@@ -27,12 +27,12 @@ from app.commands.common import (
     seconds,
     settings_from_args,
 )
+from app.engine.advisories import Advisory
 from app.engine.discover import EngineInfo
 from app.planner.measurement import Measurement
 from app.planner.plan_types import PLAN_JSON_VERSION, Plan
 from app.planner.settings import ALL_LAYERS, LaunchSettings
 from app.planner.units import Bytes
-from app.engine.advisories import Advisory
 
 EXIT_STATUS = exit_status("it fits (as asked, or with the alternative the plan chose)",
                           "it does not fit, as asked or with any alternative",

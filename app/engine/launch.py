@@ -24,7 +24,6 @@ from app.planner.devices import Snapshot
 from app.planner.plan_types import Plan
 from app.planner.settings import LaunchSettings
 
-
 #: Why a model file cannot be launched at all, or None (passed in by the caller).
 ModelCheck = Callable[[Path], str | None]
 

@@ -22,8 +22,7 @@ from app.planner.errors import PlannerError
 from app.planner.estimate import estimate_compute
 from app.planner.gguf_model import ModelShape
 from app.planner.kv import CTX_PAD, context_size
-from app.planner.measurement import gpu_caveat
-from app.planner.measurement import Measurement
+from app.planner.measurement import Measurement, gpu_caveat
 from app.planner.plan_types import (
     ESTIMATED,
     MEASURED,

@@ -22,10 +22,10 @@ from pathlib import Path
 
 from app.engine.native_build import EngineBuild
 from app.planner.logparse import LogParser, is_host_device, parse_fit_print
-from app.probe.measure import MeasureError, failure_hint, last_lines
 from app.planner.measurement import DeviceMeasurement, Measurement
 from app.planner.settings import LaunchSettings
 from app.planner.units import MiB
+from app.probe.measure import MeasureError, failure_hint, last_lines
 
 KVU_WARNING = ("llama-fit-params cannot express -kvu: it measured a per-slot (non-unified) cache, "
                "so the compute and context figures are for that layout, not the planned unified one")

@@ -26,10 +26,10 @@ from pathlib import Path
 from app.engine.native_build import EngineBuild, find_build
 from app.planner.errors import PlannerError
 from app.planner.logparse import LogBuffers, is_host_device, parse_log
-from app.probe.cache import MeasureCache, cache_key, cached, library_identity
 from app.planner.measurement import DeviceMeasurement, Measurement
 from app.planner.measurement import gpu_caveat as measurement_caveat
 from app.planner.settings import LaunchSettings
+from app.probe.cache import MeasureCache, cache_key, cached, library_identity
 
 #: The child: this interpreter running the worker module.
 WORKER: tuple[str, ...] = (sys.executable, "-m", "app.probe.worker")

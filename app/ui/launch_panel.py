@@ -14,6 +14,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from app.engine.advisories import Advisory
 from app.engine.argv import ArgvError, shell_line
 from app.engine.check import PlanCheck, describe
 from app.engine.discover import EngineInfo, discover_engines
@@ -21,7 +22,6 @@ from app.engine.launch import LaunchRefused, advisories, plan_check, prepare
 from app.engine.process import ServerProcess, ServerStatus
 from app.hub.preview import preview_refusal
 from app.planner.plan import Plan
-from app.engine.advisories import Advisory
 from app.ui.engine_builder import EngineBuilder
 from app.ui.qt import (
     QComboBox,

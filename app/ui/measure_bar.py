@@ -12,9 +12,9 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from app.probe.measure import gpu_caveat, measure_cached
 from app.planner.measurement import Measurement
 from app.planner.settings import LaunchSettings
+from app.probe.measure import gpu_caveat, measure_cached
 from app.ui.qt import QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget, Signal
 from app.ui.workers import TaskThread
 

@@ -20,9 +20,9 @@ from app.engine.launch import plan_check, prepare
 from app.engine.process import ServerStatus
 from app.planner.devices import resolve_gpus
 from app.planner.gguf_model import read_shape
-from app.probe.measure import measure
 from app.planner.plan import make_plan
 from app.planner.settings import LaunchSettings
+from app.probe.measure import measure
 
 pytestmark = pytest.mark.engine
 ROOT = Path(__file__).resolve().parents[2]

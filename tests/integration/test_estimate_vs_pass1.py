@@ -15,9 +15,9 @@ from app.engine.native_build import EngineBuild
 from app.planner.estimate import BASE_MARGIN, estimate_compute
 from app.planner.gguf_model import read_shape
 from app.planner.kv import context_size
-from app.probe.measure import measure
 from app.planner.settings import LaunchSettings
 from app.planner.units import MiB
+from app.probe.measure import measure
 
 pytestmark = [pytest.mark.engine]
 

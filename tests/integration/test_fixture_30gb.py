@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from app.engine.native_build import EngineBuild
-from app.probe.measure import run_worker
 from app.planner.settings import LaunchSettings
+from app.probe.measure import run_worker
 from tests.fixtures import shapes
 
 pytestmark = pytest.mark.engine

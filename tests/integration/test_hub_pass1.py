@@ -23,9 +23,9 @@ from app.hub.refs import parse_ref
 from app.hub.remote import list_ggufs, pick
 from app.planner.devices import resolve_gpus
 from app.planner.gguf_model import read_shape
-from app.probe.measure import measure
 from app.planner.plan import make_plan
 from app.planner.settings import LaunchSettings
+from app.probe.measure import measure
 from tests.fixtures import fake_hub as _fake_hub
 from tests.fixtures import shapes
 from tests.fixtures.fake_hub import FakeHub, write_split

@@ -24,9 +24,9 @@ from app.engine.argv import build_argv
 from app.engine.discover import EngineInfo
 from app.engine.native_build import EngineBuild
 from app.planner.logparse import LogBuffers, parse_log
-from app.probe.measure import measure
 from app.planner.settings import LaunchSettings
 from app.planner.units import MiB
+from app.probe.measure import measure
 from tests.fixtures import pagecache
 from tests.fixtures.server_proc import free_port
 

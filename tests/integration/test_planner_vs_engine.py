@@ -27,13 +27,13 @@ from app.planner.errors import PlannerError
 from app.planner.gguf_model import read_shape
 from app.planner.kv import kv_layout
 from app.planner.logparse import parse_log
-from app.probe.measure import measure, run_worker
 from app.planner.plan import make_plan
 from app.planner.plan_types import REPACKED_COPY
 from app.planner.repack import NO_REPACK, CpuFeatures, host_cpu_features
 from app.planner.settings import LaunchSettings
 from app.planner.units import MiB
 from app.planner.weights import weight_split
+from app.probe.measure import measure, run_worker
 from tests.fixtures import shapes
 
 pytestmark = pytest.mark.engine

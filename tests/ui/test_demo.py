@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from app.planner.gguf_model import read_shape
-from app.probe.measure import measure
 from app.planner.settings import LaunchSettings
+from app.probe.measure import measure
 from app.ui import demo
 from app.ui.application import open_first
 

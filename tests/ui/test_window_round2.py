@@ -12,9 +12,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from app.probe.measure import measure
 from app.planner.measurement import Measurement
 from app.planner.settings import LaunchSettings
+from app.probe.measure import measure
 from app.ui.budget_view import GPU_PARTS, HOST_PARTS, legend_entries
 from app.ui.engine_builder import EngineBuilder, progress_of
 from app.ui.launch_panel import NONE_FOUND

@@ -14,10 +14,10 @@ import pytest
 from app.engine.native_build import EngineBuild
 from app.engine.process import pid_alive
 from app.planner.errors import PlannerError
-from app.probe.measure import MeasureCancelled, MeasureError, gpu_caveat, measure
 from app.planner.measurement import DeviceMeasurement, Measurement
 from app.planner.settings import LaunchSettings
 from app.planner.units import MiB
+from app.probe.measure import MeasureCancelled, MeasureError, gpu_caveat, measure
 
 
 def test_probe_measures_compute_and_kv(engine_build: EngineBuild, tiny_model: Path) -> None:

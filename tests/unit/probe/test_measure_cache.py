@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from app.engine.native_build import EngineBuild
-from app.probe.measure import measure_cached
-from app.probe.cache import MeasureCache, cache_key, library_identity
 from app.planner.measurement import DeviceMeasurement, Measurement
 from app.planner.settings import LaunchSettings
 from app.planner.units import MiB
+from app.probe.cache import MeasureCache, cache_key, library_identity
+from app.probe.measure import measure_cached
 
 
 def _m(compute: int) -> Measurement:

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from app.engine.native_build import EngineBuild
-from app.probe.measure import MeasureError
-from app.probe.fit_params import KVU_WARNING, engine_pass1, fit_params_argv, fit_params_measure
 from app.planner.settings import LaunchSettings
 from app.planner.units import MiB
+from app.probe.fit_params import KVU_WARNING, engine_pass1, fit_params_argv, fit_params_measure
+from app.probe.measure import MeasureError
 
 OPENCOTI = Path(__file__).resolve().parents[2] / "fixtures" / "opencoti"
 
