@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,7 +21,7 @@ from app.hub.preview import (
     preview_refusal,
     refuse_preview,
 )
-from app.hub.remote import list_ggufs
+from app.hub.remote import list_ggufs, open_range
 from app.planner.gguf_model import read_shape
 from app.planner.gguf_reader import parse_prefix, read_header
 from app.planner.units import MiB
@@ -83,13 +85,47 @@ def test_a_file_cut_inside_its_header_is_named(fake_hub: FakeHub, tiny_chat_mode
     assert "runs past the end of the file" in err.value.message
 
 
-def test_a_fetch_cancelled_mid_header_leaves_nothing(fake_hub: FakeHub, shape_model: Callable[[str], Path]) -> None:
+def _count_what_the_client_takes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Body bytes fetch_header took from each range it opened, in order (not what the fake Hub pushed
+    into the socket buffers: on loopback a whole 2 MiB range fits in them before the client reads)."""
+    taken: list[int] = []
+
+    @contextlib.contextmanager
+    def counted(*args: Any, **kwargs: Any) -> Iterator[tuple[Any, int]]:
+        with open_range(*args, **kwargs) as (response, at):
+            taken.append(0)
+            chunks = response.iter_bytes
+
+            def iter_bytes() -> Iterator[bytes]:
+                for chunk in chunks():
+                    taken[-1] += len(chunk)
+                    yield chunk
+
+            monkeypatch.setattr(response, "iter_bytes", iter_bytes)
+            yield response, at
+
+    monkeypatch.setattr("app.hub.preview.open_range", counted)
+    return taken
+
+
+def test_a_fetch_cancelled_mid_header_leaves_nothing(fake_hub: FakeHub, shape_model: Callable[[str], Path],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     fake_hub.add_repo("acme/Llama-GGUF", {"m-Q4_K_M.gguf": shape_model(LLAMA)})
     gguf = list_ggufs("acme/Llama-GGUF").ggufs[0]
     cancel = threading.Event()
+    seen: list[tuple[int, int]] = []
+
+    def cancel_after_the_first_range(done: int, total: int) -> None:
+        seen.append((done, total))
+        cancel.set()
+
+    taken = _count_what_the_client_takes(monkeypatch)
     with pytest.raises(HubCancelled):  # the first 2 MiB arrive, then Cancel, before the next 2 MiB
-        fetch_header(gguf, cancel=cancel, progress=lambda done, total: cancel.set())
-    assert fake_hub.served(gguf.repo, gguf.path) < 2 * FIRST_PREFIX  # the second range was cut short
+        fetch_header(gguf, cancel=cancel, progress=cancel_after_the_first_range)
+    ranges = [r for _, p, r in fake_hub.requests if p.endswith(".gguf")]
+    assert ranges == [f"bytes=0-{FIRST_PREFIX - 1}", f"bytes={FIRST_PREFIX}-{2 * FIRST_PREFIX - 1}"]
+    assert seen == [(FIRST_PREFIX, FIRST_PREFIX)]  # the second range never completed
+    assert taken[0] == FIRST_PREFIX and 0 < taken[1] < FIRST_PREFIX  # the client stopped reading it short
     folder = hub_dir() / gguf.repo / gguf.commit
     assert not folder.exists() or not list(folder.rglob("*"))  # no zero-filled copy, no sidecar, no temp file
     assert preview_origin(fetch_header(gguf)) == gguf

@@ -91,15 +91,32 @@ os.abort()
     assert "assertion" in err.value.hint
 
 
+class _HungOnceWritten(threading.Event):
+    """A cancel event never set; its first check waits until the worker has logged its line, so the
+    1.5 s run out on a hung worker, not on one that a loaded machine has not started yet."""
+
+    def __init__(self, marker: Path) -> None:
+        super().__init__()
+        self.marker = marker
+
+    def is_set(self) -> bool:
+        deadline = time.monotonic() + 60
+        while not self.marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return False
+
+
 def test_a_worker_that_hangs_is_stopped(tmp_path: Path, tiny_model: Path) -> None:
-    worker = _fake_worker(tmp_path, """import sys, threading
-sys.stdin.read()
+    hung = tmp_path / "hung"
+    worker = _fake_worker(tmp_path, f"""import sys, threading
 sys.stderr.write("load_tensors: loading model tensors\\n")
 sys.stderr.flush()
+open({str(hung)!r}, "w").close()  # (before reading the request: the marker never waits on the parent)
+sys.stdin.read()
 threading.Event().wait()
 """)
     with pytest.raises(MeasureError) as err:
-        measure(tiny_model, LaunchSettings(), worker=worker, timeout=1.5)
+        measure(tiny_model, LaunchSettings(), worker=worker, timeout=1.5, cancel=_HungOnceWritten(hung))
     assert "did not finish within 1.5 s" in str(err.value)
     assert err.value.log_tail == ("load_tensors: loading model tensors",)
 
