@@ -15,6 +15,7 @@ import pynvml
 import pytest
 
 from app.engine.discover import EngineInfo
+from app.planner.plan_types import PlanMode
 from app.planner.units import Bytes, GiB
 from app.ui.hub_button import PREVIEW_LAUNCH
 from app.ui.main_window import MainWindow
@@ -45,7 +46,7 @@ def test_without_a_gpu_the_cpu_plan_reads_as_fitting(no_gpu_window, shape_model,
     with qtbot.waitSignal(w.planned) as sig:
         assert w.open_model(shape_model(LLAMA8B))
     plan = sig.args[0]
-    assert plan.mode == "cpu" and plan.feasible and plan.gpus == ()
+    assert plan.mode == PlanMode.CPU and plan.feasible and plan.gpus == ()
     assert w.budget.verdict.text().startswith("<b>Fits</b>")  # not "Does not fit as set"
     assert "no GPU" in w.budget.verdict.text()
     assert w.budget.alternative.isHidden()  # nothing to apply: the CPU is the only way here
