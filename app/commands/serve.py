@@ -32,7 +32,7 @@ from app.commands.common import (
     seconds,
     settings_from_args,
 )
-from app.engine.discover import EngineInfo
+from app.engine.discover import EngineInfo, EngineOrigin
 from app.engine.process import ServerStatus
 from app.planner import words
 from app.planner.errors import NotModelled
@@ -108,7 +108,7 @@ def _chosen_engine_problem(path: Path, engines: list[EngineInfo]) -> str | None:
     """Why the engine given with ``--engine`` cannot be used (it did not identify as one)."""
     from app.engine.discover import is_ape
 
-    if any(e.source == "settings" for e in engines):
+    if any(e.source == EngineOrigin.SETTINGS for e in engines):
         return None
     if not os.access(path, os.X_OK) and not is_ape(path):
         return f"the engine is not executable: {path} (chmod +x it)"
@@ -187,7 +187,7 @@ def run(args: argparse.Namespace) -> int:
         if problem:  # never fall back to another engine than the one asked for
             print(f"headroom serve: {problem}", file=sys.stderr)
             return 2
-        engines = [e for e in engines if e.source == "settings"]
+        engines = [e for e in engines if e.source == EngineOrigin.SETTINGS]
     try:
         settings = settings_from_args(args)
         modelled = read_shape(args.model)

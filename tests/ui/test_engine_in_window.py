@@ -8,7 +8,7 @@ import urllib.request
 import pytest
 
 from app.engine.check import describe
-from app.engine.discover import EngineInfo
+from app.engine.discover import EngineInfo, EngineKind, EngineOrigin
 from app.engine.process import pid_alive
 from app.planner.gguf_model import read_shape
 from app.planner.plan import make_plan
@@ -61,7 +61,7 @@ def test_launch_the_real_engine_see_it_healthy_then_stop_it(window, tiny_model, 
 
 def test_missing_engine_binary_shows_its_message(window, tiny_model, qtbot, tmp_path):
     gone = tmp_path / "gone" / "llama-server"
-    window.launch.set_engines([EngineInfo("llama-server", str(gone), "unknown", "unknown", "settings")])
+    window.launch.set_engines([EngineInfo(EngineKind.LLAMA_SERVER, str(gone), "unknown", "unknown", EngineOrigin.SETTINGS)])
     assert window.open_model(tiny_model)
     with qtbot.waitSignal(window.launch.launchFailed, timeout=30_000) as sig:
         qtbot.mouseClick(window.launch.launch_button, LEFT)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from app.engine.discover import EngineInfo
+from app.engine.discover import EngineInfo, EngineKind, EngineOrigin
 from app.planner.plan_types import PlanMode
 from app.planner.units import Bytes, GiB
 from app.ui.hub_button import PREVIEW_LAUNCH
@@ -184,7 +184,7 @@ def test_an_engine_with_one_slot_offers_no_fork_and_says_why(window, tiny_model,
 
 
 def test_the_chosen_engine_is_remembered(qtbot, tmp_path):
-    engines = [EngineInfo("llama-server", str(tmp_path / n / "llama-server"), "1", "abc", "PATH")
+    engines = [EngineInfo(EngineKind.LLAMA_SERVER, str(tmp_path / n / "llama-server"), "1", "abc", EngineOrigin.PATH)
                for n in ("first", "second")]
     state_file = tmp_path / "state.json"
     w = MainWindow(state=UiState(), state_file=state_file)

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from app.engine.advisories import Severity
 from app.engine.capabilities import PROBES, Capabilities, ProbeResult
-from app.engine.discover import EngineInfo
+from app.engine.discover import EngineInfo, EngineKind, EngineOrigin
 from app.engine.launch import LaunchRefused, prepare
 from app.planner.plan_types import DevicePlan, HostPlan, Plan, PlanMode
 from app.planner.settings import LaunchSettings
@@ -23,11 +24,11 @@ def _caps(*rejected: str) -> Capabilities:
                          for n in PROBES})
 
 
-STOCK = EngineInfo("llama-server", "/bin/llama-server", "0.5.0", "0c1e570", "headroom build",
+STOCK = EngineInfo(EngineKind.LLAMA_SERVER, "/bin/llama-server", "0.5.0", "0c1e570", EngineOrigin.HEADROOM_BUILD,
                    capabilities=_caps("--kv-residency-mode", "--vram-target"))
-OLD = EngineInfo("llamafile", "/bin/llamafile", "0.9.3", "?", "PATH",
+OLD = EngineInfo(EngineKind.LLAMAFILE, "/bin/llamafile", "0.9.3", "?", EngineOrigin.PATH,
                  capabilities=_caps("--kv-residency-mode", "--vram-target", "-kvu", "-ctk q8_0"))
-COTI = EngineInfo("opencoti", "/bin/opencoti.llamafile", "0.10.5", "?", "~/.llamafile", capabilities=_caps())
+COTI = EngineInfo(EngineKind.OPENCOTI, "/bin/opencoti.llamafile", "0.10.5", "?", EngineOrigin.LLAMAFILE_DIR, capabilities=_caps())
 
 
 def _plan(mode: PlanMode, launch: LaunchSettings, feasible: bool = True) -> Plan:
@@ -59,7 +60,7 @@ def test_an_engine_lacking_a_planned_flag_is_refused_with_the_probe_answer() -> 
     assert "error: invalid argument: -kvu" in str(err.value)
     # another engine that can is used instead, unless the user chose the one that cannot
     assert prepare(plan, MODEL, [OLD, STOCK], port=8080).engine is STOCK
-    chosen = replace(OLD, source="settings")
+    chosen = replace(OLD, source=EngineOrigin.SETTINGS)
     with pytest.raises(LaunchRefused, match="-kvu"):
         prepare(plan, MODEL, [chosen, STOCK], port=8080)
 
@@ -84,7 +85,7 @@ def test_the_engine_headroom_builds_warns_twice_for_glm5_next_with_shared_sessio
     shared = _plan(PlanMode.STOCK, LaunchSettings(n_parallel=2, kv_unified=True))
     spec = prepare(shared, MODEL, [built], port=8080, arch="glm5-next")
     assert [a.key for a in spec.advisories] == ["kpool-b11412", "kpool-43fe9c642"]
-    assert all(a.severity == "warning" and "predates the fix" in a.detail for a in spec.advisories)
+    assert all(a.severity == Severity.WARNING and "predates the fix" in a.detail for a in spec.advisories)
     assert advisories(shared, built, "glm5-next") == list(spec.advisories)
     assert prepare(shared, MODEL, [built], port=8080, arch="llama").advisories == ()
     alone = _plan(PlanMode.STOCK, LaunchSettings(n_parallel=1))
