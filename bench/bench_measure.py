@@ -31,8 +31,9 @@ from pathlib import Path
 import psutil
 
 from app.engine.argv import build_argv
-from app.engine.discover import EngineInfo
+from app.engine.discover import EngineInfo, EngineKind, EngineOrigin
 from app.engine.native_build import EngineBuild, find_build
+from app.planner.plan_types import PlanMode
 from app.planner.settings import LaunchSettings
 from app.probe.measure import measure
 from bench.report import Target, Verdicts, table, timings
@@ -51,8 +52,8 @@ def engine_start_to_health(build: EngineBuild, model: Path, settings: LaunchSett
                            deadline_s: float = 600.0) -> float:
     """Seconds from exec to ``GET /health`` 200 (polled every 250 ms, like ollama)."""
     port = free_port()
-    info = EngineInfo("llama-server", str(build.server), "bench", build.commit, "native build")
-    argv = build_argv(info, settings, "stock", model, "127.0.0.1", port, extra=["--no-warmup"])
+    info = EngineInfo(EngineKind.LLAMA_SERVER, str(build.server), "bench", build.commit, EngineOrigin.HEADROOM_BUILD)
+    argv = build_argv(info, settings, PlanMode.STOCK, model, "127.0.0.1", port, extra=["--no-warmup"])
     started = time.monotonic()
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)

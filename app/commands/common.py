@@ -24,7 +24,7 @@ from typing import Any
 from app.planner.devices import Inventory
 from app.planner.gguf_model import ModelShape
 from app.planner.measurement import Measurement
-from app.planner.plan_types import Plan, Sourced
+from app.planner.plan_types import Plan
 from app.planner.settings import ALL_LAYERS, KV_TYPES, LaunchSettings
 from app.planner.units import Bytes, MiB, parse_tokens
 
@@ -143,8 +143,7 @@ def plan_options(args: argparse.Namespace, inventory: Inventory) -> dict[str, An
     overhead = None if args.overhead is None else int(args.overhead)
     if overhead is None and inventory.gpus and not inventory.gpus[0].simulated:
         known = known_overhead(inventory.gpus[0].name, inventory.driver)
-        overhead = Sourced(known.bytes, f"measured on this GPU and driver ({known.source})") \
-            if known.measured else None
+        overhead = known.sourced() if known.measured else None
     return {"engine_window": args.window, "safety": int(args.safety),
             "vram_target": None if args.vram_target is None else int(args.vram_target), "overhead": overhead}
 

@@ -29,9 +29,10 @@ from app.commands.common import (
 )
 from app.engine.advisories import Advisory
 from app.engine.discover import EngineInfo
+from app.planner import words
 from app.planner.measurement import Measurement
-from app.planner.plan_types import PLAN_JSON_VERSION, Plan
-from app.planner.settings import ALL_LAYERS, LaunchSettings
+from app.planner.plan_types import PLAN_JSON_VERSION, ContextFit, Plan, PlanMode
+from app.planner.settings import LaunchSettings
 from app.planner.units import Bytes
 
 EXIT_STATUS = exit_status("it fits (as asked, or with the alternative the plan chose)",
@@ -105,7 +106,7 @@ def _engine_for(plan: Plan) -> tuple[EngineInfo | None, str]:
         return choose(engines, plan.mode), str(exc)
 
 
-def _advisories(launch: LaunchSettings, mode: str, engine: EngineInfo | None, arch: str) -> list[Advisory]:
+def _advisories(launch: LaunchSettings, mode: PlanMode, engine: EngineInfo | None, arch: str) -> list[Advisory]:
     from app.engine.launch import launch_advisories
 
     return [] if engine is None else launch_advisories(launch, mode, engine, arch)
@@ -116,7 +117,7 @@ def _not_modelled(args: argparse.Namespace, arch: str, message: str) -> int:
     from app.engine.discover import choose, discover_engines
 
     settings = settings_from_args(args)
-    mode = "window" if args.window else "stock"
+    mode = PlanMode.asked(args.window)
     advs = _advisories(settings, mode, choose(discover_engines(), mode), arch)
     if args.json:  # stdout stays JSON: the error and the advisories as data
         print(json.dumps({"version": PLAN_JSON_VERSION, "error": message, "arch": arch,
@@ -175,48 +176,26 @@ def run(args: argparse.Namespace) -> int:
     return 0 if plan.feasible else 1
 
 
-def changed(plan: Plan, asked: LaunchSettings) -> str:
-    """The first line when the plan launches otherwise than asked ('' when it launches as asked):
-    "512k DOES NOT FIT as asked (CUDA0 short 87.3 GiB); planned instead: -c 49,664"."""
-    from app.planner.plan import AS_SET
-    from app.planner.units import format_tokens
-
-    launch = plan.launch
-    if launch == asked:
-        return ""
-    instead = []
-    if launch.n_ctx != asked.n_ctx:
-        instead.append(f"-c {format_tokens(launch.n_ctx)}")
-    if launch.n_gpu_layers != asked.n_gpu_layers:
-        instead.append(f"-ngl {'all' if launch.n_gpu_layers >= ALL_LAYERS else launch.n_gpu_layers}")
-    if launch.offload_kqv != asked.offload_kqv:
-        instead.append("-nkvo" if not launch.offload_kqv else "KV offloaded")
-    # The planner prices the settings as given first (label "as set"); when they do not fit, its note says why.
-    why = next((a.note for a in plan.alternatives if a.label == AS_SET and not a.feasible), "")
-    return (f"{format_tokens(asked.n_ctx)} DOES NOT FIT as asked{f' ({why})' if why else ''}; "
-            f"planned instead: {' '.join(instead) or 'other settings'}")
-
-
-def render(plan: Any, title: str, fit: Any, asked: LaunchSettings | None = None) -> str:
+def render(plan: Plan, title: str, fit: ContextFit, asked: LaunchSettings | None = None) -> str:
     """The plan as a readable table; first, when the plan changed the settings as ``asked``, that."""
     from app.planner.units import format_tokens
 
     launch = plan.launch
-    first = changed(plan, asked) if asked is not None else ""
+    first = words.changed(plan, asked) if asked is not None else ""
     out = ([first] if first else []) + [title,
            f"  context {format_tokens(launch.n_ctx)}  K {launch.type_k} V {launch.type_v}  "
            f"-np {launch.n_parallel}{' -kvu' if launch.kv_unified else ''}  -fa {launch.flash_attn}  "
-           f"-ub {launch.n_ubatch}  -ngl {'all' if launch.n_gpu_layers >= ALL_LAYERS else launch.n_gpu_layers}"
+           f"-ub {launch.n_ubatch}  -ngl {words.ngl_text(launch.n_gpu_layers)}"
            f"{'  -nkvo' if not launch.offload_kqv else ''}",
            f"  mode {plan.mode}: {'FITS' if plan.feasible else 'DOES NOT FIT'} — {plan.reason}", ""]
     parts = ("other_processes", "weights", "compute", "kv_resident", "overhead", "safety", "free")
     for g in plan.gpus:
         out.append(f"  {g.name}  {g.label}  total {Bytes(g.total)}")
-        out += [f"    {p.replace('_', ' '):<16}{Bytes(getattr(g, p))!s:>12}   {g.sources.get(p, '')}" for p in parts]
+        out += [f"    {p.replace('_', ' '):<16}{Bytes(getattr(g, p))!s:>12}   {g.sources.get(p, '')!s}" for p in parts]
     h = plan.host
     out.append(f"  host RAM  available {Bytes(h.available)} of {Bytes(h.total)}")
     for p in ("weights_mapped", "kv_tail", "compute_pinned", "free"):
-        out.append(f"    {p.replace('_', ' '):<16}{Bytes(getattr(h, p))!s:>12}   {h.sources.get(p, '')}")
+        out.append(f"    {p.replace('_', ' '):<16}{Bytes(getattr(h, p))!s:>12}   {h.sources.get(p, '')!s}")
     out.append(f"  KV window {format_tokens(plan.window_cells)} cells resident, "
                f"host tail {format_tokens(plan.tail_cells)} cells")
     out.append(f"  largest context: {format_tokens(fit.resident)} fully resident, "

@@ -32,12 +32,13 @@ from app.commands.common import (
     seconds,
     settings_from_args,
 )
-from app.engine.discover import EngineInfo
+from app.engine.discover import EngineInfo, EngineOrigin
 from app.engine.process import ServerStatus
+from app.planner import words
 from app.planner.errors import NotModelled
 from app.planner.gguf_model import ModelShape
 from app.planner.measurement import Measurement
-from app.planner.plan_types import Plan
+from app.planner.plan_types import Plan, PlanMode
 from app.planner.settings import LaunchSettings
 from app.planner.units import format_tokens
 
@@ -107,7 +108,7 @@ def _chosen_engine_problem(path: Path, engines: list[EngineInfo]) -> str | None:
     """Why the engine given with ``--engine`` cannot be used (it did not identify as one)."""
     from app.engine.discover import is_ape
 
-    if any(e.source == "settings" for e in engines):
+    if any(e.source == EngineOrigin.SETTINGS for e in engines):
         return None
     if not os.access(path, os.X_OK) and not is_ape(path):
         return f"the engine is not executable: {path} (chmod +x it)"
@@ -141,7 +142,7 @@ def _refuse_not_modelled(args: argparse.Namespace, settings: LaunchSettings, eng
     from app.engine.discover import choose
     from app.engine.launch import launch_advisories
 
-    mode = "window" if args.window else "stock"
+    mode = PlanMode.asked(args.window)
     engine = choose(engines, mode)
     if engine is not None:
         print("\n".join(advisory_lines(launch_advisories(settings, mode, engine, exc.arch))), flush=True)
@@ -155,10 +156,10 @@ def unplanned(settings: LaunchSettings, args: argparse.Namespace, reason: str) -
     from app.planner.plan_types import HostPlan
 
     gpu = any(g != "auto" for g in args.gpu) or settings.n_gpu_layers > 0
-    mode = "window" if args.window else ("stock" if gpu else "cpu")
-    return Plan(settings, mode, (), HostPlan(0, 0, 0, 0, 0, 0), True, f"not planned ({reason})",
-                (f"not planned: {reason}; launched with the flags as given and --fit off, "
-                 "so nothing was sized or will be checked",), 0, 0, args.vram_target)
+    return Plan(launch=settings, mode=PlanMode.asked(args.window, gpu=gpu), gpus=(),
+                host=HostPlan(total=0, available=0, weights_mapped=0, kv_tail=0, compute_pinned=0, free=0),
+                feasible=True, reason=words.unplanned_reason(reason), warnings=(words.unplanned_warning(reason),),
+                window_cells=0, tail_cells=0, vram_target=args.vram_target)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -186,7 +187,7 @@ def run(args: argparse.Namespace) -> int:
         if problem:  # never fall back to another engine than the one asked for
             print(f"headroom serve: {problem}", file=sys.stderr)
             return 2
-        engines = [e for e in engines if e.source == "settings"]
+        engines = [e for e in engines if e.source == EngineOrigin.SETTINGS]
     try:
         settings = settings_from_args(args)
         modelled = read_shape(args.model)
@@ -208,7 +209,7 @@ def run(args: argparse.Namespace) -> int:
               "change what the plan sized", file=sys.stderr)
         return 2
     if not plan.feasible:  # the same plan `headroom plan` answers 1 for
-        print(f"headroom serve: refused: the plan does not fit: {plan.reason}", file=sys.stderr)
+        print(f"headroom serve: refused: {words.plan_does_not_fit(plan.reason)}", file=sys.stderr)
         return 1
     cards = simulated_gpus(list(args.gpu))
     if cards:

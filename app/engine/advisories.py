@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from enum import Enum
+from enum import Enum, StrEnum
+from typing import NamedTuple
 
 #: Architectures whose KV lives in a k-pool (src/llama-arch.cpp names).
 KPOOL_ARCHS = frozenset({"qwen4exp", "glm5-next"})
@@ -101,10 +102,18 @@ def place(fix: Fix, commit: str | None, build: int | None) -> Placement:
     return Placement.UNKNOWN
 
 
+class Severity(StrEnum):
+    """How much an advisory matters; the value is the word it is printed with (``[error] …``)."""
+
+    ERROR = "error"  # do not launch like this: the launch is refused
+    WARNING = "warning"
+    INFO = "info"
+
+
 @dataclass(frozen=True)
 class Advisory:
     key: str
-    severity: str  # "error" (do not launch like this) | "warning" | "info"
+    severity: Severity
     title: str
     detail: str
     action: str
@@ -135,13 +144,13 @@ def _kpool(arch: str, fix: Fix, placement: Placement, engine: str) -> Advisory:
     pr = f"llama.cpp #{fix.pr}, {fix.label()}, {fix.date}"
     if placement is Placement.LACKS:
         return Advisory(
-            f"kpool-{fix.name}", "warning", f"{arch} with shared sessions on an engine without {fix.label()}",
+            f"kpool-{fix.name}", Severity.WARNING, f"{arch} with shared sessions on an engine without {fix.label()}",
             f"{engine} predates the fix for {fix.what} ({pr}); forking or sharing sessions can abort "
             "the engine or corrupt replies",
             f"use an engine at {fix.label()} or later (-np 1 avoids sharing cells, but on this engine even "
             f"one sequence re-reserves its decode graph); to confirm on this engine, {SMOKE_HINT}")
     return Advisory(
-        f"kpool-{fix.name}-unplaced", "warning", f"{arch}: cannot tell whether this engine has {fix.label()}",
+        f"kpool-{fix.name}-unplaced", Severity.WARNING, f"{arch}: cannot tell whether this engine has {fix.label()}",
         f"{engine} cannot be placed relative to the fix for {fix.what} ({pr})",
         SMOKE_HINT)
 
@@ -154,13 +163,13 @@ def advisories_for(arch: str, engine_commit: str | None, engine_build_number: in
     engine = _engine_words(engine_commit, engine_build_number)
     if window_mode and kv_unified:
         out.append(Advisory(
-            "window-excludes-kvu", "error", "the rolling-KV window excludes --kv-unified",
+            "window-excludes-kvu", Severity.ERROR, "the rolling-KV window excludes --kv-unified",
             "opencoti's window keeps a per-sequence device window and cannot run on one unified pool",
             "drop -kvu (each slot then gets n_ctx/-np cells and forks copy instead of sharing), "
             "or serve in stock mode to share one pool"))
     if window_mode and shared:
         out.append(Advisory(
-            "window-no-prefix-reuse", "info", "spilled window: no prompt-cache reuse",
+            "window-no-prefix-reuse", Severity.INFO, "spilled window: no prompt-cache reuse",
             "while the window spills to the host tail, context shift and prompt-cache reuse are off",
             "continuing a session re-decodes its text; keep sessions short or fit them resident"))
     if arch in KPOOL_ARCHS and not shared and place(SCATTER_FIX, engine_commit, engine_build_number) \
@@ -169,7 +178,7 @@ def advisories_for(arch: str, engine_commit: str | None, engine_build_number: in
         # decode graph still differs from the reserved one once the pool count steps, so the engine
         # re-reserves at decode time (silently; a diagnostic launch aborts on it).
         out.append(Advisory(
-            "kpool-single-rereserve", "info", f"{arch}: decode-time graph re-reserve on this engine",
+            "kpool-single-rereserve", Severity.INFO, f"{arch}: decode-time graph re-reserve on this engine",
             f"{engine} predates {SCATTER_FIX.label()}: even one sequence re-reserves its decode graph when "
             "the k-pool grows, so the compute buffer can grow past what pass 1 measured",
             f"leave room above the measured compute buffer, or use an engine at {SCATTER_FIX.label()} or later"))
@@ -180,7 +189,7 @@ def advisories_for(arch: str, engine_commit: str | None, engine_build_number: in
                 out.append(_kpool(arch, fix, placement, engine))
     if arch in SINGLE_SEQ_RESERVE_ARCHS and shared:
         out.append(Advisory(
-            "rereserve-by-design", "info", f"{arch} re-reserves multi-sequence graphs",
+            "rereserve-by-design", Severity.INFO, f"{arch} re-reserves multi-sequence graphs",
             f"{arch} reserves its prompt graph for one sequence, so the first decode of several "
             "sessions together re-allocates the compute buffer (by design, not an engine bug)",
             "leave room above the measured compute buffer when several sessions decode at once; "
@@ -194,10 +203,17 @@ _VERSION_RE = re.compile(r"\(build (?P<build>\d+), commit (?P<commit>[0-9a-fA-F]
 _BUILD_INFO_RE = re.compile(r"^b(?P<build>\d+)-(?P<commit>[0-9a-fA-F]+|unknown)$")
 
 
-def parse_engine_version(text: str) -> tuple[int | None, str | None]:
-    """``(build, commit)`` from ``llama-server --version`` output or ``/props`` ``build_info``."""
+class EngineVersion(NamedTuple):
+    """Where an engine's llama.cpp sits: its build number and commit (None: not known)."""
+
+    build: int | None
+    commit: str | None
+
+
+def parse_engine_version(text: str) -> EngineVersion:
+    """The build and commit from ``llama-server --version`` output or ``/props`` ``build_info``."""
     m = _VERSION_RE.search(text) or _BUILD_INFO_RE.match(text.strip())
     if m is None:
-        return None, None
+        return EngineVersion(None, None)
     commit = m.group("commit")
-    return int(m.group("build")), None if commit == "unknown" else commit.lower()
+    return EngineVersion(int(m.group("build")), None if commit == "unknown" else commit.lower())

@@ -13,14 +13,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from app.engine.discover import EngineInfo
+from app.engine.discover import EngineInfo, EngineKind
+from app.planner.plan_types import PlanMode
 from app.planner.settings import LaunchSettings
 from app.planner.units import MiB
 
 if TYPE_CHECKING:
     from app.planner.plan_types import Plan
 
-MODES = ("window", "stock", "cpu")
+MODES = tuple(PlanMode)
 
 #: Flags left out when a probed engine lacks them: they refine the launch but are not the plan
 #: (an engine without ``--fit`` never fits; without ``--metrics`` there is just no /metrics).
@@ -36,7 +37,7 @@ def _optional(engine: EngineInfo, name: str) -> bool:
     return caps is None or caps.accepts(name)
 
 
-def build_argv(engine: EngineInfo, settings: LaunchSettings, mode: str, model: Path, host: str, port: int,
+def build_argv(engine: EngineInfo, settings: LaunchSettings, mode: PlanMode, model: Path, host: str, port: int,
                *, vram_target: int | None = None, api_key: str | None = None,
                extra: Sequence[str] = ()) -> list[str]:
     """The exact argument list that launches ``engine`` with ``settings`` in ``mode``.
@@ -47,14 +48,14 @@ def build_argv(engine: EngineInfo, settings: LaunchSettings, mode: str, model: P
     """
     if mode not in MODES:
         raise ArgvError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
-    if mode == "window" and settings.kv_unified:
+    if mode == PlanMode.WINDOW and settings.kv_unified:
         raise ArgvError("the KV window cannot be combined with a unified KV cache (-kvu)")
-    if mode == "window" and engine.kind != "opencoti":
+    if mode == PlanMode.WINDOW and engine.kind != EngineKind.OPENCOTI:
         raise ArgvError(f"the KV window needs the opencoti engine, not {engine.kind}")
     argv = list(engine.server_prefix)
     if engine.is_llamafile:
-        argv += ["--gpu", "disable" if mode == "cpu" else "nvidia"]
-    ngl = 0 if mode == "cpu" else settings.n_gpu_layers
+        argv += ["--gpu", "disable" if mode == PlanMode.CPU else "nvidia"]
+    ngl = 0 if mode == PlanMode.CPU else settings.n_gpu_layers
     argv += [
         "-m", str(model),
         "-c", str(settings.n_ctx),
@@ -72,7 +73,7 @@ def build_argv(engine: EngineInfo, settings: LaunchSettings, mode: str, model: P
         argv.append("--swa-full")
     if not settings.offload_kqv:
         argv.append("-nkvo")
-    if mode == "window":
+    if mode == PlanMode.WINDOW:
         argv += ["--kv-residency-mode", "window", "--vram-target", str((vram_target or 0) // MiB)]
     if _optional(engine, "--fit"):
         argv += ["--fit", "off"]

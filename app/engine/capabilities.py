@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from app.paths import cache_dir
+from app.planner.plan_types import PlanMode
 from app.planner.settings import KV_TYPES, LaunchSettings
 
 #: Flags probed, by capability name → the arguments that exercise it.
@@ -167,22 +168,22 @@ def capabilities(binary: Path, command: Sequence[str], *, refresh: bool = False)
     return caps
 
 
-def required(settings: LaunchSettings, mode: str) -> list[str]:
+def required(settings: LaunchSettings, mode: PlanMode) -> list[str]:
     """The capabilities a launch with these settings cannot do without."""
     need = [f"-ctk {settings.type_k}", f"-ctk {settings.type_v}"]
-    if settings.kv_unified and mode != "window":
+    if settings.kv_unified and mode != PlanMode.WINDOW:
         need.append("-kvu")
     need.append(f"-fa {settings.flash_attn}")
     if not settings.offload_kqv:
         need.append("-nkvo")
     if settings.swa_full:
         need.append("--swa-full")
-    if mode == "window":
+    if mode == PlanMode.WINDOW:
         need += ["--kv-residency-mode", "--vram-target"]
     return list(dict.fromkeys(need))
 
 
-def refusal(caps: Capabilities, settings: LaunchSettings, mode: str) -> str | None:
+def refusal(caps: Capabilities, settings: LaunchSettings, mode: PlanMode) -> str | None:
     """Why this engine cannot run the plan (None when it can)."""
     missing = [n for n in required(settings, mode) if not caps.accepts(n)]
     if not missing:

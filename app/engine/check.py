@@ -13,6 +13,7 @@ import http.client
 import json
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from app.planner.logparse import LogBuffers, LogParser, is_host_device
@@ -32,6 +33,14 @@ HOST = "host"
 PARTS = ("weights", "kv", "compute")
 
 
+class ActualSource(StrEnum):
+    """Where an actual number came from; the value is how the check names it (its JSON too)."""
+
+    ENGINE_LOG = "engine log"  # llama-server's buffer lines at -lv 4
+    NVML = "NVML"  # the engine process's GPU memory
+    PROPS = "/props opencoti"  # the opencoti engine's window, from GET /props
+
+
 @dataclass(frozen=True)
 class CheckRow:
     device: str  # "CUDA0", ..., or "host"
@@ -39,7 +48,7 @@ class CheckRow:
     planned: int | None
     actual: int | None
     tolerance: int = BUFFER_TOLERANCE
-    source: str = "engine log"
+    source: ActualSource = ActualSource.ENGINE_LOG
     unit: str = "bytes"
 
     @property
@@ -177,12 +186,12 @@ def check_plan(plan: Plan, log_lines: Iterable[str], *, snapshot: Snapshot | Non
                 warnings.append(f"NVML did not report the engine's processes on {gpu_plan.name}")
                 continue
             rows.append(CheckRow(gpu_plan.name, "process", int(gpu_plan.used), sample.engine_used,
-                                 PROCESS_TOLERANCE, "NVML"))
+                                 PROCESS_TOLERANCE, ActualSource.NVML))
     block = (props or {}).get("opencoti")
     opencoti = block if isinstance(block, dict) else None
     if opencoti is not None and "n_cells_resident" in opencoti:
         rows.append(CheckRow("all", "window cells", plan.window_cells, int(opencoti["n_cells_resident"]),
-                             0, "/props opencoti", "cells"))
+                             0, ActualSource.PROPS, "cells"))
     return PlanCheck(tuple(rows), tuple(warnings), opencoti, buffers)
 
 

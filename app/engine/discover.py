@@ -14,14 +14,35 @@ import re
 import shutil
 import subprocess
 from dataclasses import dataclass, replace
+from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from app.engine import native_build
 from app.engine.capabilities import Capabilities, capabilities, engine_env
 from app.paths import data_dir
+from app.planner.plan_types import PlanMode
 
-KINDS = ("llama-server", "llamafile", "opencoti")
+
+class EngineKind(StrEnum):
+    """What an engine binary is; the value is how the CLI, the window and the JSON name it."""
+
+    LLAMA_SERVER = "llama-server"  # stock llama.cpp
+    LLAMAFILE = "llamafile"  # Mozilla llamafile (its server needs --server first)
+    OPENCOTI = "opencoti"  # the opencoti llamafile: accepts --kv-residency-mode (the KV window)
+
+
+class EngineOrigin(StrEnum):
+    """Where an engine was found; the value is the label the CLI and the window show."""
+
+    SETTINGS = "settings"  # the one the user chose (--engine, the window's engine field)
+    PATH = "PATH"
+    LLAMAFILE_DIR = "~/.llamafile"
+    DATA_DIR = "data dir"
+    HEADROOM_BUILD = "headroom build"  # app.engine.native_build
+
+
+KINDS = tuple(EngineKind)
 VERSION_TIMEOUT_S = 15.0
 
 # common/build-info.cpp.in, llama_print_build_info:
@@ -42,17 +63,17 @@ APE_MAGIC = (b"MZqFpD", b"jartsr")
 class EngineInfo:
     """One engine binary. ``via_sh``: an APE llamafile the kernel would not exec directly."""
 
-    kind: str
+    kind: EngineKind
     path: str
     version: str
     commit: str
-    source: str
+    source: EngineOrigin
     via_sh: bool = False
     capabilities: Capabilities | None = None
 
     @property
     def is_llamafile(self) -> bool:
-        return self.kind in ("llamafile", "opencoti")
+        return self.kind in (EngineKind.LLAMAFILE, EngineKind.OPENCOTI)
 
     @property
     def launcher(self) -> list[str]:
@@ -66,8 +87,8 @@ class EngineInfo:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "kind": self.kind, "version": self.version, "commit": self.commit, "path": self.path,
-            "source": self.source, "via_sh": self.via_sh,
+            "kind": str(self.kind), "version": self.version, "commit": self.commit, "path": self.path,
+            "source": str(self.source), "via_sh": self.via_sh,
             "capabilities": None if self.capabilities is None else self.capabilities.to_json(),
         }
 
@@ -81,16 +102,25 @@ def _run_version(launcher: list[str]) -> str | None:
     return (proc.stdout + proc.stderr).decode("utf-8", "replace")
 
 
-def parse_version(text: str, name: str) -> tuple[str, str, str]:
-    """``(kind, version, commit)`` from ``--version`` output (kind before probing: no opencoti yet)."""
+class VersionInfo(NamedTuple):
+    """What ``--version`` says: the kind (before probing: no opencoti yet), version and commit."""
+
+    kind: EngineKind
+    version: str
+    commit: str
+
+
+def parse_version(text: str, name: str) -> VersionInfo:
+    """The kind, version and commit from ``--version`` output (kind before probing: no opencoti yet)."""
     m = _STOCK_VERSION.search(text)
     lf = _LLAMAFILE_VERSION.search(text)
     if lf is not None:
         commit = m.group("commit") if m else "unknown"
-        return "llamafile", lf.group("version"), commit
+        return VersionInfo(EngineKind.LLAMAFILE, lf.group("version"), commit)
     if m is not None:
-        return "llama-server", m.group("version"), m.group("commit")
-    return ("llamafile" if "llamafile" in name.lower() else "llama-server"), "unknown", "unknown"
+        return VersionInfo(EngineKind.LLAMA_SERVER, m.group("version"), m.group("commit"))
+    kind = EngineKind.LLAMAFILE if "llamafile" in name.lower() else EngineKind.LLAMA_SERVER
+    return VersionInfo(kind, "unknown", "unknown")
 
 
 def is_ape(path: Path) -> bool:
@@ -102,7 +132,7 @@ def is_ape(path: Path) -> bool:
         return False
 
 
-def identify(path: Path, source: str, *, probe: bool = True) -> EngineInfo | None:
+def identify(path: Path, source: EngineOrigin, *, probe: bool = True) -> EngineInfo | None:
     """What the binary at ``path`` is, or None when it is not an engine we can run."""
     if not path.is_file():
         return None
@@ -119,7 +149,7 @@ def identify(path: Path, source: str, *, probe: bool = True) -> EngineInfo | Non
         return info
     caps = capabilities(path, [*info.server_prefix, *(["--gpu", "disable"] if info.is_llamafile else [])])
     if caps.accepts("--kv-residency-mode"):
-        kind = "opencoti"
+        kind = EngineKind.OPENCOTI
     return replace(info, kind=kind, capabilities=caps)
 
 
@@ -131,28 +161,35 @@ def _llamafiles_in(folder: Path) -> list[Path]:
                   and os.access(p, os.X_OK))
 
 
-def candidates(chosen: Path | None = None) -> list[tuple[Path, str]]:
+class Candidate(NamedTuple):
+    """A place an engine may be, and which kind of place it is."""
+
+    path: Path
+    origin: EngineOrigin
+
+
+def candidates(chosen: Path | None = None) -> list[Candidate]:
     """Every place an engine may be, in order of preference, without duplicates."""
-    found: list[tuple[Path, str]] = []
+    found: list[Candidate] = []
     if chosen is not None:
-        found.append((chosen, "settings"))
+        found.append(Candidate(chosen, EngineOrigin.SETTINGS))
     for name in ("llamafile", "llama-server"):
         on_path = shutil.which(name)
         if on_path:
-            found.append((Path(on_path), "PATH"))
-    for folder, label in ((Path.home() / ".llamafile", "~/.llamafile"), (data_dir() / "engines", "data dir"),
-                          (data_dir(), "data dir")):
-        found += [(p, label) for p in _llamafiles_in(folder)]
+            found.append(Candidate(Path(on_path), EngineOrigin.PATH))
+    for folder, origin in ((Path.home() / ".llamafile", EngineOrigin.LLAMAFILE_DIR),
+                           (data_dir() / "engines", EngineOrigin.DATA_DIR), (data_dir(), EngineOrigin.DATA_DIR)):
+        found += [Candidate(p, origin) for p in _llamafiles_in(folder)]
     build = native_build.find_build()
     if build is not None:
-        found.append((build.server, "headroom build"))
+        found.append(Candidate(build.server, EngineOrigin.HEADROOM_BUILD))
     seen: set[Path] = set()
-    unique: list[tuple[Path, str]] = []
-    for path, label in found:
-        key = path.resolve() if path.exists() else path
+    unique: list[Candidate] = []
+    for c in found:
+        key = c.path.resolve() if c.path.exists() else c.path
         if key not in seen:
             seen.add(key)
-            unique.append((path, label))
+            unique.append(c)
     return unique
 
 
@@ -163,7 +200,7 @@ def discover_engines(chosen: Path | None = None, *, probe: bool = True) -> list[
         info = identify(path, label, probe=probe)
         if info is None:
             continue
-        if info.commit == "unknown" and label == "headroom build":
+        if info.commit == "unknown" and label == EngineOrigin.HEADROOM_BUILD:
             build = native_build.find_build()
             if build is not None and build.server == path:
                 info = replace(info, commit=build.commit[:9])
@@ -171,8 +208,8 @@ def discover_engines(chosen: Path | None = None, *, probe: bool = True) -> list[
     return engines
 
 
-def choose(engines: list[EngineInfo], mode: str) -> EngineInfo | None:
+def choose(engines: list[EngineInfo], mode: PlanMode) -> EngineInfo | None:
     """The engine for a plan's mode: the window needs opencoti; otherwise the first found."""
-    if mode == "window":
-        return next((e for e in engines if e.kind == "opencoti"), None)
+    if mode == PlanMode.WINDOW:
+        return next((e for e in engines if e.kind == EngineKind.OPENCOTI), None)
     return engines[0] if engines else None

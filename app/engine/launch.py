@@ -14,14 +14,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.engine import apikey
-from app.engine.advisories import Advisory, advisories_for, parse_engine_version
+from app.engine.advisories import Advisory, EngineVersion, Severity, advisories_for, parse_engine_version
 from app.engine.argv import argv_for_plan, shell_line
 from app.engine.capabilities import engine_env, free_port, refusal
 from app.engine.check import PlanCheck, check_plan, fetch_props
-from app.engine.discover import EngineInfo, choose
+from app.engine.discover import EngineInfo, EngineOrigin, choose
 from app.engine.process import ServerProcess
+from app.planner import words
 from app.planner.devices import Snapshot
-from app.planner.plan_types import Plan
+from app.planner.plan_types import Plan, PlanMode
 from app.planner.settings import LaunchSettings
 
 #: Why a model file cannot be launched at all, or None (passed in by the caller).
@@ -50,19 +51,19 @@ class LaunchSpec:
         return ServerProcess(self.argv, self.host, self.port, log_path=log_path, env=self.env)
 
 
-def engine_placement(engine: EngineInfo) -> tuple[int | None, str | None]:
-    """``(build, commit)`` of the engine's llama.cpp, as far as its ``--version`` told us."""
+def engine_placement(engine: EngineInfo) -> EngineVersion:
+    """The build number and commit of the engine's llama.cpp, as far as its ``--version`` told us."""
     build, commit = parse_engine_version(engine.version)
     if commit is None and engine.commit and engine.commit != "unknown":
         commit = engine.commit
-    return build, commit
+    return EngineVersion(build, commit)
 
 
-def launch_advisories(launch: LaunchSettings, mode: str, engine: EngineInfo, arch: str) -> list[Advisory]:
+def launch_advisories(launch: LaunchSettings, mode: PlanMode, engine: EngineInfo, arch: str) -> list[Advisory]:
     """Known engine issues for serving ``arch`` with ``launch`` on ``engine`` (no plan needed, so a
     model the planner does not model still gets them)."""
     build, commit = engine_placement(engine)
-    return advisories_for(arch, commit, build, launch.n_parallel, launch.kv_unified, mode == "window")
+    return advisories_for(arch, commit, build, launch.n_parallel, launch.kv_unified, mode == PlanMode.WINDOW)
 
 
 def advisories(plan: Plan, engine: EngineInfo, arch: str) -> list[Advisory]:
@@ -84,10 +85,10 @@ def prepare(plan: Plan, model: Path, engines: Sequence[EngineInfo], *, host: str
     if why:
         raise LaunchRefused(why)
     if not plan.feasible:
-        raise LaunchRefused(f"the plan does not fit: {plan.reason}")
+        raise LaunchRefused(words.plan_does_not_fit(plan.reason))
     engine = pick_engine(plan, list(engines))
     found = tuple(advisories(plan, engine, arch)) if arch else ()
-    errors = [a for a in found if a.severity == "error"]
+    errors = [a for a in found if a.severity == Severity.ERROR]
     if errors:
         raise LaunchRefused("; ".join(str(a) for a in errors))
     key = apikey.load_or_create(key_dir) if require_key else apikey.key_for_host(host, key_dir)
@@ -108,11 +109,11 @@ def pick_engine(plan: Plan, engines: list[EngineInfo]) -> EngineInfo:
     Raises LaunchRefused with the reason when none can."""
     first = choose(engines, plan.mode)
     if first is None:
-        if plan.mode == "window":  # `headroom engine build` builds the stock engine, not this one
+        if plan.mode == PlanMode.WINDOW:  # `headroom engine build` builds the stock engine, not this one
             raise LaunchRefused("no engine found: this plan needs the opencoti llamafile (for the KV window); "
                                 "put it in ~/.llamafile or give it to serve with --engine")
         raise LaunchRefused("no engine found: run `headroom engine build`, or give one to serve with --engine")
-    if first.source != "settings":
+    if first.source != EngineOrigin.SETTINGS:
         for engine in engines:
             if choose([engine], plan.mode) is engine and _why_not(engine, plan) is None:
                 return engine

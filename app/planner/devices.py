@@ -60,6 +60,11 @@ class GpuDevice:
     def engine_name(self) -> str:
         return f"CUDA{self.index}"
 
+    @property
+    def label(self) -> str:
+        """The name as shown: a simulated card says so ("NVIDIA H200 (simulated)")."""
+        return self.name + (SIMULATED_SUFFIX if self.simulated and "simulated" not in self.name else "")
+
 
 @dataclass(frozen=True)
 class HostMemory:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 
 from app.planner.gguf_model import ModelShape
 from app.planner.kv import ContextSize, swa_cells
@@ -45,9 +46,17 @@ class ComputeEstimate:
     cpu: int  # the CPU backend's compute buffer when nothing is offloaded
 
 
+class FfnWidth(NamedTuple):
+    """Layer 0's feed-forward widths (0 where absent)."""
+
+    dense: int  # n_ff of a dense FFN
+    expert: int  # n_ff of one expert
+    shared: int  # n_ff of the shared expert
+
+
 @lru_cache(maxsize=64)  # shapes hash by identity; the plan asks once per context it tries
-def ffn_width(shape: ModelShape) -> tuple[int, int, int]:
-    """(dense n_ff, expert n_ff, shared-expert n_ff) read from layer 0's tensor shapes (0 where absent).
+def ffn_width(shape: ModelShape) -> FfnWidth:
+    """Dense, expert and shared-expert n_ff read from layer 0's tensor shapes (0 where absent).
 
     Read from the tensors rather than the metadata, so it holds for every architecture's key names."""
     dense = expert = shared = 0
@@ -62,7 +71,7 @@ def ffn_width(shape: ModelShape) -> tuple[int, int, int]:
             shared = t.shape[1]
     if not (dense or expert):
         dense = 4 * shape.n_embd  # no recognisable FFN in layer 0 (a recurrent or unusual block)
-    return dense, expert, shared
+    return FfnWidth(dense, expert, shared)
 
 
 def estimate_compute(shape: ModelShape, settings: LaunchSettings, ctx: ContextSize) -> ComputeEstimate:

@@ -17,18 +17,26 @@ from pathlib import Path
 from typing import Any
 
 from app.paths import cache_dir
+from app.planner.sources import Source, Sourced, SourceKind
 from app.planner.weights import DEFAULT_GPU_OVERHEAD, DEFAULT_GPU_OVERHEAD_SOURCE
 
 #: Measured on an H200, driver 580.159.04, CUDA 13.0 (DOMAIN.md §2).
 DEFAULT_OVERHEAD = DEFAULT_GPU_OVERHEAD  # one number, owned by the weights/overhead rules
-DEFAULT_SOURCE = DEFAULT_GPU_OVERHEAD_SOURCE
+DEFAULT_SOURCE = str(DEFAULT_GPU_OVERHEAD_SOURCE)
 
 
 @dataclass(frozen=True)
 class Overhead:
     bytes: int
-    source: str
+    source: str  # how it was measured, in words (kept in overhead.json), or the default's source
     measured: bool = False
+
+    def sourced(self) -> Sourced:
+        """The byte count for the planner, carrying its source: measured on this GPU and driver, or
+        the default."""
+        if self.measured:
+            return Sourced(self.bytes, Source(SourceKind.MEASURED_HERE, self.source))
+        return Sourced(self.bytes, DEFAULT_GPU_OVERHEAD_SOURCE)
 
 
 def overhead_path() -> Path:

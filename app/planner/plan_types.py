@@ -16,8 +16,11 @@ JSON form (``PLAN_JSON_VERSION`` = 1)::
      "alternatives": [{"label", "feasible", "chosen", "host_bytes_per_token", "n_ctx", "note",
                        "launch": {...}}]}
 
-All sizes are bytes. ``host.weights_repacked`` (added within version 1; absent = 0) is the part of
-``host.weights_mapped`` that the CPU backend holds as a repacked copy (``CPU_REPACK``).
+All sizes are bytes. A ``sources`` value is a :class:`~app.planner.sources.Source` in Python and its
+words in JSON (``str(source)``; ``Source.from_json`` reads it back). ``mode`` is a :class:`PlanMode`
+(a ``StrEnum``: its value is the JSON string). ``host.weights_repacked`` (added within version 1;
+absent = 0) is the part of ``host.weights_mapped`` that the CPU backend holds as a repacked copy
+(``CPU_REPACK``).
 ``gpus[].driver_reserve`` (likewise; absent = 0) is the part of ``other_processes`` that no process
 holds: the driver's own reserve.
 """
@@ -25,37 +28,45 @@ holds: the driver's own reserve.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum, StrEnum
 from typing import Any
 
 from app.planner.settings import LaunchSettings
+from app.planner.sources import Source, Sourced
+
+__all__ = ["PLAN_JSON_VERSION", "Alternative", "AlternativeKind", "ContextFit", "DevicePlan", "HostPlan",
+           "KvSummary", "Plan", "PlanMode", "Source", "Sourced"]
 
 PLAN_JSON_VERSION = 1
 
-#: Where a number came from, as the UI shows it.
-MEASURED = "measured by pass 1"
-#: Pass-1 numbers reused for a launch they were not measured for (followed by "at <flags>").
-MEASURED_ELSEWHERE = "measured by pass 1 for other settings"
-FROM_GGUF = "from the GGUF"
-FROM_NVML = "from NVML"
-ESTIMATED = "estimated"
-GIVEN = "given"
+
+class PlanMode(StrEnum):
+    """How the plan runs the model; the value is the word the CLI, the window and the JSON use."""
+
+    #: An engine with a position window (opencoti): every layer on the GPU, the KV tail in host RAM.
+    WINDOW = "window"
+    #: A stock engine: whole layers (or the whole KV) moved to the host when they do not fit.
+    STOCK = "stock"
+    #: No GPU: everything in host RAM.
+    CPU = "cpu"
+
+    @classmethod
+    def asked(cls, window: bool, *, gpu: bool = True) -> PlanMode:
+        """The mode a request names before any plan: the window when asked for, else stock (cpu
+        without a GPU)."""
+        return cls.WINDOW if window else (cls.STOCK if gpu else cls.CPU)
 
 
-class Sourced(int):
-    """A byte count that carries where it came from, through signatures that take an ``int``
-    (the per-process overhead: given by the user, or measured on this GPU and driver)."""
+class AlternativeKind(Enum):
+    """Which way to run a stock plan an :class:`Alternative` prices."""
 
-    source: str
-
-    def __new__(cls, value: int, source: str) -> Sourced:
-        obj = super().__new__(cls, value)
-        obj.source = source
-        return obj
-#: Host weights the CPU backend copies out of the mapping into its own layout (CPU_REPACK).
-REPACKED_COPY = "repacked copy for the CPU backend"
+    AS_SET = "as set"  # the settings as given
+    FEWER_LAYERS = "fewer layers"  # the fewest layers moved to the host (-ngl)
+    KV_ON_HOST = "KV on the host"  # the whole KV cache in host RAM (-nkvo)
+    SHORTER_CONTEXT = "shorter context"  # the largest context that is fully resident (-c)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DevicePlan:
     name: str  # llama.cpp device name, "CUDA0"
     label: str  # "NVIDIA H200 (simulated)"
@@ -68,7 +79,7 @@ class DevicePlan:
     safety: int
     free: int
     simulated: bool = False
-    sources: dict[str, str] = field(default_factory=dict)
+    sources: dict[str, Source] = field(default_factory=dict)
     #: The part of ``other_processes`` no process holds: what the driver keeps (615 MiB on an idle H200).
     driver_reserve: int = 0
 
@@ -78,10 +89,10 @@ class DevicePlan:
         return self.weights + self.compute + self.kv_resident + self.overhead
 
     def to_json(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__} | {"sources": dict(self.sources)}
+        return {k: getattr(self, k) for k in self.__dataclass_fields__} | {"sources": {k: v.to_json() for k, v in self.sources.items()}}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class HostPlan:
     total: int
     available: int
@@ -89,18 +100,19 @@ class HostPlan:
     kv_tail: int
     compute_pinned: int  # pinned/CPU compute buffers plus the logits output buffer
     free: int
-    sources: dict[str, str] = field(default_factory=dict)
+    sources: dict[str, Source] = field(default_factory=dict)
     weights_repacked: int = 0  # the part of weights_mapped that is the CPU backend's CPU_REPACK copy
 
     def to_json(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__} | {"sources": dict(self.sources)}
+        return {k: getattr(self, k) for k in self.__dataclass_fields__} | {"sources": {k: v.to_json() for k, v in self.sources.items()}}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Alternative:
     """One way to run on a stock engine, priced by what the host must read per decoded token."""
 
-    label: str  # "fully resident", "-ngl 40", "-nkvo", "-c 262144"
+    kind: AlternativeKind
+    label: str  # "as set", "-ngl 40", "-nkvo", "-c 262144"
     launch: LaunchSettings
     feasible: bool
     host_bytes_per_token: int  # weights and KV the CPU side touches for each token (lower is faster)
@@ -113,7 +125,7 @@ class Alternative:
                 "note": self.note, "launch": self.launch.to_json()}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class KvSummary:
     total: int
     bytes_per_cell: int  # of the context-sized (non-SWA) cache, all layers
@@ -127,10 +139,10 @@ class KvSummary:
                 "n_ctx_seq": self.n_ctx_seq, "n_seq": self.n_seq, "caches": [dict(c) for c in self.caches]}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Plan:
     launch: LaunchSettings
-    mode: str  # "window" | "stock" | "cpu"
+    mode: PlanMode
     gpus: tuple[DevicePlan, ...]
     host: HostPlan
     feasible: bool
@@ -144,7 +156,7 @@ class Plan:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "version": PLAN_JSON_VERSION, "mode": self.mode, "feasible": self.feasible,
+            "version": PLAN_JSON_VERSION, "mode": self.mode.value, "feasible": self.feasible,
             "reason": self.reason, "launch": self.launch.to_json(), "window_cells": self.window_cells,
             "tail_cells": self.tail_cells, "vram_target": self.vram_target,
             "warnings": list(self.warnings), "gpus": [g.to_json() for g in self.gpus],

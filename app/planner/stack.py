@@ -11,24 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+from app.planner import words
 from app.planner.devices import Inventory
 from app.planner.estimate import estimate_compute
 from app.planner.gguf_model import ModelShape
 from app.planner.kv import KvLayout, kv_layout
 from app.planner.measurement import Measurement
-from app.planner.plan_types import (
-    ESTIMATED,
-    FROM_GGUF,
-    FROM_NVML,
-    GIVEN,
-    MEASURED,
-    MEASURED_ELSEWHERE,
-    REPACKED_COPY,
-    DevicePlan,
-    HostPlan,
-)
+from app.planner.plan_types import DevicePlan, HostPlan
 from app.planner.settings import LaunchSettings
-from app.planner.units import Bytes
+from app.planner.sources import Source, Sourced, SourceKind
 from app.planner.weights import (
     DEFAULT_GPU_OVERHEAD,
     DEFAULT_GPU_OVERHEAD_SOURCE,
@@ -70,7 +61,17 @@ def kv_per_layer(shape: ModelShape, settings: LaunchSettings) -> KvPerLayer:
 class Compute:
     gpu: dict[str, int]  # engine device name -> bytes
     host: int
-    source: str
+    source: Source
+
+
+@dataclass(frozen=True)
+class Stacked:
+    """One configuration on the devices: each GPU's stack, the host's, and the host-side bytes the
+    CPU touches per decoded token (weights of host layers plus host KV; lower is faster)."""
+
+    gpus: tuple[DevicePlan, ...]
+    host: HostPlan
+    host_bytes_per_token: int
 
 
 def compute_for(shape: ModelShape, inv: Inventory, settings: LaunchSettings,
@@ -78,13 +79,13 @@ def compute_for(shape: ModelShape, inv: Inventory, settings: LaunchSettings,
     """Measured compute buffers when pass 1 saw these devices; otherwise the marked estimate."""
     names = [g.engine_name for g in inv.gpus]
     if measurement is not None:
-        label = MEASURED
+        label = Source(SourceKind.MEASURED)
         measured_for = measurement.launch
         if measured_for is not None and not names and measurement.backend == "CPU":
             measured_for = measured_for.with_(n_gpu_layers=settings.n_gpu_layers)  # no GPU: -ngl is moot
         if measured_for is not None and measured_for != settings:
             # Pass 1 is only exact for its own launch: say which settings these numbers are for.
-            label = f"{MEASURED_ELSEWHERE} at {measured_for.differences(settings)}"
+            label = Source(SourceKind.MEASURED_ELSEWHERE, measured_for.differences(settings))
         if not names:
             return Compute({}, sum(d.compute for d in measurement.devices), label)
         if all(measurement.device(n) is not None for n in names):
@@ -92,13 +93,13 @@ def compute_for(shape: ModelShape, inv: Inventory, settings: LaunchSettings,
             return Compute(gpu, measurement.host_compute, label)
     est = estimate_compute(shape, settings, ctx_kv.ctx)
     if not names:
-        return Compute({}, est.cpu, ESTIMATED)
-    return Compute(dict.fromkeys(names, est.gpu), est.host, ESTIMATED)
+        return Compute({}, est.cpu, Source(SourceKind.ESTIMATED))
+    return Compute(dict.fromkeys(names, est.gpu), est.host, Source(SourceKind.ESTIMATED))
 
 
 def stack(shape: ModelShape, inv: Inventory, settings: LaunchSettings, ws: WeightSplit, kvp: KvPerLayer,
           resident_cells: int, compute: Compute, overhead: int | None, safety: int,
-          ) -> tuple[tuple[DevicePlan, ...], HostPlan, int]:
+          ) -> Stacked:
     """The per-device stacks for this configuration, and the host-side bytes touched per token."""
     kv_gpu = [0] * len(inv.gpus)
     kv_host = 0
@@ -111,7 +112,8 @@ def stack(shape: ModelShape, inv: Inventory, settings: LaunchSettings, ws: Weigh
             kv_gpu[dev] += fixed + cell * resident_cells
             kv_host += cell * (kvp.cells - resident_cells)
     ovh = DEFAULT_GPU_OVERHEAD if overhead is None else overhead
-    ovh_src = DEFAULT_GPU_OVERHEAD_SOURCE if overhead is None else getattr(overhead, "source", GIVEN)
+    ovh_src = (DEFAULT_GPU_OVERHEAD_SOURCE if overhead is None
+               else overhead.source if isinstance(overhead, Sourced) else Source(SourceKind.GIVEN))
     gpus = []
     for i, g in enumerate(inv.gpus):
         comp = compute.gpu.get(g.engine_name, 0) if any(d == i for d in ws.devices) else 0
@@ -119,27 +121,27 @@ def stack(shape: ModelShape, inv: Inventory, settings: LaunchSettings, ws: Weigh
         held = sum(p.used for p in g.processes)
         # What no process holds is the driver's (a simulated card has no processes, only that reserve).
         reserve = other if g.simulated else (max(other - held, 0) if g.processes_known else 0)
-        src_other = "simulated" if g.simulated else FROM_NVML
+        src_total = Source(SourceKind.SIMULATED if g.simulated else SourceKind.FROM_NVML)
+        src_other = src_total
         if not g.simulated and g.processes_known:
-            src_other = (f"{FROM_NVML}: {len(g.processes)} process(es) hold {Bytes(min(held, other))}, "
-                         f"the driver keeps {Bytes(reserve)}")
+            src_other = Source(SourceKind.FROM_NVML,
+                               words.nvml_processes_detail(len(g.processes), min(held, other), reserve))
         free = g.free - ws.gpu[i] - comp - kv_gpu[i] - ovh - safety
-        src_total = "simulated" if g.simulated else FROM_NVML
+        gguf = Source(SourceKind.FROM_GGUF)
         gpus.append(DevicePlan(
-            name=g.engine_name, label=g.name + (" (simulated)" if g.simulated and "simulated" not in g.name else ""), total=g.total,
+            name=g.engine_name, label=g.label, total=g.total,
             other_processes=other, weights=ws.gpu[i], compute=comp, kv_resident=kv_gpu[i], overhead=ovh,
             safety=safety, free=free, simulated=g.simulated, driver_reserve=reserve,
-            sources={"total": src_total, "other_processes": src_other, "weights": FROM_GGUF,
-                     "compute": compute.source, "kv_resident": FROM_GGUF, "overhead": ovh_src,
-                     "safety": GIVEN}))
+            sources={"total": src_total, "other_processes": src_other, "weights": gguf,
+                     "compute": compute.source, "kv_resident": gguf, "overhead": ovh_src,
+                     "safety": Source(SourceKind.GIVEN)}))
     pinned = compute.host + output_buffer_bytes(shape, settings)
-    weights_src = FROM_GGUF
-    if ws.repacked:
-        weights_src += f" (mapped file + {Bytes(ws.repacked)} {REPACKED_COPY})"
+    weights_src = Source(SourceKind.FROM_GGUF, words.repacked_detail(ws.repacked) if ws.repacked else "")
+    from_os = Source(SourceKind.FROM_OS)
     host = HostPlan(
         total=inv.host.total, available=inv.host.available, weights_mapped=ws.host_weights, kv_tail=kv_host,
         compute_pinned=pinned, free=inv.host.available - ws.host_weights - kv_host - pinned,
-        sources={"total": "from the OS", "available": "from the OS", "weights_mapped": weights_src,
-                 "kv_tail": FROM_GGUF, "compute_pinned": compute.source},
+        sources={"total": from_os, "available": from_os, "weights_mapped": weights_src,
+                 "kv_tail": Source(SourceKind.FROM_GGUF), "compute_pinned": compute.source},
         weights_repacked=ws.repacked)
-    return tuple(gpus), host, ws.host_layers + kv_host
+    return Stacked(tuple(gpus), host, ws.host_layers + kv_host)

@@ -26,6 +26,7 @@ import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 
 import numpy as np
 
@@ -33,13 +34,14 @@ from app.planner.gguf_model import ModelShape
 from app.planner.gguf_reader import TensorInfo
 from app.planner.repack import NO_REPACK, CpuFeatures, host_cpu_features, is_repacked, repack_bytes
 from app.planner.settings import LaunchSettings
+from app.planner.sources import Source, SourceKind
 
 #: ggml-cuda ``ggml_backend_cuda_buffer_type_get_alignment``.
 GPU_ALIGNMENT = 128
 #: MiB of GPU memory each engine process uses beyond llama.cpp's buffers: the CUDA context and
 #: libraries, measured ~590 MiB on an H200 (DOMAIN.md §2). Overridable; a measured value wins.
 DEFAULT_GPU_OVERHEAD = 590 * 1024 * 1024
-DEFAULT_GPU_OVERHEAD_SOURCE = "default: ~590 MiB measured on an H200 (driver 580)"
+DEFAULT_GPU_OVERHEAD_SOURCE = Source(SourceKind.DEFAULT, "~590 MiB measured on an H200 (driver 580)")
 
 
 def layer_devices(n_layer: int, n_gpu_layers: int, gpu_free: Sequence[int]) -> tuple[int | None, ...]:
@@ -96,17 +98,31 @@ def _tensor_slot(t: TensorInfo, n_layer: int) -> int:
     return n_layer  # output layer (output, output_norm, …)
 
 
+class Span(NamedTuple):
+    """A byte range of one file: from the first mapped byte to one past the last."""
+
+    first: int
+    end: int
+
+    def union(self, other: Span) -> Span:
+        return Span(min(self.first, other.first), max(self.end, other.end))
+
+    @property
+    def size(self) -> int:
+        return self.end - self.first
+
+
 @dataclass(frozen=True)
 class _SlotTable:
     gpu_bytes: dict[int, int]  # slot -> bytes if that slot is on a GPU (aligned, with tied output)
-    spans: dict[int, dict[int, tuple[int, int]]]  # slot -> split file -> (first, last) mapped byte
+    spans: dict[int, dict[int, Span]]  # slot -> split file -> the mapped byte range
     repacked: dict[int, int]  # slot -> CPU_REPACK bytes if that slot is on the CPU
 
 
 @lru_cache(maxsize=16)
 def _slot_table(shape: ModelShape, cpu: CpuFeatures) -> _SlotTable:
     gpu: dict[int, int] = {}
-    spans: dict[int, dict[int, tuple[int, int]]] = {}
+    spans: dict[int, dict[int, Span]] = {}
     repacked: dict[int, int] = {}
     names = set()
     for t in shape.tensors:
@@ -117,8 +133,8 @@ def _slot_table(shape: ModelShape, cpu: CpuFeatures) -> _SlotTable:
             repacked[slot] = repacked.get(slot, 0) + repack_bytes(t.n_bytes)
             continue  # not in the CPU buffer's context: outside get_mapping_range
         per = spans.setdefault(slot, {})
-        lo, hi = per.get(t.split, (t.offset, t.offset + t.n_bytes))
-        per[t.split] = (min(lo, t.offset), max(hi, t.offset + t.n_bytes))
+        span = Span(t.offset, t.offset + t.n_bytes)
+        per[t.split] = per[t.split].union(span) if t.split in per else span
     if "output.weight" not in names:
         tok = next((t for t in shape.tensors if t.name == "token_embd.weight"), None)
         if tok is not None:  # tied output: a duplicate lands on the output layer's GPU
@@ -152,12 +168,11 @@ def _weight_split(shape: ModelShape, n_gpu_layers: int, gpu_free: tuple[int, ...
             host_slots.append(slot)
         else:
             gpu[dev] += table.gpu_bytes.get(slot, 0)
-    merged: dict[int, tuple[int, int]] = {}
+    merged: dict[int, Span] = {}
     for slot in host_slots:
-        for split, (lo, hi) in table.spans.get(slot, {}).items():
-            a, b = merged.get(split, (lo, hi))
-            merged[split] = (min(a, lo), max(b, hi))
-    host = sum(hi - lo for lo, hi in merged.values())
+        for split, span in table.spans.get(slot, {}).items():
+            merged[split] = merged[split].union(span) if split in merged else span
+    host = sum(span.size for span in merged.values())
     repacked = sum(table.repacked.get(slot, 0) for slot in host_slots)
     host_layers = sum(table.gpu_bytes.get(slot, 0) for slot in host_slots if slot >= 0)
     return WeightSplit(tuple(gpu), host, devices, sum(d is not None for d in devices), host_layers, repacked)

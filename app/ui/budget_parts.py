@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from app.planner.plan_types import GIVEN
+from app.planner.sources import Source, SourceKind
 from app.planner.units import Bytes
 
 if TYPE_CHECKING:
@@ -33,9 +33,20 @@ DRIVER_COLOR = "#bab0ac"
 RED = "#d62728"
 AMBER = "#c77800"
 #: Sources for parts the planner does not label itself.
-DEFAULT_SOURCES = {"other_processes": "from NVML", "free": "what is left", "other": "from psutil"}
-#: A planner source as the user reads it.
-SOURCE_WORDS = {GIVEN: "your setting"}
+DEFAULT_SOURCES = {"other_processes": Source(SourceKind.FROM_NVML), "free": Source(SourceKind.LEFT_OVER),
+                   "other": Source(SourceKind.FROM_PSUTIL)}
+#: Where a part's number came from when neither the planner nor DEFAULT_SOURCES says.
+UNLABELLED = Source(SourceKind.ESTIMATED)
+#: A planner source as the window says it, where its words differ from the CLI's.
+SOURCE_WORDS = {SourceKind.GIVEN: "your setting"}
+
+
+def source_text(source: Source) -> str:
+    """Where a number came from, as the window's tooltip says it."""
+    words = SOURCE_WORDS.get(source.kind)
+    return words if words is not None and not source.detail else str(source)
+
+
 #: What each legend entry means (the legend's tooltip).
 PART_TIPS = {
     "Other apps": "memory other programs hold now",
@@ -58,17 +69,17 @@ class Segment:
     label: str
     size: int
     color: str
-    source: str
+    source: str  # where the number came from, in the window's words (source_text)
 
     @property
     def tooltip(self) -> str:
-        return f"{self.label}: {Bytes(self.size)}\n{SOURCE_WORDS.get(self.source, self.source)}"
+        return f"{self.label}: {Bytes(self.size)}\n{self.source}"
 
 
 def device_segments(dp: DevicePlan) -> list[Segment]:
     segs = []
     for key, label, color in GPU_PARTS:
-        source = dp.sources.get(key, DEFAULT_SOURCES.get(key, "estimated"))
+        source = source_text(dp.sources.get(key, DEFAULT_SOURCES.get(key, UNLABELLED)))
         size = int(getattr(dp, key))
         if key == "other_processes" and dp.driver_reserve > 0:
             # What no process holds is the driver's own reserve (an idle H200: 615 MiB), not "apps".
@@ -85,12 +96,12 @@ def device_segments(dp: DevicePlan) -> list[Segment]:
 def host_segments(hp: HostPlan, *, no_gpu: bool = False) -> list[Segment]:
     """``no_gpu``: the KV cache has no GPU part, so it is the whole cache, not a "tail"."""
     segs = [Segment("other", "Other apps", max(0, int(hp.total) - int(hp.available)), HOST_PARTS[0][2],
-                    hp.sources.get("other", DEFAULT_SOURCES["other"]))]
+                    source_text(hp.sources.get("other", DEFAULT_SOURCES["other"])))]
     for key, label, color in HOST_PARTS[1:]:
         if key == "kv_tail" and no_gpu:
             label = "KV cache"
         segs.append(Segment(key, label, int(getattr(hp, key)), color,
-                            hp.sources.get(key, DEFAULT_SOURCES.get(key, "estimated"))))
+                            source_text(hp.sources.get(key, DEFAULT_SOURCES.get(key, UNLABELLED)))))
     return segs
 
 

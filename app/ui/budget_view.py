@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from html import escape
 from typing import TYPE_CHECKING
 
+from app.planner.plan_types import PlanMode
 from app.planner.settings import LaunchSettings
 from app.planner.units import Bytes
 from app.ui.budget_parts import (
@@ -25,6 +26,7 @@ from app.ui.budget_parts import (
     host_segments,
     legend_entries,
     legend_tooltip,
+    source_text,
 )
 from app.ui.options_view import OptionsView
 from app.ui.qt import (
@@ -92,7 +94,7 @@ class StackedBar(QWidget):
             x += sw
         if self.total > 0:
             used = sum(s.size for s in self.segments)
-            free = Segment("free", "Free", max(0, self.total - used), "", DEFAULT_SOURCES["free"])
+            free = Segment("free", "Free", max(0, self.total - used), "", source_text(DEFAULT_SOURCES["free"]))
             out.append((QRectF(x, 1.0, max(0.0, w + 1.0 - x), h), free))
         return out
 
@@ -185,7 +187,7 @@ def verdict(plan: Plan, requested: LaunchSettings | None, fit: ContextFit | None
             return Verdict(f"<b>Does not fit</b>: {escape(plan.reason)}", RED,
                            f"Use instead: {alternative_text(alt)}",
                            alt.launch)
-        n_fit = (fit.with_tail if plan.mode == "window" else fit.resident) if fit else 0
+        n_fit = (fit.with_tail if plan.mode == PlanMode.WINDOW else fit.resident) if fit else 0
         if n_fit > 0:
             return Verdict(f"<b>Does not fit</b>: {escape(plan.reason)}", RED,
                            f"Use the largest context that fits: {tokens_text(n_fit)}",
@@ -307,10 +309,9 @@ class BudgetView(QWidget):
         self._ensure_rows(len(plan.gpus))
         shown: list[Segment] = []
         for row, dp in zip(self.rows, plan.gpus, strict=True):
-            title = dp.label + (" · simulated" if dp.simulated and "simulated" not in dp.label else "")
             segs = device_segments(dp)
             shown += segs
-            row.show_device(f"{dp.name}: {title}", int(dp.total), segs, int(dp.free),
+            row.show_device(f"{dp.name}: {dp.label}", int(dp.total), segs, int(dp.free),
                             over=int(dp.free) < 0, target=plan.vram_target)
         hp = plan.host
         segs = host_segments(hp, no_gpu=not plan.gpus)
@@ -328,7 +329,7 @@ class BudgetView(QWidget):
         self.alternative.setVisible(v.settings is not None)
         self.alternative.setText(v.action)
         self.alternative.setToolTip(v.action)
-        self.options.show_options(plan, fit, plan.mode == "window")
+        self.options.show_options(plan, fit, plan.mode == PlanMode.WINDOW)
 
     def set_running(self, running: Plan | None, pending: Plan | None = None) -> None:
         """While an engine runs the picture stays on the plan it was launched with (the caller stops

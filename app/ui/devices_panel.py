@@ -135,9 +135,7 @@ class DevicesPanel(QWidget):
 
     @staticmethod
     def _show_gpu(card: MemoryCard, gpu: GpuDevice) -> None:
-        title = f"<b>{gpu.engine_name}</b> {gpu.name}"
-        if gpu.simulated and "simulated" not in gpu.name:
-            title += " (simulated)"
+        title = f"<b>{gpu.engine_name}</b> {gpu.label}"
         procs = [(p.pid, p.name, p.used, p.is_engine) for p in gpu.processes]
         tip = _processes_tooltip(gpu.name, procs, gpu.processes_known)
         if gpu.simulated:

@@ -14,7 +14,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from app.engine.advisories import Advisory
+from app.engine.advisories import Advisory, Severity
 from app.engine.argv import ArgvError, shell_line
 from app.engine.check import PlanCheck, describe
 from app.engine.discover import EngineInfo, discover_engines
@@ -44,7 +44,9 @@ LOOKING = "looking for engines…"
 NO_MODEL = "Open a model first: there is nothing to launch yet"
 NONE_FOUND = "no engine found — Build engine…"
 #: How an advisory reads before launch (severity -> colour); "error" refuses the launch.
-ADVICE_COLOUR = {"error": "#d62728", "warning": "#c77800", "info": ""}
+ADVICE_COLOUR = {Severity.ERROR: "#d62728", Severity.WARNING: "#c77800", Severity.INFO: ""}
+#: The sign before an advisory's title (ℹ for any other severity).
+ADVICE_SIGN = {Severity.ERROR: "⛔", Severity.WARNING: "⚠"}
 #: How often queued engine log lines reach the console (ms).
 LOG_FLUSH_MS = 100
 STATUS_TEXT = {
@@ -224,7 +226,7 @@ class LaunchPanel(QWidget):
 
     def refusal(self) -> str | None:
         """The first "error" advisory's message: the launch is refused with it."""
-        return next((str(a) for a in self.advice if a.severity == "error"), None)
+        return next((str(a) for a in self.advice if a.severity == Severity.ERROR), None)
 
     # ---- launch / stop -------------------------------------------------------------------------
     def launch(self) -> None:
@@ -372,6 +374,6 @@ def advice_html(a: Advisory) -> str:
     """One advisory as the launch panel shows it: severity colour, title, detail, and what to do."""
     colour = ADVICE_COLOUR.get(a.severity, "")
     style = f" style='color:{colour}'" if colour else ""
-    sign = {"error": "⛔", "warning": "⚠"}.get(a.severity, "ℹ")
+    sign = ADVICE_SIGN.get(a.severity, "ℹ")
     return (f"<span{style}>{sign} <b>{escape(a.title)}</b>: {escape(a.detail)}.</span> "
             f"<i>{escape(a.action)}</i>")

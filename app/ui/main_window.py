@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
-from app.engine.discover import EngineInfo
+from app.engine.discover import EngineInfo, EngineKind
 from app.planner.devices import HostMemory, Inventory, Poller, Snapshot, host_memory
 from app.planner.errors import PlannerError
 from app.planner.measurement import Measurement
@@ -342,7 +342,7 @@ class MainWindow(QMainWindow):
         paths = [e.path for e in engines]
         if self.state.engine_path in paths:
             self.settings.engine.setCurrentIndex(paths.index(self.state.engine_path))
-        elif engines and engines[0].kind == "opencoti":
+        elif engines and engines[0].kind == EngineKind.OPENCOTI:
             self.settings.set_engine_window(True)
 
     def _engine_gone(self) -> None:

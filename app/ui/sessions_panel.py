@@ -12,7 +12,7 @@ from collections.abc import Callable
 from html import escape
 from typing import Any
 
-from app.engine.advisories import Advisory
+from app.engine.advisories import Advisory, Severity
 from app.sessions.client import EngineClient
 from app.sessions.fork import Sampling, TurnResult, fork, send
 from app.sessions.smoke import SmokeResult, run_smoke
@@ -100,7 +100,7 @@ class SessionsPanel(QGroupBox):
         self.set_engine("", None)
 
     def set_advisories(self, items: list[Advisory]) -> None:
-        colour = {"error": "#d62728", "warning": "#c77800"}
+        colour = {Severity.ERROR: "#d62728", Severity.WARNING: "#c77800"}
         self.advisories.setText("<br>".join(
             f"<span style='color:{colour.get(a.severity, '')}'>{escape(a.title)}</span>: "
             f"{escape(a.detail)} — {escape(a.action)}"

@@ -9,8 +9,9 @@ import pytest
 
 from app.engine.argv import build_argv
 from app.engine.capabilities import free_port
-from app.engine.discover import EngineInfo, identify
+from app.engine.discover import EngineInfo, EngineKind, EngineOrigin, identify
 from app.engine.process import EngineFailed, ServerProcess, ServerStatus
+from app.planner.plan_types import PlanMode
 from app.planner.settings import LaunchSettings
 
 pytestmark = pytest.mark.engine
@@ -19,8 +20,8 @@ CPU = LaunchSettings(n_ctx=512, n_gpu_layers=0)
 
 @pytest.fixture(scope="module")
 def engine(llama_server: Path) -> EngineInfo:
-    info = identify(llama_server, "headroom build")
-    assert info is not None and info.kind == "llama-server"
+    info = identify(llama_server, EngineOrigin.HEADROOM_BUILD)
+    assert info is not None and info.kind == EngineKind.LLAMA_SERVER
     return info
 
 
@@ -41,22 +42,22 @@ def test_port_in_use(engine: EngineInfo, tiny_model: Path) -> None:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        err = _start(build_argv(engine, CPU, "cpu", tiny_model, "127.0.0.1", port), port)
+        err = _start(build_argv(engine, CPU, PlanMode.CPU, tiny_model, "127.0.0.1", port), port)
     assert err.failure.kind == "port_in_use"
     assert f"127.0.0.1:{port}" in err.failure.message and "port is in use" in err.failure.message
 
 
 def test_missing_binary(tiny_model: Path, tmp_path: Path) -> None:
-    gone = EngineInfo("llama-server", str(tmp_path / "llama-server"), "?", "?", "settings")
+    gone = EngineInfo(EngineKind.LLAMA_SERVER, str(tmp_path / "llama-server"), "?", "?", EngineOrigin.SETTINGS)
     port = free_port()
-    err = _start(build_argv(gone, CPU, "cpu", tiny_model, "127.0.0.1", port), port)
+    err = _start(build_argv(gone, CPU, PlanMode.CPU, tiny_model, "127.0.0.1", port), port)
     assert err.failure.kind == "missing_binary"
     assert "does not exist" in err.failure.message and "headroom engine build" in err.failure.message
 
 
 def test_an_engine_that_rejects_a_flag(engine: EngineInfo, tiny_model: Path) -> None:
     port = free_port()
-    argv = build_argv(engine, CPU, "cpu", tiny_model, "127.0.0.1", port, extra=("--bogus-flag",))
+    argv = build_argv(engine, CPU, PlanMode.CPU, tiny_model, "127.0.0.1", port, extra=("--bogus-flag",))
     err = _start(argv, port)
     assert err.failure.kind == "unknown_argument"
     assert "does not accept --bogus-flag" in err.failure.message
@@ -72,7 +73,7 @@ def test_a_model_the_engine_cannot_load(engine: EngineInfo, tmp_path: Path) -> N
     corrupt = tmp_path / "corrupt.gguf"
     corrupt.write_bytes(b"GGUF" + (3).to_bytes(4, "little") + b"\xff" * 64)
     port = free_port()
-    err = _start(build_argv(engine, CPU, "cpu", corrupt, "127.0.0.1", port), port)
+    err = _start(build_argv(engine, CPU, PlanMode.CPU, corrupt, "127.0.0.1", port), port)
     assert err.failure.kind == "model_unreadable"
     assert "not a valid GGUF" in err.failure.message
     assert any("exiting due to model loading error" in t for t in err.failure.tail)
@@ -82,7 +83,7 @@ def test_out_of_memory_at_load_names_the_buffer(engine: EngineInfo, tiny_model: 
     """A real allocation failure: 16M cells of KV (4 GiB) under a 3 GiB address-space limit."""
     port = free_port()
     big = CPU.with_(n_ctx=16 * 1024 * 1024)
-    argv = ["prlimit", f"--as={3 * 1024**3}", "--", *build_argv(engine, big, "cpu", tiny_model, "127.0.0.1", port)]
+    argv = ["prlimit", f"--as={3 * 1024**3}", "--", *build_argv(engine, big, PlanMode.CPU, tiny_model, "127.0.0.1", port)]
     err = _start(argv, port)
     assert err.failure.kind == "oom", str(err)
     assert "the CPU buffer of 4096 MiB could not be allocated" in err.failure.message

@@ -21,6 +21,7 @@ from app.engine.process import ServerStatus
 from app.planner.devices import resolve_gpus
 from app.planner.gguf_model import read_shape
 from app.planner.plan import make_plan
+from app.planner.plan_types import PlanMode
 from app.planner.settings import LaunchSettings
 from app.probe.measure import measure
 
@@ -60,7 +61,7 @@ def test_plan_launch_tokens_check_within_a_mib_and_stop(engine_build: object, ti
     shape, inv = read_shape(tiny_model), resolve_gpus([])
     plan = make_plan(shape, inv, settings)
     plan = make_plan(shape, inv, settings, measurement=measure(tiny_model, plan.launch))
-    assert plan.mode == "cpu" and plan.feasible
+    assert plan.mode == PlanMode.CPU and plan.feasible
     spec = prepare(plan, tiny_model, discover_engines())
     assert spec.host == "127.0.0.1" and spec.api_key is None and "--api-key" not in spec.argv
     assert spec.argv[spec.argv.index("-np") + 1] == "2" and "-kvu" in spec.argv

@@ -21,9 +21,10 @@ from pathlib import Path
 import pytest
 
 from app.engine.argv import build_argv
-from app.engine.discover import EngineInfo
+from app.engine.discover import EngineInfo, EngineKind, EngineOrigin
 from app.engine.native_build import EngineBuild
 from app.planner.logparse import LogBuffers, parse_log
+from app.planner.plan_types import PlanMode
 from app.planner.settings import LaunchSettings
 from app.planner.units import MiB
 from app.probe.measure import measure
@@ -41,8 +42,8 @@ _AFTER_COMPUTE = "sched_reserve: graph"
 def server_buffers(engine: EngineBuild, model: Path, settings: LaunchSettings, log_path: Path,
                    deadline_s: float = 180.0) -> LogBuffers:
     """Start the real llama-server for this launch, read its log until the compute buffers, stop it."""
-    info = EngineInfo("llama-server", str(engine.server), "test", engine.commit, "native build")
-    argv = build_argv(info, settings, "stock", model, "127.0.0.1", free_port(), extra=["--no-warmup"])
+    info = EngineInfo(EngineKind.LLAMA_SERVER, str(engine.server), "test", engine.commit, EngineOrigin.HEADROOM_BUILD)
+    argv = build_argv(info, settings, PlanMode.STOCK, model, "127.0.0.1", free_port(), extra=["--no-warmup"])
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)

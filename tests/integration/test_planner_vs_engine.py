@@ -28,11 +28,12 @@ from app.planner.gguf_model import read_shape
 from app.planner.kv import kv_layout
 from app.planner.logparse import parse_log
 from app.planner.plan import make_plan
-from app.planner.plan_types import REPACKED_COPY
+from app.planner.plan_types import PlanMode
 from app.planner.repack import NO_REPACK, CpuFeatures, host_cpu_features
 from app.planner.settings import LaunchSettings
 from app.planner.units import MiB
 from app.planner.weights import weight_split
+from app.planner.words import REPACKED_COPY
 from app.probe.measure import measure, run_worker
 from tests.fixtures import shapes
 
@@ -139,7 +140,7 @@ def test_a_real_start_allocates_the_planned_host_weights(name: str, engine_build
                                                          shape_model: Callable[[str], Path]) -> None:
     path = shape_model(name)
     plan = make_plan(read_shape(path), resolve_gpus([]), LaunchSettings(n_ctx=512, n_parallel=1))
-    assert plan.mode == "cpu" and plan.feasible, plan.reason
+    assert plan.mode == PlanMode.CPU and plan.feasible, plan.reason
     server = prepare(plan, path, discover_engines()).server()
     try:
         server.start()
@@ -158,4 +159,4 @@ def test_a_real_start_allocates_the_planned_host_weights(name: str, engine_build
     engine_cpu, decisive = CpuFeatures.from_system_info(info), {"AVX2", "AVX512", "NEON", "DOTPROD", "MATMUL_INT8"}
     assert engine_cpu.repack and engine_cpu.names & decisive == host_cpu_features().names & decisive, info
     if plan.host.weights_repacked:
-        assert REPACKED_COPY in plan.host.sources["weights_mapped"]
+        assert REPACKED_COPY in str(plan.host.sources["weights_mapped"])

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from app.planner.gguf_model import read_shape
+from app.planner.plan_types import PlanMode
 from app.planner.settings import LaunchSettings
 from app.probe.measure import measure
 from app.ui import demo
@@ -35,7 +36,7 @@ def test_fresh_machine_opens_on_the_demo(window, qtbot):
         open_first(window, None, demo=False)
     plan = sig.args[0]
     assert window.model_path == demo.demo_model_path()
-    assert plan.launch.n_ctx == 512 * 1024 and plan.mode == "window"
+    assert plan.launch.n_ctx == 512 * 1024 and plan.mode == PlanMode.WINDOW
     assert len(plan.gpus) == 1 and plan.gpus[0].simulated and plan.gpus[0].total == 24 * 1024**3
     assert plan.window_cells > 0 and plan.tail_cells > 0  # the picture shows both
     assert window.state.recent == []  # the demo is not a "recent model"

@@ -8,10 +8,11 @@ import urllib.request
 import pytest
 
 from app.engine.check import describe
-from app.engine.discover import EngineInfo
+from app.engine.discover import EngineInfo, EngineKind, EngineOrigin
 from app.engine.process import pid_alive
 from app.planner.gguf_model import read_shape
 from app.planner.plan import make_plan
+from app.planner.plan_types import PlanMode
 from app.ui.qt import Qt
 
 LEFT = Qt.MouseButton.LeftButton
@@ -27,7 +28,7 @@ def test_launch_the_real_engine_see_it_healthy_then_stop_it(window, tiny_model, 
     window.settings.engine.setCurrentIndex(paths.index(str(engine_build.server)))
     assert "llama-server" in window.settings.engine.currentText()
     assert window.open_model(tiny_model)
-    assert window.plan is not None and window.plan.mode == "cpu"  # no GPU on this machine
+    assert window.plan is not None and window.plan.mode == PlanMode.CPU  # no GPU on this machine
     with qtbot.waitSignal(window.launch.engineReady, timeout=120_000) as ready:
         qtbot.mouseClick(window.launch.launch_button, LEFT)
         assert not window.launch.progress.isHidden()  # loading → healthy is shown
@@ -60,7 +61,7 @@ def test_launch_the_real_engine_see_it_healthy_then_stop_it(window, tiny_model, 
 
 def test_missing_engine_binary_shows_its_message(window, tiny_model, qtbot, tmp_path):
     gone = tmp_path / "gone" / "llama-server"
-    window.launch.set_engines([EngineInfo("llama-server", str(gone), "unknown", "unknown", "settings")])
+    window.launch.set_engines([EngineInfo(EngineKind.LLAMA_SERVER, str(gone), "unknown", "unknown", EngineOrigin.SETTINGS)])
     assert window.open_model(tiny_model)
     with qtbot.waitSignal(window.launch.launchFailed, timeout=30_000) as sig:
         qtbot.mouseClick(window.launch.launch_button, LEFT)
@@ -92,7 +93,7 @@ def test_measure_runs_in_the_background_and_the_plan_uses_it(window, tiny_model,
     expected = make_plan(read_shape(tiny_model), window.inputs.inventory, settings, measurement=m)
     assert window.plan is not None
     assert window.plan.host == expected.host
-    assert "measured by pass 1" in window.plan.host.sources.values()
+    assert "measured by pass 1" in [str(s) for s in window.plan.host.sources.values()]
 
 
 @pytest.mark.engine

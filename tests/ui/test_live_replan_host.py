@@ -14,6 +14,7 @@ from dataclasses import replace
 from app.planner.devices import HostMemory, Inventory, resolve_gpus, snapshot
 from app.planner.nvml_session import NvmlSession
 from app.planner.plan import Plan
+from app.planner.plan_types import PlanMode
 from app.planner.units import Bytes, GiB, MiB
 from app.ui.live_replan import HOST_MIN_MOVE, host_threshold, refreshed_inventory
 from app.ui.main_window import MainWindow
@@ -58,7 +59,7 @@ def test_another_app_taking_host_ram_replans_the_cpu_plan_and_freeing_it_replans
         qtbot, tmp_path, shape_model):
     w, feed = _cpu_window(qtbot, tmp_path, shape_model)
     before = _plan(w)
-    assert before.mode == "cpu" and before.feasible
+    assert before.mode == PlanMode.CPU and before.feasible
     caption = w.budget.host_row.caption.text()
     feed.taken = TAKEN
     qtbot.waitUntil(lambda: _plan(w).host.available == before.host.available - TAKEN, timeout=DEADLINE_MS)

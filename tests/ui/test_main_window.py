@@ -6,6 +6,7 @@ from pathlib import Path
 
 from app.planner.gguf_model import read_shape
 from app.planner.plan import Plan, make_plan
+from app.planner.plan_types import PlanMode
 from app.planner.units import MiB
 from app.ui.budget_view import GPU_PARTS
 from app.ui.main_window import MainWindow
@@ -29,7 +30,7 @@ def test_no_driver_is_said_plainly_and_planning_still_works(window, shape_model,
     with qtbot.waitSignal(window.planned) as sig:
         assert window.open_model(shape_model(LLAMA8B))
     plan = sig.args[0]
-    assert plan.mode == "cpu" and plan.gpus == ()
+    assert plan.mode == PlanMode.CPU and plan.gpus == ()
     assert "Host RAM" in window.budget.host_row.title.text()
 
 
@@ -77,7 +78,7 @@ def test_infeasible_plan_is_red_with_the_reason_and_a_way_out(window, shape_mode
     with qtbot.waitSignal(window.planned) as sig:
         window.settings.context.set_value(1024 * K, emit=True)
     plan = sig.args[0]
-    assert not plan.feasible and plan.mode == "window"
+    assert not plan.feasible and plan.mode == PlanMode.WINDOW
     assert "Does not fit" in window.budget.verdict.text()
     assert plan.reason in window.budget.verdict.text()
     assert "d62728" in window.budget.verdict.styleSheet()

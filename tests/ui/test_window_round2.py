@@ -13,6 +13,7 @@ import psutil
 import pytest
 
 from app.planner.measurement import Measurement
+from app.planner.plan_types import PlanMode
 from app.planner.settings import LaunchSettings
 from app.probe.measure import measure
 from app.ui.budget_view import GPU_PARTS, HOST_PARTS, legend_entries
@@ -85,7 +86,7 @@ def test_an_error_advisory_refuses_the_launch_with_its_message(window, tiny_mode
     _stock_engine(window, engine_build, qtbot)
     window.settings.set_engine_window(True)
     assert window.open_model(tiny_model)
-    assert window.plan is not None and window.plan.mode == "window"
+    assert window.plan is not None and window.plan.mode == PlanMode.WINDOW
     # The planner itself drops -kvu in window mode; a plan that kept it (say, edited by hand) is
     # what the error advisory is for.
     bad = replace(window.plan, launch=window.plan.launch.with_(n_parallel=2, kv_unified=True))
@@ -167,7 +168,7 @@ def test_options_table_lists_largest_contexts_and_applies_one(window, qtbot):
     window.open_demo()  # Qwen2.5-7B-1M shape, simulated 24 GB card, 512k, rolling window
     plan = window.plan
     assert plan is not None
-    assert plan.mode == "window" and plan.launch.n_ctx == 512 * 1024
+    assert plan.mode == PlanMode.WINDOW and plan.launch.n_ctx == 512 * 1024
     fit = window.inputs.largest_fit(window.settings.settings())
     view = window.budget.options
     assert not view.isHidden()

@@ -14,7 +14,8 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from app.engine.discover import EngineInfo
+from app.engine.discover import EngineInfo, EngineKind, EngineOrigin
+from app.planner.plan_types import PlanMode
 from app.planner.units import Bytes, GiB
 from app.ui.hub_button import PREVIEW_LAUNCH
 from app.ui.main_window import MainWindow
@@ -45,7 +46,7 @@ def test_without_a_gpu_the_cpu_plan_reads_as_fitting(no_gpu_window, shape_model,
     with qtbot.waitSignal(w.planned) as sig:
         assert w.open_model(shape_model(LLAMA8B))
     plan = sig.args[0]
-    assert plan.mode == "cpu" and plan.feasible and plan.gpus == ()
+    assert plan.mode == PlanMode.CPU and plan.feasible and plan.gpus == ()
     assert w.budget.verdict.text().startswith("<b>Fits</b>")  # not "Does not fit as set"
     assert "no GPU" in w.budget.verdict.text()
     assert w.budget.alternative.isHidden()  # nothing to apply: the CPU is the only way here
@@ -183,7 +184,7 @@ def test_an_engine_with_one_slot_offers_no_fork_and_says_why(window, tiny_model,
 
 
 def test_the_chosen_engine_is_remembered(qtbot, tmp_path):
-    engines = [EngineInfo("llama-server", str(tmp_path / n / "llama-server"), "1", "abc", "PATH")
+    engines = [EngineInfo(EngineKind.LLAMA_SERVER, str(tmp_path / n / "llama-server"), "1", "abc", EngineOrigin.PATH)
                for n in ("first", "second")]
     state_file = tmp_path / "state.json"
     w = MainWindow(state=UiState(), state_file=state_file)

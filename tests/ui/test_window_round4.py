@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from app.engine.discover import EngineInfo
+from app.engine.discover import EngineInfo, EngineKind, EngineOrigin
 from app.ui.qt import QImage, Qt
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,8 +49,8 @@ def test_screenshot_of_a_plan_that_does_not_fit_and_of_the_demo(tmp_path):
 
 
 def test_the_engine_combo_shows_its_whole_text_or_says_it_on_hover(window):
-    engine = EngineInfo("llama-server", "/opt/llama.cpp/build/bin/llama-server", "0.5.0-dev", "0c1e570",
-                        "headroom build")
+    engine = EngineInfo(EngineKind.LLAMA_SERVER, "/opt/llama.cpp/build/bin/llama-server", "0.5.0-dev", "0c1e570",
+                        EngineOrigin.HEADROOM_BUILD)
     window.launch.set_engines([engine])
     combo = window.settings.engine
     text = "llama-server 0.5.0-dev (0c1e570) — headroom build"

@@ -8,6 +8,7 @@ from app.engine.advisories import (
     RACE_FIX,
     SCATTER_FIX,
     Placement,
+    Severity,
     advisories_for,
     parse_engine_version,
     place,
@@ -71,7 +72,7 @@ def test_single_sequence_reserve_archs_get_a_by_design_note_not_a_bug_warning() 
 
 def test_the_opencoti_window_with_a_unified_pool_is_an_error() -> None:
     adv = advisories_for("llama", None, None, n_parallel=4, kv_unified=True, window_mode=True)
-    assert adv[0].key == "window-excludes-kvu" and adv[0].severity == "error"
+    assert adv[0].key == "window-excludes-kvu" and adv[0].severity == Severity.ERROR
     assert "drop -kvu" in adv[0].action
 
 

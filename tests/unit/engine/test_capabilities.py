@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from app.engine.capabilities import Capabilities, ProbeResult, refusal, required, verdict
+from app.planner.plan_types import PlanMode
 from app.planner.settings import LaunchSettings
 
 # Lines the real llama-server (llama.cpp 0c1e57098, CPU build) printed for probes on this machine.
@@ -28,15 +29,15 @@ def test_a_plan_needing_a_flag_the_engine_lacks_is_refused_with_the_reason() -> 
     stock = Capabilities({n: ProbeResult("accepted") for n in ("-kvu", "-fa on", "-ctk f16", "-nkvo")}
                          | {"--kv-residency-mode": ProbeResult("rejected", "error: invalid argument: --kv-residency-mode"),
                             "--vram-target": ProbeResult("rejected", "error: invalid argument: --vram-target")})
-    assert refusal(stock, LaunchSettings(n_parallel=4, kv_unified=True), "stock") is None
-    why = refusal(stock, LaunchSettings(), "window")
+    assert refusal(stock, LaunchSettings(n_parallel=4, kv_unified=True), PlanMode.STOCK) is None
+    why = refusal(stock, LaunchSettings(), PlanMode.WINDOW)
     assert why is not None
     assert "--kv-residency-mode" in why and "error: invalid argument: --kv-residency-mode" in why
-    q8 = refusal(stock, LaunchSettings(type_k="q8_0", type_v="q8_0"), "stock")
+    q8 = refusal(stock, LaunchSettings(type_k="q8_0", type_v="q8_0"), PlanMode.STOCK)
     assert q8 is not None and "-ctk q8_0" in q8
 
 
 def test_window_never_requires_kvu_and_host_kv_requires_nkvo() -> None:
-    assert "-kvu" not in required(LaunchSettings(kv_unified=True), "window")
-    assert "-nkvo" in required(LaunchSettings(offload_kqv=False), "stock")
-    assert "-fa on" not in required(LaunchSettings(flash_attn="off"), "stock")
+    assert "-kvu" not in required(LaunchSettings(kv_unified=True), PlanMode.WINDOW)
+    assert "-nkvo" in required(LaunchSettings(offload_kqv=False), PlanMode.STOCK)
+    assert "-fa on" not in required(LaunchSettings(flash_attn="off"), PlanMode.STOCK)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
-from app.engine.check import HOST, CheckRow, PlanCheck, actuals, check_plan, describe
+from app.engine.check import HOST, ActualSource, CheckRow, PlanCheck, actuals, check_plan, describe
 from app.planner.devices import GpuProcess, GpuSample, Snapshot
 from app.planner.logparse import mib_to_bytes, parse_log
-from app.planner.plan_types import DevicePlan, HostPlan, Plan
+from app.planner.plan_types import DevicePlan, HostPlan, Plan, PlanMode
 from app.planner.settings import LaunchSettings
 from app.planner.units import GiB, MiB
 
@@ -19,11 +20,14 @@ def _log(shared: Path) -> list[str]:
 
 
 def _plan(weights: float = 14179.61, kv: float = 98304.0, compute: float = 623.01) -> Plan:
-    gpu = DevicePlan("CUDA0", "NVIDIA H200", 140 * GiB, 0, mib_to_bytes(weights), mib_to_bytes(compute),
-                     mib_to_bytes(kv), 590 * MiB, 256 * MiB, 0)
-    host = HostPlan(128 * GiB, 120 * GiB, mib_to_bytes(788.91), 0, mib_to_bytes(532.01 + 2.32), 0)
-    return Plan(LaunchSettings(n_ctx=524288, n_parallel=4, kv_unified=True), "stock", (gpu,), host, True, "",
-                (), 524288, 0, None)
+    gpu = DevicePlan(name="CUDA0", label="NVIDIA H200", total=140 * GiB, other_processes=0,
+                     weights=mib_to_bytes(weights), compute=mib_to_bytes(compute), kv_resident=mib_to_bytes(kv),
+                     overhead=590 * MiB, safety=256 * MiB, free=0)
+    host = HostPlan(total=128 * GiB, available=120 * GiB, weights_mapped=mib_to_bytes(788.91), kv_tail=0,
+                    compute_pinned=mib_to_bytes(532.01 + 2.32), free=0)
+    return Plan(launch=LaunchSettings(n_ctx=524288, n_parallel=4, kv_unified=True), mode=PlanMode.STOCK,
+                gpus=(gpu,), host=host, feasible=True, reason="", warnings=(), window_cells=524288, tail_cells=0,
+                vram_target=None)
 
 
 def test_recorded_h200_log_gives_the_per_device_actuals(shared_fixtures: Path) -> None:
@@ -49,7 +53,9 @@ def test_a_plan_that_held_is_ok_row_by_row_and_nvml_counts_the_cuda_context(shar
     kv = check.row("CUDA0", "kv")
     assert kv is not None and kv.error == 0
     proc = check.row("CUDA0", "process")
-    assert proc is not None and proc.source == "NVML" and abs(proc.error or 0) < 16 * MiB
+    assert proc is not None and proc.source is ActualSource.NVML and abs(proc.error or 0) < 16 * MiB
+    rows = json.loads(json.dumps(check.to_json()))["rows"]  # the JSON names sources as before
+    assert [r["source"] for r in rows if r["part"] == "process"] == ["NVML"] and rows[0]["source"] == "engine log"
     assert "every buffer within 1 MiB" in describe(check)
     table = check.table()
     assert "98,304.00 MiB" in table and "CUDA0" in table
@@ -90,9 +96,10 @@ CPU_REPACK_LOG = [
 
 
 def _cpu_plan(weights_mib: float, repacked_mib: float) -> Plan:
-    host = HostPlan(24 * GiB, 22 * GiB, mib_to_bytes(weights_mib), 64 * MiB, mib_to_bytes(116.51 + 0.49), 0,
-                    weights_repacked=mib_to_bytes(repacked_mib))
-    return Plan(LaunchSettings(n_ctx=512), "cpu", (), host, True, "", (), 0, 512, None)
+    host = HostPlan(total=24 * GiB, available=22 * GiB, weights_mapped=mib_to_bytes(weights_mib), kv_tail=64 * MiB,
+                    compute_pinned=mib_to_bytes(116.51 + 0.49), free=0, weights_repacked=mib_to_bytes(repacked_mib))
+    return Plan(launch=LaunchSettings(n_ctx=512), mode=PlanMode.CPU, gpus=(), host=host, feasible=True, reason="",
+                warnings=(), window_cells=0, tail_cells=512, vram_target=None)
 
 
 def test_host_weights_are_the_mapped_file_plus_the_repacked_copy() -> None:

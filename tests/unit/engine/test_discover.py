@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from app.engine.argv import build_argv
-from app.engine.discover import choose, discover_engines, identify, parse_version
+from app.engine.discover import EngineKind, EngineOrigin, choose, discover_engines, identify, parse_version
+from app.planner.plan_types import PlanMode
 from app.planner.settings import LaunchSettings
 
 FAKE = Path(__file__).with_name("fake_llamafile.py")
@@ -47,10 +48,10 @@ def test_llamafiles_in_home_and_data_dir_are_found_and_opencoti_is_told_apart(ho
     engines = discover_engines()
     kinds = {Path(e.path): (e.kind, e.source) for e in engines}
     assert kinds == {mozilla: ("llamafile", "~/.llamafile"), coti: ("opencoti", "data dir")}
-    window = choose(engines, "window")
+    window = choose(engines, PlanMode.WINDOW)
     assert window is not None and window.path == str(coti)
     assert window.capabilities is not None and not window.capabilities.accepts("--fit")
-    argv = build_argv(window, LaunchSettings(n_ctx=65536), "window", Path("/m.gguf"), "127.0.0.1", 5000)
+    argv = build_argv(window, LaunchSettings(n_ctx=65536), PlanMode.WINDOW, Path("/m.gguf"), "127.0.0.1", 5000)
     assert argv[:4] == [str(coti), "--server", "--gpu", "nvidia"] and "--fit" not in argv
 
 
@@ -81,7 +82,7 @@ def test_only_an_ape_llamafile_is_run_through_sh(home: Path, tmp_path: Path) -> 
     script.write_text(f"touch {tmp_path / 'ran'}\necho 'llamafile v0.10.5'\n")
     ape = tmp_path / "model.llamafile"
     ape.write_text("MZqFpD='\n'\necho 'llamafile v0.10.5'\n")
-    assert identify(script, "settings", probe=False) is None
+    assert identify(script, EngineOrigin.SETTINGS, probe=False) is None
     assert not (tmp_path / "ran").exists()
-    info = identify(ape, "settings", probe=False)
-    assert info is not None and info.via_sh and info.kind == "llamafile" and info.version == "0.10.5"
+    info = identify(ape, EngineOrigin.SETTINGS, probe=False)
+    assert info is not None and info.via_sh and info.kind == EngineKind.LLAMAFILE and info.version == "0.10.5"

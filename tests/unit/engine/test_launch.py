@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from app.engine.advisories import Severity
 from app.engine.capabilities import PROBES, Capabilities, ProbeResult
-from app.engine.discover import EngineInfo
+from app.engine.discover import EngineInfo, EngineKind, EngineOrigin
 from app.engine.launch import LaunchRefused, prepare
-from app.planner.plan_types import DevicePlan, HostPlan, Plan
+from app.planner.plan_types import DevicePlan, HostPlan, Plan, PlanMode
 from app.planner.settings import LaunchSettings
 from app.planner.units import GiB, MiB
 
@@ -23,52 +24,55 @@ def _caps(*rejected: str) -> Capabilities:
                          for n in PROBES})
 
 
-STOCK = EngineInfo("llama-server", "/bin/llama-server", "0.5.0", "0c1e570", "headroom build",
+STOCK = EngineInfo(EngineKind.LLAMA_SERVER, "/bin/llama-server", "0.5.0", "0c1e570", EngineOrigin.HEADROOM_BUILD,
                    capabilities=_caps("--kv-residency-mode", "--vram-target"))
-OLD = EngineInfo("llamafile", "/bin/llamafile", "0.9.3", "?", "PATH",
+OLD = EngineInfo(EngineKind.LLAMAFILE, "/bin/llamafile", "0.9.3", "?", EngineOrigin.PATH,
                  capabilities=_caps("--kv-residency-mode", "--vram-target", "-kvu", "-ctk q8_0"))
-COTI = EngineInfo("opencoti", "/bin/opencoti.llamafile", "0.10.5", "?", "~/.llamafile", capabilities=_caps())
+COTI = EngineInfo(EngineKind.OPENCOTI, "/bin/opencoti.llamafile", "0.10.5", "?", EngineOrigin.LLAMAFILE_DIR, capabilities=_caps())
 
 
-def _plan(mode: str, launch: LaunchSettings, feasible: bool = True) -> Plan:
-    gpu = DevicePlan("CUDA0", "NVIDIA H200", 140 * GiB, 0, 14 * GiB, 600 * MiB, 96 * GiB, 590 * MiB, 256 * MiB, 0)
-    host = HostPlan(128 * GiB, 120 * GiB, 800 * MiB, 0, 540 * MiB, 0)
-    return Plan(launch, mode, (gpu,), host, feasible, "fits" if feasible else "KV needs 12 GiB more", (),
-                0, 0, 130 * GiB if mode == "window" else None)
+def _plan(mode: PlanMode, launch: LaunchSettings, feasible: bool = True) -> Plan:
+    gpu = DevicePlan(name="CUDA0", label="NVIDIA H200", total=140 * GiB, other_processes=0, weights=14 * GiB,
+                     compute=600 * MiB, kv_resident=96 * GiB, overhead=590 * MiB, safety=256 * MiB, free=0)
+    host = HostPlan(total=128 * GiB, available=120 * GiB, weights_mapped=800 * MiB, kv_tail=0,
+                    compute_pinned=540 * MiB, free=0)
+    return Plan(launch=launch, mode=mode, gpus=(gpu,), host=host, feasible=feasible,
+                reason="fits" if feasible else "KV needs 12 GiB more", warnings=(), window_cells=0, tail_cells=0,
+                vram_target=130 * GiB if mode == PlanMode.WINDOW else None)
 
 
 def test_window_plans_go_to_opencoti_with_the_vram_target() -> None:
-    spec = prepare(_plan("window", LaunchSettings(n_ctx=1 << 20)), MODEL, [STOCK, COTI], port=8080)
+    spec = prepare(_plan(PlanMode.WINDOW, LaunchSettings(n_ctx=1 << 20)), MODEL, [STOCK, COTI], port=8080)
     assert spec.engine is COTI
     assert spec.argv[spec.argv.index("--vram-target") + 1] == str(130 * 1024)
 
 
 def test_window_without_opencoti_is_refused() -> None:
     with pytest.raises(LaunchRefused, match="opencoti"):
-        prepare(_plan("window", LaunchSettings()), MODEL, [STOCK], port=8080)
+        prepare(_plan(PlanMode.WINDOW, LaunchSettings()), MODEL, [STOCK], port=8080)
 
 
 def test_an_engine_lacking_a_planned_flag_is_refused_with_the_probe_answer() -> None:
-    plan = _plan("stock", LaunchSettings(type_k="q8_0", type_v="q8_0", n_parallel=4, kv_unified=True))
+    plan = _plan(PlanMode.STOCK, LaunchSettings(type_k="q8_0", type_v="q8_0", n_parallel=4, kv_unified=True))
     with pytest.raises(LaunchRefused) as err:
         prepare(plan, MODEL, [OLD], port=8080)
     assert "-kvu" in str(err.value) and "-ctk q8_0" in str(err.value) and "/bin/llamafile" in str(err.value)
     assert "error: invalid argument: -kvu" in str(err.value)
     # another engine that can is used instead, unless the user chose the one that cannot
     assert prepare(plan, MODEL, [OLD, STOCK], port=8080).engine is STOCK
-    chosen = replace(OLD, source="settings")
+    chosen = replace(OLD, source=EngineOrigin.SETTINGS)
     with pytest.raises(LaunchRefused, match="-kvu"):
         prepare(plan, MODEL, [chosen, STOCK], port=8080)
 
 
 def test_a_plan_that_does_not_fit_is_not_launched() -> None:
     with pytest.raises(LaunchRefused, match="KV needs 12 GiB more"):
-        prepare(_plan("stock", LaunchSettings(), feasible=False), MODEL, [STOCK], port=8080)
+        prepare(_plan(PlanMode.STOCK, LaunchSettings(), feasible=False), MODEL, [STOCK], port=8080)
 
 
 def test_an_error_advisory_refuses_the_launch() -> None:
     # opencoti's window cannot run on one unified pool: refused before any argv is built
-    plan = _plan("window", LaunchSettings(n_parallel=2, kv_unified=True))
+    plan = _plan(PlanMode.WINDOW, LaunchSettings(n_parallel=2, kv_unified=True))
     with pytest.raises(LaunchRefused, match=r"\[error\] the rolling-KV window excludes --kv-unified"):
         prepare(plan, MODEL, [COTI], port=8080, arch="llama")
 
@@ -78,13 +82,13 @@ def test_the_engine_headroom_builds_warns_twice_for_glm5_next_with_shared_sessio
     from app.engine.launch import advisories
 
     (built,) = [e for e in discover_engines() if e.source == "headroom build"]
-    shared = _plan("stock", LaunchSettings(n_parallel=2, kv_unified=True))
+    shared = _plan(PlanMode.STOCK, LaunchSettings(n_parallel=2, kv_unified=True))
     spec = prepare(shared, MODEL, [built], port=8080, arch="glm5-next")
     assert [a.key for a in spec.advisories] == ["kpool-b11412", "kpool-43fe9c642"]
-    assert all(a.severity == "warning" and "predates the fix" in a.detail for a in spec.advisories)
+    assert all(a.severity == Severity.WARNING and "predates the fix" in a.detail for a in spec.advisories)
     assert advisories(shared, built, "glm5-next") == list(spec.advisories)
     assert prepare(shared, MODEL, [built], port=8080, arch="llama").advisories == ()
-    alone = _plan("stock", LaunchSettings(n_parallel=1))
+    alone = _plan(PlanMode.STOCK, LaunchSettings(n_parallel=1))
     # one sequence: no sharing warning, but on this engine the decode graph still re-reserves
     solo = prepare(alone, MODEL, [built], port=8080, arch="glm5-next").advisories
     assert [(a.key, a.severity) for a in solo] == [("kpool-single-rereserve", "info")]
@@ -94,16 +98,16 @@ def test_an_engine_placed_only_by_build_number() -> None:
     from app.engine.launch import advisories
 
     newer = replace(STOCK, version="version: 0.6.0 (build 11500, commit abcdef1)", commit="abcdef1")
-    keys = [a.key for a in advisories(_plan("stock", LaunchSettings(n_parallel=4, kv_unified=True)), newer,
+    keys = [a.key for a in advisories(_plan(PlanMode.STOCK, LaunchSettings(n_parallel=4, kv_unified=True)), newer,
                                       "qwen4exp")]
     assert keys == ["kpool-43fe9c642-unplaced"]  # has b11412 by number; the commit-only fix cannot be placed
 
 
 @pytest.mark.parametrize(("mode", "says", "not_says"), [
-    ("window", "needs the opencoti llamafile", "engine build"),  # building the stock engine would not help
-    ("stock", "run `headroom engine build`", "opencoti"),
+    (PlanMode.WINDOW, "needs the opencoti llamafile", "engine build"),  # building the stock engine would not help
+    (PlanMode.STOCK, "run `headroom engine build`", "opencoti"),
 ])
-def test_no_engine_at_all_says_what_would_help(mode: str, says: str, not_says: str) -> None:
+def test_no_engine_at_all_says_what_would_help(mode: PlanMode, says: str, not_says: str) -> None:
     with pytest.raises(LaunchRefused) as err:
         prepare(_plan(mode, LaunchSettings()), MODEL, [], port=8080)
     assert says in str(err.value) and not_says not in str(err.value)

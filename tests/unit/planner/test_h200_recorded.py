@@ -26,8 +26,8 @@ from app.planner.gguf_model import ModelShape, read_shape
 from app.planner.kv import context_size
 from app.planner.measurement import DeviceMeasurement, Measurement
 from app.planner.plan import make_plan
-from app.planner.plan_types import ESTIMATED
 from app.planner.settings import LaunchSettings
+from app.planner.sources import SourceKind
 from app.planner.units import GiB, MiB
 from tests.fixtures import gguf_factory, shapes
 
@@ -106,7 +106,7 @@ def test_plan_without_pass1_meets_the_issue_9_bar(row: dict[str, Any]) -> None:
     overhead) within 1 % or 64 MiB of what NVML reported for the engine process, never below it."""
     plan = make_plan(shape(row["model"]), h200(row), LaunchSettings(**row["launch"]))
     (gpu,) = plan.gpus
-    assert plan.feasible and gpu.sources["compute"] == ESTIMATED
+    assert plan.feasible and gpu.sources["compute"].kind is SourceKind.ESTIMATED
     nvml = row["nvml_engine_mib"]
     assert abs(gpu.used / MiB - nvml) <= issue9_tolerance(nvml)
     assert gpu.used / MiB >= nvml  # the estimate errs on the side of room

@@ -10,6 +10,7 @@ from app.planner.devices import GpuDevice, HostMemory, Inventory
 from app.planner.gguf_model import ModelShape
 from app.planner.measurement import DeviceMeasurement, Measurement
 from app.planner.plan import make_plan, max_context
+from app.planner.plan_types import PlanMode
 from app.planner.settings import ALL_LAYERS, LaunchSettings
 from app.planner.units import GiB, MiB
 
@@ -29,10 +30,10 @@ def h200(free_mib: int = 142629, host_gib: int = 125) -> Inventory:
 def test_headline_512k_fits_an_h200_fully_resident(qwen14b: ModelShape) -> None:
     plan = make_plan(qwen14b, h200(), LONG, measurement=H200_MEASURED)
     (gpu,) = plan.gpus
-    assert plan.feasible and plan.mode == "stock"
+    assert plan.feasible and plan.mode == PlanMode.STOCK
     assert gpu.kv_resident == 98304 * MiB
     assert round(gpu.weights / MiB) == 14180 and round(plan.host.weights_mapped / MiB) == 789
-    assert gpu.compute == round(623.01 * MiB) and gpu.sources["compute"] == "measured by pass 1"
+    assert gpu.compute == round(623.01 * MiB) and str(gpu.sources["compute"]) == "measured by pass 1"
     assert gpu.overhead == 590 * MiB and gpu.safety == 256 * MiB
     # The parts stack up to what is free: the engine log's breakdown left 29447 MiB free with 602 unaccounted.
     assert gpu.free == 142629 * MiB - gpu.weights - gpu.compute - gpu.kv_resident - gpu.overhead - gpu.safety
@@ -98,11 +99,11 @@ def test_nothing_fits_says_why(qwen14b: ModelShape) -> None:
 def test_no_gpu_is_a_cpu_plan(qwen14b: ModelShape) -> None:
     inv = Inventory((), HostMemory(64 * GiB, 60 * GiB), reason="no NVIDIA driver found")
     plan = make_plan(qwen14b, inv, LaunchSettings(n_ctx=32768))
-    assert plan.mode == "cpu" and plan.gpus == () and plan.feasible
+    assert plan.mode == PlanMode.CPU and plan.gpus == () and plan.feasible
     assert plan.launch.n_gpu_layers == 0
     assert plan.host.kv_tail == 32768 * 48 * 2 * 1024 * 2
     assert plan.host.weights_mapped == pytest.approx(sum(t.n_bytes for t in qwen14b.tensors), abs=MiB)
-    assert plan.host.sources["compute_pinned"] == "estimated"
+    assert str(plan.host.sources["compute_pinned"]) == "estimated"
     assert any("no NVIDIA driver found" in w for w in plan.warnings)
 
 
@@ -110,7 +111,7 @@ def test_flash_attention_off_at_long_context_is_warned(qwen14b: ModelShape) -> N
     plan = make_plan(qwen14b, h200(), LaunchSettings(n_ctx=131072, flash_attn="off"))
     assert any("flash attention is off" in w for w in plan.warnings)
     # The estimate carries the KQ matrix: ~10.5 GB at 131072 × 512 × 40 heads (DOMAIN.md §2).
-    assert plan.gpus[0].compute > 10 * 10**9 and plan.gpus[0].sources["compute"] == "estimated"
+    assert plan.gpus[0].compute > 10 * 10**9 and str(plan.gpus[0].sources["compute"]) == "estimated"
 
 
 def test_host_ram_short_for_the_tail(qwen14b: ModelShape) -> None:
@@ -162,10 +163,10 @@ def test_a_cpu_measurement_is_used_for_a_cpu_plan_but_not_for_a_gpu(qwen14b: Mod
                       llama_commit="0c1e57098", seconds=0.3)
     inv = Inventory((), HostMemory(64 * GiB, 60 * GiB))
     plan = make_plan(qwen14b, inv, LaunchSettings(n_ctx=8192), measurement=cpu)
-    assert plan.host.sources["compute_pinned"] == "measured by pass 1"
+    assert str(plan.host.sources["compute_pinned"]) == "measured by pass 1"
     assert plan.host.compute_pinned == 317 * MiB + 152064 * 4  # plus the logits buffer
     gpu_plan = make_plan(qwen14b, h200(), LaunchSettings(n_ctx=8192), measurement=cpu)
-    assert gpu_plan.gpus[0].sources["compute"] == "estimated"
+    assert str(gpu_plan.gpus[0].sources["compute"]) == "estimated"
     # whose numbers: the plan itself carries the caveat (the CLI and the window both print plan.warnings)
     caveat = next(w for w in gpu_plan.warnings if "measured with the CPU backend" in w)
     assert "estimates their compute buffers" in caveat and 'CMAKE_ARGS="-DGGML_CUDA=on"' in caveat

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from app.engine.argv import argv_for_plan
-from app.engine.discover import EngineInfo
+from app.engine.discover import EngineInfo, EngineKind, EngineOrigin
 from app.planner.devices import HostMemory, Inventory
 from app.planner.gguf_model import ModelShape
 from app.planner.measurement import DeviceMeasurement, Measurement
@@ -14,7 +14,7 @@ from app.planner.settings import LaunchSettings
 from app.planner.units import GiB
 from tests.unit.planner.test_plan import H200_MEASURED, h200
 
-OPENCOTI = EngineInfo("opencoti", "/home/u/.llamafile/opencoti.llamafile", "0.10.5", "unknown", "~/.llamafile",
+OPENCOTI = EngineInfo(EngineKind.OPENCOTI, "/home/u/.llamafile/opencoti.llamafile", "0.10.5", "unknown", EngineOrigin.LLAMAFILE_DIR,
                       via_sh=True)
 
 

@@ -9,6 +9,7 @@ from app.planner.gguf_model import ModelShape
 from app.planner.measurement import Measurement
 from app.planner.plan import make_plan
 from app.planner.settings import LaunchSettings
+from app.planner.sources import Source, SourceKind
 from app.planner.units import MiB
 from tests.unit.planner.test_plan import H200_MEASURED, LONG, h200
 
@@ -17,7 +18,7 @@ MEASURED_LONG = dataclasses.replace(H200_MEASURED, launch=LONG)
 
 def test_a_measurement_of_this_exact_launch_is_just_measured(qwen14b: ModelShape) -> None:
     plan = make_plan(qwen14b, h200(), LONG, measurement=MEASURED_LONG)
-    assert plan.gpus[0].sources["compute"] == "measured by pass 1"
+    assert str(plan.gpus[0].sources["compute"]) == "measured by pass 1"
     assert not any("run pass 1 again" in w for w in plan.warnings)
 
 
@@ -25,7 +26,8 @@ def test_reusing_a_measurement_for_other_settings_says_which(qwen14b: ModelShape
     other = LONG.with_(n_ctx=131072, n_ubatch=1024)
     plan = make_plan(qwen14b, h200(), other, measurement=MEASURED_LONG)
     source = plan.gpus[0].sources["compute"]
-    assert source == "measured by pass 1 for other settings at -c 524288 (not 131072), -ub 512 (not 1024)"
+    assert source.kind is SourceKind.MEASURED_ELSEWHERE
+    assert str(source) == "measured by pass 1 for other settings at -c 524288 (not 131072), -ub 512 (not 1024)"
     assert plan.gpus[0].compute == round(623.01 * MiB)  # the numbers are still used, labelled
     assert any("run pass 1 again for this launch" in w for w in plan.warnings)
 
@@ -52,13 +54,13 @@ def test_the_overhead_says_whether_it_was_given_measured_or_the_default(qwen14b:
 
     settings = LaunchSettings(n_ctx=8192)
     default = make_plan(qwen14b, h200(), settings).gpus[0]
-    assert default.overhead == 590 * MiB and default.sources["overhead"].startswith("default: ~590 MiB")
+    assert default.overhead == 590 * MiB and str(default.sources["overhead"]).startswith("default: ~590 MiB")
     given = make_plan(qwen14b, h200(), settings, overhead=700 * MiB).gpus[0]
-    assert given.overhead == 700 * MiB and given.sources["overhead"] == "given"
+    assert given.overhead == 700 * MiB and str(given.sources["overhead"]) == "given"
     measured = make_plan(qwen14b, h200(), settings,
-                         overhead=Sourced(612 * MiB, "measured on this GPU and driver (NVML, pid 42)")).gpus[0]
+                         overhead=Sourced(612 * MiB, Source(SourceKind.MEASURED_HERE, "NVML, pid 42"))).gpus[0]
     assert measured.overhead == 612 * MiB
-    assert measured.sources["overhead"] == "measured on this GPU and driver (NVML, pid 42)"
+    assert str(measured.sources["overhead"]) == "measured on this GPU and driver (NVML, pid 42)"
 
 
 def test_slots_too_small_for_a_conversation_are_warned(qwen14b: ModelShape) -> None:

@@ -17,11 +17,12 @@ from app.planner.devices import GpuDevice, HostMemory, Inventory
 from app.planner.gguf_model import read_shape
 from app.planner.logparse import mib_to_bytes
 from app.planner.plan import make_plan
-from app.planner.plan_types import REPACKED_COPY
+from app.planner.plan_types import PlanMode
 from app.planner.repack import NO_REPACK, CpuFeatures, is_repacked, parse_cpuinfo, repack_bytes
 from app.planner.settings import LaunchSettings
 from app.planner.units import GiB, MiB
 from app.planner.weights import weight_split
+from app.planner.words import REPACKED_COPY
 from tests.fixtures import gguf_factory, shapes
 
 Q4_0, Q2_K, Q4_K, Q6_K, Q8_0, IQ4_NL = rp.Q4_0, rp.Q2_K, rp.Q4_K, rp.Q6_K, rp.Q8_0, rp.IQ4_NL
@@ -118,10 +119,11 @@ def test_a_cpu_plan_counts_the_repacked_copy_in_host_ram(monkeypatch: pytest.Mon
     monkeypatch.setattr(weights, "host_cpu_features", lambda: AVX2)
     s = read_shape(gguf_factory.ensure(shapes.GEMMA3_12B))
     plan = make_plan(s, Inventory((), _host()), LaunchSettings(n_ctx=4096))
-    assert plan.mode == "cpu"
+    assert plan.mode == PlanMode.CPU
     assert round(plan.host.weights_mapped / MiB) == 11867
     assert round(plan.host.weights_repacked / MiB, 2) == 4910.62
-    assert REPACKED_COPY in plan.host.sources["weights_mapped"] and "4.8 GiB" in plan.host.sources["weights_mapped"]
+    mapped = str(plan.host.sources["weights_mapped"])
+    assert mapped == f"from the GGUF (mapped file + 4.8 GiB {REPACKED_COPY})"
     assert plan.host.free == (plan.host.available - plan.host.weights_mapped - plan.host.kv_tail
                               - plan.host.compute_pinned)
     assert plan.to_json()["host"]["weights_repacked"] == plan.host.weights_repacked
@@ -142,6 +144,6 @@ def test_a_gpu_plan_with_layers_on_the_host_repacks_nothing(monkeypatch: pytest.
     s = read_shape(gguf_factory.ensure(shapes.LLAMA31_8B))
     gpu = GpuDevice(0, "NVIDIA RTX 4060", 8 * GiB, 8 * GiB, simulated=True)
     plan = make_plan(s, Inventory((gpu,), _host()), LaunchSettings(n_ctx=4096, n_gpu_layers=10))
-    assert plan.mode == "stock" and plan.host.weights_repacked == 0
+    assert plan.mode == PlanMode.STOCK and plan.host.weights_repacked == 0
     assert plan.host.weights_mapped == weight_split(s, plan.launch.n_gpu_layers, [8 * GiB], cpu=NO_REPACK).host
     assert plan.host.weights_mapped > mib_to_bytes(3000)  # most layers stay on the host, mapped

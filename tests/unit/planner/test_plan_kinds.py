@@ -1,0 +1,74 @@
+"""A plan's mode and its alternatives are typed, and still read (and serialize) as today's words."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from app.planner import words
+from app.planner.devices import Inventory
+from app.planner.gguf_model import ModelShape
+from app.planner.plan import make_plan
+from app.planner.plan_types import AlternativeKind, Plan, PlanMode
+from app.planner.settings import LaunchSettings
+from app.planner.units import MiB
+from tests.unit.planner.test_plan import H200_MEASURED, LONG, h200
+
+
+def test_the_modes_are_the_words_the_cli_and_the_json_use() -> None:
+    assert [m.value for m in PlanMode] == ["window", "stock", "cpu"]
+    assert f"mode {PlanMode.WINDOW}" == "mode window" and str(PlanMode.CPU) == "cpu"
+    word: str = "stock"  # what code written against the old str still compares with
+    assert PlanMode(word) is PlanMode.STOCK and word == PlanMode.STOCK
+    assert json.dumps({"mode": PlanMode.WINDOW}) == '{"mode": "window"}'
+
+
+@pytest.mark.parametrize(("window", "gpu", "mode"), [
+    (True, True, PlanMode.WINDOW), (False, True, PlanMode.STOCK), (False, False, PlanMode.CPU),
+    (True, False, PlanMode.WINDOW),
+])
+def test_the_mode_a_request_names(window: bool, gpu: bool, mode: PlanMode) -> None:
+    assert PlanMode.asked(window, gpu=gpu) is mode
+
+
+def test_each_solver_gives_its_mode_and_the_json_keeps_the_string(qwen14b: ModelShape) -> None:
+    settings = LaunchSettings(n_ctx=8192)
+    stock = make_plan(qwen14b, h200(), settings)
+    window = make_plan(qwen14b, h200(), settings, engine_window=True)
+    cpu = make_plan(qwen14b, Inventory((), h200().host), settings)
+    assert (stock.mode, window.mode, cpu.mode) == (PlanMode.STOCK, PlanMode.WINDOW, PlanMode.CPU)
+    data = json.loads(json.dumps(window.to_json()))
+    assert data["mode"] == "window" and type(window.to_json()["mode"]) is str
+
+
+def test_the_stock_alternatives_say_which_way_they_run(qwen14b: ModelShape) -> None:
+    plan = make_plan(qwen14b, h200(free_mib=80 * 1024), LONG, measurement=H200_MEASURED)
+    kinds = [a.kind for a in plan.alternatives]
+    assert kinds == [AlternativeKind.AS_SET, AlternativeKind.FEWER_LAYERS, AlternativeKind.KV_ON_HOST,
+                     AlternativeKind.SHORTER_CONTEXT]
+    labels = [a.label for a in plan.alternatives]
+    assert labels[0] == "as set" and labels[1].startswith("-ngl ") and labels[2] == "-nkvo"
+    assert labels[3].startswith("-c ")
+    assert "kind" not in plan.alternatives[0].to_json()  # the JSON keeps its version-1 keys
+
+
+def test_the_plans_types_are_built_with_keywords_only() -> None:
+    with pytest.raises(TypeError, match="positional"):
+        Plan(LaunchSettings(), PlanMode.CPU)  # type: ignore[misc, call-arg]
+
+
+def test_the_first_line_reads_why_from_the_as_set_alternative(qwen14b: ModelShape) -> None:
+    plan = make_plan(qwen14b, h200(free_mib=80 * 1024), LONG, measurement=H200_MEASURED)
+    why = plan.alternatives[0].note
+    assert why.startswith("CUDA0 is short by")
+    first = words.changed(plan, LONG)
+    assert first.startswith(f"512k DOES NOT FIT as asked ({why}); planned instead: ")
+    assert words.changed(make_plan(qwen14b, h200(), LaunchSettings(n_ctx=8192)), LaunchSettings(n_ctx=8192)) == ""
+
+
+def test_the_layer_counts_in_the_models_terms() -> None:
+    assert words.layers_on_cpu(48, 5) == "5 of 48 layers"
+    assert words.layers_on_cpu(48, 49) == "all 48 layers, the output layer"
+    assert words.ngl_text(999) == "all" and words.ngl_text(20) == "20"
+    assert words.host_short(512 * MiB, kv_tail=True) == "host RAM is short by 512 MiB for the KV tail"
