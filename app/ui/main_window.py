@@ -299,8 +299,8 @@ class MainWindow(QMainWindow):
         settings = self.settings.settings()
         started = time.perf_counter()
         try:
-            plan = self.inputs.plan(settings)
-            fit = self.inputs.largest_fit(settings)
+            plan, used = self.inputs.measured_plan(settings)
+            fit = self.inputs.largest_fit(settings, used)
         except (PlannerError, ValueError) as exc:
             self._no_plan(str(exc))
             return
