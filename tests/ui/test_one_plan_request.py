@@ -104,7 +104,7 @@ def test_headroom_plan_and_the_window_plan_the_same(case: str, h200_machine: Fak
     w, plan = _window_plan(qtbot, tmp_path, h200_machine, model, settings, measured)
     expected = plan.to_json()
     assert {k: data[k] for k in expected} == expected  # field by field
-    assert data["max_context"] == w.inputs.largest_fit(settings, w.inputs.measured_plan(settings)[1]).to_json()
+    assert w.current.fit is not None and data["max_context"] == w.current.fit.to_json()
     cli_gpu, gpu = data["gpus"][0], plan.gpus[0]  # the overhead measured on this GPU and driver, in both
     assert cli_gpu["overhead"] == gpu.overhead == USED
     assert cli_gpu["sources"]["overhead"] == gpu.sources["overhead"]
