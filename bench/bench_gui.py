@@ -115,9 +115,9 @@ def gaps_during_work() -> dict[str, list[float]]:
     # Pass 1 on the 8 GB shape (a context never measured before, so it really runs).
     assert w.open_model(big)
     w.settings.safety.setValue(256 + int(time.time()) % 97)  # changes nothing measured; keeps UI busy
-    w.settings.context.set_value(4096 + 256 * (int(time.time()) % 512), emit=True)
+    w.settings.set_context(4096 + 256 * (int(time.time()) % 512))
     probe.start()
-    w.start_measure()
+    w.measure.button.click()
     wait_until(app, lambda: not w.measure.running, 120)
     result["measure (8B shape)"] = probe.stop()
     # Re-planning while dragging the slider across its whole range.
@@ -125,7 +125,7 @@ def gaps_during_work() -> dict[str, list[float]]:
     plan_ms: list[float] = []
     for pos in range(w.settings.context.slider.minimum(), w.settings.context.slider.maximum(), 10):
         w.settings.context.slider.setValue(pos)
-        plan_ms.append(w.plan_ms)
+        plan_ms.append(w.current.plan_ms)
         app.processEvents()
     result["slider sweep (replan)"] = probe.stop()
     result["replan itself (make_plan + fit)"] = plan_ms
@@ -133,10 +133,10 @@ def gaps_during_work() -> dict[str, list[float]]:
     assert w.open_model(tiny)
     probe.start()
     w.launch.launch()
-    wait_until(app, lambda: bool(w.launch.endpoint.text()) or w.launch.server is None, 120)
+    wait_until(app, lambda: bool(w.launch.endpoint.text()) or w.current.running_engine is None, 120)
     assert w.launch.endpoint.text(), w.launch.status.text()
     w.launch.stop()
-    wait_until(app, lambda: w.launch.server is None, 60)
+    wait_until(app, lambda: w.current.running_engine is None, 60)
     result["launch → healthy → stop"] = probe.stop()
     # Building an engine: a child printing 2,000 CMake/Ninja-style lines (the real build prints a few
     # hundred), each a progress update and a console line.

@@ -1,5 +1,6 @@
 """What ``plan``, ``measure`` and ``serve`` share: one set of launch flags, one set of GPU flags,
-one way from them to ``LaunchSettings`` and a plan, and one way to print engine advisories.
+one way from them to ``LaunchSettings`` and a ``PlanRequest`` (app.planner.request, the window's
+way to a plan too), and one way to print engine advisories.
 
 Every launch flag takes llama-server's spelling *and* Headroom's long one, so a line copied from a
 llama-server command works as it is::
@@ -17,19 +18,15 @@ from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from app.planner.devices import Inventory
 from app.planner.gguf_model import ModelShape
-from app.planner.measurement import Measurement
-from app.planner.plan_types import Plan
+from app.planner.request import DEFAULT_SAFETY, MeasurementLookup, PlanRequest
 from app.planner.settings import ALL_LAYERS, KV_TYPES, LaunchSettings
-from app.planner.units import Bytes, MiB, parse_tokens
-
-#: Default margin kept free per GPU: the opencoti two-pass's 256 MiB (DOMAIN.md §4).
-DEFAULT_SAFETY = 256 * MiB
+from app.planner.units import Bytes, parse_tokens
 
 
 def gpu_layers(text: str) -> int:
@@ -135,43 +132,15 @@ def context(text: str, model: str | Path) -> int:
     return training_context(read_headers(model)[0])
 
 
-def plan_options(args: argparse.Namespace, inventory: Inventory) -> dict[str, Any]:
-    """``make_plan``'s keyword options from the GPU flags. The per-process overhead: the flag, else a
-    value measured on this GPU and driver (app.planner.overhead), else the planner's default."""
-    from app.planner.overhead import known_overhead
-
-    overhead = None if args.overhead is None else int(args.overhead)
-    if overhead is None and inventory.gpus and not inventory.gpus[0].simulated:
-        known = known_overhead(inventory.gpus[0].name, inventory.driver)
-        overhead = known.sourced() if known.measured else None
-    return {"engine_window": args.window, "safety": int(args.safety),
-            "vram_target": None if args.vram_target is None else int(args.vram_target), "overhead": overhead}
-
-
-MeasurementSource = Callable[[LaunchSettings], Measurement | None]
-
-
-def measured_plan(shape: ModelShape, inventory: Inventory, settings: LaunchSettings, options: dict[str, Any],
-                  get: MeasurementSource | None) -> tuple[Plan, Measurement | None]:
-    """``make_plan`` with pass 1 for the plan's *own* launch: ``get(launch)`` gives a measurement (or
-    None). When the measured plan chooses another launch (a ``-ngl`` alternative), that one is looked
-    up too; the plan's warnings say when the numbers are for the settings as given."""
-    from app.planner.plan import make_plan
-
-    plan = make_plan(shape, inventory, settings, **options)
-    used: Measurement | None = None
-    if get is None:
-        return plan, None
-    for _ in range(2):
-        m = get(plan.launch)
-        if m is None:
-            break
-        used = m
-        measured = make_plan(shape, inventory, settings, measurement=m, **options)
-        if measured.launch == plan.launch:
-            return measured, m
-        plan = measured
-    return plan, used
+def plan_request(args: argparse.Namespace, shape: ModelShape, inventory: Inventory,
+                 lookup: MeasurementLookup | None) -> PlanRequest:
+    """The one plan request (app.planner.request) from the GPU flags: ``--window``, ``--safety``,
+    ``--vram-target``, and ``--overhead`` (else measured on this GPU and driver, else the planner's
+    default). ``lookup``: pass 1 for a launch (the probe's cache, or pass 1 run through it)."""
+    return PlanRequest.for_machine(
+        shape, inventory, engine_window=args.window, safety=int(args.safety),
+        vram_target=None if args.vram_target is None else int(args.vram_target),
+        overhead=None if args.overhead is None else int(args.overhead), lookup=lookup)
 
 
 def advisory_lines(items: Sequence[Any]) -> list[str]:

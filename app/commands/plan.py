@@ -22,8 +22,7 @@ from app.commands.common import (
     advisory_lines,
     exit_status,
     hub_model,
-    measured_plan,
-    plan_options,
+    plan_request,
     seconds,
     settings_from_args,
 )
@@ -56,13 +55,10 @@ def register(sub: Any) -> None:
 
 class _Pass1:
     """Where the plan's measurements come from: the cache only, or pass 1 run (through the cache).
+    The plan request (app.planner.request) decides which launches to ask for."""
 
-    A plan for no GPU (mode cpu) launches with ``-ngl 0``; a measurement of the settings as given
-    that saw no GPU either is the same measurement (nothing could be offloaded), so it is used too.
-    """
-
-    def __init__(self, model: str, settings: LaunchSettings, *, run: bool, timeout: float) -> None:
-        self.model, self.settings, self.run, self.timeout = model, settings, run, timeout
+    def __init__(self, model: str, *, run: bool, timeout: float) -> None:
+        self.model, self.run, self.timeout = model, run, timeout
         self.from_cache = False  # for the last measurement handed out
         self.failure = ""
 
@@ -70,6 +66,8 @@ class _Pass1:
         from app.probe.measure import MeasureError, cached_measurement, measure_cached
 
         if self.run:
+            if self.failure:  # pass 1 failed once: not again for another launch in the same command
+                return None
             try:
                 m, self.from_cache = measure_cached(self.model, launch, timeout=self.timeout)
             except MeasureError as exc:
@@ -77,9 +75,6 @@ class _Pass1:
                 return None
             return m
         found = cached_measurement(self.model, launch)
-        if found is None and launch == self.settings.with_(n_gpu_layers=0):
-            given = cached_measurement(self.model, self.settings)
-            found = given if given is not None and all(d.host for d in given.devices) else None
         self.from_cache = self.from_cache or found is not None
         return found
 
@@ -133,17 +128,16 @@ def run(args: argparse.Namespace) -> int:
     from app.planner.devices import resolve_gpus
     from app.planner.errors import NotModelled, PlannerError
     from app.planner.gguf_model import read_shape
-    from app.planner.plan import max_context
 
     try:
         args.model = hub_model(args.model, download=False)
         settings = settings_from_args(args)
         shape = read_shape(args.model)
         inventory = resolve_gpus(list(args.gpu))
-        options = plan_options(args, inventory)
-        pass1 = _Pass1(args.model, settings, run=args.measure, timeout=args.timeout)
-        plan, measurement = measured_plan(shape, inventory, settings, options, pass1)
-        fit = max_context(shape, inventory, settings, measurement=measurement, **options)
+        pass1 = _Pass1(args.model, run=args.measure, timeout=args.timeout)
+        request = plan_request(args, shape, inventory, pass1)
+        plan, measurement = request.plan(settings)
+        fit = request.largest_fit(settings, measurement)
     except NotModelled as exc:
         return _not_modelled(args, exc.arch, str(exc))  # the settings parsed before the model was read
     except (PlannerError, ValueError) as exc:

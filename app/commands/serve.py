@@ -27,8 +27,7 @@ from app.commands.common import (
     advisory_lines,
     exit_status,
     hub_model,
-    measured_plan,
-    plan_options,
+    plan_request,
     seconds,
     settings_from_args,
 )
@@ -122,15 +121,19 @@ def _plan(args: argparse.Namespace, shape: ModelShape, settings: LaunchSettings)
 
     inventory = resolve_gpus(list(args.gpu))
 
+    failed: list[str] = []
+
     def pass1(launch: LaunchSettings) -> Measurement | None:
+        if failed:  # pass 1 failed once: not again for another launch of the same plan
+            return None
         try:
             return measure_cached(args.model, launch)[0]
         except MeasureError as exc:
+            failed.append(str(exc))
             print(f"pass 1 failed, compute buffer estimated: {exc}", file=sys.stderr)
             return None
 
-    return measured_plan(shape, inventory, settings, plan_options(args, inventory),
-                         None if args.no_measure else pass1)[0]
+    return plan_request(args, shape, inventory, None if args.no_measure else pass1).plan(settings).plan
 
 
 def _refuse_not_modelled(args: argparse.Namespace, settings: LaunchSettings, engines: list[EngineInfo],

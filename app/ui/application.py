@@ -85,7 +85,7 @@ class Screenshot:
             return
         self.done = True
         ok = save_screenshot(self.window, self.path)
-        error = self.window.error.text()
+        error = self.window.error_message
         if not ok:
             print(f"headroom gui: could not save the screenshot to {self.path}", file=sys.stderr)
         elif error or self.window.plan is None:
@@ -103,7 +103,7 @@ def run_gui(*, model: Path | None = None, demo: bool = False, ctx: str | None = 
     shot = Screenshot(app, window, screenshot) if screenshot is not None else None
     window.show()
     if open_first(window, model, demo) and ctx:
-        window.settings.context.set_value(parse_tokens(ctx), emit=True)
+        window.settings.set_context(parse_tokens(ctx))
     window.launch.discover()
     rc = app.exec()
     window.close()

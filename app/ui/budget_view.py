@@ -2,7 +2,9 @@
 
 Segments come straight from the plan's ``DevicePlan`` / ``HostPlan`` fields (nothing is recomputed
 here); each segment's tooltip says where its number came from (``sources``). An infeasible plan is
-drawn in red, with the reason and the best alternative one click away.
+drawn in red, with the reason and the best alternative one click away. Bound to the window state
+(``bind``), it draws each new plan — or, while an engine runs, the plan it runs, with the settings
+now on one line.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from app.ui.settings_panel import tokens_text
 
 if TYPE_CHECKING:
     from app.planner.plan import Alternative, ContextFit, Plan
+    from app.ui.window_state import WindowState
 
 #: The parts' names stay importable from here (the tests and the screenshot use them).
 __all__ = ["GPU_PARTS", "HOST_PARTS", "BudgetView", "DeviceRow", "Segment", "StackedBar", "legend_entries"]
@@ -266,6 +269,22 @@ class BudgetView(QWidget):
         lay.addWidget(self.legend)
         lay.addWidget(self.options)
         lay.addStretch(1)
+
+    def bind(self, state: WindowState) -> None:
+        """Draw ``state``'s plans; while an engine runs the picture stays on what it runs."""
+
+        def planned(plan: Plan) -> None:
+            if state.running is None:
+                self.show_plan(plan, state.settings.launch, state.fit)
+            self.set_running(state.running, plan)
+
+        def no_plan(why: str) -> None:
+            if state.running is None:
+                self.show_no_plan(why)
+
+        state.planChanged.connect(planned)
+        state.noPlan.connect(no_plan)
+        state.runningChanged.connect(lambda running: self.set_running(running, running))
 
     def _ensure_rows(self, n: int) -> None:
         while len(self.rows) < n:

@@ -1,7 +1,8 @@
 """The devices panel: a card per GPU (live used/free, other processes on hover) and one for host RAM.
 
 Without an NVIDIA driver it says so plainly and offers simulated GPUs, so planning still works.
-Live numbers arrive from the poll worker (``app.ui.workers.PollWorker``) as ``Snapshot`` objects.
+Live numbers arrive from the poll worker (``app.ui.workers.PollWorker``) as ``Snapshot`` objects;
+the inventory planned for from the window state (``bind``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from app.ui.qt import (
     QWidget,
     Signal,
 )
+from app.ui.window_state import WindowState
 
 #: The simulated-GPU choice meaning "use the real inventory".
 REAL_GPUS = "Real GPUs (NVML)"
@@ -96,6 +98,11 @@ class DevicesPanel(QWidget):
         row.addLayout(self._cards_box)
         row.addWidget(self.host_card)
         lay.addLayout(row)
+
+    def bind(self, state: WindowState) -> None:
+        """Show the devices ``state`` plans for (now, and whenever they change)."""
+        state.inventoryChanged.connect(self.show_inventory)
+        self.show_inventory(state.inventory, state.nvml_reason)
 
     def simulated_choice(self) -> str:
         return str(self.simulate.currentData() or "")

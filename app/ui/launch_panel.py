@@ -1,9 +1,12 @@
 """Launch / Stop: the engine under supervision, with progress (starting → loading → healthy), the
 endpoint to copy, and the plan-vs-actual check once it is up.
 
-``ServerProcess`` (app.engine.process) does the supervising; this panel runs its blocking calls in
+``LaunchedEngine`` (app.engine.running) does the supervising; this panel runs its blocking calls in
 ``TaskThread``s and turns its listener callbacks (any thread) into queued Qt signals. Log lines are
 batched and handed to the console ten times a second, so a chatty engine never floods the GUI.
+
+Bound to the window state (``bind``), it offers Launch for the state's plan on the chosen engine,
+and tells the state what runs (a ``RunningEngine``: the only way the rest of the window reaches it).
 """
 
 from __future__ import annotations
@@ -18,13 +21,14 @@ from app.engine.advisories import Advisory, Severity
 from app.engine.argv import ArgvError, shell_line
 from app.engine.check import PlanCheck, describe
 from app.engine.discover import EngineInfo, discover_engines
-from app.engine.launch import LaunchRefused, advisories, plan_check, prepare
-from app.engine.process import ServerProcess, ServerStatus
+from app.engine.launch import LaunchRefused, advisories, prepare
+from app.engine.process import ServerStatus
+from app.engine.running import LaunchedEngine
 from app.hub.preview import preview_refusal
 from app.planner.plan import Plan
 from app.ui.engine_builder import EngineBuilder
+from app.ui.hub_button import PREVIEW_LAUNCH
 from app.ui.qt import (
-    QComboBox,
     QGuiApplication,
     QHBoxLayout,
     QLabel,
@@ -37,12 +41,11 @@ from app.ui.qt import (
     QWidget,
     Signal,
 )
+from app.ui.window_state import WindowState
 from app.ui.workers import TaskThread
 
 HOST = "127.0.0.1"
-LOOKING = "looking for engines…"
 NO_MODEL = "Open a model first: there is nothing to launch yet"
-NONE_FOUND = "no engine found — Build engine…"
 #: How an advisory reads before launch (severity -> colour); "error" refuses the launch.
 ADVICE_COLOUR = {Severity.ERROR: "#d62728", Severity.WARNING: "#c77800", Severity.INFO: ""}
 #: The sign before an advisory's title (ℹ for any other severity).
@@ -61,21 +64,20 @@ class LaunchPanel(QWidget):
     engineReady = Signal(str)  # base URL
     launchFailed = Signal(str)  # the classified message
     engineStopped = Signal()
-    launched = Signal(object)  # the Plan the engine was started with
     enginesFound = Signal(list)
     checked = Signal(object)  # PlanCheck: plan vs what the engine allocated
+    adviceChanged = Signal(list)  # list[Advisory]: the engine advisories for the plan and engine now
 
-    def __init__(self, engine_combo: QComboBox, parent: QWidget | None = None) -> None:
+    def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.engine_combo = engine_combo
+        self._state: WindowState | None = None
         self.engines: list[EngineInfo] = []
-        self.server: ServerProcess | None = None
+        self._engine: LaunchedEngine | None = None  # starting or running
         self._plan: Plan | None = None
-        self._launched_plan: Plan | None = None
         self._model: Path | None = None
         self._not_launchable = ""  # why this model cannot be launched at all (a header-only preview)
         self._arch = ""
-        self.advice: list[Advisory] = []  # the engine advisories for the current plan and engine
+        self._advice: list[Advisory] = []  # the engine advisories for the current plan and engine
         self._tasks: set[TaskThread] = set()
         self._lines: list[str] = []
         self._lines_lock = threading.Lock()
@@ -115,21 +117,19 @@ class LaunchPanel(QWidget):
         self.advice_label.setObjectName("engineAdvice")
         self.advice_label.setWordWrap(True)
         self.advice_label.setVisible(False)
-        self.engine_combo.setPlaceholderText(LOOKING)
-        self.engine_combo.currentIndexChanged.connect(self._engine_tooltip)
         self.builder = EngineBuilder()
         self.builder.setVisible(False)
         self.builder.logLines.connect(self.logLines)
         self.builder.built.connect(lambda: self.discover())
-        # Launch / Stop and the endpoint: ``controls``, which the window pins below its scrolling form.
-        self.controls = QWidget()
+        # Launch / Stop and the endpoint: the window pins them below its scrolling form.
+        self._controls = QWidget()
         row = QHBoxLayout()
         row.addWidget(self.launch_button)
         row.addWidget(self.stop_button)
         ep = QHBoxLayout()
         ep.addWidget(self.endpoint, 1)
         ep.addWidget(self.copy_button)
-        pinned = QVBoxLayout(self.controls)
+        pinned = QVBoxLayout(self._controls)
         pinned.setContentsMargins(0, 0, 0, 0)
         pinned.addLayout(row)
         pinned.addLayout(ep)
@@ -150,10 +150,30 @@ class LaunchPanel(QWidget):
         self._flush.timeout.connect(self._flush_lines)
         self._flush.start()
 
+    def pinned_controls(self) -> QWidget:
+        """Launch / Stop and the endpoint, for the window to pin where they never scroll away."""
+        return self._controls
+
+    # ---- the window state ----------------------------------------------------------------------
+    def bind(self, state: WindowState) -> None:
+        """Offer Launch for ``state``'s plan (a header-only preview never: Launch says why); what
+        runs, and when it is ready, goes to ``state``."""
+        self._state = state
+
+        def planned(plan: Plan) -> None:
+            model = state.model
+            if model is not None:
+                self.set_plan(plan, None if model.preview else model.path, model.shape.arch,
+                              not_launchable=PREVIEW_LAUNCH if model.preview else "")
+
+        state.planChanged.connect(planned)
+        state.noPlan.connect(lambda why: self.set_no_plan(f"the settings give no plan ({why})"))
+
     # ---- engines -------------------------------------------------------------------------------
     def discover(self, chosen: Path | None = None) -> None:
-        """Find engines in the background; the combo fills when done."""
-        self.engine_combo.setPlaceholderText(LOOKING)
+        """Find engines in the background; the Engine list fills when done."""
+        if self._state is not None:
+            self._state.set_engines(None)  # looking
         self._run(lambda _c: discover_engines(chosen), self.set_engines, self._discovery_failed)
 
     def _discovery_failed(self, message: str) -> None:
@@ -161,39 +181,20 @@ class LaunchPanel(QWidget):
         self.status.setText(f"Engine discovery failed: {message}")
 
     def set_engines(self, engines: object) -> None:
+        """The engines found: to the state (the first one chosen), then ``enginesFound``."""
         assert isinstance(engines, list)
         self.engines = engines
-        self.engine_combo.blockSignals(True)
-        self.engine_combo.clear()
-        for i, e in enumerate(engines):
-            text = f"{e.kind} {e.version} ({e.commit}) — {e.source}"
-            self.engine_combo.addItem(text, e.path)  # a narrow window cuts the text: the tooltip has it all
-            self.engine_combo.setItemData(i, f"{text}\n{e.path}", Qt.ItemDataRole.ToolTipRole)
-        view = self.engine_combo.view()
-        view.setMinimumWidth(view.sizeHintForColumn(0) + view.verticalScrollBar().sizeHint().width())
-        self.engine_combo.blockSignals(False)
-        self.engine_combo.setPlaceholderText(NONE_FOUND if not engines else "")
+        if self._state is not None:
+            self._state.set_engines(engines)
         self.builder.setVisible(not engines or self.builder.running)
         if not engines:
             self.status.setText("No engine found: press Build engine… above, or put llama-server or a "
                                 "llamafile on PATH.")
         self.enginesFound.emit(engines)
-        self.engine_combo.currentIndexChanged.emit(self.engine_combo.currentIndex())
-
-    @property
-    def running_plan(self) -> Plan | None:
-        """The plan the engine now starting or running was launched with (None when none is)."""
-        return self._launched_plan if self.server is not None else None
-
-    def _engine_tooltip(self, i: int) -> None:
-        """The chosen engine's full text and path, wherever the combo cuts it."""
-        tip = self.engine_combo.itemData(i, Qt.ItemDataRole.ToolTipRole)
-        self.engine_combo.setToolTip(f"The engine to launch: {tip}" if isinstance(tip, str) else
-                                     "The engine to launch, with its detected kind and version")
 
     def engine(self) -> EngineInfo | None:
-        i = self.engine_combo.currentIndex()
-        return self.engines[i] if 0 <= i < len(self.engines) else None
+        """The engine chosen to launch."""
+        return self._state.engine if self._state is not None else None
 
     def set_plan(self, plan: Plan, model: Path | None, arch: str = "", *, not_launchable: str = "") -> None:
         """``not_launchable``: why this model cannot be launched at all (a header-only preview); the
@@ -202,36 +203,38 @@ class LaunchPanel(QWidget):
         self._not_launchable = not_launchable
         self._enable_launch()
         engine = self.engine()
-        self.advice = advisories(plan, engine, arch) if engine is not None and arch else []
-        self.advice_label.setText("<br>".join(advice_html(a) for a in self.advice))
-        self.advice_label.setVisible(bool(self.advice))
+        self._advice = advisories(plan, engine, arch) if engine is not None and arch else []
+        self.advice_label.setText("<br>".join(advice_html(a) for a in self._advice))
+        self.advice_label.setVisible(bool(self._advice))
+        self.adviceChanged.emit(list(self._advice))
 
     def set_no_plan(self, reason: str) -> None:
         """The settings give no plan: nothing to launch, and the button's tooltip says why."""
         self._plan = None
         self._not_launchable = f"Nothing to launch: {reason}"
-        self.advice = []
+        self._advice = []
         self.advice_label.setVisible(False)
         self._enable_launch()
+        self.adviceChanged.emit([])
 
     def _enable_launch(self) -> None:
         """Launch is offered for a plan that fits; one that does not says why on the button's tooltip."""
         plan = self._plan
         fits = plan is not None and plan.feasible
         why_not = self._not_launchable
-        self.launch_button.setEnabled(self.server is None and self._model is not None and fits and not why_not)
+        self.launch_button.setEnabled(self._engine is None and self._model is not None and fits and not why_not)
         no_fit = "" if fits or plan is None else (f"Nothing to launch: the plan does not fit ({plan.reason}). "
                                                   "Use one of the other ways to run it, shown with the plan.")
         self.launch_button.setToolTip("\n".join(t for t in (why_not, no_fit) if t))
 
     def refusal(self) -> str | None:
         """The first "error" advisory's message: the launch is refused with it."""
-        return next((str(a) for a in self.advice if a.severity == Severity.ERROR), None)
+        return next((str(a) for a in self._advice if a.severity == Severity.ERROR), None)
 
     # ---- launch / stop -------------------------------------------------------------------------
     def launch(self) -> None:
-        plan, model, engine = self._plan, self._model, self.engine()
-        if self.server is not None or plan is None or model is None:
+        plan, model, engine, state = self._plan, self._model, self.engine(), self._state
+        if self._engine is not None or plan is None or model is None or state is None:
             return
         if engine is None:
             self._failed("No engine to launch: press Build engine…, run `headroom engine build` or choose one.")
@@ -246,27 +249,19 @@ class LaunchPanel(QWidget):
         except (LaunchRefused, ArgvError) as exc:
             self._failed(f"Cannot launch this plan: {exc}")
             return
-        argv = spec.argv
-        server = spec.server()
-        server.add_listener(lambda st, detail: self.statusChanged.emit(st, detail))
-        server.add_line_listener(self._queue_line)
-        self.server = server
-        self._launched_plan = plan
+        engine_run = LaunchedEngine(plan, spec)
+        engine_run.add_listener(lambda st, detail: self.statusChanged.emit(st, detail))
+        engine_run.add_line_listener(self._queue_line)
+        self._engine = engine_run
         self.check.clear()
         self.check.setToolTip("")
-        self._show_command(shell_line(argv), "Command line:")
+        self._show_command(shell_line(spec.argv), "Command line:")
         self.launch_button.setEnabled(False)
         self.stop_button.setEnabled(True)
         self.progress.setVisible(True)
         self.status.setText("Engine: starting…")
-        self.launched.emit(plan)
-
-        def work(_c: threading.Event) -> str:
-            server.start()
-            server.wait_ready(timeout=120.0)
-            return server.base_url
-
-        self._run(work, self._ready, self._failed)
+        state.set_running(engine_run)
+        self._run(lambda _c: engine_run.start(timeout=120.0), self._ready, self._failed)
 
     def _queue_line(self, line: str) -> None:
         with self._lines_lock:
@@ -286,11 +281,13 @@ class LaunchPanel(QWidget):
         self.progress.setVisible(False)
         self.endpoint.setText(str(url))
         self.status.setText(f"Engine: healthy at {url}")
+        if self._state is not None:
+            self._state.engine_is_ready(str(url))
         self.engineReady.emit(str(url))
-        server, plan = self.server, self._launched_plan
-        if server is not None and plan is not None:
+        running = self._engine
+        if running is not None:
             self.check.setText("Comparing the plan with what the engine allocated…")
-            self._run(lambda _c: plan_check(plan, server), self._show_check,
+            self._run(lambda _c: running.plan_check(), self._show_check,
                       lambda msg: self.check.setText(f"Plan check failed: {msg}"))
 
     def _show_check(self, check: object) -> None:
@@ -304,23 +301,25 @@ class LaunchPanel(QWidget):
     def _failed(self, message: str) -> None:
         self.progress.setVisible(False)
         self.status.setText(f"Engine failed: {message}")
-        server, self.server = self.server, None
-        self.launchFailed.emit(message)  # with no engine left: listeners see it gone
-        if server is not None and server.running():
-            self._run(lambda _c: server.stop(), lambda _r: None, lambda _m: None)
+        running, self._engine = self._engine, None
+        if self._state is not None:  # with no engine left: the window sees it gone, then why
+            self._state.set_running(None)
+        self.launchFailed.emit(message)
+        if running is not None and running.running():
+            self._run(lambda _c: running.stop(), lambda _r: None, lambda _m: None)
         self.stop_button.setEnabled(False)
         self._enable_launch()
 
     def stop(self) -> None:
-        server = self.server
-        if server is None:
+        running = self._engine
+        if running is None:
             return
         self.stop_button.setEnabled(False)
         self.status.setText("Engine: stopping…")
-        self._run(lambda _c: server.stop(), self._stopped, self._failed)
+        self._run(lambda _c: running.stop(), self._stopped, self._failed)
 
     def _stopped(self, _code: object) -> None:
-        self.server = None
+        self._engine = None
         self.progress.setVisible(False)
         self.endpoint.clear()
         self.status.setText("Engine: stopped")
@@ -330,6 +329,8 @@ class LaunchPanel(QWidget):
         if self.command.text():
             self._show_command(self.command.text(), "Last run (stopped), command line:")
         self._enable_launch()
+        if self._state is not None:
+            self._state.set_running(None)
         self.engineStopped.emit()
 
     def _show_command(self, line: str, caption: str) -> None:
@@ -361,9 +362,9 @@ class LaunchPanel(QWidget):
     def shutdown(self) -> None:
         """Stop the engine (never leave one behind), any build, and wait for the workers."""
         self.builder.shutdown()
-        server, self.server = self.server, None
-        if server is not None:
-            server.stop(grace=5.0)
+        running, self._engine = self._engine, None
+        if running is not None:
+            running.stop(grace=5.0)
         for task in list(self._tasks):
             task.cancel()
             task.wait()

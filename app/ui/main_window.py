@@ -1,9 +1,13 @@
 """The main window: model + settings on the left, the budget picture in the middle, devices on top,
-launch and the engine's log at the bottom. Only wiring; every number comes from the planner."""
+launch and the engine's log at the bottom. Only wiring; every number comes from the planner.
+
+The model, the settings, pass 1, the plan and the running engine live in one ``WindowState``
+(``current``); each panel binds to it and the window talks to panels only through their methods
+and signals.
+"""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -11,21 +15,19 @@ from types import ModuleType
 from app.engine.discover import EngineInfo, EngineKind
 from app.planner.devices import HostMemory, Inventory, Poller, Snapshot, host_memory
 from app.planner.errors import PlannerError
-from app.planner.measurement import Measurement
 from app.planner.plan import Plan
-from app.planner.settings import LaunchSettings
+from app.planner.units import MiB
 from app.ui import demo
 from app.ui.budget_view import BudgetView
 from app.ui.console import Console
 from app.ui.devices_panel import DevicesPanel
 from app.ui.form_scroll import form_with_footer
-from app.ui.hub_button import PREVIEW_LAUNCH, HubButton, model_title, preview_name
+from app.ui.hub_button import HubButton, model_title
 from app.ui.hub_dialog import HubDialog
 from app.ui.launch_panel import LaunchPanel
 from app.ui.live_replan import LiveReplan
-from app.ui.measure_bar import NOT_MEASURED, STALE, MeasureBar
-from app.ui.options_view import cap_text
-from app.ui.planning import PlanInputs, inventory_for, real_inventory
+from app.ui.measure_bar import MeasureBar
+from app.ui.planning import inventory_for, real_inventory
 from app.ui.qt import (
     QAction,
     QByteArray,
@@ -49,6 +51,7 @@ from app.ui.qt import (
 from app.ui.sessions_panel import SessionsPanel
 from app.ui.settings_panel import SettingsPanel, tokens_text
 from app.ui.state import UiState, load_state, save_state
+from app.ui.window_state import OpenModel, WindowState
 from app.ui.workers import PollWorker
 
 RESOURCES = Path(__file__).resolve().parent.parent.parent / "resources"
@@ -77,19 +80,16 @@ class MainWindow(QMainWindow):
         self.real_inventory = real_inventory(nvml)  # NVML read once; "Real GPUs" re-reads it
         inv, reason = inventory_for(self.state.simulated_gpus[0] if self.state.simulated_gpus else "",
                                     self.real_inventory)
-        self.inputs = PlanInputs(inventory=inv, nvml_reason=reason)
-        self.model_path: Path | None = None
-        self.preview: str | None = None  # "<repo>/<file>" of a header-only copy: planned, not launched
+        self.current = WindowState(inv, reason, self)
         self.hub_dialog: HubDialog | None = None
-        self.plan: Plan | None = None
-        self.plan_ms = 0.0
         self._build()
+        self._bind()
         self._menus()
         self.poller = Poller(nvml, read_host)  # read_host: live host RAM (tests pass their own)
         self.poll = PollWorker(self._poll_once, parent=self)
         self.poll.polled.connect(self.devices.show_snapshot)
-        self.live = LiveReplan(lambda: self.inputs.inventory, lambda: self.inputs.safety, self._live_busy,
-                               self._apply_live, self)
+        self.live = LiveReplan(lambda: self.current.inventory, lambda: self.current.settings.safety,
+                               self._live_busy, self._apply_live, self)
         self.poll.polled.connect(self.live.offer)
         self.poll.start()
         if self.state.geometry:
@@ -117,19 +117,15 @@ class MainWindow(QMainWindow):
         self.settings = SettingsPanel()
         self.settings.set_settings(self.state.launch_settings())
         self.settings.set_engine_window(self.state.engine_window)
-        self.settings.safety.setValue(self.state.safety_mib)
-        self.settings.vram_target.setValue(self.state.vram_target_mib)
-        self.settings.changed.connect(self.replan)
+        self.settings.set_margins(self.state.safety_mib, self.state.vram_target_mib)
         self.measure = MeasureBar()
-        self.measure.button.clicked.connect(self.start_measure)
-        self.measure.measured.connect(self._measure_done)
         self.measure.failed.connect(lambda msg: self.show_error(f"Pass 1 failed: {msg}"))
-        self.launch = LaunchPanel(self.settings.engine, self)
+        self.launch = LaunchPanel(self)
         # Small screens: the form scrolls up and down only; Measure, Launch / Stop and the endpoint
         # never scroll away (a footer under the form).
         left_w, self.left_scroll = form_with_footer(
             [self.model_label, open_row, self.error, self.settings, self.measure, self.launch],
-            [self.measure.controls, self.launch.controls], max_width=480)
+            [self.measure.pinned_controls(), self.launch.pinned_controls()], max_width=480)
         self.devices = DevicesPanel()
         self.devices.set_simulated_choice(self.state.simulated_gpus[0] if self.state.simulated_gpus else "")
         self.devices.simulationChanged.connect(self.set_simulated)
@@ -151,14 +147,8 @@ class MainWindow(QMainWindow):
         top.setStretchFactor(1, 1)
         self.console = Console()
         self.launch.logLines.connect(self.console.append_lines)
-        self.launch.enginesFound.connect(self._engines_found)
         self.sessions = SessionsPanel()
-        self.launch.engineReady.connect(self._engine_up)
-        self.launch.engineStopped.connect(lambda: self.sessions.set_engine("", None))
-        self.launch.launchFailed.connect(lambda _m: self.sessions.set_engine("", None))
-        self.launch.launched.connect(lambda plan: self.budget.set_running(plan, plan))
-        self.launch.engineStopped.connect(self._engine_gone)
-        self.launch.launchFailed.connect(lambda _m: self._engine_gone())
+        self.launch.adviceChanged.connect(self.sessions.set_advisories)
         bottom = QSplitter(Qt.Orientation.Horizontal)
         bottom.addWidget(self.console)
         bottom.addWidget(self.sessions)
@@ -171,7 +161,17 @@ class MainWindow(QMainWindow):
         vsplit.setStretchFactor(1, 1)
         vsplit.setSizes([780, 180])  # the plan and the form first; the log and sessions get what is left
         self.setCentralWidget(vsplit)
-        self.devices.show_inventory(self.inputs.inventory, self.inputs.nvml_reason)
+
+    def _bind(self) -> None:
+        """Every panel onto the one state; the window itself says what happened in its own words."""
+        state = self.current
+        for panel in (self.settings, self.devices, self.budget, self.measure, self.launch, self.sessions):
+            panel.bind(state)
+        state.modelChanged.connect(self._show_model)
+        state.planChanged.connect(self._planned)
+        state.noPlan.connect(self._no_plan)
+        state.measurementChanged.connect(lambda m: self.measured.emit(m) if m is not None else None)
+        state.enginesChanged.connect(self._engines_found)
 
     def _menus(self) -> None:
         file_menu = self.menuBar().addMenu("&File")
@@ -220,30 +220,42 @@ class MainWindow(QMainWindow):
         self.devices.set_simulated_choice(demo.DEMO_GPU)
         self.set_simulated(demo.DEMO_GPU, replan=False)
         self.settings.set_engine_window(True)
-        self.settings.context.set_value(demo.DEMO_CONTEXT)
+        self.settings.set_context(demo.DEMO_CONTEXT)
         return self.open_model(demo.ensure_demo_model(), remember=False)
 
     def open_model(self, path: Path, *, remember: bool = True) -> bool:
         """Read the model's shape (header only: fast) and plan. False, with a message, if unusable."""
         try:
-            shape = self.inputs.load_model(path)
+            self.current.open_model(path)
         except (PlannerError, OSError) as exc:
             reason = str(exc)  # the reader's message usually names the file already
             self.show_error(f"Cannot use {reason if reason.startswith(path.name) else f'{path.name}: {reason}'}")
             return False
-        self.model_path = path
-        self.preview = preview_name(path)
-        self.model_label.setText(f"{model_title(path)}<br>{shape.arch}, {shape.n_layer} layers, "
-                                 f"trained for {tokens_text(shape.n_ctx_train)} tokens")
-        self.model_label.setToolTip(str(path))
-        self.measure.status.setText(NOT_MEASURED)
-        self.measure.status.setToolTip("")
         if remember:
             self.state.remember_model(str(path))
             self._fill_recent()
-        self.show_error("")
-        self.replan()
         return True
+
+    def _show_model(self, model: OpenModel) -> None:
+        shape = model.shape
+        self.model_label.setText(f"{model_title(model.path)}<br>{shape.arch}, {shape.n_layer} layers, "
+                                 f"trained for {tokens_text(shape.n_ctx_train)} tokens")
+        self.model_label.setToolTip(str(model.path))
+        self.show_error("")
+
+    @property
+    def model_path(self) -> Path | None:
+        return self.current.model.path if self.current.model is not None else None
+
+    @property
+    def plan(self) -> Plan | None:
+        """What Launch would start now (None: no model, or the settings give no plan)."""
+        return self.current.plan
+
+    @property
+    def error_message(self) -> str:
+        """The error the window shows ("" when none)."""
+        return self.error.text()
 
     def show_error(self, message: str) -> None:
         if not message and self.error.text() and self.statusBar().currentMessage() == self.error.text():
@@ -270,108 +282,43 @@ class MainWindow(QMainWindow):
         if not name:
             self.real_inventory = real_inventory(self.nvml)
         inv, reason = inventory_for(name, self.real_inventory)
-        self.inputs.set_inventory(inv)
-        self.inputs.nvml_reason = reason
         self.state.simulated_gpus = [name] if name else []
-        self.devices.show_inventory(inv, reason)
-        if replan:
-            self.replan()
+        self.current.set_inventory(inv, reason, replan=replan)
 
     def _live_busy(self) -> bool:
         """A live re-plan waits while the user drags the context or the planned engine runs."""
-        return self.settings.context.slider.isSliderDown() or self.launch.server is not None
+        return self.settings.dragging() or self.current.running_engine is not None
 
     def _apply_live(self, inv: Inventory) -> None:
         if not any(g.simulated for g in inv.gpus):  # simulated cards: only their host RAM is live
             self.real_inventory = inv
-        self.inputs.set_inventory(inv)
-        self.replan()
+        self.current.set_inventory(inv)
 
     def replan(self) -> None:
-        self.inputs.safety = self.settings.safety_bytes()
-        self.inputs.vram_target = self.settings.vram_target_bytes()
-        self.inputs.engine_window = self.settings.engine_window()
-        if self.inputs.shape is None:
-            return
-        if self.settings.context.invalid:  # said under the field already: not again on top
-            self._no_plan(f"context: {self.settings.context.invalid}", say=False)
-            return
-        settings = self.settings.settings()
-        started = time.perf_counter()
-        try:
-            plan = self.inputs.plan(settings)
-            fit = self.inputs.largest_fit(settings)
-        except (PlannerError, ValueError) as exc:
-            self._no_plan(str(exc))
-            return
-        self.plan_ms = (time.perf_counter() - started) * 1000
+        self.current.replan()
+
+    def _planned(self, plan: Plan) -> None:
         self.show_error("")  # the last message was about other settings
-        if self.inputs.measurement is not None and not self.measure.running and \
-                self.inputs.measurement_for(settings) is None:
-            self.measure.status.setText(STALE)
-        self.plan = plan  # what Launch would start now
-        running = self.launch.running_plan
-        if running is None:  # while an engine runs, the picture stays on what it runs
-            self.budget.show_plan(plan, settings, fit)
-        self.budget.set_running(running, plan)
-        tail = bool(plan.gpus) and self.inputs.engine_window
-        where = "in host RAM" if not plan.gpus else "with a host tail" if tail else "fully on GPU"
-        capped = fit.tail_capped if tail else fit.resident_capped  # the search stopped, not the memory
-        self.settings.context.set_largest_fit((fit.with_tail if tail else fit.resident) or None, where,
-                                              capped=cap_text(fit) if capped else "")
-        # A header-only copy has no weights: Launch has no model to start, and says why.
-        self.launch.set_plan(plan, None if self.preview else self.model_path, self.inputs.shape.arch,
-                             not_launchable=PREVIEW_LAUNCH if self.preview else "")
-        self.sessions.set_advisories(self.launch.advice)
         self.planned.emit(plan)
 
-    def _no_plan(self, reason: str, *, say: bool = True) -> None:
-        """The settings give no plan: say so, grey the last picture, and offer no Launch, until the
-        settings change to ones that plan."""
-        self.show_error(f"Cannot plan: {reason}" if say else "")
-        self.plan = None
-        if self.launch.running_plan is None:  # while an engine runs, the picture stays on what it runs
-            self.budget.show_no_plan(reason)
-        self.launch.set_no_plan(f"the settings give no plan ({reason})")
-        self.settings.context.set_largest_fit(None, "– (no plan)")
-        self.sessions.set_advisories([])
+    def _no_plan(self, reason: str) -> None:
+        """The settings give no plan: say so (a mistyped context is said under its field already);
+        the panels grey the last picture and offer no Launch until the settings plan again."""
+        self.show_error("" if self.current.settings.problem else f"Cannot plan: {reason}")
 
-    def _engines_found(self, engines: list[EngineInfo]) -> None:
+    def _engines_found(self, engines: list[EngineInfo] | None) -> None:
         """The engine chosen last time, if it is still there; else an opencoti engine first in the
         list: plan for its rolling KV window."""
-        paths = [e.path for e in engines]
-        if self.state.engine_path in paths:
-            self.settings.engine.setCurrentIndex(paths.index(self.state.engine_path))
-        elif engines and engines[0].kind == EngineKind.OPENCOTI:
+        if not engines or self.settings.choose_engine(self.state.engine_path):
+            return
+        if engines[0].kind == EngineKind.OPENCOTI:
             self.settings.set_engine_window(True)
-
-    def _engine_gone(self) -> None:
-        """The engine stopped or failed: the picture goes back to the settings as they are now."""
-        self.budget.set_running(None)
-        self.replan()
-
-    def _engine_up(self, url: str) -> None:
-        server, running = self.launch.server, self.launch.running_plan
-        slots = running.launch.n_parallel if running is not None else 1
-        self.sessions.set_engine(url, server.tail if server is not None else None, slots)
-
-    # ---- measure (pass 1) ----------------------------------------------------------------------
-    def start_measure(self) -> None:
-        if self.model_path is not None:
-            self.measure.start(self.model_path, self.settings.settings(),
-                               targets_gpu=bool(self.inputs.inventory.gpus))
-
-    def _measure_done(self, m: Measurement, settings: LaunchSettings) -> None:
-        self.inputs.measurement = m
-        self.inputs.measured_for = settings
-        self.measured.emit(m)
-        self.replan()
 
     # ---- lifetime ------------------------------------------------------------------------------
     def _poll_once(self) -> Snapshot:
         """Runs on the poll thread, about once a second."""
-        server = self.launch.server
-        return self.poller.poll(server.pid if server is not None else None)
+        engine = self.current.running_engine
+        return self.poller.poll(engine.pid if engine is not None else None)
 
     def closeEvent(self, e: QCloseEvent) -> None:
         self.live.stop()
@@ -385,11 +332,12 @@ class MainWindow(QMainWindow):
             self.hub_dialog.shutdown()
         if self.persist:
             self.state.geometry = bytes(self.saveGeometry().toHex().data()).decode()
-            self.state.settings = self.settings.settings().to_json()
-            self.state.safety_mib = self.settings.safety.value()
-            self.state.engine_window = self.settings.engine_window()
-            self.state.vram_target_mib = self.settings.vram_target.value()
-            engine = self.launch.engine()
+            settings = self.current.settings
+            self.state.settings = settings.launch.to_json()
+            self.state.safety_mib = settings.safety // MiB
+            self.state.engine_window = settings.engine_window
+            self.state.vram_target_mib = (settings.vram_target or 0) // MiB
+            engine = self.current.engine
             self.state.engine_path = engine.path if engine is not None else self.state.engine_path
             save_state(self.state, self.state_file)
         super().closeEvent(e)

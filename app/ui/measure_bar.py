@@ -4,6 +4,8 @@ Pass 1 runs in a child process (app.probe.measure); here it runs on a ``TaskThre
 window stays responsive. Cancel sets the probe's cancel event: ``measure`` kills the child's process
 group within ``CANCEL_POLL_S`` and raises ``MeasureCancelled``; a result already on its way is dropped.
 The bar is free again at once; ``stopping`` holds cancelled workers until their child is gone.
+Bound to the window state (``bind``), it measures the open model with the settings now and hands
+the result to the state; it says when the plan's settings are no longer the ones measured.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from app.planner.measurement import Measurement
 from app.planner.settings import LaunchSettings
 from app.probe.measure import gpu_caveat, measure_cached
 from app.ui.qt import QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget, Signal
+from app.ui.window_state import WindowState
 from app.ui.workers import TaskThread
 
 #: Runs pass 1: (model, settings, cancel) -> (measurement, from_cache). Tests swap in a slow child.
@@ -42,21 +45,55 @@ class MeasureBar(QWidget):
         self.busy = QProgressBar()
         self.busy.setRange(0, 0)  # indeterminate
         self.busy.setVisible(False)
-        self.status = QLabel(NOT_MEASURED)
-        self.status.setWordWrap(True)
-        self.controls = QWidget()  # Measure / Cancel: the window pins them below its scrolling form
-        row = QHBoxLayout(self.controls)
+        self._status = QLabel(NOT_MEASURED)
+        self._status.setWordWrap(True)
+        self._controls = QWidget()  # Measure / Cancel: the window pins them below its scrolling form
+        row = QHBoxLayout(self._controls)
         row.setContentsMargins(0, 0, 0, 0)
         row.addWidget(self.button)
         row.addWidget(self.cancel_button)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         lay.addWidget(self.busy)
-        lay.addWidget(self.status)
+        lay.addWidget(self._status)
+
+    def pinned_controls(self) -> QWidget:
+        """Measure and Cancel, for the window to pin where they never scroll away."""
+        return self._controls
+
+    def status_text(self) -> str:
+        """What the bar says about the compute buffer (its tooltip: ``status_tip``)."""
+        return self._status.text()
+
+    def status_tip(self) -> str:
+        return self._status.toolTip()
 
     @property
     def running(self) -> bool:
         return self.task is not None
+
+    # ---- the window state ----------------------------------------------------------------------
+    def bind(self, state: WindowState) -> None:
+        """Measure measures ``state``'s model with its settings now; the result goes to ``state``.
+        A new model is not measured yet; a plan for other settings than the measured ones says so."""
+
+        def measure() -> None:
+            if state.model is not None:
+                self.start(state.model.path, state.settings.launch, targets_gpu=bool(state.inventory.gpus))
+
+        def planned(_plan: object) -> None:
+            if state.measurement is not None and not self.running and \
+                    state.measurement_for(state.settings.launch) is None:
+                self._status.setText(STALE)
+
+        self.button.clicked.connect(measure)
+        self.measured.connect(state.set_measurement)
+        state.modelChanged.connect(lambda _m: self._say(NOT_MEASURED))
+        state.planChanged.connect(planned)
+
+    def _say(self, text: str, tip: str = "") -> None:
+        self._status.setText(text)
+        self._status.setToolTip(tip)
 
     def start(self, model: Path, settings: LaunchSettings, *, targets_gpu: bool) -> None:
         if self.task is not None:
@@ -73,7 +110,7 @@ class MeasureBar(QWidget):
         task.failed.connect(self._failed)
         task.finished.connect(lambda: self._finished(task))
         self._set_busy(True)
-        self.status.setText("Measuring with the engine's allocator…")
+        self._status.setText("Measuring with the engine's allocator…")
         task.start()
 
     def cancel(self) -> None:
@@ -82,7 +119,7 @@ class MeasureBar(QWidget):
         if task is not None:
             task.cancel()  # measure() kills the child's process group and returns
             self.stopping.add(task)
-            self.status.setText(CANCELLED)
+            self._status.setText(CANCELLED)
             self._set_busy(False)
 
     def _set_busy(self, on: bool) -> None:
@@ -98,16 +135,16 @@ class MeasureBar(QWidget):
         how = "from the measurement cache" if from_cache else f"{m.seconds:.2f} s"
         caveat = gpu_caveat(m, targets_gpu=targets_gpu)
         if caveat:  # the plan's warnings say it in full once; here the headline, the rest on hover
-            self.status.setText(f"Pass 1 ran on the {m.backend} — GPU compute is still estimated ({how})")
-            self.status.setToolTip(caveat)
+            self._status.setText(f"Pass 1 ran on the {m.backend} — GPU compute is still estimated ({how})")
+            self._status.setToolTip(caveat)
         else:
-            self.status.setText(f"Compute buffer measured by pass 1 ({m.backend}, {how})")
-            self.status.setToolTip("")
+            self._status.setText(f"Compute buffer measured by pass 1 ({m.backend}, {how})")
+            self._status.setToolTip("")
         self._set_busy(False)
         self.measured.emit(m, settings)
 
     def _failed(self, message: str) -> None:
-        self.status.setText("Measurement failed")
+        self._status.setText("Measurement failed")
         self._set_busy(False)
         self.failed.emit(message)
 

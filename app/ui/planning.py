@@ -1,74 +1,61 @@
-"""The one place the window talks to the planner: cached shape, inventory and measurement.
+"""The one place the window talks to the planner: a cached plan request and largest contexts.
 
 Re-planning happens on every slider move, so everything slow (reading the GGUF, NVML, pass 1) is
-done once and kept here; ``plan()`` only calls ``make_plan`` (designed to take < 10 ms). No Qt.
+done elsewhere, once; the stored overhead is read once per inventory. Plans come from the planner's
+one ``PlanRequest`` (app.planner.request), as ``headroom plan``'s do: the same overhead (measured
+for this GPU and driver when it was), the same pass-1 rule (the plan's own launch, else the settings
+as given; then the alternative it chose). No Qt.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
 from app.planner.devices import Inventory, resolve_gpus
-from app.planner.gguf_model import ModelShape, read_shape
-from app.planner.measurement import Measurement
-from app.planner.plan import ContextFit, Plan, make_plan, max_context
+from app.planner.gguf_model import ModelShape
+from app.planner.plan import ContextFit, Plan
+from app.planner.request import MeasurementLookup, PlanRequest
 from app.planner.settings import LaunchSettings
-from app.planner.units import MiB
 
 
-@dataclass
-class PlanInputs:
-    """Everything a plan depends on besides the launch settings."""
+class Planner:
+    """Plans for the window (``overhead_path``: where measured overheads are kept; None: the cache's)."""
 
-    inventory: Inventory
-    shape: ModelShape | None = None
-    measurement: Measurement | None = None
-    measured_for: LaunchSettings | None = None  # the settings pass 1 ran with
-    engine_window: bool = False
-    safety: int = 256 * MiB
-    vram_target: int | None = None
-    nvml_reason: str = ""  # why there are no real GPUs (shown even while simulating)
-    _fits: dict[tuple[object, ...], ContextFit] = field(default_factory=dict)
+    def __init__(self, overhead_path: Path | None = None) -> None:
+        self.overhead_path = overhead_path
+        self._request: tuple[tuple[object, ...], PlanRequest] | None = None
+        self._fits: dict[tuple[object, ...], ContextFit] = {}
 
-    def load_model(self, path: Path) -> ModelShape:
-        """Read the GGUF header (PlannerError if it is not a usable model); forget old measurements."""
-        self.shape = read_shape(path)
-        self.measurement = None
-        self.measured_for = None
-        self._fits.clear()
-        return self.shape
+    def request(self, shape: ModelShape, inventory: Inventory, *, engine_window: bool, safety: int,
+                vram_target: int | None, lookup: MeasurementLookup) -> PlanRequest:
+        """The plan request for these inputs (a new one, with the overhead read again, only when
+        they changed; the cached one keeps the shape and inventory alive, so their ids stay theirs)."""
+        key = (id(shape), id(inventory), engine_window, safety, vram_target, lookup)
+        if self._request is None or self._request[0] != key:
+            self._fits.clear()  # the largest contexts were for the last request
+            self._request = (key, PlanRequest.for_machine(
+                shape, inventory, engine_window=engine_window, safety=safety, vram_target=vram_target,
+                lookup=lookup, overhead_path=self.overhead_path))
+        return self._request[1]
 
-    def set_inventory(self, inv: Inventory) -> None:
-        self.inventory = inv
-        self._fits.clear()
-
-    def measurement_for(self, settings: LaunchSettings) -> Measurement | None:
-        """Pass 1 is only true for the exact settings it ran with (DOMAIN.md §1)."""
-        return self.measurement if self.measured_for == settings else None
-
-    def plan(self, settings: LaunchSettings) -> Plan:
-        if self.shape is None:
-            raise ValueError("no model loaded")
-        return make_plan(self.shape, self.inventory, settings, engine_window=self.engine_window,
-                         measurement=self.measurement_for(settings), safety=self.safety,
-                         vram_target=self.vram_target)
-
-    def largest_fit(self, settings: LaunchSettings) -> ContextFit:
-        """``max_context`` for everything but n_ctx, cached (it searches over many contexts)."""
-        if self.shape is None:
-            raise ValueError("no model loaded")
-        # The search is capped by max(n_ctx_train, n_ctx): only that part of n_ctx matters.
-        cap = max(self.shape.n_ctx_train, settings.n_ctx)
-        key = (self.shape.path, settings.with_(n_ctx=cap), self.engine_window, self.safety,
-               self.vram_target, id(self.inventory))
+    def plan(self, shape: ModelShape, inventory: Inventory, settings: LaunchSettings, *, engine_window: bool,
+             safety: int, vram_target: int | None, lookup: MeasurementLookup) -> tuple[Plan, ContextFit]:
+        """The plan and its largest contexts. Raises PlannerError / ValueError for settings that
+        cannot be planned."""
+        request = self.request(shape, inventory, engine_window=engine_window, safety=safety,
+                               vram_target=vram_target, lookup=lookup)
+        plan, measurement = request.plan(settings)
+        # The largest contexts, cached (the search tries many contexts). Without pass 1 it is capped
+        # by max(n_ctx_train, n_ctx): only that part of n_ctx matters. With it, its compute grows
+        # from the context it ran at: all of it does.
+        cap = max(shape.n_ctx_train, settings.n_ctx)
+        key = (settings if measurement is not None else settings.with_(n_ctx=cap), measurement)
         fit = self._fits.get(key)
         if fit is None:
-            fit = max_context(self.shape, self.inventory, settings, engine_window=self.engine_window,
-                              safety=self.safety, vram_target=self.vram_target)
+            fit = request.largest_fit(settings, measurement)
             self._fits[key] = fit
-        return fit
+        return plan, fit
 
 
 def real_inventory(nvml: ModuleType | None = None) -> Inventory:

@@ -2,7 +2,8 @@
 continue any of them, run the shared-sequence smoke test, and see the known-issue advisories.
 
 All HTTP runs in ``TaskThread``s (app.sessions is plain Python); streamed pieces are queued and
-shown ten times a second.
+shown ten times a second. Bound to the window state (``bind``), it works on the running engine once
+it is ready, and is cleared when it is gone.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from app.ui.qt import (
     QWidget,
     Signal,
 )
+from app.ui.window_state import WindowState
 from app.ui.workers import TaskThread
 
 #: Tokens each reply may take in the panel (short: it is a demonstration, not a chat client).
@@ -98,6 +100,17 @@ class SessionsPanel(QGroupBox):
         self._flush.timeout.connect(self._show_pieces)
         self._flush.start()
         self.set_engine("", None)
+
+    def bind(self, state: WindowState) -> None:
+        """The running engine's sessions: from when it answers until it is gone."""
+
+        def ready(url: str) -> None:
+            engine, running = state.running_engine, state.running
+            self.set_engine(url, engine.log_tail if engine is not None else None,
+                            running.launch.n_parallel if running is not None else 1)
+
+        state.engineReady.connect(ready)
+        state.runningChanged.connect(lambda plan: self.set_engine("", None) if plan is None else None)
 
     def set_advisories(self, items: list[Advisory]) -> None:
         colour = {Severity.ERROR: "#d62728", Severity.WARNING: "#c77800"}

@@ -1,12 +1,15 @@
 """Model and launch settings: the context slider (log scale, snapping, typed entry) and the rest.
 
-The panel owns no planning: it turns widget state into one ``LaunchSettings`` (plus the safety
-margin and VRAM target) and says when it changed. The main window re-plans.
+The panel owns no planning: it turns widget state into one ``PlanSettings`` (the launch settings
+plus the safety margin, VRAM target and KV placement) and hands it to the window state on every
+edit (``bind``); the state re-plans. It shows the largest context that fits for the plan it gets
+back, and the engines found (the one chosen goes to the state too).
 """
 
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from app.planner.settings import ALL_LAYERS, KV_TYPES, LaunchSettings
 from app.planner.units import MiB, format_tokens, parse_tokens
@@ -25,6 +28,11 @@ from app.ui.qt import (
     QWidget,
     Signal,
 )
+from app.ui.window_state import PlanSettings, WindowState
+
+if TYPE_CHECKING:
+    from app.engine.discover import EngineInfo
+    from app.planner.plan import ContextFit, Plan
 
 K = 1024
 #: Where the context slider snaps: roughly geometric (x1.33–1.5) from 4k to 1M, values people use.
@@ -34,6 +42,9 @@ SNAP_VALUES: tuple[int, ...] = tuple(v * K for v in (
 _STEPS_PER_OCTAVE = 100
 KV_MODES = ("stock llama.cpp (whole layers)", "rolling KV window (opencoti)")
 UBATCH_VALUES = (64, 128, 256, 512, 1024, 2048, 4096)
+#: The Engine combo's placeholder while engines are being looked for, and when none was found.
+LOOKING = "looking for engines…"
+NONE_FOUND = "no engine found — Build engine…"
 
 
 def ctx_to_pos(n_ctx: int) -> int:
@@ -206,6 +217,7 @@ class SettingsPanel(QWidget):
     """Every launch setting; ``changed`` fires on any edit."""
 
     changed = Signal()
+    engineChosen = Signal(int)  # the index of the engine chosen in the list shown
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -272,8 +284,10 @@ class SettingsPanel(QWidget):
         form.addRow(engine_label)  # the combo gets the whole width: "kind version (commit) — source"
         form.addRow(self.engine)
         self.context.contextChanged.connect(lambda _v: self.changed.emit())
-        for combo in (self.type_k, self.type_v, self.n_ubatch, self.flash_attn, self.engine, self.kv_mode):
+        for combo in (self.type_k, self.type_v, self.n_ubatch, self.flash_attn, self.kv_mode):
             combo.currentIndexChanged.connect(lambda _i: self.changed.emit())
+        self.engine.setPlaceholderText(LOOKING)
+        self.engine.currentIndexChanged.connect(self._engine_chosen)
         for spin in (self.n_parallel, self.safety, self.vram_target, self.n_gpu_layers):
             spin.valueChanged.connect(lambda _v: self.changed.emit())
         for check in (self.kv_unified, self.nkvo):
@@ -318,9 +332,86 @@ class SettingsPanel(QWidget):
     def set_engine_window(self, on: bool) -> None:
         self.kv_mode.setCurrentIndex(1 if on else 0)
 
+    def set_context(self, n_ctx: int) -> None:
+        """Show ``n_ctx`` in the context field (as if typed)."""
+        self.context.set_value(n_ctx, emit=True)
+
+    def dragging(self) -> bool:
+        """The user holds the context slider."""
+        return self.context.slider.isSliderDown()
+
+    def set_margins(self, safety_mib: int, vram_target_mib: int) -> None:
+        """The safety margin and the VRAM target (0: all free VRAM), in MiB."""
+        self.safety.setValue(safety_mib)
+        self.vram_target.setValue(vram_target_mib)
+
     def safety_bytes(self) -> int:
         return self.safety.value() * MiB
 
     def vram_target_bytes(self) -> int | None:
         v = self.vram_target.value()
         return v * MiB if v else None
+
+    def plan_settings(self) -> PlanSettings:
+        """Everything the panel says, for the planner (``problem``: a context typed wrong)."""
+        return PlanSettings(self.settings(), self.engine_window(), self.safety_bytes(), self.vram_target_bytes(),
+                            self.context.invalid)
+
+    # ---- the window state ----------------------------------------------------------------------
+    def bind(self, state: WindowState) -> None:
+        """Every edit goes to ``state`` (the settings now, at once); the largest context that fits
+        and the engines found come back from it."""
+        self.changed.connect(lambda: state.set_settings(self.plan_settings()))
+        self.engineChosen.connect(state.choose_engine)
+        state.planChanged.connect(lambda plan: self._show_fit(plan, state.fit, state.settings.engine_window))
+        state.noPlan.connect(lambda _why: self.context.set_largest_fit(None, "– (no plan)"))
+        state.enginesChanged.connect(self.show_engines)
+        state.set_settings(self.plan_settings())
+
+    def _show_fit(self, plan: Plan, fit: ContextFit | None, engine_window: bool) -> None:
+        from app.ui.options_view import cap_text
+
+        if fit is None:
+            return
+        tail = bool(plan.gpus) and engine_window
+        where = "in host RAM" if not plan.gpus else "with a host tail" if tail else "fully on GPU"
+        capped = fit.tail_capped if tail else fit.resident_capped  # the search stopped, not the memory
+        self.context.set_largest_fit((fit.with_tail if tail else fit.resident) or None, where,
+                                     capped=cap_text(fit) if capped else "")
+
+    # ---- engines -------------------------------------------------------------------------------
+    def show_engines(self, engines: list[EngineInfo] | None) -> None:
+        """The engines found, first chosen (None: still looking; the list shown stays)."""
+        combo = self.engine
+        if engines is None:
+            combo.setPlaceholderText(LOOKING)
+            return
+        combo.blockSignals(True)
+        combo.clear()
+        for i, e in enumerate(engines):
+            text = f"{e.kind} {e.version} ({e.commit}) — {e.source}"
+            combo.addItem(text, e.path)  # a narrow window cuts the text: the tooltip has it all
+            combo.setItemData(i, f"{text}\n{e.path}", Qt.ItemDataRole.ToolTipRole)
+        view = combo.view()
+        view.setMinimumWidth(view.sizeHintForColumn(0) + view.verticalScrollBar().sizeHint().width())
+        combo.blockSignals(False)
+        combo.setPlaceholderText(NONE_FOUND if not engines else "")
+        self._engine_tooltip(combo.currentIndex())
+
+    def choose_engine(self, path: str) -> bool:
+        """Choose the engine at ``path`` if it is in the list; False when it is not."""
+        i = self.engine.findData(path)
+        if i < 0:
+            return False
+        self.engine.setCurrentIndex(i)
+        return True
+
+    def _engine_chosen(self, i: int) -> None:
+        self._engine_tooltip(i)
+        self.engineChosen.emit(i)
+
+    def _engine_tooltip(self, i: int) -> None:
+        """The chosen engine's full text and path, wherever the combo cuts it."""
+        tip = self.engine.itemData(i, Qt.ItemDataRole.ToolTipRole)
+        self.engine.setToolTip(f"The engine to launch: {tip}" if isinstance(tip, str) else
+                               "The engine to launch, with its detected kind and version")

@@ -49,9 +49,9 @@ def test_launch_the_real_engine_see_it_healthy_then_stop_it(window, tiny_model, 
     qtbot.waitUntil(lambda: "llama" in window.console.text(), timeout=5_000)  # the log reached the pane
     window.launch.copy_endpoint()
     assert window.launch.endpoint.text() == url
-    server = window.launch.server
-    assert server is not None and server.pid is not None
-    pid = server.pid
+    engine = window.current.running_engine
+    assert engine is not None and engine.pid is not None
+    pid = engine.pid
     with qtbot.waitSignal(window.launch.engineStopped, timeout=30_000):
         qtbot.mouseClick(window.launch.stop_button, LEFT)
     assert not pid_alive(pid)
@@ -67,7 +67,7 @@ def test_missing_engine_binary_shows_its_message(window, tiny_model, qtbot, tmp_
         qtbot.mouseClick(window.launch.launch_button, LEFT)
     assert str(gone) in sig.args[0] and "does not exist" in sig.args[0]
     assert sig.args[0] in window.launch.status.text()
-    assert window.launch.server is None and window.launch.launch_button.isEnabled()
+    assert window.current.running_engine is None and window.launch.launch_button.isEnabled()
 
 
 def test_no_engine_at_all_is_said_plainly(window, tiny_model, qtbot):
@@ -89,8 +89,8 @@ def test_measure_runs_in_the_background_and_the_plan_uses_it(window, tiny_model,
         assert not window.measure.button.isEnabled()
     m = sig.args[0]
     assert window.measure.busy.isHidden() and window.measure.button.isEnabled()
-    assert "measured by pass 1" in window.measure.status.text()
-    expected = make_plan(read_shape(tiny_model), window.inputs.inventory, settings, measurement=m)
+    assert "measured by pass 1" in window.measure.status_text()
+    expected = make_plan(read_shape(tiny_model), window.current.inventory, settings, measurement=m)
     assert window.plan is not None
     assert window.plan.host == expected.host
     assert "measured by pass 1" in [str(s) for s in window.plan.host.sources.values()]
@@ -104,9 +104,9 @@ def test_cancel_measure_returns_at_once_and_keeps_the_estimate(window, tiny_mode
         qtbot.mouseClick(window.measure.button, LEFT)
         qtbot.mouseClick(window.measure.cancel_button, LEFT)
         assert window.measure.busy.isHidden() and window.measure.button.isEnabled()
-        assert "cancelled" in window.measure.status.text()
+        assert "cancelled" in window.measure.status_text()
         qtbot.waitUntil(lambda: not window.measure.running, timeout=120_000)
-    assert window.inputs.measurement is None
+    assert window.current.measurement is None
     assert window.plan == before
 
 
@@ -128,7 +128,7 @@ def test_settings_the_engine_rejects_show_both_messages(window, tiny_model, engi
     assert probing.args[0].startswith("Pass 1 failed:")
     assert "flash attention" in probing.args[0]
     assert "<s>" in window.error.text() or "BOS" in window.error.text() or "flash" in window.error.text()
-    assert window.measure.status.text() == "Measurement failed"
+    assert window.measure.status_text() == "Measurement failed"
     # flash attention on: the tiny model's head size (16) is still no multiple of q8_0's block (32),
     # which the engine refuses too (llama_init_from_model) — the window says so before any launch
     window.settings.flash_attn.setCurrentText("on")

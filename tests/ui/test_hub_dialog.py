@@ -221,7 +221,7 @@ def test_plan_from_header_opens_a_preview_that_plans_and_measures_but_does_not_l
     assert window.launch.launch_button.toolTip() == PREVIEW_LAUNCH
     with qtbot.waitSignal(window.measured, timeout=120_000):  # pass 1 never reads the weights
         qtbot.mouseClick(window.measure.button, LEFT)
-    assert "measured by pass 1" in window.measure.status.text()
+    assert "measured by pass 1" in window.measure.status_text()
     assert not window.launch.launch_button.isEnabled()  # re-planned with the measurement: still no
 
 

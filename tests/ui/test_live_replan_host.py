@@ -41,10 +41,10 @@ class HostFeed:
 def _cpu_window(qtbot, tmp_path, shape_model) -> tuple[MainWindow, HostFeed]:
     feed = HostFeed()
     w = MainWindow(state=UiState(), persist=False, state_file=tmp_path / "s.json", read_host=feed)
-    feed.base = w.inputs.inventory.host  # the real reading the first plan uses
+    feed.base = w.current.inventory.host  # the real reading the first plan uses
     qtbot.addWidget(w)
     w.show()
-    assert not w.inputs.inventory.gpus  # real NVML: no driver here
+    assert not w.current.inventory.gpus  # real NVML: no driver here
     with qtbot.waitSignal(w.planned):
         assert w.open_model(shape_model(LLAMA8B))
     return w, feed
@@ -104,7 +104,7 @@ def test_a_simulated_gpu_plan_follows_the_real_host_ram(qtbot, tmp_path, shape_m
     w, feed = _cpu_window(qtbot, tmp_path, shape_model)
     with qtbot.waitSignal(w.planned):
         w.devices.simulate.setCurrentText("RTX 4090")
-    feed.base = w.inputs.inventory.host  # choosing the card read psutil again
+    feed.base = w.current.inventory.host  # choosing the card read psutil again
     before = _plan(w)
     assert before.gpus and before.gpus[0].simulated
     feed.taken = TAKEN

@@ -20,7 +20,7 @@ LLAMA8B = "llama-3.1-8b-instruct-q4_k_m"
 
 def _expected(window: MainWindow, path: Path) -> Plan:
     """What the planner itself says for the window's current inputs."""
-    return make_plan(read_shape(path), window.inputs.inventory, window.settings.settings(),
+    return make_plan(read_shape(path), window.current.inventory, window.settings.settings(),
                      engine_window=False, measurement=None, safety=256 * MiB, vram_target=None)
 
 
@@ -110,7 +110,8 @@ def test_stock_plan_that_moved_away_from_the_settings_says_so(window, shape_mode
 def test_largest_context_that_fits_is_shown_and_usable(window, shape_model, qtbot):
     window.devices.simulate.setCurrentText("RTX 4090")
     assert window.open_model(shape_model(LLAMA8B))
-    fit = window.inputs.largest_fit(window.settings.settings())
+    fit = window.current.fit
+    assert fit is not None
     assert fit.resident > 0
     with qtbot.waitSignal(window.planned) as sig:
         qtbot.mouseClick(window.settings.context.fits, Qt.MouseButton.LeftButton)

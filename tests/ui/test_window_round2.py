@@ -18,9 +18,8 @@ from app.planner.settings import LaunchSettings
 from app.probe.measure import measure
 from app.ui.budget_view import GPU_PARTS, HOST_PARTS, legend_entries
 from app.ui.engine_builder import EngineBuilder, progress_of
-from app.ui.launch_panel import NONE_FOUND
 from app.ui.qt import QPalette, Qt
-from app.ui.settings_panel import tokens_text
+from app.ui.settings_panel import NONE_FOUND, tokens_text
 
 LEFT = Qt.MouseButton.LeftButton
 LLAMA8B = "llama-3.1-8b-instruct-q4_k_m"
@@ -52,9 +51,9 @@ def test_cancel_measure_kills_the_pass1_child(window, tiny_model, qtbot):
         qtbot.mouseClick(window.measure.button, LEFT)
         qtbot.waitUntil(lambda: bool(_children_with(MARKER)), timeout=10_000)
         qtbot.mouseClick(window.measure.cancel_button, LEFT)
-        assert window.measure.button.isEnabled() and "cancelled" in window.measure.status.text()
+        assert window.measure.button.isEnabled() and "cancelled" in window.measure.status_text()
         qtbot.waitUntil(lambda: not _children_with(MARKER) and not window.measure.stopping, timeout=10_000)
-    assert window.inputs.measurement is None and window.plan == before
+    assert window.current.measurement is None and window.plan == before
     assert window.error.isHidden()  # a cancel is not an error
 
 
@@ -97,7 +96,7 @@ def test_an_error_advisory_refuses_the_launch_with_its_message(window, tiny_mode
         qtbot.mouseClick(window.launch.launch_button, LEFT)
     assert "the rolling-KV window excludes --kv-unified" in failed.args[0]
     assert "excludes --kv-unified" in window.launch.status.text()
-    assert window.launch.server is None  # nothing was started
+    assert window.current.running_engine is None  # nothing was started
 
 
 def test_no_engine_found_offers_build_engine_which_streams_progress(window, qtbot, tmp_path):
@@ -169,7 +168,8 @@ def test_options_table_lists_largest_contexts_and_applies_one(window, qtbot):
     plan = window.plan
     assert plan is not None
     assert plan.mode == PlanMode.WINDOW and plan.launch.n_ctx == 512 * 1024
-    fit = window.inputs.largest_fit(window.settings.settings())
+    fit = window.current.fit
+    assert fit is not None
     view = window.budget.options
     assert not view.isHidden()
     assert [(r.label, r.fits) for r in view.rows] == [

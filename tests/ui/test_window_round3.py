@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pynvml
@@ -96,7 +97,7 @@ def test_two_simulated_cards_plan_a_split_and_are_remembered(no_gpu_window, shap
     again = MainWindow(state=window.state, persist=False, state_file=tmp_path / "again.json")
     qtbot.addWidget(again)
     assert again.devices.simulate.currentText() == "2 × H200"
-    assert len(again.inputs.inventory.gpus) == 2
+    assert len(again.current.inventory.gpus) == 2
     again.close()
 
 
@@ -240,13 +241,13 @@ def test_a_model_that_cannot_be_launched_keeps_saying_why(no_gpu_window, shape_m
     w = no_gpu_window
     with qtbot.waitSignal(w.planned):
         assert w.open_model(shape_model(LLAMA8B))
-    w.preview = "acme/X-GGUF/x-Q8_0.gguf"  # as opening a header-only copy sets it
-    w.replan()
+    model = w.current.model
+    assert model is not None
+    w.current.set_model(replace(model, preview="acme/X-GGUF/x-Q8_0.gguf"))  # as opening a header-only copy does
     panel, plan = w.launch, w.plan
     assert plan is not None and plan.feasible
     assert not panel.launch_button.isEnabled() and panel.launch_button.toolTip() == PREVIEW_LAUNCH
     panel._failed("the engine exited")  # what an engine failure does to the panel (it re-enables itself)
     assert not panel.launch_button.isEnabled() and panel.launch_button.toolTip() == PREVIEW_LAUNCH
-    w.preview = None  # a real file again: Launch is back, the reason gone
-    w.replan()
+    w.current.set_model(model)  # a real file again: Launch is back, the reason gone
     assert panel.launch_button.isEnabled() and PREVIEW_LAUNCH not in panel.launch_button.toolTip()

@@ -119,9 +119,9 @@ def test_pass_1_on_the_cpu_says_gpu_compute_is_still_estimated_once(window, tiny
     assert window.open_model(tiny_model)
     with qtbot.waitSignal(window.measured, timeout=120_000):
         qtbot.mouseClick(window.measure.button, LEFT)
-    status = window.measure.status
-    assert status.text().startswith("Pass 1 ran on the CPU — GPU compute is still estimated")
-    assert "pip install" not in status.text() and "pip install" in status.toolTip()
+    status = window.measure.status_text()
+    assert status.startswith("Pass 1 ran on the CPU — GPU compute is still estimated")
+    assert "pip install" not in status and "pip install" in window.measure.status_tip()
     shown = [lab.text() for lab in window.findChildren(QLabel) if lab.isVisible()]
     assert sum(t.count("pip install") for t in shown) == 1  # the plan's warning; not twice
 

@@ -1,0 +1,124 @@
+"""One plan request: everything a plan depends on besides the launch settings, and the one way from
+them to a plan. ``headroom plan``/``serve`` and the window both plan through it, so the same model,
+settings and GPUs plan the same everywhere.
+
+It owns
+- the per-process GPU overhead: given (``--overhead``), else measured for this GPU and driver
+  (app.planner.overhead), else None = the planner's default (DOMAIN.md §2);
+- the safety margin, the VRAM target and the engine (stock, or one with a KV position window);
+- pass 1: a lookup ``launch -> Measurement | None`` handed in by the caller (the CLI passes the
+  probe's cache, or pass 1 run through it; the window its own last measurement; the planner runs
+  nothing itself), asked for the plan's *own* launch (else the settings as given), and asked again
+  when the measured plan chose another launch (an ``-ngl`` alternative);
+- the largest context that fits, with the same measurement.
+
+Pure: no I/O except :meth:`PlanRequest.for_machine`, which reads the stored overhead once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+from app.planner.devices import Inventory
+from app.planner.gguf_model import ModelShape
+from app.planner.measurement import Measurement
+from app.planner.plan import ContextFit, make_plan, max_context
+from app.planner.plan_types import Plan
+from app.planner.settings import LaunchSettings
+from app.planner.units import MiB
+
+#: Default margin kept free per GPU: the opencoti two-pass's 256 MiB (DOMAIN.md §4).
+DEFAULT_SAFETY = 256 * MiB
+
+#: Pass 1 for one launch, or None when there is none (the caller's cache, or its last measurement).
+MeasurementLookup = Callable[[LaunchSettings], Measurement | None]
+
+
+def machine_overhead(inventory: Inventory, given: int | None = None, *,
+                     path: Path | None = None) -> int | None:
+    """The per-process overhead to plan with: ``given``, else the one measured on this GPU and
+    driver (real GPUs only: a simulated card has no driver to measure), else None (the planner's
+    default). ``path``: the overhead store (tests)."""
+    from app.planner.overhead import known_overhead
+
+    if given is not None:
+        return given
+    if not inventory.gpus or inventory.gpus[0].simulated:
+        return None
+    known = known_overhead(inventory.gpus[0].name, inventory.driver, path=path)
+    return known.sourced() if known.measured else None
+
+
+class MeasuredPlan(NamedTuple):
+    """A plan and the pass-1 measurement it used (None: compute buffers estimated)."""
+
+    plan: Plan
+    measurement: Measurement | None
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """A model on some devices, with everything but the launch settings (see the module docstring)."""
+
+    shape: ModelShape
+    inventory: Inventory
+    engine_window: bool = False
+    safety: int = DEFAULT_SAFETY
+    vram_target: int | None = None
+    #: Resolved already: ``machine_overhead``'s answer (None: the planner's default).
+    overhead: int | None = None
+    lookup: MeasurementLookup | None = None
+
+    @classmethod
+    def for_machine(cls, shape: ModelShape, inventory: Inventory, *, engine_window: bool = False,
+                    safety: int = DEFAULT_SAFETY, vram_target: int | None = None,
+                    overhead: int | None = None, lookup: MeasurementLookup | None = None,
+                    overhead_path: Path | None = None) -> PlanRequest:
+        """A request with the overhead resolved for ``inventory`` (``overhead``: the one given)."""
+        return cls(shape, inventory, engine_window, safety, vram_target,
+                   machine_overhead(inventory, overhead, path=overhead_path), lookup)
+
+    def _make(self, settings: LaunchSettings, measurement: Measurement | None) -> Plan:
+        return make_plan(self.shape, self.inventory, settings, engine_window=self.engine_window,
+                         measurement=measurement, safety=self.safety, vram_target=self.vram_target,
+                         overhead=self.overhead)
+
+    def measurement_for(self, launch: LaunchSettings, asked: LaunchSettings) -> Measurement | None:
+        """Pass 1 for ``launch``; when the lookup has none, the one for the settings as ``asked``.
+        The planner says whose numbers those are: "measured by pass 1 for other settings at …", or,
+        for a plan without GPUs (``-ngl 0``) and a probe that saw none either, simply measured
+        (nothing could be offloaded)."""
+        if self.lookup is None:
+            return None
+        found = self.lookup(launch)
+        if found is None and launch != asked:
+            found = self.lookup(asked)
+        return found
+
+    def plan(self, settings: LaunchSettings) -> MeasuredPlan:
+        """The plan for ``settings``, with pass 1 for the plan's *own* launch when the lookup has one.
+        When the measured plan chooses another launch (a ``-ngl`` alternative), that one is looked up
+        too; the plan's warnings say when the numbers are for the settings as given."""
+        plan = self._make(settings, None)
+        used: Measurement | None = None
+        if self.lookup is None:
+            return MeasuredPlan(plan, None)
+        for _ in range(2):
+            m = self.measurement_for(plan.launch, settings)
+            if m is None:
+                break
+            used = m
+            measured = self._make(settings, m)
+            if measured.launch == plan.launch:
+                return MeasuredPlan(measured, m)
+            plan = measured
+        return MeasuredPlan(plan, used)
+
+    def largest_fit(self, settings: LaunchSettings, measurement: Measurement | None = None) -> ContextFit:
+        """``max_context`` for everything but n_ctx (``measurement``: the one the plan used)."""
+        return max_context(self.shape, self.inventory, settings, engine_window=self.engine_window,
+                           measurement=measurement, safety=self.safety, vram_target=self.vram_target,
+                           overhead=self.overhead)

@@ -1,0 +1,178 @@
+"""The window's one state: the model, the settings, the devices, pass 1, the plan and the running
+engine, with a signal for each change (STYLE.md, "One state, many views").
+
+Panels subscribe (each has a ``bind(state)``) and write back through the methods here; none reaches
+into another's widgets. Every input that changes re-plans at once (``replan``), through the
+planner's one ``PlanRequest`` (app.ui.planning); the plan comes back as ``planChanged`` — or, when
+the settings cannot be planned, as ``noPlan(reason)``.
+
+Signals (the argument's type after the colon):
+
+- ``modelChanged``: OpenModel — a model was opened (its pass 1, if any, is forgotten)
+- ``settingsChanged``: PlanSettings — the launch settings or the planning options changed
+- ``inventoryChanged``: Inventory, str — the devices planned for, and why there are no real GPUs
+- ``measurementChanged``: Measurement | None — pass 1 ran (None: forgotten with a new model)
+- ``enginesChanged``: list[EngineInfo] | None — the engines found (None: still looking)
+- ``planChanged``: Plan — a new plan for the settings now (``fit``: its largest contexts)
+- ``noPlan``: str — the settings give no plan, and why
+- ``runningChanged``: Plan | None — an engine was launched with this plan (None: it is gone)
+- ``engineReady``: str — the running engine answers at this URL
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from app.engine.discover import EngineInfo
+from app.engine.running import RunningEngine
+from app.planner.devices import Inventory
+from app.planner.errors import PlannerError
+from app.planner.gguf_model import ModelShape
+from app.planner.measurement import Measurement
+from app.planner.plan import ContextFit, Plan
+from app.planner.request import DEFAULT_SAFETY
+from app.planner.settings import LaunchSettings
+from app.ui.hub_button import preview_name
+from app.ui.planning import Planner
+from app.ui.qt import QObject, Signal
+
+
+@dataclass(frozen=True)
+class OpenModel:
+    path: Path
+    shape: ModelShape
+    #: "<repo>/<file>" of a header-only copy from the Hub: planned and measured, never launched.
+    preview: str | None = None
+
+
+@dataclass(frozen=True)
+class PlanSettings:
+    """What the settings panel says: the launch settings and how to plan them."""
+
+    launch: LaunchSettings = field(default_factory=LaunchSettings)
+    engine_window: bool = False  # plan for the opencoti rolling KV window
+    safety: int = DEFAULT_SAFETY
+    vram_target: int | None = None
+    #: Why the settings cannot be planned as typed ("" when they can): a mistyped context.
+    problem: str = ""
+
+
+class WindowState(QObject):
+    modelChanged = Signal(object)
+    settingsChanged = Signal(object)
+    inventoryChanged = Signal(object, str)
+    measurementChanged = Signal(object)
+    enginesChanged = Signal(object)
+    planChanged = Signal(object)
+    noPlan = Signal(str)
+    runningChanged = Signal(object)
+    engineReady = Signal(str)
+
+    def __init__(self, inventory: Inventory, nvml_reason: str = "", parent: QObject | None = None, *,
+                 overhead_path: Path | None = None) -> None:
+        super().__init__(parent)
+        self.model: OpenModel | None = None
+        self.settings = PlanSettings()
+        self.inventory = inventory
+        self.nvml_reason = nvml_reason  # why there are no real GPUs (shown even while simulating)
+        self.measurement: Measurement | None = None
+        self.measured_for: LaunchSettings | None = None  # the settings pass 1 ran with
+        self.engines: list[EngineInfo] | None = None
+        self.engine: EngineInfo | None = None  # the one chosen to launch
+        self.plan: Plan | None = None  # what Launch would start now (None: the settings give none)
+        self.fit: ContextFit | None = None  # the largest contexts for the settings now
+        self.plan_ms = 0.0
+        self.running: Plan | None = None  # what the engine starting or running was launched with
+        self.running_engine: RunningEngine | None = None
+        self._planner = Planner(overhead_path)
+
+    # ---- inputs --------------------------------------------------------------------------------
+    def open_model(self, path: Path) -> OpenModel:
+        """Read the GGUF header (PlannerError or OSError if it is not a usable model), forget the
+        last pass 1, plan."""
+        from app.planner.gguf_model import read_shape
+
+        model = OpenModel(path, read_shape(path), preview_name(path))
+        self.measurement, self.measured_for = None, None
+        self.set_model(model)
+        self.measurementChanged.emit(None)
+        return model
+
+    def set_model(self, model: OpenModel) -> None:
+        self.model = model
+        self.modelChanged.emit(model)
+        self.replan()
+
+    def set_settings(self, settings: PlanSettings) -> None:
+        self.settings = settings
+        self.settingsChanged.emit(settings)
+        self.replan()
+
+    def set_inventory(self, inventory: Inventory, nvml_reason: str | None = None, *, replan: bool = True) -> None:
+        self.inventory = inventory
+        if nvml_reason is not None:
+            self.nvml_reason = nvml_reason
+        self.inventoryChanged.emit(inventory, self.nvml_reason)
+        if replan:
+            self.replan()
+
+    def set_measurement(self, measurement: Measurement, settings: LaunchSettings) -> None:
+        """Pass 1 ran with ``settings``."""
+        self.measurement, self.measured_for = measurement, settings
+        self.measurementChanged.emit(measurement)
+        self.replan()
+
+    def measurement_for(self, settings: LaunchSettings) -> Measurement | None:
+        """Pass 1 is only true for the exact settings it ran with (DOMAIN.md §1)."""
+        return self.measurement if self.measured_for == settings else None
+
+    def set_engines(self, engines: list[EngineInfo] | None) -> None:
+        """The engines found (None: looking); the first is chosen until ``choose_engine``."""
+        self.engines = engines
+        self.engine = engines[0] if engines else None
+        self.enginesChanged.emit(engines)
+        self.replan()  # the engine advisories are for the chosen engine
+
+    def choose_engine(self, index: int) -> None:
+        engines = self.engines or []
+        self.engine = engines[index] if 0 <= index < len(engines) else None
+        self.replan()
+
+    # ---- the running engine --------------------------------------------------------------------
+    def set_running(self, engine: RunningEngine | None) -> None:
+        """An engine was launched (its plan is what the picture shows while it runs), or it is gone
+        (stopped or failed): the picture goes back to the settings as they are now."""
+        self.running_engine = engine
+        self.running = engine.plan if engine is not None else None
+        self.runningChanged.emit(self.running)
+        if engine is None:
+            self.replan()
+
+    def engine_is_ready(self, url: str) -> None:
+        self.engineReady.emit(url)
+
+    # ---- planning ------------------------------------------------------------------------------
+    def replan(self) -> None:
+        """Plan the settings now (nothing before a model is open)."""
+        model, settings = self.model, self.settings
+        if model is None:
+            return
+        if settings.problem:  # said under the field already
+            self._no_plan(f"context: {settings.problem}")
+            return
+        started = time.perf_counter()
+        try:
+            self.plan, self.fit = self._planner.plan(
+                model.shape, self.inventory, settings.launch, engine_window=settings.engine_window,
+                safety=settings.safety, vram_target=settings.vram_target, lookup=self.measurement_for)
+        except (PlannerError, ValueError) as exc:
+            self._no_plan(str(exc))
+            return
+        self.plan_ms = (time.perf_counter() - started) * 1000
+        self.planChanged.emit(self.plan)
+
+    def _no_plan(self, reason: str) -> None:
+        self.plan, self.fit = None, None
+        self.noPlan.emit(reason)
