@@ -28,7 +28,7 @@ from app.planner.plan_types import Plan, Sourced
 from app.planner.settings import ALL_LAYERS, KV_TYPES, LaunchSettings
 from app.planner.units import Bytes, MiB, parse_tokens
 
-#: Default margin kept free per GPU: the opencoti two-pass's 256 MiB (DOMAIN.md §4).
+#: Default margin kept free per GPU: the opencoti two-pass's 256 MiB (docs/domain.md §4).
 DEFAULT_SAFETY = 256 * MiB
 
 

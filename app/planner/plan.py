@@ -43,7 +43,7 @@ from app.planner.weights import weight_split
 __all__ = ["Alternative", "ContextFit", "DevicePlan", "HostPlan", "KvSummary", "Plan", "make_plan",
            "max_context"]
 
-#: Above this context, flash attention off means a KQ matrix of gigabytes (DOMAIN.md §2).
+#: Above this context, flash attention off means a KQ matrix of gigabytes (docs/domain.md §2).
 LONG_CONTEXT_FA = 32768
 
 

@@ -45,7 +45,7 @@ class PlanInputs:
         self._fits.clear()
 
     def measurement_for(self, settings: LaunchSettings) -> Measurement | None:
-        """Pass 1 is only true for the exact settings it ran with (DOMAIN.md §1)."""
+        """Pass 1 is only true for the exact settings it ran with (docs/domain.md §1)."""
         return self.measurement if self.measured_for == settings else None
 
     def plan(self, settings: LaunchSettings) -> Plan:
