@@ -32,7 +32,7 @@ from tests.fixtures import gguf_factory, pagecache, shapes
 SHAPE = Target("reading a model's shape", 100.0, "ms", "issue 3, the 30 GB fixture")
 REPLAN = Target("a re-plan, shape and measurement cached", 10.0, "ms", "issue 3, the GUI re-plans per slider move")
 
-#: Pass 1 of the headline case as the H200 log records it (shared/fixtures/h200/llama-server-qwen2-
+#: Pass 1 of the headline case as the H200 log records it (tests/fixtures/h200/llama-server-qwen2-
 #: 14b-1m-c524288-fa-ub512-f16.log): CUDA0 623 MiB, CUDA_Host 532 MiB of compute buffer.
 H200_14B_MEASUREMENT = Measurement((DeviceMeasurement("CUDA0", compute=623 * MiB),
                                     DeviceMeasurement("CUDA_Host", compute=532 * MiB, host=True)),

@@ -15,8 +15,9 @@ from app.engine.libpath import ensure_llama_cpp_lib
 from tests.fixtures import gguf_factory, shapes
 
 ROOT = Path(__file__).resolve().parent.parent
-#: Recorded output from machines we do not have (a CUDA engine log, NVML readings).
-SHARED_FIXTURES = ROOT.parent / "shared" / "fixtures"
+#: Recorded output from machines we do not have (a CUDA engine log, NVML readings): tests/fixtures/,
+#: so ``shared_fixtures / "h200" / NAME`` is tests/fixtures/h200/NAME.
+SHARED_FIXTURES = ROOT / "tests" / "fixtures"
 
 
 @pytest.fixture(scope="session")
@@ -37,7 +38,7 @@ def llama_server(engine_build: native_build.EngineBuild) -> Path:
 @pytest.fixture(scope="session")
 def shared_fixtures() -> Path:
     if not SHARED_FIXTURES.is_dir():
-        pytest.fail(f"recorded fixtures missing: {SHARED_FIXTURES} (the repo's ../shared/ checkout)")
+        pytest.fail(f"recorded fixtures missing: {SHARED_FIXTURES}")
     return SHARED_FIXTURES
 
 

@@ -1,5 +1,5 @@
 """Known engine issues that matter before serving shared sessions, keyed by architecture and by
-where the engine's llama.cpp sits relative to the fix (DOMAIN.md §5).
+where the engine's llama.cpp sits relative to the fix (docs/domain.md §5).
 
 - k-pool models (``qwen4exp``, ``glm5-next``) with shared sequences: decode-time graph re-reserve
   that later runs out of room in an unchanged graph — fixed in b11412 (#29958); then a data race

@@ -1,8 +1,8 @@
-"""The engine command line, as a pure function of the plan (STYLE.md: prepare / run / result).
+"""The engine command line, as a pure function of the plan (docs/style.md: prepare / run / result).
 
 Everything that changes what the engine allocates comes from one ``LaunchSettings`` (the same
 object pass 1 measured with), so the launch is the plan. ``--fit off`` stops llama-server from
-silently changing ``-c``/``-ngl`` (DOMAIN.md §1); ``-lv 4`` makes it log the buffer sizes the plan
+silently changing ``-c``/``-ngl`` (docs/domain.md §1); ``-lv 4`` makes it log the buffer sizes the plan
 check reads. Never a shell: an argument list, shown as one copyable line with ``shlex.join``.
 """
 

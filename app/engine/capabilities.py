@@ -1,6 +1,6 @@
 """Which of the flags Headroom uses an engine binary accepts — probed, never looked up by version.
 
-The probe (DOMAIN.md §4): ``<binary> [--server] <flag> [<value>] -m /nonexistent.gguf``. llama.cpp
+The probe (docs/domain.md §4): ``<binary> [--server] <flag> [<value>] -m /nonexistent.gguf``. llama.cpp
 parses every argument before it touches the model, so an unknown flag or value stops it at parse
 time and a known one gets as far as "model not found". Probes run concurrently, each with a
 timeout, and the answers are cached per binary (path, size, mtime) under the cache directory.

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 BUFFER_TOLERANCE = 1 * MiB
 #: The log's resolution: llama.cpp prints buffer sizes as ``%.2f MiB``, so a logged 0.00 may be up to this.
 LOG_RESOLUTION = MiB // 200
-#: NVML counts the CUDA context and libraries too (~590 MiB per process on an H200, DOMAIN.md §2);
+#: NVML counts the CUDA context and libraries too (~590 MiB per process on an H200, docs/domain.md §2);
 #: the plan carries that as ``overhead``, which is an estimate, not a measurement.
 PROCESS_TOLERANCE = 128 * MiB
 HOST = "host"

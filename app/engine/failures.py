@@ -1,6 +1,6 @@
 """Why an engine failed to start, read from its log: a table of known lines → actionable messages.
 
-Every pattern has the line it matches above it (STYLE.md, "Log scraping with the sample in the
+Every pattern has the line it matches above it (docs/style.md, "Log scraping with the sample in the
 comment"); the strings come from the llama.cpp that llama-cpp-python 0.3.36 vendors (file named
 next to each). The first pattern that matches, in table order, wins: the specific causes come
 before the generic ones ("failed to load model" follows most of them).

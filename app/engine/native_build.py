@@ -38,7 +38,7 @@ LLAMA_CPP_PYTHON_VERSION = "0.3.36"
 SDIST_NAME = f"llama_cpp_python-{LLAMA_CPP_PYTHON_VERSION}"
 
 #: Targets built: the server, the fit tool, the RPC server, the library llama-cpp-python loads
-#: (``llama`` + ``mtmd``) and the batched bench used by the shared-sequence repro (DOMAIN.md §5).
+#: (``llama`` + ``mtmd``) and the batched bench used by the shared-sequence repro (docs/domain.md §5).
 TARGETS = ("llama-server", "llama-fit-params", "ggml-rpc-server", "llama", "mtmd", "llama-batched-bench")
 BINARIES = ("llama-server", "llama-fit-params", "ggml-rpc-server")
 #: The file a trimmed tree carries its llama.cpp commit in (40 hex digits, one line).

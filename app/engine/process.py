@@ -1,6 +1,6 @@
 """Supervise one engine process: start, wait until healthy, stop; never leave one behind.
 
-Modelled on ollama's ``llm/llama_server.go`` (STYLE.md "Supervising a server"): the engine runs in
+Modelled on ollama's ``llm/llama_server.go`` (docs/style.md "Supervising a server"): the engine runs in
 its own session (process group); output goes to a log file and a bounded deque of last lines;
 ``GET /health`` is polled every 250 ms (503 while loading, 200 when ready) against a deadline that
 stretches while the log keeps growing and ends at once if the process exits; stop is SIGTERM, a

@@ -1,6 +1,6 @@
 """A launched engine, and the narrow contract the window holds it by.
 
-``RunningEngine`` is all a caller that did not start the engine may ask of it (STYLE.md, "A narrow
+``RunningEngine`` is all a caller that did not start the engine may ask of it (docs/style.md, "A narrow
 contract first": ollama's ``LlamaServer`` interface): its status, where it answers, its process,
 its recent log, plan vs actual, and stop. ``LaunchedEngine`` is the one implementation: a
 ``LaunchSpec`` started for a ``Plan``, supervised by ``ServerProcess`` (app.engine.process); the

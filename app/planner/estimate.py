@@ -10,7 +10,7 @@ input, alive for the whole graph) plus the larger of two phases, not their sum:
   ``n_ctx × (head_dim_k + head_dim_v) × n_head_kv × 2`` — 4 GiB for Gemma-3-12B at 512k q8_0, which is
   why a q8_0 cache needs *more* compute buffer than f16 at long context;
 - without flash attention the attention phase materialises the KQ matrix ``n_kv × n_ubatch × n_head``
-  f32 (the 10.5 GB seen for Qwen2.5-14B at 131072 context, DOMAIN.md §2).
+  f32 (the 10.5 GB seen for Qwen2.5-14B at 131072 context, docs/domain.md §2).
 
 The mask is ``n_ctx_seq × n_ubatch`` f16 (f32 without flash attention), plus the SWA cache's for an iSWA
 model; the pinned host side (CUDA_Host) is the mask plus ``n_ubatch × n_embd × 8``.

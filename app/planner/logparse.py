@@ -5,7 +5,7 @@ Used for the pass-1 probe's captured log (app.probe.measure) and for the engine'
 Lines may carry llama-server's prefix (``0.03.595.713 I ``); patterns search, not match.
 
 Blocks: an engine may log its buffers more than once (the opencoti two-pass reserve re-creates the
-context as it converges; DOMAIN.md §4). A later block of a kind REPLACES the earlier one. A block
+context as it converges; docs/domain.md §4). A later block of a kind REPLACES the earlier one. A block
 ends when a line of another kind is seen, when a device repeats within a compute/output block,
 or at a ``loading model tensors`` / ``constructing llama_context`` marker.
 """
@@ -60,7 +60,7 @@ _BREAKDOWN_OTHER_RE = re.compile(
 # common_memory_breakdown_print: | memory breakdown [MiB] |  total    free      self   model   context   compute    unaccounted |
 _BREAKDOWN_HEADER_RE = re.compile(r"memory_breakdown_print: \| memory breakdown \[MiB\]")
 
-# opencoti-llamafile (DOMAIN.md §4; tests/fixtures/opencoti/ replays these):
+# opencoti-llamafile (docs/domain.md §4; tests/fixtures/opencoti/ replays these):
 # rolling-kv POSITION_WINDOW mode ON (--kv-residency-mode auto) — window 256 / 32768 cells, host tail 32512
 _OC_WINDOW_RE = re.compile(
     r"rolling-kv (?P<tactic>\w+) mode ON \(--kv-residency-mode (?P<mode>\w+)\)\s*(?:—|--?)\s*window (?P<window>\d+)"

@@ -44,7 +44,7 @@ class Measurement:
     #: Things the reader should know (e.g. the tool could not express -kvu).
     warnings: tuple[str, ...] = field(default=())
     #: The launch settings pass 1 ran with (None: not recorded, e.g. numbers from a recorded log).
-    #: Its numbers are only true for exactly these (DOMAIN.md §1).
+    #: Its numbers are only true for exactly these (docs/domain.md §1).
     launch: LaunchSettings | None = None
 
     def device(self, name: str) -> DeviceMeasurement | None:

@@ -1,6 +1,6 @@
 """Per-process GPU overhead: what an engine process uses beyond every llama.cpp buffer.
 
-CUDA context, cuBLAS and friends: ~590 MiB per process on an H200 (DOMAIN.md §2), the same at
+CUDA context, cuBLAS and friends: ~590 MiB per process on an H200 (docs/domain.md §2), the same at
 18 GB and at 114 GB of use, so it is a per-GPU, per-driver constant. Issue 9's run confirmed it on
 our own CUDA build: 588–595 MiB on all 32 launches, four models, 14–114 GB (607 MiB once the engine
 had generated tokens; bench/results/h200-2026-11-30.md). Measured once with NVML
@@ -20,7 +20,7 @@ from app.paths import cache_dir
 from app.planner.sources import Source, Sourced, SourceKind
 from app.planner.weights import DEFAULT_GPU_OVERHEAD, DEFAULT_GPU_OVERHEAD_SOURCE
 
-#: Measured on an H200, driver 580.159.04, CUDA 13.0 (DOMAIN.md §2).
+#: Measured on an H200, driver 580.159.04, CUDA 13.0 (docs/domain.md §2).
 DEFAULT_OVERHEAD = DEFAULT_GPU_OVERHEAD  # one number, owned by the weights/overhead rules
 DEFAULT_SOURCE = str(DEFAULT_GPU_OVERHEAD_SOURCE)
 

@@ -43,7 +43,7 @@ from app.planner.weights import weight_split
 __all__ = ["Alternative", "AlternativeKind", "ContextFit", "DevicePlan", "HostPlan", "KvSummary",
            "Plan", "PlanMode", "make_plan", "max_context"]
 
-#: Above this context, flash attention off means a KQ matrix of gigabytes (DOMAIN.md §2).
+#: Above this context, flash attention off means a KQ matrix of gigabytes (docs/domain.md §2).
 LONG_CONTEXT_FA = 32768
 #: A slot with fewer tokens than this cannot hold a real conversation (a prompt plus an answer).
 SHORT_SLOT = 1024

@@ -4,7 +4,7 @@ settings and GPUs plan the same everywhere.
 
 It owns
 - the per-process GPU overhead: given (``--overhead``), else measured for this GPU and driver
-  (app.planner.overhead), else None = the planner's default (DOMAIN.md §2);
+  (app.planner.overhead), else None = the planner's default (docs/domain.md §2);
 - the safety margin, the VRAM target and the engine (stock, or one with a KV position window);
 - pass 1: a lookup ``launch -> Measurement | None`` handed in by the caller (the CLI passes the
   probe's cache, or pass 1 run through it; the window its own last measurement; the planner runs
@@ -30,7 +30,7 @@ from app.planner.plan_types import Plan
 from app.planner.settings import LaunchSettings
 from app.planner.units import MiB
 
-#: Default margin kept free per GPU: the opencoti two-pass's 256 MiB (DOMAIN.md §4).
+#: Default margin kept free per GPU: the opencoti two-pass's 256 MiB (docs/domain.md §4).
 DEFAULT_SAFETY = 256 * MiB
 
 #: Pass 1 for one launch, or None when there is none (the caller's cache, or its last measurement).

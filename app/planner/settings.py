@@ -1,6 +1,6 @@
 """The launch settings: one object that both pass 1 (the probe) and the engine argv are built from.
 
-Pass 1 is only true when its context parameters are *exactly* the launch's (DOMAIN.md §1), so
+Pass 1 is only true when its context parameters are *exactly* the launch's (docs/domain.md §1), so
 both sides read this one dataclass. Defaults mirror llama-server's, not the C API's
 (``swa_full`` is false in llama-server, true in ``llama_context_default_params``).
 """

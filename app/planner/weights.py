@@ -39,7 +39,7 @@ from app.planner.sources import Source, SourceKind
 #: ggml-cuda ``ggml_backend_cuda_buffer_type_get_alignment``.
 GPU_ALIGNMENT = 128
 #: MiB of GPU memory each engine process uses beyond llama.cpp's buffers: the CUDA context and
-#: libraries, measured ~590 MiB on an H200 (DOMAIN.md §2). Overridable; a measured value wins.
+#: libraries, measured ~590 MiB on an H200 (docs/domain.md §2). Overridable; a measured value wins.
 DEFAULT_GPU_OVERHEAD = 590 * 1024 * 1024
 DEFAULT_GPU_OVERHEAD_SOURCE = Source(SourceKind.DEFAULT, "~590 MiB measured on an H200 (driver 580)")
 

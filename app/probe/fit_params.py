@@ -2,9 +2,9 @@
 
 - ``fit_params_measure``: the stock engine's ``llama-fit-params -fitp on`` prints what it would
   allocate per device (model, context, compute MiB) with that build's backend, e.g. CUDA when
-  llama-cpp-python here is a CPU build. It does not accept ``-kvu`` (DOMAIN.md §1).
+  llama-cpp-python here is a CPU build. It does not accept ``-kvu`` (docs/domain.md §1).
 - ``engine_pass1``: the opencoti llamafile measures itself: its window mode boots with a minimal
-  window and logs ``two-pass — measured GPU compute buffer = N MiB`` (DOMAIN.md §4). Start it, read
+  window and logs ``two-pass — measured GPU compute buffer = N MiB`` (docs/domain.md §4). Start it, read
   that number, stop it.
 """
 
@@ -80,7 +80,7 @@ def _reader(stream: object, lines: queue.Queue[str | None]) -> None:
 
 
 def stop_process(proc: subprocess.Popen[str], grace: float = 5.0) -> None:
-    """SIGTERM to the engine's own process group, then SIGKILL (STYLE.md: politely, then firmly)."""
+    """SIGTERM to the engine's own process group, then SIGKILL (docs/style.md: politely, then firmly)."""
     if proc.poll() is not None:
         return
     for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):

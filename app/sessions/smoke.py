@@ -1,6 +1,6 @@
 """The shared-sequence smoke test, run against a launched engine.
 
-The scenario of llama.cpp's regression test for shared sequences (DOMAIN.md §5): decode a prompt
+The scenario of llama.cpp's regression test for shared sequences (docs/domain.md §5): decode a prompt
 into one sequence, share it with a second (one ``n_cmpl = 2`` request: the parent decodes, then
 ``llama_memory_seq_cp`` shares its cells with the child), let both generate, then continue both.
 Both must produce tokens. The prompt is ~2500 tokens like the upstream repro
@@ -95,12 +95,12 @@ def _failure(client: EngineClient, why: str, steps: list[str], tokens: dict[str,
         return failed("engine-bug", (
             "the engine aborted with 'unexpected graph reallocation' while two sequences shared "
             "their cells: it re-reserves its compute graph mid-decode — the k-pool shared-sequence "
-            "bug fixed in llama.cpp b11412 (#29958, DOMAIN.md §5). Use an engine at b11412/43fe9c642 "
+            "bug fixed in llama.cpp b11412 (#29958, docs/domain.md §5). Use an engine at b11412/43fe9c642 "
             f"or later (on this engine even -np 1 re-reserves once the pool grows). Engine: {line}"))
     if line:
         return failed("engine-bug", (
             "the engine hit an assertion while two sequences shared their cells — the shared-sequence "
-            "engine bug of DOMAIN.md §5 (fixed by b11412 and 43fe9c642; partial seq_cp asserts on "
+            "engine bug of docs/domain.md §5 (fixed by b11412 and 43fe9c642; partial seq_cp asserts on "
             f"k-pool models). Use a newer engine or serve with -np 1. Engine: {line}"))
     try:
         alive = client.health()

@@ -1,4 +1,4 @@
-"""The one module that imports PySide6 (STYLE.md "One import module for Qt").
+"""The one module that imports PySide6 (docs/style.md "One import module for Qt").
 
 Everything in ``app/ui`` imports Qt names from here, so a binding change or a compatibility shim
 happens in one place and ``app/planner`` / ``app/engine`` can be checked to stay Qt-free.

@@ -1,5 +1,5 @@
 """The window's one state: the model, the settings, the devices, pass 1, the plan and the running
-engine, with a signal for each change (STYLE.md, "One state, many views").
+engine, with a signal for each change (docs/style.md, "One state, many views").
 
 Panels subscribe (each has a ``bind(state)``) and write back through the methods here; none reaches
 into another's widgets. Every input that changes re-plans at once (``replan``), through the
@@ -125,7 +125,7 @@ class WindowState(QObject):
         self.replan()
 
     def measurement_for(self, settings: LaunchSettings) -> Measurement | None:
-        """Pass 1 is only true for the exact settings it ran with (DOMAIN.md §1)."""
+        """Pass 1 is only true for the exact settings it ran with (docs/domain.md §1)."""
         return self.measurement if self.measured_for == settings else None
 
     def set_engines(self, engines: list[EngineInfo] | None) -> None:

@@ -44,7 +44,7 @@ def h200_rows() -> list[Row]:
         Row(QWEN_1M, "512k", "f16", 4, True, smoke=True),  # must show: 512k launches and forks
         Row(QWEN_1M, "128k", "f16"), Row(LLAMA_8B, "128k", "f16"), Row(GEMMA_12B, "128k", "f16"),
         Row(QWEN3_MOE, "128k", "f16"),
-        Row(QWEN_1M, "512k", "q8_0"),  # q8_0 at 512k: the dequantization scratch (DOMAIN.md §2)
+        Row(QWEN_1M, "512k", "q8_0"),  # q8_0 at 512k: the dequantization scratch (docs/domain.md §2)
         Row(QWEN_1M, "128k", "q8_0"), Row(LLAMA_8B, "128k", "q8_0"), Row(GEMMA_12B, "128k", "q8_0"),
         Row(QWEN3_MOE, "128k", "q8_0"),
     ]

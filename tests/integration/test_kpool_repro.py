@@ -1,4 +1,4 @@
-"""The k-pool re-reserve abort (DOMAIN.md §5) reproduced on Headroom's own engine (llama.cpp
+"""The k-pool re-reserve abort (docs/domain.md §5) reproduced on Headroom's own engine (llama.cpp
 0c1e57098, CPU build) with the tiny glm5-next, and why a CPU-only launch cannot show it.
 
 The abort needs two scheduler backends (tests/fixtures/kpool.py says why, from the source): a CPU

@@ -23,7 +23,7 @@ from tests.fixtures.server_proc import RunningServer, running_server
 
 pytestmark = pytest.mark.engine
 
-#: What Headroom passes once it has planned (DOMAIN.md §1), plus the session pool: 4 slots, one
+#: What Headroom passes once it has planned (docs/domain.md §1), plus the session pool: 4 slots, one
 #: unified KV cache, counters on.
 POOL = ("-c", "2048", "-np", "4", "-kvu", "--metrics", "--fit", "off", "-ngl", "0")
 DOCUMENT = "A long shared document that every session reads once. " * 6

@@ -16,7 +16,7 @@ from tests.fixtures.spec import ModelSpec
 
 pytestmark = pytest.mark.engine
 
-#: What Headroom passes once it has planned: no silent refit, explicit layers (DOMAIN.md §1).
+#: What Headroom passes once it has planned: no silent refit, explicit layers (docs/domain.md §1).
 PLANNED = ("--fit", "off", "-ngl", "0", "-np", "1")
 
 

@@ -1,4 +1,4 @@
-"""Panels expose methods and signals, not their child widgets (STYLE.md, "One state, many views"):
+"""Panels expose methods and signals, not their child widgets (docs/style.md, "One state, many views"):
 the window's code names, on each panel, only what the panel's class itself defines — a method, a
 property or a signal — never a widget the panel built for itself."""
 

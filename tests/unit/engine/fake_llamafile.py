@@ -1,6 +1,6 @@
 """A stand-in for the llamafile / opencoti-llamafile binaries, which cannot run here.
 
-Not recorded output: it mimics what DOMAIN.md §4 says of them. ``--version`` prints
+Not recorded output: it mimics what docs/domain.md §4 says of them. ``--version`` prints
 ``llamafile v0.10.5``; llama-server flags are accepted only after ``--server``; the flags it
 knows are llama.cpp's argument parser's answer shape: an unknown flag →
 ``error: invalid argument: X``, a missing model → gguf's ``failed to open GGUF file``. The

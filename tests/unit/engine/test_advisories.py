@@ -1,4 +1,4 @@
-"""Known engine issues before launching shared sessions (DOMAIN.md §5)."""
+"""Known engine issues before launching shared sessions (docs/domain.md §5)."""
 
 from __future__ import annotations
 

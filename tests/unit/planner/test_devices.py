@@ -17,7 +17,7 @@ from app.planner.devices import Poller, inventory, nvml_status, resolve_gpus, si
 from app.planner.units import GiB
 from tests.fixtures.fake_nvml import FakeNvml, load_readings
 
-TOTAL = 150_754_820_096  # shared/fixtures/h200/nvml-readings.txt
+TOTAL = 150_754_820_096  # tests/fixtures/h200/nvml-readings.txt
 FREE_IDLE = 150_109_880_320
 FREE_WITH_CTX = 149_557_477_376
 RESERVED = 644_939_776

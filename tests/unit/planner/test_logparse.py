@@ -87,7 +87,7 @@ def test_opencoti_window_and_two_pass_lines() -> None:
 
 
 def test_domain_lines_verbatim() -> None:
-    # The three lines exactly as DOMAIN.md §4 records them.
+    # The three lines exactly as docs/domain.md §4 records them.
     parser = LogParser()
     parser.feed("rolling-kv POSITION_WINDOW mode ON (--kv-residency-mode auto) — window 256 / 32768 cells, host tail 32512")
     parser.feed("two-pass — measured GPU compute buffer = 635 MiB; re-sizing (iter 0)")

@@ -7,7 +7,7 @@ from pathlib import Path
 from app.planner.overhead import DEFAULT_OVERHEAD, known_overhead, measure_overhead
 from tests.fixtures.fake_nvml import FakeNvml
 
-#: The recorded process holding a CUDA context on the H200 (shared/fixtures/h200/nvml-readings.txt).
+#: The recorded process holding a CUDA context on the H200 (tests/fixtures/h200/nvml-readings.txt).
 PID, USED = 419, 543162368
 
 

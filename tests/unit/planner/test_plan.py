@@ -14,7 +14,7 @@ from app.planner.plan_types import PlanMode
 from app.planner.settings import ALL_LAYERS, LaunchSettings
 from app.planner.units import GiB, MiB
 
-#: What the recorded H200 run measured (shared/fixtures/h200/*.log, sched_reserve lines).
+#: What the recorded H200 run measured (tests/fixtures/h200/llama-server-*.log, sched_reserve lines).
 H200_MEASURED = Measurement((DeviceMeasurement("CUDA0", compute=round(623.01 * MiB)),
                              DeviceMeasurement("CUDA_Host", compute=round(532.01 * MiB), host=True)),
                             backend="CUDA", llama_commit="0c1e57098", seconds=1.5)
@@ -110,7 +110,7 @@ def test_no_gpu_is_a_cpu_plan(qwen14b: ModelShape) -> None:
 def test_flash_attention_off_at_long_context_is_warned(qwen14b: ModelShape) -> None:
     plan = make_plan(qwen14b, h200(), LaunchSettings(n_ctx=131072, flash_attn="off"))
     assert any("flash attention is off" in w for w in plan.warnings)
-    # The estimate carries the KQ matrix: ~10.5 GB at 131072 × 512 × 40 heads (DOMAIN.md §2).
+    # The estimate carries the KQ matrix: ~10.5 GB at 131072 × 512 × 40 heads (docs/domain.md §2).
     assert plan.gpus[0].compute > 10 * 10**9 and str(plan.gpus[0].sources["compute"]) == "estimated"
 
 
