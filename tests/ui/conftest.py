@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import pynvml
 import pytest
 
 from app.ui.main_window import MainWindow
 from app.ui.state import UiState
+from tests.fixtures.fake_nvml import FakeNvml
 
 #: The offscreen platform cannot propagate size hints or raise a window (a tooltip); it says so each
 #: time. That is the test platform's limit, not the app's: every other Qt warning still fails a test.
@@ -38,3 +40,15 @@ def corrupt_gguf(tmp_path: Path) -> Path:
     path = tmp_path / "broken.gguf"
     path.write_bytes(b"GGUF" + (3).to_bytes(4, "little") + (2**62).to_bytes(8, "little") + b"\xff" * 40)
     return path
+
+
+@pytest.fixture
+def no_gpu_window(qtbot, tmp_path: Path) -> Iterator[MainWindow]:
+    """A machine without an NVIDIA driver, whatever machine the test runs on."""
+    nvml = FakeNvml(init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
+    w = MainWindow(state=UiState(), persist=False, state_file=tmp_path / "s.json", nvml=nvml,
+                   read_host=lambda: None)  # host RAM held still, as in conftest's window
+    qtbot.addWidget(w)
+    w.show()
+    yield w
+    w.close()

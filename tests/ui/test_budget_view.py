@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from app.planner.units import Bytes
+import re
+
+from app.planner.plan_types import PlanMode
+from app.planner.units import Bytes, GiB
+from app.ui.budget_view import GPU_PARTS, HOST_PARTS, legend_entries
 from app.ui.qt import (
     QApplication,
     QColor,
@@ -17,6 +21,9 @@ from app.ui.qt import (
     QUrl,
 )
 
+QWEN14_1M = "qwen2.5-14b-instruct-1m-q8_0"
+#: Five or more digits in a row: a token count printed without thousands separators.
+BARE_NUMBER = re.compile(r"(?<![\d,.])\d{5,}(?![\d,.])")
 LLAMA8B = "llama-3.1-8b-instruct-q4_k_m"
 
 
@@ -74,3 +81,83 @@ def test_recent_models_reopen_from_the_menu(window, shape_model, tiny_model, qtb
     with qtbot.waitSignal(window.planned):
         actions[1].trigger()
     assert window.model_path == big
+
+
+def test_no_two_legend_entries_share_a_colour():
+    entries = legend_entries()
+    assert len(set(entries.values())) == len(entries)
+    assert {label for _k, label, _c in GPU_PARTS + HOST_PARTS} | {"Driver reserve"} == set(entries)
+
+
+def test_without_a_gpu_the_cpu_plan_reads_as_fitting(no_gpu_window, shape_model, qtbot):
+    w = no_gpu_window
+    with qtbot.waitSignal(w.planned) as sig:
+        assert w.open_model(shape_model(LLAMA8B))
+    plan = sig.args[0]
+    assert plan.mode == PlanMode.CPU and plan.feasible and plan.gpus == ()
+    assert w.budget.verdict.text().startswith("<b>Fits</b>")  # not "Does not fit as set"
+    assert "no GPU" in w.budget.verdict.text()
+    assert w.budget.alternative.isHidden()  # nothing to apply: the CPU is the only way here
+    assert w.settings.context.fits.text().endswith("in host RAM")  # not "fully on GPU"
+    assert "fully on GPU" not in w.budget.options.rows[0].label
+    assert "host tail" not in w.budget.window_numbers.text()
+    assert "kv host tail" not in w.budget.host_row.caption.text()
+    assert f"kv cache {Bytes(plan.host.kv_tail)}" in w.budget.host_row.caption.text()
+    assert f"{plan.tail_cells:,}" in w.budget.window_numbers.text()
+    assert w.launch.launch_button.isEnabled()
+
+
+def test_token_counts_carry_thousands_separators(window, shape_model, qtbot):
+    window.devices.simulate.setCurrentText("RTX 4090")
+    assert window.open_model(shape_model(QWEN14_1M))
+    assert "trained for 1,010,000 tokens" in window.model_label.text()
+    window.settings.set_engine_window(True)
+    window.settings.context.entry.setText("1M")
+    with qtbot.waitSignal(window.planned):
+        window.settings.context.entry.editingFinished.emit()
+    assert not window.budget.alternative.isHidden()
+    shown = [window.model_label.text(), window.budget.alternative.text(),
+             window.budget.window_numbers.text(), window.settings.context.fits.text()]
+    assert not [t for t in shown if BARE_NUMBER.search(t)], shown
+
+
+def test_a_simulated_cards_reserve_is_not_called_other_apps(window, shape_model):
+    window.devices.simulate.setCurrentText("H200")
+    assert window.open_model(shape_model(LLAMA8B))
+    reserve = window.plan.gpus[0].other_processes if window.plan else 0
+    assert reserve > 0  # the recorded H200: the driver keeps 615 MiB
+    caption = window.budget.rows[0].caption.text()
+    assert f"driver reserve {Bytes(reserve)}" in caption and "other apps" not in caption
+    seg = next(s for s in window.budget.rows[0].bar.segments if s.key == "other_processes")
+    assert "kept by the driver" in seg.tooltip
+
+
+def test_the_vram_target_is_drawn_on_the_bar(window, shape_model, qtbot):
+    window.devices.simulate.setCurrentText("H200")
+    assert window.open_model(shape_model(LLAMA8B))
+    with qtbot.waitSignal(window.planned):
+        window.settings.vram_target.setValue(40 * 1024)
+    row = window.budget.rows[0]
+    assert f"VRAM target {Bytes(40 * GiB)}" in row.title.text()
+    bar = row.bar
+    img = bar.grab().toImage()
+    x = int(1.0 + (img.width() - 2.0) * 40 * GiB / bar._scale())
+    text = bar.palette().color(QPalette.ColorRole.Text).name()
+    assert any(QColor(img.pixel(x, y)).name() == text for y in range(1, img.height() - 1))
+    with qtbot.waitSignal(window.planned):
+        window.settings.vram_target.setValue(0)
+    assert "VRAM target" not in row.title.text() and row.bar.target is None
+
+
+def test_the_legend_names_only_the_parts_on_the_bars(no_gpu_window, shape_model, qtbot):
+    """A CPU plan names no GPU part; a GPU plan names the driver's reserve it draws."""
+    w = no_gpu_window
+    with qtbot.waitSignal(w.planned):
+        assert w.open_model(shape_model(LLAMA8B))
+    text = w.budget.legend.text()
+    assert "Mapped weights" in text and "KV cache" in text
+    assert "Overhead" not in text and "Safety" not in text and "KV window" not in text
+    with qtbot.waitSignal(w.planned):
+        w.devices.simulate.setCurrentText("H200")
+    text = w.budget.legend.text()
+    assert "Driver reserve" in text and "Weights" in text and "Overhead" in text

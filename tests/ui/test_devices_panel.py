@@ -8,6 +8,8 @@ from app.ui.main_window import MainWindow
 from app.ui.state import UiState
 from tests.fixtures.fake_nvml import FakeNvml, load_readings
 
+QWEN14_1M = "qwen2.5-14b-instruct-1m-q8_0"
+
 
 def test_real_gpu_card_shows_memory_and_processes_live(qtbot, tmp_path, shape_model):
     nvml = FakeNvml(state="idle")
@@ -43,3 +45,20 @@ def test_simulated_card_is_marked_and_real_snapshots_do_not_overwrite_it(qtbot, 
         pass
     assert "4090" in w.devices.cards[0].title.text()
     assert "simulated" in w.devices.cards[0].toolTip()
+
+
+def test_two_simulated_cards_plan_a_split_and_are_remembered(no_gpu_window, shape_model, qtbot, tmp_path):
+    window = no_gpu_window
+    assert window.open_model(shape_model(QWEN14_1M))
+    with qtbot.waitSignal(window.planned) as sig:
+        window.devices.simulate.setCurrentText("2 × H200")
+    plan = sig.args[0]
+    assert [g.name for g in plan.gpus] == ["CUDA0", "CUDA1"]
+    assert all(g.weights > 0 for g in plan.gpus)  # the weights are split over both
+    assert len(window.budget.rows) == 2 and len(window.devices.cards) == 2
+    assert "simulated GPUs below" in window.devices.notice.text()
+    again = MainWindow(state=window.state, persist=False, state_file=tmp_path / "again.json")
+    qtbot.addWidget(again)
+    assert again.devices.simulate.currentText() == "2 × H200"
+    assert len(again.current.inventory.gpus) == 2
+    again.close()

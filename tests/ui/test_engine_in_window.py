@@ -13,10 +13,10 @@ from app.engine.process import pid_alive
 from app.planner.gguf_model import read_shape
 from app.planner.plan import make_plan
 from app.planner.plan_types import PlanMode
-from app.ui.qt import Qt
+from app.ui.qt import QLabel, Qt
 
 LEFT = Qt.MouseButton.LeftButton
-
+K = 1024
 
 
 @pytest.mark.engine
@@ -135,3 +135,75 @@ def test_settings_the_engine_rejects_show_both_messages(window, tiny_model, engi
     assert "q8_0 V cache needs a head size that is a multiple of 32" in window.error.text()
     window.settings.type_v.setCurrentText("f16")  # fixed: the plan comes back, the error goes
     assert window.error.isHidden()
+
+
+@pytest.mark.engine
+def test_the_picture_stays_on_the_running_plan_and_sessions_go_with_the_engine(window, tiny_model,
+                                                                               engine_build, qtbot):
+    with qtbot.waitSignal(window.launch.enginesFound, timeout=120_000) as found:
+        window.launch.discover()
+    window.settings.engine.setCurrentIndex([e.path for e in found.args[0]].index(str(engine_build.server)))
+    window.settings.n_parallel.setValue(2)
+    window.settings.kv_unified.setChecked(True)
+    assert window.open_model(tiny_model)
+    window.settings.context.set_value(4 * K, emit=True)
+    running = window.plan
+    assert running is not None and running.launch.n_ctx == 4 * K
+    with qtbot.waitSignal(window.launch.engineReady, timeout=120_000):
+        qtbot.mouseClick(window.launch.launch_button, LEFT)
+    assert "fork it into up to 2 sessions" in window.sessions.result.text()  # not "Launch the engine…"
+    note = window.budget.running
+    assert not note.isHidden() and "Engine running" in note.text() and "New settings" not in note.text()
+    with qtbot.waitSignal(window.planned) as sig:  # new settings while it runs
+        window.settings.context.set_value(8 * K, emit=True)
+    assert sig.args[0].launch.n_ctx == 8 * K
+    assert window.budget.plan is running  # the bars still show what runs
+    assert "4k tokens" in note.text() and "New settings" in note.text() and "8k tokens" in note.text()
+    assert not window.launch.launch_button.isEnabled() and window.launch.stop_button.isEnabled()
+    window.sessions.prompt.setText("Once upon a time")
+    with qtbot.waitSignal(window.sessions.turnDone, timeout=120_000) as done:
+        qtbot.mouseClick(window.sessions.fork_button, LEFT)
+    assert done.args[0].ok, done.args[0].error
+    assert window.sessions.chosen.count() == 2
+    with qtbot.waitSignal(window.launch.engineStopped, timeout=30_000):
+        qtbot.mouseClick(window.launch.stop_button, LEFT)
+    assert note.isHidden()
+    assert window.budget.plan is window.plan and window.plan.launch.n_ctx == 8 * K  # now the new settings
+    assert window.launch.launch_button.isEnabled()
+    assert window.sessions.chosen.count() == 0 and window.sessions.text.toPlainText() == ""
+    assert "Engine stopped" in window.sessions.result.text() and "s1, s2" in window.sessions.result.text()
+    assert not window.sessions.continue_button.isEnabled()
+
+
+@pytest.mark.engine
+def test_pass_1_on_the_cpu_says_gpu_compute_is_still_estimated_once(window, tiny_model, qtbot):
+    window.devices.simulate.setCurrentText("H200")
+    assert window.open_model(tiny_model)
+    with qtbot.waitSignal(window.measured, timeout=120_000):
+        qtbot.mouseClick(window.measure.button, LEFT)
+    status = window.measure.status_text()
+    assert status.startswith("Pass 1 ran on the CPU — GPU compute is still estimated")
+    assert "pip install" not in status and "pip install" in window.measure.status_tip()
+    shown = [lab.text() for lab in window.findChildren(QLabel) if lab.isVisible()]
+    assert sum(t.count("pip install") for t in shown) == 1  # the plan's warning; not twice
+
+
+@pytest.mark.engine
+def test_after_stop_the_check_and_command_say_they_were_the_last_run(window, tiny_model, engine_build,
+                                                                     qtbot):
+    with qtbot.waitSignal(window.launch.enginesFound, timeout=120_000) as found:
+        window.launch.discover()
+    window.settings.engine.setCurrentIndex([e.path for e in found.args[0]].index(str(engine_build.server)))
+    assert window.open_model(tiny_model)
+    window.settings.context.set_value(4096, emit=True)
+    with qtbot.waitSignal(window.launch.checked, timeout=120_000):
+        qtbot.mouseClick(window.launch.launch_button, LEFT)
+    command = window.launch.command
+    assert "-c 4096" in command.text() and command.toolTip() == command.text()
+    assert window.launch.command_caption.text() == "Command line:"
+    with qtbot.waitSignal(window.launch.engineStopped, timeout=30_000):
+        qtbot.mouseClick(window.launch.stop_button, LEFT)
+    window.settings.context.set_value(65536, emit=True)
+    assert window.launch.check.text().startswith("Last run (stopped): ")
+    assert window.launch.command_caption.text().startswith("Last run (stopped)")
+    assert not window.launch.command_caption.isHidden() and "-c 4096" in command.text()

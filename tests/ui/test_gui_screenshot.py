@@ -8,14 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-from app.engine.discover import EngineInfo, EngineKind, EngineOrigin
 from app.ui.qt import QImage, Qt
 
 ROOT = Path(__file__).resolve().parents[2]
 LEFT = Qt.MouseButton.LeftButton
-K = 1024
 
 
 def _screenshot(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], Path]:
@@ -48,52 +44,3 @@ def test_screenshot_of_a_plan_that_does_not_fit_and_of_the_demo(tmp_path):
     assert "mode=window n_ctx=524288 feasible=True" in proc.stdout
 
 
-def test_the_engine_combo_shows_its_whole_text_or_says_it_on_hover(window):
-    engine = EngineInfo(EngineKind.LLAMA_SERVER, "/opt/llama.cpp/build/bin/llama-server", "0.5.0-dev", "0c1e570",
-                        EngineOrigin.HEADROOM_BUILD)
-    window.launch.set_engines([engine])
-    combo = window.settings.engine
-    text = "llama-server 0.5.0-dev (0c1e570) — headroom build"
-    assert combo.currentText() == text
-    assert text in combo.toolTip() and engine.path in combo.toolTip()
-    assert engine.path in combo.itemData(0, Qt.ItemDataRole.ToolTipRole)
-    # the combo has a row of its own: the text fits next to the arrow at the default window size
-    assert combo.width() - combo.fontMetrics().horizontalAdvance(text) > 30
-
-
-@pytest.mark.engine
-def test_the_picture_stays_on_the_running_plan_and_sessions_go_with_the_engine(window, tiny_model,
-                                                                               engine_build, qtbot):
-    with qtbot.waitSignal(window.launch.enginesFound, timeout=120_000) as found:
-        window.launch.discover()
-    window.settings.engine.setCurrentIndex([e.path for e in found.args[0]].index(str(engine_build.server)))
-    window.settings.n_parallel.setValue(2)
-    window.settings.kv_unified.setChecked(True)
-    assert window.open_model(tiny_model)
-    window.settings.context.set_value(4 * K, emit=True)
-    running = window.plan
-    assert running is not None and running.launch.n_ctx == 4 * K
-    with qtbot.waitSignal(window.launch.engineReady, timeout=120_000):
-        qtbot.mouseClick(window.launch.launch_button, LEFT)
-    assert "fork it into up to 2 sessions" in window.sessions.result.text()  # not "Launch the engine…"
-    note = window.budget.running
-    assert not note.isHidden() and "Engine running" in note.text() and "New settings" not in note.text()
-    with qtbot.waitSignal(window.planned) as sig:  # new settings while it runs
-        window.settings.context.set_value(8 * K, emit=True)
-    assert sig.args[0].launch.n_ctx == 8 * K
-    assert window.budget.plan is running  # the bars still show what runs
-    assert "4k tokens" in note.text() and "New settings" in note.text() and "8k tokens" in note.text()
-    assert not window.launch.launch_button.isEnabled() and window.launch.stop_button.isEnabled()
-    window.sessions.prompt.setText("Once upon a time")
-    with qtbot.waitSignal(window.sessions.turnDone, timeout=120_000) as done:
-        qtbot.mouseClick(window.sessions.fork_button, LEFT)
-    assert done.args[0].ok, done.args[0].error
-    assert window.sessions.chosen.count() == 2
-    with qtbot.waitSignal(window.launch.engineStopped, timeout=30_000):
-        qtbot.mouseClick(window.launch.stop_button, LEFT)
-    assert note.isHidden()
-    assert window.budget.plan is window.plan and window.plan.launch.n_ctx == 8 * K  # now the new settings
-    assert window.launch.launch_button.isEnabled()
-    assert window.sessions.chosen.count() == 0 and window.sessions.text.toPlainText() == ""
-    assert "Engine stopped" in window.sessions.result.text() and "s1, s2" in window.sessions.result.text()
-    assert not window.sessions.continue_button.isEnabled()

@@ -25,7 +25,7 @@ from app.ui.hub_button import PREVIEW_LAUNCH
 from app.ui.hub_dialog import CANCELLED, FINISHED_FIRST, HubDialog
 from app.ui.hub_progress import TOKEN_HINT, duration_text, transfer_text
 from app.ui.main_window import MainWindow
-from app.ui.qt import QLabel, QLineEdit, Qt, QTableWidgetItem, QTimer
+from app.ui.qt import QLabel, QLineEdit, QPalette, Qt, QTableWidgetItem, QTimer
 from app.ui.state import UiState
 from tests.fixtures import gguf_factory, shapes, tables
 from tests.fixtures.fake_hub import FakeHub, fake_hub  # noqa: F401 (the fixture)
@@ -51,6 +51,7 @@ WIDE_SPEC = ModelSpec(
                               n_head_kv=4, n_ff=2048, n_vocab=shapes.TINY.n_vocab),
     loadable=True, seed=99, source="synthetic: the tiny llama at n_embd 512, n_ff 2048",
 )
+SECRET = "hf_s3cretTokenValue42"
 
 
 @pytest.fixture(scope="session")
@@ -400,8 +401,6 @@ def test_a_cancel_that_lands_after_the_download_finished_says_it_is_complete(
 
 # ---- the token field -----------------------------------------------------------------------------
 
-SECRET = "hf_s3cretTokenValue42"
-
 
 def test_the_token_field_says_where_a_token_comes_from_without_showing_it(monkeypatch, qtbot):
     monkeypatch.setattr("huggingface_hub.get_token", lambda: None)
@@ -454,3 +453,19 @@ def test_a_gated_repo_points_at_the_token_field_and_the_token_is_never_shown(
     assert not [t for t in texts if SECRET in t]
     window.close()
     assert state_file.is_file() and SECRET not in state_file.read_text()
+
+
+def test_hugging_face_entry_is_live_and_reachable_by_keyboard(window, qtbot):
+    hub = window.hub_button
+    assert hub.isVisible() and hub.isEnabled() and hub.text() == "Hugging Face repo…"
+    assert "later" not in hub.toolTip() and "plan one from its header" in hub.toolTip()
+    grey = hub.palette().color(QPalette.ColorGroup.Disabled, QPalette.ColorRole.ButtonText)
+    assert hub.palette().color(QPalette.ColorGroup.Active, QPalette.ColorRole.ButtonText) != grey
+    window.open_button.setFocus()
+    qtbot.waitUntil(window.open_button.hasFocus, timeout=2_000)
+    qtbot.keyClick(window.open_button, Qt.Key.Key_Tab)
+    qtbot.waitUntil(hub.hasFocus, timeout=2_000)  # Tab from "Open model…" lands on it
+    qtbot.keyClick(hub, Qt.Key.Key_Space)
+    dialog = window.hub_dialog
+    assert dialog is not None and dialog.isVisible()  # the repo picker opens
+    assert window.model_path is None  # nothing opened, nothing fetched yet

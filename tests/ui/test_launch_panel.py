@@ -12,18 +12,22 @@ from pathlib import Path
 import psutil
 import pytest
 
+from app.engine.discover import EngineInfo, EngineKind, EngineOrigin
 from app.planner.measurement import Measurement
 from app.planner.plan_types import PlanMode
 from app.planner.settings import LaunchSettings
 from app.probe.measure import measure
-from app.ui.budget_view import GPU_PARTS, HOST_PARTS, legend_entries
 from app.ui.engine_builder import EngineBuilder, progress_of
-from app.ui.qt import QPalette, Qt
-from app.ui.settings_panel import NONE_FOUND, tokens_text
+from app.ui.hub_button import PREVIEW_LAUNCH
+from app.ui.main_window import MainWindow
+from app.ui.qt import Qt
+from app.ui.settings_panel import NONE_FOUND
+from app.ui.state import UiState, load_state
 
 LEFT = Qt.MouseButton.LeftButton
 LLAMA8B = "llama-3.1-8b-instruct-q4_k_m"
 MARKER = "headroom-test-slow-pass1"
+QWEN14_1M = "qwen2.5-14b-instruct-1m-q8_0"
 
 
 def _children_with(marker: str) -> list[psutil.Process]:
@@ -140,56 +144,72 @@ def test_build_progress_lines():
     assert progress_of("-- Configuring done") is None
 
 
-def test_hugging_face_entry_is_live_and_reachable_by_keyboard(window, qtbot):
-    hub = window.hub_button
-    assert hub.isVisible() and hub.isEnabled() and hub.text() == "Hugging Face repo…"
-    assert "later" not in hub.toolTip() and "plan one from its header" in hub.toolTip()
-    grey = hub.palette().color(QPalette.ColorGroup.Disabled, QPalette.ColorRole.ButtonText)
-    assert hub.palette().color(QPalette.ColorGroup.Active, QPalette.ColorRole.ButtonText) != grey
-    window.open_button.setFocus()
-    qtbot.waitUntil(window.open_button.hasFocus, timeout=2_000)
-    qtbot.keyClick(window.open_button, Qt.Key.Key_Tab)
-    qtbot.waitUntil(hub.hasFocus, timeout=2_000)  # Tab from "Open model…" lands on it
-    qtbot.keyClick(hub, Qt.Key.Key_Space)
-    dialog = window.hub_dialog
-    assert dialog is not None and dialog.isVisible()  # the repo picker opens
-    assert window.model_path is None  # nothing opened, nothing fetched yet
-
-
-def test_no_two_legend_entries_share_a_colour():
-    entries = legend_entries()
-    assert len(set(entries.values())) == len(entries)
-    assert {label for _k, label, _c in GPU_PARTS + HOST_PARTS} | {"Driver reserve"} == set(entries)
-
-
-
-def test_options_table_lists_largest_contexts_and_applies_one(window, qtbot):
-    window.open_demo()  # Qwen2.5-7B-1M shape, simulated 24 GB card, 512k, rolling window
-    plan = window.plan
-    assert plan is not None
-    assert plan.mode == PlanMode.WINDOW and plan.launch.n_ctx == 512 * 1024
-    fit = window.current.fit
-    assert fit is not None
-    view = window.budget.options
-    assert not view.isHidden()
-    assert [(r.label, r.fits) for r in view.rows] == [
-        (f"Largest context fully on GPU: {tokens_text(fit.resident)}", True),
-        (f"Largest context with a host tail: {tokens_text(fit.with_tail)}", True),
-        (f"Trained context: {tokens_text(fit.n_ctx_train)}", fit.n_ctx_train <= fit.with_tail)]
-    assert [b.isEnabled() for b in view.buttons] == [True, True, fit.n_ctx_train <= fit.with_tail]
-    with qtbot.waitSignal(window.planned) as again:
-        qtbot.mouseClick(view.buttons[1], LEFT)  # the largest context with a host tail
-    assert again.args[0].launch.n_ctx == fit.with_tail and again.args[0].feasible
-    assert window.settings.context.value() == fit.with_tail
-    assert view.rows[1].current and not view.buttons[1].isEnabled()  # it is the plan now
-
-
-def test_options_table_lists_the_planners_alternatives(window, shape_model, qtbot):
+def test_launch_is_not_offered_for_a_plan_that_does_not_fit(window, shape_model, qtbot):
     window.devices.simulate.setCurrentText("RTX 4090")
-    window.settings.context.set_value(1024 * 1024)
+    assert window.open_model(shape_model(QWEN14_1M))
+    window.settings.set_engine_window(True)
+    window.settings.context.entry.setText("1M")
     with qtbot.waitSignal(window.planned) as sig:
-        assert window.open_model(shape_model(LLAMA8B))
+        window.settings.context.entry.editingFinished.emit()
     plan = sig.args[0]
-    assert plan.alternatives  # stock mode priced -nkvo, a shorter context...
-    rows = window.budget.options.rows[-len(plan.alternatives):]
-    assert [(r.label, r.fits, r.note) for r in rows] == [(a.label, a.feasible, a.note) for a in plan.alternatives]
+    assert not plan.feasible  # a 1M f16 host tail (184 GiB) is beyond any test machine's RAM
+    assert not window.launch.launch_button.isEnabled()
+    assert plan.reason in window.launch.launch_button.toolTip()
+    with qtbot.waitSignal(window.planned) as sig:
+        qtbot.mouseClick(window.budget.alternative, Qt.MouseButton.LeftButton)
+    assert sig.args[0].feasible and window.launch.launch_button.isEnabled()
+    assert window.launch.launch_button.toolTip() == ""
+
+
+def test_the_chosen_engine_is_remembered(qtbot, tmp_path):
+    engines = [EngineInfo(EngineKind.LLAMA_SERVER, str(tmp_path / n / "llama-server"), "1", "abc", EngineOrigin.PATH)
+               for n in ("first", "second")]
+    state_file = tmp_path / "state.json"
+    w = MainWindow(state=UiState(), state_file=state_file)
+    qtbot.addWidget(w)
+    w.launch.set_engines(engines)
+    w.settings.engine.setCurrentIndex(1)
+    w.close()
+    assert load_state(state_file).engine_path == engines[1].path
+    again = MainWindow(state=load_state(state_file), persist=False, state_file=state_file)
+    qtbot.addWidget(again)
+    again.launch.set_engines(engines)
+    assert again.launch.engine() == engines[1]  # not the first one found
+    again.close()
+
+
+def test_a_model_that_cannot_be_launched_keeps_saying_why(no_gpu_window, shape_model, qtbot):
+    """The Launch button's reason for a header-only preview survives the panel re-enabling itself
+    (an engine that failed or stopped) and sits beside a plan's own "does not fit"."""
+    w = no_gpu_window
+    with qtbot.waitSignal(w.planned):
+        assert w.open_model(shape_model(LLAMA8B))
+    model = w.current.model
+    assert model is not None
+    w.current.set_model(replace(model, preview="acme/X-GGUF/x-Q8_0.gguf"))  # as opening a header-only copy does
+    panel, plan = w.launch, w.plan
+    assert plan is not None and plan.feasible
+    assert not panel.launch_button.isEnabled() and panel.launch_button.toolTip() == PREVIEW_LAUNCH
+    panel._failed("the engine exited")  # what an engine failure does to the panel (it re-enables itself)
+    assert not panel.launch_button.isEnabled() and panel.launch_button.toolTip() == PREVIEW_LAUNCH
+    w.current.set_model(model)  # a real file again: Launch is back, the reason gone
+    assert panel.launch_button.isEnabled() and PREVIEW_LAUNCH not in panel.launch_button.toolTip()
+
+
+def test_the_engine_combo_shows_its_whole_text_or_says_it_on_hover(window):
+    engine = EngineInfo(EngineKind.LLAMA_SERVER, "/opt/llama.cpp/build/bin/llama-server", "0.5.0-dev", "0c1e570",
+                        EngineOrigin.HEADROOM_BUILD)
+    window.launch.set_engines([engine])
+    combo = window.settings.engine
+    text = "llama-server 0.5.0-dev (0c1e570) — headroom build"
+    assert combo.currentText() == text
+    assert text in combo.toolTip() and engine.path in combo.toolTip()
+    assert engine.path in combo.itemData(0, Qt.ItemDataRole.ToolTipRole)
+    # the combo has a row of its own: the text fits next to the arrow at the default window size
+    assert combo.width() - combo.fontMetrics().horizontalAdvance(text) > 30
+
+
+def test_the_command_line_never_widens_the_column(window):
+    window.launch._show_command("llama-server " + "-x " * 200, "Command line:")
+    assert window.launch.command.minimumSizeHint().width() < 200
+    assert window.launch.command.cursorPosition() == 0  # the start of the command shows

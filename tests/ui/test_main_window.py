@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from pathlib import Path
 
 from app.planner.gguf_model import read_shape
@@ -10,7 +12,7 @@ from app.planner.plan_types import PlanMode
 from app.planner.units import MiB
 from app.ui.budget_view import GPU_PARTS
 from app.ui.main_window import MainWindow
-from app.ui.qt import Qt
+from app.ui.qt import QCheckBox, QLabel, QPushButton, Qt
 from app.ui.settings_panel import ctx_to_pos
 from app.ui.state import UiState, load_state
 
@@ -153,3 +155,32 @@ def test_every_control_is_keyboard_reachable(window):
     for w in (s.context.slider, s.context.entry, s.type_k, s.type_v, s.n_parallel, s.n_ubatch,
               s.flash_attn, window.measure.button, window.launch.launch_button):
         assert w.focusPolicy() & Qt.FocusPolicy.TabFocus, w
+
+
+def test_a_bad_file_is_named_once_and_its_message_goes_when_a_model_opens(window, corrupt_gguf,
+                                                                          shape_model):
+    assert not window.open_model(corrupt_gguf)
+    assert window.error.text().count(corrupt_gguf.name) == 1
+    assert window.statusBar().currentMessage() == window.error.text()
+    assert window.open_model(shape_model(LLAMA8B))
+    assert window.error.isHidden()
+    assert window.statusBar().currentMessage() == ""  # the stale error does not linger for 10 s
+
+
+def test_every_alt_letter_reaches_one_control(window):
+    letters: list[str] = [a.text() for a in window.menuBar().actions()]
+    letters += [b.text() for kind in (QPushButton, QCheckBox) for b in window.findChildren(kind)]
+    letters += [lab.text() for lab in window.findChildren(QLabel) if lab.buddy() is not None]
+    found = [m.group(1).lower() for t in letters for m in re.finditer(r"(?<!&)&([A-Za-z0-9])", t)]
+    assert len(found) > 15
+    assert [k for k, n in Counter(found).items() if n > 1] == []
+
+
+def test_alt_m_measures_and_alt_i_reaches_the_micro_batch(window, tiny_model, qtbot):
+    assert window.open_model(tiny_model)
+    window.activateWindow()
+    qtbot.keyClick(window, Qt.Key.Key_I, Qt.KeyboardModifier.AltModifier)
+    assert window.settings.n_ubatch.hasFocus()
+    with qtbot.waitSignal(window.measure.button.clicked):
+        qtbot.keyClick(window, Qt.Key.Key_M, Qt.KeyboardModifier.AltModifier)
+    window.measure.cancel()

@@ -5,15 +5,21 @@ the check and the command say they were the last run; an empty window says how t
 
 from __future__ import annotations
 
-import pytest
-
+from app.planner.plan_types import PlanMode
 from app.ui.budget_view import EMPTY_HINT
 from app.ui.main_window import MainWindow
-from app.ui.qt import QApplication, QLabel, Qt, QWidget
+from app.ui.qt import (
+    QApplication,
+    QLabel,
+    Qt,
+    QWidget,
+)
+from app.ui.settings_panel import tokens_text
 
 GEMMA = "gemma-3-12b-it-q4_k_m"
-QWEN14_1M = "qwen2.5-14b-instruct-1m-q8_0"
 LEFT = Qt.MouseButton.LeftButton
+LLAMA8B = "llama-3.1-8b-instruct-q4_k_m"
+QWEN14_1M = "qwen2.5-14b-instruct-1m-q8_0"
 
 
 def seen(w: QWidget) -> bool:
@@ -113,46 +119,6 @@ def test_an_empty_window_says_how_to_start_and_shows_no_legend(window, tiny_mode
     assert window.launch.launch_button.isEnabled()
 
 
-@pytest.mark.engine
-def test_pass_1_on_the_cpu_says_gpu_compute_is_still_estimated_once(window, tiny_model, qtbot):
-    window.devices.simulate.setCurrentText("H200")
-    assert window.open_model(tiny_model)
-    with qtbot.waitSignal(window.measured, timeout=120_000):
-        qtbot.mouseClick(window.measure.button, LEFT)
-    status = window.measure.status_text()
-    assert status.startswith("Pass 1 ran on the CPU — GPU compute is still estimated")
-    assert "pip install" not in status and "pip install" in window.measure.status_tip()
-    shown = [lab.text() for lab in window.findChildren(QLabel) if lab.isVisible()]
-    assert sum(t.count("pip install") for t in shown) == 1  # the plan's warning; not twice
-
-
-@pytest.mark.engine
-def test_after_stop_the_check_and_command_say_they_were_the_last_run(window, tiny_model, engine_build,
-                                                                     qtbot):
-    with qtbot.waitSignal(window.launch.enginesFound, timeout=120_000) as found:
-        window.launch.discover()
-    window.settings.engine.setCurrentIndex([e.path for e in found.args[0]].index(str(engine_build.server)))
-    assert window.open_model(tiny_model)
-    window.settings.context.set_value(4096, emit=True)
-    with qtbot.waitSignal(window.launch.checked, timeout=120_000):
-        qtbot.mouseClick(window.launch.launch_button, LEFT)
-    command = window.launch.command
-    assert "-c 4096" in command.text() and command.toolTip() == command.text()
-    assert window.launch.command_caption.text() == "Command line:"
-    with qtbot.waitSignal(window.launch.engineStopped, timeout=30_000):
-        qtbot.mouseClick(window.launch.stop_button, LEFT)
-    window.settings.context.set_value(65536, emit=True)
-    assert window.launch.check.text().startswith("Last run (stopped): ")
-    assert window.launch.command_caption.text().startswith("Last run (stopped)")
-    assert not window.launch.command_caption.isHidden() and "-c 4096" in command.text()
-
-
-def test_the_command_line_never_widens_the_column(window):
-    window.launch._show_command("llama-server " + "-x " * 200, "Command line:")
-    assert window.launch.command.minimumSizeHint().width() < 200
-    assert window.launch.command.cursorPosition() == 0  # the start of the command shows
-
-
 def test_every_jargon_setting_and_legend_entry_explains_itself(window, shape_model, qtbot):
     s = window.settings
     for w, word in ((s.type_k, "quality"), (s.type_v, "flash attention"), (s.kv_unified, "shared"),
@@ -179,3 +145,35 @@ def test_a_largest_context_at_the_search_cap_says_more_fits(window, tiny_model, 
     assert "fits beyond its trained" in fits.toolTip()
     row = window.budget.options.rows[0]
     assert row.label.startswith("Largest context fully on GPU") and "fits beyond its trained" in row.note
+
+
+def test_options_table_lists_largest_contexts_and_applies_one(window, qtbot):
+    window.open_demo()  # Qwen2.5-7B-1M shape, simulated 24 GB card, 512k, rolling window
+    plan = window.plan
+    assert plan is not None
+    assert plan.mode == PlanMode.WINDOW and plan.launch.n_ctx == 512 * 1024
+    fit = window.current.fit
+    assert fit is not None
+    view = window.budget.options
+    assert not view.isHidden()
+    assert [(r.label, r.fits) for r in view.rows] == [
+        (f"Largest context fully on GPU: {tokens_text(fit.resident)}", True),
+        (f"Largest context with a host tail: {tokens_text(fit.with_tail)}", True),
+        (f"Trained context: {tokens_text(fit.n_ctx_train)}", fit.n_ctx_train <= fit.with_tail)]
+    assert [b.isEnabled() for b in view.buttons] == [True, True, fit.n_ctx_train <= fit.with_tail]
+    with qtbot.waitSignal(window.planned) as again:
+        qtbot.mouseClick(view.buttons[1], LEFT)  # the largest context with a host tail
+    assert again.args[0].launch.n_ctx == fit.with_tail and again.args[0].feasible
+    assert window.settings.context.value() == fit.with_tail
+    assert view.rows[1].current and not view.buttons[1].isEnabled()  # it is the plan now
+
+
+def test_options_table_lists_the_planners_alternatives(window, shape_model, qtbot):
+    window.devices.simulate.setCurrentText("RTX 4090")
+    window.settings.context.set_value(1024 * 1024)
+    with qtbot.waitSignal(window.planned) as sig:
+        assert window.open_model(shape_model(LLAMA8B))
+    plan = sig.args[0]
+    assert plan.alternatives  # stock mode priced -nkvo, a shorter context...
+    rows = window.budget.options.rows[-len(plan.alternatives):]
+    assert [(r.label, r.fits, r.note) for r in rows] == [(a.label, a.feasible, a.note) for a in plan.alternatives]

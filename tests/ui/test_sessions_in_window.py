@@ -52,3 +52,22 @@ def test_fork_three_sessions_then_continue_one(window, tiny_model, engine_build,
     with qtbot.waitSignal(window.launch.engineStopped, timeout=30_000):
         qtbot.mouseClick(window.launch.stop_button, LEFT)
     assert not window.sessions.fork_button.isEnabled()
+
+
+@pytest.mark.engine
+def test_an_engine_with_one_slot_offers_no_fork_and_says_why(window, tiny_model, engine_build, qtbot):
+    with qtbot.waitSignal(window.launch.enginesFound, timeout=120_000) as found:
+        window.launch.discover()
+    window.settings.engine.setCurrentIndex([e.path for e in found.args[0]].index(str(engine_build.server)))
+    assert window.open_model(tiny_model)
+    assert window.settings.n_parallel.value() == 1
+    with qtbot.waitSignal(window.launch.engineReady, timeout=120_000):
+        qtbot.mouseClick(window.launch.launch_button, Qt.MouseButton.LeftButton)
+    panel = window.sessions
+    assert panel.prompt.isEnabled()  # the engine is up
+    assert not panel.fork_button.isEnabled() and not panel.smoke_button.isEnabled()
+    assert not panel.continue_button.isEnabled()  # no session yet to continue
+    assert "has 1 slot" in panel.result.text() and "Parallel sessions" in panel.result.text()
+    with qtbot.waitSignal(window.launch.engineStopped, timeout=30_000):
+        qtbot.mouseClick(window.launch.stop_button, Qt.MouseButton.LeftButton)
+    assert "Launch the engine" in panel.result.text()

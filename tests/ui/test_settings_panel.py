@@ -7,6 +7,7 @@ from app.ui.qt import Qt
 from app.ui.settings_panel import SNAP_VALUES, ContextControl, SettingsPanel, ctx_to_pos, snap_ctx
 
 K = 1024
+LLAMA8B = "llama-3.1-8b-instruct-q4_k_m"
 
 
 def test_slider_spans_4k_to_1m_on_a_log_scale(qtbot):
@@ -87,3 +88,23 @@ def test_panel_round_trips_every_launch_setting(qtbot):
     assert p.settings() == s
     p.type_v.setCurrentText("f16")
     assert p.settings() == s.with_(type_v="f16")
+
+
+def test_a_mistyped_context_says_why_on_its_own_line(window, shape_model, qtbot):
+    assert window.open_model(shape_model(LLAMA8B))
+    c = window.settings.context
+    before = window.plan
+    c.entry.selectAll()
+    qtbot.keyClicks(c.entry, "abc")
+    qtbot.keyClick(c.entry, Qt.Key.Key_Return)
+    assert c.error.isVisible() and "try '131072', '128k' or '1M'" in c.error.text()
+    assert c.error.geometry().top() >= c.fits.geometry().bottom()  # below the fits button, not beside it
+    assert c.error.geometry().right() <= c.width()  # wraps inside the form, not cut off at its edge
+    assert c.error.height() >= c.error.heightForWidth(c.error.width())
+    assert before is not None and window.plan is None  # a bad entry: no plan, nothing to launch (round 5)
+    assert not window.launch.launch_button.isEnabled()
+    c.entry.selectAll()
+    with qtbot.waitSignal(window.planned):
+        qtbot.keyClicks(c.entry, "64k")
+        qtbot.keyClick(c.entry, Qt.Key.Key_Return)
+    assert c.error.isHidden()

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
+from app.engine.argv import argv_for_plan
+from app.engine.discover import EngineInfo, EngineKind, EngineOrigin
 from app.planner.devices import GpuDevice, HostMemory, Inventory
 from app.planner.gguf_model import ModelShape
 from app.planner.measurement import DeviceMeasurement, Measurement
@@ -24,7 +27,6 @@ LONG = LaunchSettings(n_ctx=524288, n_parallel=4, kv_unified=True)
 def h200(free_mib: int = 142629, host_gib: int = 125) -> Inventory:
     return Inventory((GpuDevice(0, "NVIDIA H200", 143155 * MiB, free_mib * MiB, simulated=True),),
                      HostMemory(host_gib * GiB, host_gib * GiB))
-
 
 
 def test_headline_512k_fits_an_h200_fully_resident(qwen14b: ModelShape) -> None:
@@ -171,3 +173,44 @@ def test_a_cpu_measurement_is_used_for_a_cpu_plan_but_not_for_a_gpu(qwen14b: Mod
     caveat = next(w for w in gpu_plan.warnings if "measured with the CPU backend" in w)
     assert "estimates their compute buffers" in caveat and 'CMAKE_ARGS="-DGGML_CUDA=on"' in caveat
     assert not any("CPU backend" in w for w in plan.warnings)  # a CPU plan on CPU numbers: no caveat
+
+
+OPENCOTI = EngineInfo(EngineKind.OPENCOTI, "/home/u/.llamafile/opencoti.llamafile", "0.10.5", "unknown", EngineOrigin.LLAMAFILE_DIR,
+                      via_sh=True)
+
+
+def test_window_plan_with_one_slot_and_unified_ticked_can_be_launched(qwen14b: ModelShape) -> None:
+    # "unified pool" ticked with one session: the window engine cannot take -kvu, so the plan must not
+    # hand the argv builder a unified cache (it refused: "Cannot launch this plan").
+    settings = LaunchSettings(n_ctx=524288, n_parallel=1, kv_unified=True)
+    plan = make_plan(qwen14b, h200(free_mib=48 * 1024), settings, engine_window=True, measurement=H200_MEASURED)
+    assert plan.feasible and not plan.launch.kv_unified
+    argv = argv_for_plan(OPENCOTI, plan, Path("/m/qwen.gguf"), "127.0.0.1", 8080)
+    assert "-kvu" not in argv and "--kv-residency-mode" in argv
+    # With one slot unified or not is the same cache: nothing to warn about.
+    assert not any("--kv-unified" in w for w in plan.warnings)
+    assert plan.window_cells == make_plan(qwen14b, h200(free_mib=48 * 1024), settings.with_(kv_unified=False),
+                                          engine_window=True, measurement=H200_MEASURED).window_cells
+
+
+def test_a_cpu_plan_short_of_host_ram_warns_like_the_gpu_plans(qwen14b: ModelShape) -> None:
+    # Issue 3 asks for a "host RAM short" warning; the GPU plans list it, the CPU plan only had it
+    # in its reason, so the warnings list the window and `headroom plan` show was empty.
+    inv = Inventory((), HostMemory(16 * GiB, 12 * GiB), reason="no NVIDIA driver found")
+    plan = make_plan(qwen14b, inv, LaunchSettings(n_ctx=32768))
+    assert not plan.feasible and plan.host.free < 0
+    assert any(w.startswith("host RAM is short by") for w in plan.warnings)
+
+
+def test_largest_resident_context_counts_the_compute_growth_past_the_measured_context(
+        qwen14b: ModelShape) -> None:
+    # Pass 1 measured at 4k with flash attention off (here: a perfect measurement, equal to the
+    # estimate, which reproduces the 10.5 GB seen at 131072 within a few percent). The compute buffer
+    # grows with the context, so "largest context fully resident" may not reuse the 4k number for 660k.
+    s = LaunchSettings(n_ctx=4096, flash_attn="off")
+    at_4k = make_plan(qwen14b, h200(), s).gpus[0].compute
+    measured = Measurement((DeviceMeasurement("CUDA0", compute=at_4k),), backend="CUDA",
+                           llama_commit="0c1e57098", seconds=1.5)
+    fit = max_context(qwen14b, h200(), s, measurement=measured)
+    assert make_plan(qwen14b, h200(), s.with_(n_ctx=fit.resident)).alternatives[0].feasible
+    assert fit.resident == max_context(qwen14b, h200(), s).resident
