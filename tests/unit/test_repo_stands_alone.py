@@ -68,8 +68,8 @@ def test_what_the_citations_name_is_in_the_repo() -> None:
 
 def test_the_check_sees_each_old_form(tmp_path: Path) -> None:
     """The pattern itself: each way the old citations were written is caught; the new ones are not."""
-    old = ["see ../" + "shared/fixtures/", "(DOMAIN" + ".md §2)", "(STYLE" + ".md: prepare)",
-           "shared/" + "fixtures/h200/nvml-readings.txt", "`shared/" + "DOMAIN.md` §4", "../" + "shared/seeds/"]
+    old = ["see ../sha" + "red/fixtures/", "(DOMAIN" + ".md §2)", "(STYLE" + ".md: prepare)",
+           "shared/" + "fixtures/h200/nvml-readings.txt", "`shared/DOM" + "AIN.md` §4", "../sha" + "red/seeds/"]
     new = ["(docs/domain.md §2)", "docs/style.md", "tests/fixtures/h200/nvml-readings.txt", "docs/seeds/",
            "a shared-sequence session", "the shared/ folder the device tool copies"]
     path = tmp_path / "a.md"
