@@ -36,10 +36,10 @@ from app.ui.qt import Qt
 from app.ui.state import UiState
 from tests.fixtures.fake_nvml import FakeNvml, load_readings
 
-#: The recorded process holding a CUDA context on the H200 (shared/fixtures/h200/nvml-readings.txt).
+#: The recorded process holding a CUDA context on the H200 (tests/fixtures/h200/nvml-readings.txt).
 PID, USED = 419, 543162368
 HOST = HostMemory(total=125 * GiB, available=100 * GiB)
-#: Pass 1 as the H200 run recorded it (the sched_reserve lines of shared/fixtures/h200/*.log).
+#: Pass 1 as the H200 run recorded it (the sched_reserve lines of tests/fixtures/h200/*.log).
 RECORDED = Measurement((DeviceMeasurement("CUDA0", compute=round(623.01 * MiB)),
                         DeviceMeasurement("CUDA_Host", compute=round(532.01 * MiB), host=True)),
                        backend="CUDA", llama_commit="0c1e57098", seconds=1.5)

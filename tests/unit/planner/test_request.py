@@ -36,7 +36,7 @@ def test_the_overhead_is_given_else_measured_on_this_gpu_and_driver_else_the_def
     store = _store(tmp_path, 612 * MiB)
     measured = machine_overhead(_real_h200(), path=store)
     assert measured == 612 * MiB
-    assert getattr(measured, "source", "") == "measured on this GPU and driver (NVML, pid 42)"
+    assert str(getattr(measured, "source", "")) == "measured on this GPU and driver (NVML, pid 42)"
     assert machine_overhead(_real_h200(), 700 * MiB, path=store) == 700 * MiB  # --overhead wins
     assert machine_overhead(_real_h200(), path=tmp_path / "none.json") is None  # the planner's default
     assert machine_overhead(h200(), path=store) is None  # a simulated card has no driver to measure
