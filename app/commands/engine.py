@@ -16,10 +16,13 @@ def register(sub: Any) -> None:
     p = sub.add_parser("engine", allow_abbrev=False, help="build or locate the stock llama-server", epilog=EXIT_STATUS)
     esub = p.add_subparsers(dest="engine_command", metavar="ACTION", required=True)
     b = esub.add_parser("build", allow_abbrev=False, epilog=EXIT_STATUS,
-                        help="build llama-server from source (cached by commit and backend)")
+                        help="build llama-server from source with Headroom's patches (cached by commit, backend "
+                        "and patch series)")
     b.add_argument("--jobs", type=positive_int, default=None, metavar="N",
                    help="parallel compile jobs (default: one per CPU core)")
     b.add_argument("--bindings", action="store_true", help="also install llama-cpp-python without compiling")
+    b.add_argument("--unpatched", action="store_true",
+                   help="build the vendored llama.cpp without Headroom's patches (to show what they fix)")
     b.set_defaults(func=run_build)
     w = esub.add_parser("where", allow_abbrev=False, epilog=EXIT_STATUS, help="print the cached build's bin directory")
     w.set_defaults(func=run_where)
@@ -31,6 +34,8 @@ def run_build(args: argparse.Namespace) -> int:
         argv += ["--jobs", str(args.jobs)]
     if args.bindings:
         argv.append("--bindings")
+    if args.unpatched:
+        argv.append("--unpatched")
     return native_build.main(argv)
 
 
