@@ -21,8 +21,6 @@ def register(sub: Any) -> None:
     b.add_argument("--jobs", type=positive_int, default=None, metavar="N",
                    help="parallel compile jobs (default: one per CPU core)")
     b.add_argument("--bindings", action="store_true", help="also install llama-cpp-python without compiling")
-    b.add_argument("--unpatched", action="store_true",
-                   help="build the vendored llama.cpp without Headroom's patches (to show what they fix)")
     b.set_defaults(func=run_build)
     w = esub.add_parser("where", allow_abbrev=False, epilog=EXIT_STATUS, help="print the cached build's bin directory")
     w.set_defaults(func=run_where)
@@ -34,8 +32,6 @@ def run_build(args: argparse.Namespace) -> int:
         argv += ["--jobs", str(args.jobs)]
     if args.bindings:
         argv.append("--bindings")
-    if args.unpatched:
-        argv.append("--unpatched")
     return native_build.main(argv)
 
 

@@ -62,7 +62,8 @@ def launch_advisories(launch: LaunchSettings, mode: str, engine: EngineInfo, arc
     """Known engine issues for serving ``arch`` with ``launch`` on ``engine`` (no plan needed, so a
     model the planner does not model still gets them)."""
     build, commit = engine_placement(engine)
-    return advisories_for(arch, commit, build, launch.n_parallel, launch.kv_unified, mode == "window")
+    return advisories_for(arch, commit, build, launch.n_parallel, launch.kv_unified, mode == "window",
+                          patched=engine.fixes)
 
 
 def advisories(plan: Plan, engine: EngineInfo, arch: str) -> list[Advisory]:

@@ -250,7 +250,9 @@ def _read_stamp(stamp: Path) -> EngineBuild | None:
 
 
 def build_of(server: Path) -> EngineBuild | None:
-    """The Headroom build this ``llama-server`` belongs to (its ``build.json``, any series), or None."""
+    """The Headroom build this ``llama-server`` (or a link to it) belongs to (its ``build.json``, any
+    series), or None: a copy elsewhere is just a llama-server."""
+    server = server.resolve()
     stamp = server.parent.parent.parent / "build.json"  # <out>/build/bin/llama-server -> <out>/build.json
     build = _read_stamp(stamp)
     if build is None or not build.server.is_file() or build.server.resolve() != server.resolve():

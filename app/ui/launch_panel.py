@@ -164,7 +164,7 @@ class LaunchPanel(QWidget):
         self.engine_combo.blockSignals(True)
         self.engine_combo.clear()
         for i, e in enumerate(engines):
-            text = f"{e.kind} {e.version} ({e.commit}) — {e.source}"
+            text = f"{e.kind} {e.version} ({e.llama_cpp.removeprefix('llama.cpp ')}) — {e.source}"
             self.engine_combo.addItem(text, e.path)  # a narrow window cuts the text: the tooltip has it all
             self.engine_combo.setItemData(i, f"{text}\n{e.path}", Qt.ItemDataRole.ToolTipRole)
         view = self.engine_combo.view()
