@@ -304,9 +304,19 @@ def cmake_args(backend: str, commit: str | None = None) -> list[str]:
     return args
 
 
+def _apply_argv(patch: Path) -> list[str]:
+    """``git apply`` (``./dev`` installs git), else POSIX ``patch`` (a bare GPU machine may lack git)."""
+    if shutil.which("git"):
+        return ["git", "apply", "--whitespace=nowarn", str(patch)]
+    if shutil.which("patch"):
+        return ["patch", "-p1", "--forward", "--batch", "--quiet", "-i", str(patch)]
+    raise RuntimeError("neither git nor patch found: install git (apt-get install git) to apply Headroom's "
+                       "engine patches")
+
+
 def patched_source(src: Path, commit: str, series: PatchSeries) -> Path:
-    """A copy of ``src`` with ``series`` applied (``git apply``, in order), made once per commit and
-    series; ``src`` itself is never modified. Raises RuntimeError naming the patch that does not apply."""
+    """A copy of ``src`` with ``series`` applied (in order), made once per commit and series; ``src``
+    itself is never modified. Raises RuntimeError naming the patch that does not apply."""
     dest = cache_dir() / "src" / f"llama.cpp-{commit[:9]}-p{series.digest}"
     if (dest / PATCHED_STAMP).is_file():
         return dest
@@ -320,8 +330,12 @@ def patched_source(src: Path, commit: str, series: PatchSeries) -> Path:
     env = dict(os.environ, GIT_CEILING_DIRECTORIES=str(tmp.parent))
     for patch in series.patches:
         _log(f"applying {patch.name}")
-        proc = subprocess.run(["git", "apply", "--whitespace=nowarn", str(patch)], cwd=tmp, env=env,
-                              capture_output=True, text=True, check=False)
+        try:
+            argv = _apply_argv(patch)
+        except RuntimeError:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        proc = subprocess.run(argv, cwd=tmp, env=env, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             shutil.rmtree(tmp, ignore_errors=True)
             raise RuntimeError(f"{patch.name} does not apply to llama.cpp {commit[:9]}: "
@@ -350,8 +364,6 @@ def build(python: str = sys.executable, jobs: int | None = None, source: Path | 
     if shutil.which("cmake") is None:
         raise RuntimeError("cmake not found: install it (apt-get install cmake) to build the engine")
     if series.patches:
-        if shutil.which("git") is None:
-            raise RuntimeError("git not found: install it (apt-get install git) to apply Headroom's engine patches")
         src = patched_source(src, commit, series)
     bdir = out / "build"
     bdir.mkdir(parents=True, exist_ok=True)

@@ -9,7 +9,8 @@ device, a local ``ggml-rpc-server``, as a GPU launch has CUDA0 beside the CPU.
 ``HEADROOM_KPOOL_ENGINE=unpatched`` runs the same tests against the vendored tree as it is (build it
 with ``python native/build.py --unpatched``): each one then fails, which docs/engine-patches.md
 records — except the qwen4exp cases, which pass there too: in 0c1e57098 qwen4exp pools its QSA
-blocks inside the graph and never touches the k-pool cache these bugs live in.
+blocks inside the graph and never touches the k-pool cache these bugs live in. The variable also
+takes the path of a ``llama-server`` in any build with a ``build.json`` (patch 1 alone, say).
 """
 
 from __future__ import annotations

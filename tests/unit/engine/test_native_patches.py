@@ -93,6 +93,18 @@ def test_patches_apply_to_a_copy_and_the_tree_stays_as_it_was(tmp_path: Path, mo
     assert native_build.patched_source(tree, COMMIT, series) == copy  # made once
 
 
+def test_without_git_the_posix_patch_tool_applies_the_series(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bare GPU machine may have no git: ``patch -p1`` reads the same files."""
+    if shutil.which("patch") is None:
+        pytest.fail("this test needs the patch tool (Debian: patch)")
+    monkeypatch.setenv("HEADROOM_CACHE_DIR", str(tmp_path / "cache"))
+    which = shutil.which
+    monkeypatch.setattr(shutil, "which", lambda name: None if name == "git" else which(name))
+    tree = _tree(tmp_path / "llama.cpp")
+    series = PatchSeries((_patch(tmp_path / "p", "0001-demo.patch", "int a = 1;", "int a = 2;"),))
+    assert (native_build.patched_source(tree, COMMIT, series) / "src" / "a.cpp").read_text() == "int a = 2;\n"
+
+
 def test_a_patch_that_does_not_apply_is_named_and_leaves_nothing_behind(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HEADROOM_CACHE_DIR", str(tmp_path / "cache"))
