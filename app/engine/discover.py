@@ -19,6 +19,7 @@ from typing import Any
 
 from app.engine import native_build
 from app.engine.capabilities import Capabilities, capabilities, engine_env
+from app.engine.engine_patches import engine_label
 from app.paths import data_dir
 
 KINDS = ("llama-server", "llamafile", "opencoti")
@@ -57,7 +58,7 @@ class EngineInfo:
     @property
     def llama_cpp(self) -> str:
         """``llama.cpp 0c1e57098 + 2 Headroom patches``: which llama.cpp the engine is."""
-        return native_build.engine_label(self.commit, self.patches)
+        return engine_label(self.commit, self.patches)
 
     @property
     def is_llamafile(self) -> bool:

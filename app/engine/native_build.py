@@ -4,7 +4,7 @@ Standard library only: ``native/build.sh`` runs this file before any virtual env
 exists, and ``headroom engine build`` imports it.
 
 Before the build, Headroom's patch series (``native/patches/NNNN-name.patch``, docs/engine-patches.md)
-is applied in name order to a copy of the tree (``~/.cache/headroom/src/llama.cpp-<commit9>-p<series8>``;
+is applied in name order to a copy of the tree (app/engine/engine_patches.py) (``~/.cache/headroom/src/llama.cpp-<commit9>-p<series8>``;
 the extracted sdist stays pristine). The result lives under the user cache directory, keyed by
 llama.cpp commit, backend and the series' digest, so a changed patch builds again::
 
@@ -27,10 +27,8 @@ from __future__ import annotations
 
 import argparse
 import glob
-import hashlib
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -39,6 +37,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from app.engine.engine_patches import UNPATCHED, PatchSeries, engine_label, patch_series, patched_source
 from app.paths import cache_dir
 
 #: The llama-cpp-python release Headroom pins (pyproject.toml says the same).
@@ -54,61 +53,6 @@ COMMIT_FILE = "HEADROOM_LLAMA_COMMIT"
 #: The build number the sdist's shallow git gives (``rev-list --count HEAD`` = 1), so a tree
 #: built from ``--source`` prints the same ``--version`` line as one built from the sdist.
 SDIST_BUILD_NUMBER = 1
-#: Headroom's patch series for the pinned llama.cpp, applied in name order (docs/engine-patches.md).
-PATCH_DIR = Path(__file__).resolve().parent.parent.parent / "native" / "patches"
-#: Each patch names the upstream fix it ports (app/engine/advisories.py ``Fix.name``):
-#: Headroom-Fix: b11412
-_FIX_LINE = re.compile(r"^Headroom-Fix:\s*(\S+)\s*$", re.MULTILINE)
-#: Written into a patched source copy once every patch applied.
-PATCHED_STAMP = "HEADROOM_PATCHES"
-
-
-@dataclass(frozen=True)
-class PatchSeries:
-    """The patches applied before the build, in order. ``digest`` keys the build: any change to a
-    patch's name or text gives another build directory, so a changed series builds again."""
-
-    patches: tuple[Path, ...]
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        return tuple(p.name for p in self.patches)
-
-    @property
-    def digest(self) -> str:
-        """8 hex digits over every patch's name and bytes; ``""`` for no patches."""
-        if not self.patches:
-            return ""
-        h = hashlib.sha256()
-        for p in self.patches:
-            h.update(p.name.encode() + b"\0" + p.read_bytes() + b"\0")
-        return h.hexdigest()[:8]
-
-    @property
-    def fixes(self) -> tuple[str, ...]:
-        """The upstream fixes the series ports, from each patch's ``Headroom-Fix:`` lines."""
-        return tuple(m for p in self.patches for m in _FIX_LINE.findall(p.read_text(errors="replace")))
-
-
-#: The vendored tree as it is.
-UNPATCHED = PatchSeries(())
-
-
-def patch_series(folder: Path = PATCH_DIR) -> PatchSeries:
-    """The series in ``folder`` (``NNNN-name.patch``, in name order); none when it is missing."""
-    if not folder.is_dir():
-        return UNPATCHED
-    return PatchSeries(tuple(sorted(folder.glob("[0-9][0-9][0-9][0-9]-*.patch"))))
-
-
-def engine_label(commit: str, patches: tuple[str, ...] | list[str]) -> str:
-    """``llama.cpp 0c1e57098 + 2 Headroom patches`` (or just ``llama.cpp 0c1e57098``)."""
-    label = "llama.cpp (commit unknown)" if not commit or commit == "unknown" else f"llama.cpp {commit[:9]}"
-    if patches:
-        label += f" + {len(patches)} Headroom patch{'es' if len(patches) != 1 else ''}"
-    return label
-
-
 @dataclass(frozen=True)
 class EngineBuild:
     """What a finished build is: where, which llama.cpp, which backend, how long it took, and which
@@ -304,48 +248,6 @@ def cmake_args(backend: str, commit: str | None = None) -> list[str]:
     return args
 
 
-def _apply_argv(patch: Path) -> list[str]:
-    """``git apply`` (``./dev`` installs git), else POSIX ``patch`` (a bare GPU machine may lack git)."""
-    if shutil.which("git"):
-        return ["git", "apply", "--whitespace=nowarn", str(patch)]
-    if shutil.which("patch"):
-        return ["patch", "-p1", "--forward", "--batch", "--quiet", "-i", str(patch)]
-    raise RuntimeError("neither git nor patch found: install git (apt-get install git) to apply Headroom's "
-                       "engine patches")
-
-
-def patched_source(src: Path, commit: str, series: PatchSeries) -> Path:
-    """A copy of ``src`` with ``series`` applied (in order), made once per commit and series; ``src``
-    itself is never modified. Raises RuntimeError naming the patch that does not apply."""
-    dest = cache_dir() / "src" / f"llama.cpp-{commit[:9]}-p{series.digest}"
-    if (dest / PATCHED_STAMP).is_file():
-        return dest
-    tmp = dest.parent / f".{dest.name}.partial"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.parent.mkdir(parents=True, exist_ok=True)
-    _log(f"copying {src} to {dest.name} for {len(series.patches)} Headroom patches")
-    # the sdist's .git is a pointer into the sdist's own metadata: the copy names its commit to CMake instead
-    shutil.copytree(src, tmp, symlinks=True, ignore=shutil.ignore_patterns(".git"))
-    # a repository above the cache (a dotfiles $HOME) must not make git apply paths relative to it
-    env = dict(os.environ, GIT_CEILING_DIRECTORIES=str(tmp.parent))
-    for patch in series.patches:
-        _log(f"applying {patch.name}")
-        try:
-            argv = _apply_argv(patch)
-        except RuntimeError:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        proc = subprocess.run(argv, cwd=tmp, env=env, capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise RuntimeError(f"{patch.name} does not apply to llama.cpp {commit[:9]}: "
-                               f"{(proc.stderr or proc.stdout).strip()}")
-    (tmp / PATCHED_STAMP).write_text("\n".join(series.names) + "\n")
-    shutil.rmtree(dest, ignore_errors=True)
-    tmp.rename(dest)
-    return dest
-
-
 def build(python: str = sys.executable, jobs: int | None = None, source: Path | None = None,
           series: PatchSeries | None = None) -> EngineBuild:
     """Build (or find in the cache) the engine: the vendored llama.cpp with ``series`` applied
@@ -364,7 +266,7 @@ def build(python: str = sys.executable, jobs: int | None = None, source: Path | 
     if shutil.which("cmake") is None:
         raise RuntimeError("cmake not found: install it (apt-get install cmake) to build the engine")
     if series.patches:
-        src = patched_source(src, commit, series)
+        src = patched_source(src, commit, series, _log)
     bdir = out / "build"
     bdir.mkdir(parents=True, exist_ok=True)
     _log(f"configuring {engine_label(commit, series.names)} ({backend}) from {src} in {bdir}")

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from app.engine import native_build
-from app.engine.native_build import UNPATCHED, EngineBuild, PatchSeries, patch_series
+from app.engine import engine_patches, native_build
+from app.engine.engine_patches import UNPATCHED, PatchSeries, patch_series
+from app.engine.native_build import EngineBuild
 
 COMMIT = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
 NAMES = ("0001-kpool-one-graph-shape.patch", "0002-kpool-one-scatter-row-per-rep.patch")
@@ -24,13 +25,13 @@ def test_the_series_is_the_two_kpool_ports_in_order() -> None:
     assert series.names == NAMES
     assert series.fixes == ("b11412", "43fe9c642")
     assert re.fullmatch(r"[0-9a-f]{8}", series.digest)
-    assert native_build.engine_label(COMMIT, series.names) == "llama.cpp 0c1e57098 + 2 Headroom patches"
-    assert native_build.engine_label(COMMIT, ()) == "llama.cpp 0c1e57098"
+    assert engine_patches.engine_label(COMMIT, series.names) == "llama.cpp 0c1e57098 + 2 Headroom patches"
+    assert engine_patches.engine_label(COMMIT, ()) == "llama.cpp 0c1e57098"
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_each_patch_opens_with_what_it_changes_why_and_the_fix_it_ports(name: str) -> None:
-    text = (native_build.PATCH_DIR / name).read_text()
+    text = (engine_patches.PATCH_DIR / name).read_text()
     head = text[: text.index("diff --git")]
     assert "What it changes" in head and "\nWhy\n" in head
     assert re.search(r"^Ports: llama\.cpp (b11412|43fe9c642), .+ \(#\d+, 2026-10-06\)$", head, re.MULTILINE)
@@ -85,12 +86,12 @@ def test_patches_apply_to_a_copy_and_the_tree_stays_as_it_was(tmp_path: Path, mo
     monkeypatch.setenv("HEADROOM_CACHE_DIR", str(tmp_path / "cache"))
     tree = _tree(tmp_path / "llama.cpp")
     series = PatchSeries((_patch(tmp_path / "p", "0001-demo.patch", "int a = 1;", "int a = 2;"),))
-    copy = native_build.patched_source(tree, COMMIT, series)
+    copy = engine_patches.patched_source(tree, COMMIT, series)
     assert copy == tmp_path / "cache" / "src" / f"llama.cpp-0c1e57098-p{series.digest}"
     assert (copy / "src" / "a.cpp").read_text() == "int a = 2;\n"
     assert (tree / "src" / "a.cpp").read_text() == "int a = 1;\n"
-    assert (copy / native_build.PATCHED_STAMP).read_text() == "0001-demo.patch\n"
-    assert native_build.patched_source(tree, COMMIT, series) == copy  # made once
+    assert (copy / engine_patches.PATCHED_STAMP).read_text() == "0001-demo.patch\n"
+    assert engine_patches.patched_source(tree, COMMIT, series) == copy  # made once
 
 
 def test_without_git_the_posix_patch_tool_applies_the_series(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -102,7 +103,7 @@ def test_without_git_the_posix_patch_tool_applies_the_series(tmp_path: Path, mon
     monkeypatch.setattr(shutil, "which", lambda name: None if name == "git" else which(name))
     tree = _tree(tmp_path / "llama.cpp")
     series = PatchSeries((_patch(tmp_path / "p", "0001-demo.patch", "int a = 1;", "int a = 2;"),))
-    assert (native_build.patched_source(tree, COMMIT, series) / "src" / "a.cpp").read_text() == "int a = 2;\n"
+    assert (engine_patches.patched_source(tree, COMMIT, series) / "src" / "a.cpp").read_text() == "int a = 2;\n"
 
 
 def test_a_patch_that_does_not_apply_is_named_and_leaves_nothing_behind(
@@ -111,7 +112,7 @@ def test_a_patch_that_does_not_apply_is_named_and_leaves_nothing_behind(
     tree = _tree(tmp_path / "llama.cpp")
     series = PatchSeries((_patch(tmp_path / "p", "0001-stale.patch", "int a = 9;", "int a = 2;"),))
     with pytest.raises(RuntimeError, match=r"0001-stale\.patch does not apply to llama\.cpp 0c1e57098"):
-        native_build.patched_source(tree, COMMIT, series)
+        engine_patches.patched_source(tree, COMMIT, series)
     assert list((tmp_path / "cache" / "src").iterdir()) == []
 
 
