@@ -3,9 +3,9 @@
 Standard library only: ``native/build.sh`` runs this file before any virtual environment
 exists, and ``headroom engine build`` imports it.
 
-Before the build, Headroom's patch series (``native/patches/NNNN-name.patch``, docs/engine-patches.md)
-is applied in name order to a copy of the tree (app/engine/engine_patches.py) (``~/.cache/headroom/src/llama.cpp-<commit9>-p<series8>``;
-the extracted sdist stays pristine). The result lives under the user cache directory, keyed by
+Before the build, Headroom's patch series (``native/patches/NNNN-name.patch``, docs/engine-patches.md;
+app/engine/engine_patches.py) is applied in name order to a copy of the tree,
+``~/.cache/headroom/src/llama.cpp-<commit9>-p<series8>`` (the extracted sdist stays pristine). The result lives under the user cache directory, keyed by
 llama.cpp commit, backend and the series' digest, so a changed patch builds again::
 
     ~/.cache/headroom/engines/llama.cpp-<commit9>-<backend>-p<series8>/build/bin/{llama-server,...,libllama.so}
