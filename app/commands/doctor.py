@@ -129,7 +129,8 @@ def collect() -> dict[str, Any]:
     except ImportError:
         build = native_build.find_build()
         report["engines"] = [] if build is None else [{"path": str(build.server), "kind": "llama-server",
-                                                       "version": build.commit[:9], "backend": build.backend}]
+                                                       "version": build.commit[:9], "backend": build.backend,
+                                                       "llama_cpp": build.label, "patches": list(build.patches)}]
     return report
 
 
@@ -162,7 +163,8 @@ def run(args: argparse.Namespace) -> int:
     if not engines:
         print(_line("Engines", "none found (run `headroom engine build`)"))
     for e in engines:
-        print(_line("Engine", f"{e.get('kind', '?')} {e.get('version', '')} at {e.get('path', '?')}"))
+        what = f" ({e['llama_cpp']})" if e.get("llama_cpp") else ""
+        print(_line("Engine", f"{e.get('kind', '?')} {e.get('version', '')}{what} at {e.get('path', '?')}"))
     print(_hub_line(report["hub"]))
     print(_line("Cache", report["cache_dir"]))
     return 0

@@ -16,7 +16,8 @@ def register(sub: Any) -> None:
     p = sub.add_parser("engine", allow_abbrev=False, help="build or locate the stock llama-server", epilog=EXIT_STATUS)
     esub = p.add_subparsers(dest="engine_command", metavar="ACTION", required=True)
     b = esub.add_parser("build", allow_abbrev=False, epilog=EXIT_STATUS,
-                        help="build llama-server from source (cached by commit and backend)")
+                        help="build llama-server from source with Headroom's patches (cached by commit, backend "
+                        "and patch series)")
     b.add_argument("--jobs", type=positive_int, default=None, metavar="N",
                    help="parallel compile jobs (default: one per CPU core)")
     b.add_argument("--bindings", action="store_true", help="also install llama-cpp-python without compiling")

@@ -163,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
     print(render(plan, title, fit, settings))
     print(f"  {pass1.describe(measurement)}")
     if engine is not None:
-        print(f"  engine: {engine.kind} {engine.version} (llama.cpp {engine.commit}) {engine.path}")
+        print(f"  engine: {engine.kind} {engine.version} ({engine.llama_cpp}) {engine.path}")
     if no_engine:
         print(f"  no engine can launch this plan: {no_engine}")
     print("\n".join(f"  {line}" for line in advisory_lines(advs)) if advs else "  advisories: none known")

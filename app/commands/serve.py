@@ -245,7 +245,7 @@ def run(args: argparse.Namespace) -> int:
     if spec.advisories:
         print("\n".join(advisory_lines(spec.advisories)), flush=True)
     print(f"plan: {plan.mode}, {format_tokens(plan.launch.n_ctx)} tokens — {plan.reason}")
-    print(f"engine: {spec.engine.kind} {spec.engine.version} ({spec.engine.path})")
+    print(f"engine: {spec.engine.kind} {spec.engine.version}, {spec.engine.llama_cpp} ({spec.engine.path})")
     print(f"command: {spec.shell_line}", flush=True)
     if spec.api_key:
         from app.engine.apikey import key_path

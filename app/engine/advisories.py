@@ -10,7 +10,10 @@ where the engine's llama.cpp sits relative to the fix (docs/domain.md §5).
 
 An engine is placed by its commit (a table of commits we know the date of) or, failing that, by its
 build number. A build number under ``MIN_REAL_BUILD`` is what a tree without git history (the
-llama-cpp-python sdist, a shallow clone) reports — it places nothing.
+llama-cpp-python sdist, a shallow clone) reports — it places nothing. The engine Headroom builds
+carries both k-pool fixes as patches (native/patches, docs/engine-patches.md): it names them
+(``patched``, from its build stamp) and is told "fixed in this build"; any other engine at that
+commit is placed by its commit and still warned.
 """
 
 from __future__ import annotations
@@ -155,9 +158,20 @@ def _kpool(arch: str, fix: Fix, placement: Placement, engine: str) -> Advisory:
         SMOKE_HINT)
 
 
+def _fixed_here(arch: str, fixes: list[Fix], engine: str) -> Advisory:
+    names = " and ".join(f"{f.label()} (llama.cpp #{f.pr})" for f in fixes)
+    return Advisory(
+        "kpool-fixed-in-build", Severity.INFO, f"{arch} with shared sessions: fixed in this build",
+        f"{engine} carries Headroom's ports of {names}: "
+        + "; ".join(f.what for f in fixes),
+        "nothing to do; forking and sharing sessions is safe on this engine")
+
+
 def advisories_for(arch: str, engine_commit: str | None, engine_build_number: int | None,
-                   n_parallel: int, kv_unified: bool, window_mode: bool) -> list[Advisory]:
-    """Known issues for serving ``arch`` with these settings on this engine (empty: none known)."""
+                   n_parallel: int, kv_unified: bool, window_mode: bool,
+                   patched: tuple[str, ...] = ()) -> list[Advisory]:
+    """Known issues for serving ``arch`` with these settings on this engine (empty: none known).
+    ``patched``: the ``Fix.name`` values the engine carries as Headroom patches (its build stamp)."""
     out: list[Advisory] = []
     shared = n_parallel > 1
     engine = _engine_words(engine_commit, engine_build_number)
@@ -172,8 +186,8 @@ def advisories_for(arch: str, engine_commit: str | None, engine_build_number: in
             "window-no-prefix-reuse", Severity.INFO, "spilled window: no prompt-cache reuse",
             "while the window spills to the host tail, context shift and prompt-cache reuse are off",
             "continuing a session re-decodes its text; keep sessions short or fit them resident"))
-    if arch in KPOOL_ARCHS and not shared and place(SCATTER_FIX, engine_commit, engine_build_number) \
-            is Placement.LACKS:
+    if arch in KPOOL_ARCHS and not shared and SCATTER_FIX.name not in patched \
+            and place(SCATTER_FIX, engine_commit, engine_build_number) is Placement.LACKS:
         # Seen on this project's engine (tests/integration/test_kpool_repro.py): with one sequence the
         # decode graph still differs from the reserved one once the pool count steps, so the engine
         # re-reserves at decode time (silently; a diagnostic launch aborts on it).
@@ -183,8 +197,11 @@ def advisories_for(arch: str, engine_commit: str | None, engine_build_number: in
             "the k-pool grows, so the compute buffer can grow past what pass 1 measured",
             f"leave room above the measured compute buffer, or use an engine at {SCATTER_FIX.label()} or later"))
     if arch in KPOOL_ARCHS and shared:
+        carried = [fix for fix in KPOOL_FIXES if fix.name in patched]
+        if carried:
+            out.append(_fixed_here(arch, carried, engine))
         for fix in KPOOL_FIXES:
-            placement = place(fix, engine_commit, engine_build_number)
+            placement = Placement.HAS if fix.name in patched else place(fix, engine_commit, engine_build_number)
             if placement is not Placement.HAS:
                 out.append(_kpool(arch, fix, placement, engine))
     if arch in SINGLE_SEQ_RESERVE_ARCHS and shared:

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 from app.engine import native_build
 from app.engine.capabilities import Capabilities, capabilities, engine_env
+from app.engine.engine_patches import engine_label
 from app.paths import data_dir
 from app.planner.plan_types import PlanMode
 
@@ -61,7 +62,9 @@ APE_MAGIC = (b"MZqFpD", b"jartsr")
 
 @dataclass(frozen=True)
 class EngineInfo:
-    """One engine binary. ``via_sh``: an APE llamafile the kernel would not exec directly."""
+    """One engine binary. ``via_sh``: an APE llamafile the kernel would not exec directly.
+    ``patches``/``fixes``: Headroom's patches the engine Headroom built carries, and the upstream
+    fixes they port (app/engine/native_build.py; empty for every other engine)."""
 
     kind: EngineKind
     path: str
@@ -70,6 +73,13 @@ class EngineInfo:
     source: EngineOrigin
     via_sh: bool = False
     capabilities: Capabilities | None = None
+    patches: tuple[str, ...] = ()
+    fixes: tuple[str, ...] = ()
+
+    @property
+    def llama_cpp(self) -> str:
+        """``llama.cpp 0c1e57098 + 2 Headroom patches``: which llama.cpp the engine is."""
+        return engine_label(self.commit, self.patches)
 
     @property
     def is_llamafile(self) -> bool:
@@ -88,7 +98,8 @@ class EngineInfo:
     def to_json(self) -> dict[str, Any]:
         return {
             "kind": str(self.kind), "version": self.version, "commit": self.commit, "path": self.path,
-            "source": str(self.source), "via_sh": self.via_sh,
+            "source": str(self.source), "via_sh": self.via_sh, "llama_cpp": self.llama_cpp,
+            "patches": list(self.patches), "fixes": list(self.fixes),
             "capabilities": None if self.capabilities is None else self.capabilities.to_json(),
         }
 
@@ -200,10 +211,12 @@ def discover_engines(chosen: Path | None = None, *, probe: bool = True) -> list[
         info = identify(path, label, probe=probe)
         if info is None:
             continue
-        if info.commit == "unknown" and label == EngineOrigin.HEADROOM_BUILD:
-            build = native_build.find_build()
-            if build is not None and build.server == path:
-                info = replace(info, commit=build.commit[:9])
+        build = native_build.build_of(path) if path.is_file() else None
+        if build is not None:  # one Headroom built, however it was found: its stamp says what it carries
+            # its --version names 7 digits (or none): the stamp has the commit and the patches
+            known = info.commit != "unknown" and not build.commit.startswith(info.commit)
+            info = replace(info, commit=info.commit if known else build.commit[:9],
+                           patches=build.patches, fixes=build.fixes)
         engines.append(info)
     return engines
 

@@ -63,7 +63,8 @@ def launch_advisories(launch: LaunchSettings, mode: PlanMode, engine: EngineInfo
     """Known engine issues for serving ``arch`` with ``launch`` on ``engine`` (no plan needed, so a
     model the planner does not model still gets them)."""
     build, commit = engine_placement(engine)
-    return advisories_for(arch, commit, build, launch.n_parallel, launch.kv_unified, mode == PlanMode.WINDOW)
+    return advisories_for(arch, commit, build, launch.n_parallel, launch.kv_unified, mode == PlanMode.WINDOW,
+                          patched=engine.fixes)
 
 
 def advisories(plan: Plan, engine: EngineInfo, arch: str) -> list[Advisory]:

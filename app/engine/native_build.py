@@ -3,9 +3,15 @@
 Standard library only: ``native/build.sh`` runs this file before any virtual environment
 exists, and ``headroom engine build`` imports it.
 
-The result lives under the user cache directory, keyed by llama.cpp commit and backend::
+Before the build, Headroom's patch series (``native/patches/NNNN-name.patch``, docs/engine-patches.md;
+app/engine/engine_patches.py) is applied in name order to a copy of the tree,
+``~/.cache/headroom/src/llama.cpp-<commit9>-p<series8>`` (the extracted sdist stays pristine). The result lives under the user cache directory, keyed by
+llama.cpp commit, backend and the series' digest, so a changed patch builds again::
 
-    ~/.cache/headroom/engines/llama.cpp-<commit9>-<backend>/build/bin/{llama-server,...,libllama.so}
+    ~/.cache/headroom/engines/llama.cpp-<commit9>-<backend>-p<series8>/build/bin/{llama-server,...,libllama.so}
+
+``--unpatched`` builds the vendored tree as it is, under the key without ``-p<series8>`` (what the
+tests that show each patch's bug run against, when that build is there).
 
 ``--source DIR`` (or ``HEADROOM_LLAMA_SRC``) builds from an already-extracted llama.cpp tree
 instead, e.g. the trimmed tree ``bench/h200/prepare.sh`` packs for a machine without internet; its
@@ -31,6 +37,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from app.engine.engine_patches import UNPATCHED, PatchSeries, engine_label, patch_series, patched_source
 from app.paths import cache_dir
 
 #: The llama-cpp-python release Headroom pins (pyproject.toml says the same).
@@ -46,19 +53,23 @@ COMMIT_FILE = "HEADROOM_LLAMA_COMMIT"
 #: The build number the sdist's shallow git gives (``rev-list --count HEAD`` = 1), so a tree
 #: built from ``--source`` prints the same ``--version`` line as one built from the sdist.
 SDIST_BUILD_NUMBER = 1
-
-
-
-
 @dataclass(frozen=True)
 class EngineBuild:
-    """What a finished build is: where, which llama.cpp, which backend, how long it took."""
+    """What a finished build is: where, which llama.cpp, which backend, how long it took, and which
+    of Headroom's patches it carries (names, the series digest, the upstream fixes they port)."""
 
     commit: str
     backend: str
     backend_reason: str
     bin_dir: str
     seconds: float
+    patches: tuple[str, ...] = ()
+    series: str = ""
+    fixes: tuple[str, ...] = ()
+
+    @property
+    def label(self) -> str:
+        return engine_label(self.commit, self.patches)
 
     @property
     def server(self) -> Path:
@@ -167,20 +178,42 @@ def detect_backend() -> tuple[str, str]:
     return "cuda", f"CUDA on: nvcc at {nvcc} and cuBLAS found"
 
 
-def build_dir(commit: str, backend: str) -> Path:
-    return cache_dir() / "engines" / f"llama.cpp-{commit[:9]}-{backend}"
+def build_dir(commit: str, backend: str, series: PatchSeries = UNPATCHED) -> Path:
+    suffix = f"-p{series.digest}" if series.patches else ""
+    return cache_dir() / "engines" / f"llama.cpp-{commit[:9]}-{backend}{suffix}"
 
 
-def find_build(backend: str | None = None) -> EngineBuild | None:
-    """A finished build in the cache (the CUDA one preferred), or None. Never builds."""
+def _read_stamp(stamp: Path) -> EngineBuild | None:
+    try:
+        data = json.loads(stamp.read_text())
+        for key in ("patches", "fixes"):
+            data[key] = tuple(data.get(key, ()))
+        return EngineBuild(**data)
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None
+
+
+def build_of(server: Path) -> EngineBuild | None:
+    """The Headroom build this ``llama-server`` (or a link to it) belongs to (its ``build.json``, any
+    series), or None: a copy elsewhere is just a llama-server."""
+    server = server.resolve()
+    stamp = server.parent.parent.parent / "build.json"  # <out>/build/bin/llama-server -> <out>/build.json
+    build = _read_stamp(stamp)
+    if build is None or not build.server.is_file() or build.server.resolve() != server.resolve():
+        return None
+    return build
+
+
+def find_build(backend: str | None = None, series: PatchSeries | None = None) -> EngineBuild | None:
+    """A finished build of ``series`` (default: Headroom's current patch series) in the cache, the
+    CUDA one preferred, or None. Never builds. ``series=UNPATCHED``: the vendored tree as it is."""
+    want = (series if series is not None else patch_series()).digest
     root = cache_dir() / "engines"
     candidates = sorted(root.glob("llama.cpp-*/build.json"))
     builds: list[EngineBuild] = []
     for stamp in candidates:
-        try:
-            data = json.loads(stamp.read_text())
-            build = EngineBuild(**data)
-        except (OSError, ValueError, TypeError):
+        build = _read_stamp(stamp)
+        if build is None or build.series != want:
             continue
         if build.server.is_file() and (backend is None or build.backend == backend):
             builds.append(build)
@@ -215,23 +248,28 @@ def cmake_args(backend: str, commit: str | None = None) -> list[str]:
     return args
 
 
-def build(python: str = sys.executable, jobs: int | None = None, source: Path | None = None) -> EngineBuild:
-    """Build (or find in the cache) the stock engine. Returns where it is."""
+def build(python: str = sys.executable, jobs: int | None = None, source: Path | None = None,
+          series: PatchSeries | None = None) -> EngineBuild:
+    """Build (or find in the cache) the engine: the vendored llama.cpp with ``series`` applied
+    (default: Headroom's patch series). Returns where it is."""
     started = time.monotonic()
+    series = series if series is not None else patch_series()
     src, commit = llama_source(source, python)
     backend, reason = detect_backend()
     _log(reason)
-    out = build_dir(commit, backend)
+    out = build_dir(commit, backend, series)
     stamp = out / "build.json"
-    cached = find_build(backend)
-    if cached is not None and Path(cached.bin_dir).parent.parent.resolve() == out.resolve():
-        _log(f"cache hit: {out} (llama.cpp {commit[:9]}, {backend}), nothing to do")
+    cached = _read_stamp(stamp)
+    if cached is not None and cached.server.is_file() and cached.series == series.digest:
+        _log(f"cache hit: {out} ({cached.label}, {backend}), nothing to do")
         return cached
     if shutil.which("cmake") is None:
         raise RuntimeError("cmake not found: install it (apt-get install cmake) to build the engine")
+    if series.patches:
+        src = patched_source(src, commit, series, _log)
     bdir = out / "build"
     bdir.mkdir(parents=True, exist_ok=True)
-    _log(f"configuring llama.cpp {commit[:9]} ({backend}) from {src} in {bdir}")
+    _log(f"configuring {engine_label(commit, series.names)} ({backend}) from {src} in {bdir}")
     subprocess.run(["cmake", "-S", str(src), "-B", str(bdir), *cmake_args(backend, commit)], check=True)
     n = jobs or os.cpu_count() or 2
     _log(f"building {', '.join(TARGETS)} with {n} jobs")
@@ -242,7 +280,8 @@ def build(python: str = sys.executable, jobs: int | None = None, source: Path | 
     for name in BINARIES:
         if not (bdir / "bin" / name).is_file():
             raise RuntimeError(f"build finished but {name} is missing in {bdir / 'bin'}")
-    result = EngineBuild(commit, backend, reason, str(bdir / "bin"), round(time.monotonic() - started, 1))
+    result = EngineBuild(commit, backend, reason, str(bdir / "bin"), round(time.monotonic() - started, 1),
+                         series.names, series.digest, series.fixes)
     stamp.write_text(json.dumps(asdict(result), indent=2))
     _log(f"done in {result.seconds:.0f} s: {result.bin_dir}")
     return result
@@ -268,9 +307,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--print-bin-dir", action="store_true")
     parser.add_argument("--source", type=Path, default=None,
                         help="an extracted llama.cpp tree to build instead of the sdist's (or $HEADROOM_LLAMA_SRC)")
+    parser.add_argument("--unpatched", action="store_true",
+                        help="build the vendored tree without Headroom's patches (to show what they fix)")
     args = parser.parse_args(argv)
     try:
-        info = build(args.python, args.jobs, args.source)
+        info = build(args.python, args.jobs, args.source, UNPATCHED if args.unpatched else None)
         if args.bindings:
             install_bindings(args.python, info)
     except (RuntimeError, OSError, subprocess.CalledProcessError) as exc:

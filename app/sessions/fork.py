@@ -41,10 +41,15 @@ class Sampling:
     n_predict: int = 64
     temperature: float = 0.8
     seed: int | None = None
+    #: Generate all ``n_predict`` tokens even past an end-of-generation token (llama-server ``ignore_eos``).
+    ignore_eos: bool = False
 
     def body(self) -> dict[str, Any]:
-        return {"n_predict": self.n_predict, "temperature": self.temperature,
-                "seed": RANDOM_SEED if self.seed is None else self.seed}
+        body: dict[str, Any] = {"n_predict": self.n_predict, "temperature": self.temperature,
+                                "seed": RANDOM_SEED if self.seed is None else self.seed}
+        if self.ignore_eos:
+            body["ignore_eos"] = True
+        return body
 
 
 @dataclass(frozen=True)

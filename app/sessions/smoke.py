@@ -8,7 +8,9 @@ Both must produce tokens. The prompt is ~2500 tokens like the upstream repro
 
 In a *diagnostic* launch the engine runs with ``GGML_SCHED_DEBUG_REALLOC=1`` (``DIAGNOSTIC_ENV``;
 the launcher sets it): an engine that re-reserves its graph mid-decode then aborts with
-``unexpected graph reallocation`` instead of carrying on, and the smoke test names that bug.
+``unexpected graph reallocation`` instead of carrying on, and the smoke test names that bug. The
+engine Headroom builds also checks its k-pool scatter rows then (``HEADROOM_KPOOL_SCATTER_CHECK``,
+native/patches/0002): two sequences writing one pooled row abort with ``k-pool scatter race``.
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ from dataclasses import dataclass, field
 from app.sessions.client import EngineClient, EngineError, EngineRejected, EngineUnreachable
 from app.sessions.fork import Sampling, fork, send
 
-#: Environment a diagnostic launch adds to the engine's (ggml/src/ggml-backend.cpp reads it).
-DIAGNOSTIC_ENV = {"GGML_SCHED_DEBUG_REALLOC": "1"}
+#: Environment a diagnostic launch adds to the engine's: ggml/src/ggml-backend.cpp reads the first;
+#: the second only the engine Headroom builds (native/patches/0002), every other engine ignores it.
+DIAGNOSTIC_ENV = {"GGML_SCHED_DEBUG_REALLOC": "1", "HEADROOM_KPOOL_SCATTER_CHECK": "1"}
 #: The upstream repro's prompt length (-npp 2500).
 REPRO_PROMPT_TOKENS = 2500
 #: How long to wait for the engine's last words to reach the log after the stream broke.
@@ -35,6 +38,9 @@ _FILLER = ("The shared prefix of this smoke test is decoded once and then shared
 REALLOC_MARK = "unexpected graph reallocation"
 # ggml/src/ggml.c, ggml_abort: /.../llama-kv-cache.cpp:123: GGML_ASSERT(...) failed
 ASSERT_MARK = "GGML_ASSERT"
+# native/patches/0002, set_input_kpool (with HEADROOM_KPOOL_SCATTER_CHECK=1):
+# /.../llama-memory-hybrid-idx.cpp:1228: k-pool scatter race: entries 0 and 32 of this ubatch (64 entries) both write pooled row 3 (HEADROOM_KPOOL_SCATTER_CHECK)
+SCATTER_MARK = "k-pool scatter race"
 #: Why a diagnostic pass on a single-backend engine proves nothing (ggml/src/ggml-alloc.c).
 SINGLE_BACKEND_WHY = ("ggml re-reserves a changed graph silently (one allocator buffer), so "
                       "GGML_SCHED_DEBUG_REALLOC cannot fire and the shared-sequence bug cannot show")
@@ -64,7 +70,7 @@ class SmokeResult:
 
 def _classify(lines: list[str]) -> str:
     for line in reversed(lines):
-        if REALLOC_MARK in line:
+        if REALLOC_MARK in line or SCATTER_MARK in line:
             return line.strip()
     for line in reversed(lines):
         if ASSERT_MARK in line or "GGML_ABORT" in line:
@@ -97,6 +103,11 @@ def _failure(client: EngineClient, why: str, steps: list[str], tokens: dict[str,
             "their cells: it re-reserves its compute graph mid-decode — the k-pool shared-sequence "
             "bug fixed in llama.cpp b11412 (#29958, docs/domain.md §5). Use an engine at b11412/43fe9c642 "
             f"or later (on this engine even -np 1 re-reserves once the pool grows). Engine: {line}"))
+    if SCATTER_MARK in line:
+        return failed("engine-bug", (
+            "the engine's scatter check found two entries of one ubatch writing the same pooled k-pool "
+            "row while two sequences shared their cells — the data race fixed in llama.cpp 43fe9c642 "
+            f"(#29994, DOMAIN.md §5). Use an engine with that fix. Engine: {line}"))
     if line:
         return failed("engine-bug", (
             "the engine hit an assertion while two sequences shared their cells — the shared-sequence "

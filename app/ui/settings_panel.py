@@ -389,7 +389,7 @@ class SettingsPanel(QWidget):
         combo.blockSignals(True)
         combo.clear()
         for i, e in enumerate(engines):
-            text = f"{e.kind} {e.version} ({e.commit}) — {e.source}"
+            text = f"{e.kind} {e.version} ({e.llama_cpp.removeprefix('llama.cpp ')}) — {e.source}"
             combo.addItem(text, e.path)  # a narrow window cuts the text: the tooltip has it all
             combo.setItemData(i, f"{text}\n{e.path}", Qt.ItemDataRole.ToolTipRole)
         view = combo.view()

@@ -209,6 +209,19 @@ def test_the_engine_combo_shows_its_whole_text_or_says_it_on_hover(window):
     assert combo.width() - combo.fontMetrics().horizontalAdvance(text) > 30
 
 
+def test_the_engine_combo_names_headroom_s_patches(window):
+    engine = EngineInfo(EngineKind.LLAMA_SERVER, "/opt/llama.cpp/build/bin/llama-server", "0.5.0-dev", "0c1e57098",
+                        EngineOrigin.HEADROOM_BUILD,
+                        patches=("0001-kpool-one-graph-shape.patch", "0002-kpool-one-scatter-row-per-rep.patch"))
+    window.launch.set_engines([engine])
+    combo = window.settings.engine
+    text = "llama-server 0.5.0-dev (0c1e57098 + 2 Headroom patches) — headroom build"
+    assert combo.currentText() == text and text in combo.toolTip()
+    # which llama.cpp, patches included, fits at the default window size; where it was found may be cut
+    what = text[: text.index(")") + 1]
+    assert combo.width() - combo.fontMetrics().horizontalAdvance(what) > 30
+
+
 def test_the_command_line_never_widens_the_column(window):
     window.launch._show_command("llama-server " + "-x " * 200, "Command line:")
     assert window.launch.command.minimumSizeHint().width() < 200

@@ -1,4 +1,5 @@
-"""`headroom doctor`'s Hugging Face line: which Hub, whether a token is there (never the token itself)."""
+"""`headroom doctor`'s Hugging Face line: which Hub, whether a token is there (never the token itself);
+its engine line: the engine Headroom built, with its patches, and the library pass 1 loads."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+from app.engine.native_build import EngineBuild
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -25,3 +28,15 @@ def test_doctor_says_whether_a_token_is_there_but_never_prints_it(tmp_path: Path
     assert "http://127.0.0.1:9" in with_token and "0 header-only copies" in with_token
     without = _doctor(tmp_path)
     assert "https://huggingface.co" in without and "no token (public repos only" in without
+
+
+def test_doctor_names_the_engine_with_its_patches_and_pass_1_loads_that_build(engine_build: EngineBuild) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "LLAMA_CPP_LIB_PATH"}
+    proc = subprocess.run([sys.executable, "-m", "app", "doctor"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    engine = next(line for line in proc.stdout.splitlines()
+                  if line.startswith("Engine") and str(engine_build.server) in line)
+    assert "(llama.cpp 0c1e57098 + 2 Headroom patches)" in engine
+    bindings = next(line for line in proc.stdout.splitlines() if line.startswith("llama-cpp-python"))
+    assert f"library from {engine_build.bin_dir}" in bindings  # pass 1's libllama: the same patched build

@@ -79,10 +79,13 @@ def test_plan_names_the_engine_and_its_advisories(engine_build: EngineBuild, tin
     rc, out = _plan(capsys, str(tiny_model), "-np", "2", "-kvu")
     assert rc == 0
     assert "engine: llama-server" in out and str(engine_build.server) in out
+    assert "(llama.cpp 0c1e57098 + 2 Headroom patches)" in out
     assert "advisories: none known" in out
     rc = cli.main(["plan", str(tiny_model), "--json"])
     data = json.loads(capsys.readouterr().out)
     assert data["engine"]["path"] == str(engine_build.server) and data["advisories"] == []
+    assert data["engine"]["llama_cpp"] == "llama.cpp 0c1e57098 + 2 Headroom patches"
+    assert data["engine"]["fixes"] == ["b11412", "43fe9c642"]
 
 
 def test_a_model_the_planner_does_not_model_still_gets_its_advisories(
@@ -91,9 +94,9 @@ def test_a_model_the_planner_does_not_model_still_gets_its_advisories(
     out, err = capsys.readouterr()
     assert rc == 2 and out == ""  # an error: all of it on stderr
     assert "not modelled: glm5-next" in err
-    assert "engine without b11412" in err and "engine without 43fe9c642" in err
+    assert "glm5-next with shared sessions: fixed in this build" in err
     # --json keeps stdout machine-readable: the error and the advisories as data
     rc = cli.main(["plan", str(tiny_glm5_next_model), "-np", "2", "-kvu", "--json"])
     data = json.loads(capsys.readouterr().out)
     assert rc == 2 and data["error"] == "not modelled: glm5-next" and data["arch"] == "glm5-next"
-    assert [a["key"] for a in data["advisories"]] == ["kpool-b11412", "kpool-43fe9c642"]
+    assert [a["key"] for a in data["advisories"]] == ["kpool-fixed-in-build"]

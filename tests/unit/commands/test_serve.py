@@ -3,6 +3,7 @@ and a model the planner does not model is refused after them (nothing is launche
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -11,26 +12,40 @@ from app import cli
 from app.engine.native_build import EngineBuild
 
 
-def test_glm5_next_with_shared_sessions_gets_both_kpool_warnings_then_is_refused(
+def test_glm5_next_with_shared_sessions_is_told_fixed_in_this_build_then_is_refused(
         engine_build: EngineBuild, tiny_glm5_next_model: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rc = cli.main(["serve", str(tiny_glm5_next_model), "-c", "4096", "-np", "2", "-kvu"])
     out, err = capsys.readouterr()
     assert rc == 2
-    advisories = [line for line in out.splitlines() if line.startswith("advisory: [warning]")]
-    assert len(advisories) == 2
-    assert "without b11412" in advisories[0] and "#29958" in advisories[0]
-    assert "without 43fe9c642" in advisories[1] and "#29994" in advisories[1]
+    advisories = [line for line in out.splitlines() if line.startswith("advisory:")]
+    assert advisories == [next(line for line in advisories if "fixed in this build" in line)]
+    assert advisories[0].startswith("advisory: [info] glm5-next with shared sessions: fixed in this build")
+    assert "b11412 (llama.cpp #29958)" in advisories[0] and "43fe9c642 (llama.cpp #29994)" in advisories[0]
     assert "llama.cpp 0c1e57098" in advisories[0]  # the engine Headroom built, placed by its commit
     assert "cannot plan: not modelled: glm5-next" in err and "serves only models it can plan" in err
     assert "engine: starting" not in out
 
 
-def test_glm5_next_alone_has_no_shared_session_warning(engine_build: EngineBuild, tiny_glm5_next_model: Path,
-                                                       capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_same_engine_without_headroom_s_patches_gets_both_kpool_warnings(
+        engine_build: EngineBuild, tiny_glm5_next_model: Path, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # the very binary, copied out of Headroom's build: nothing says it carries the patches
+    copy = tmp_path / "llama-server"
+    shutil.copy2(engine_build.server, copy)
+    rc = cli.main(["serve", str(tiny_glm5_next_model), "-c", "4096", "-np", "2", "-kvu", "--engine", str(copy)])
+    out, _ = capsys.readouterr()
+    assert rc == 2
+    advisories = [line for line in out.splitlines() if line.startswith("advisory: [warning]")]
+    assert len(advisories) == 2
+    assert "without b11412" in advisories[0] and "#29958" in advisories[0]
+    assert "without 43fe9c642" in advisories[1] and "#29994" in advisories[1]
+
+
+def test_glm5_next_alone_has_no_advisory_on_the_patched_engine(engine_build: EngineBuild, tiny_glm5_next_model: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["serve", str(tiny_glm5_next_model), "-np", "1"]) == 2
     out, err = capsys.readouterr()
-    assert "with shared sessions" not in out and "not modelled: glm5-next" in err
-    assert "advisory: [info] glm5-next: decode-time graph re-reserve on this engine" in out
+    assert "advisory:" not in out and "not modelled: glm5-next" in err
 
 
 def test_serve_plans_for_the_gpus_it_is_given(engine_build: EngineBuild, tiny_model: Path,

@@ -18,7 +18,8 @@ from app.engine.advisories import (
 HEADROOM_ENGINE_VERSION = "version: 0.5.0-dev (build 1, commit 0c1e570)\nbuilt with GNU 12.2.0 for Linux x86_64"
 
 
-def test_headroom_engine_with_a_kpool_model_and_shared_sessions_gets_both_warnings() -> None:
+def test_any_other_engine_at_headroom_s_commit_with_a_kpool_model_and_shared_sessions_gets_both_warnings() -> None:
+    """A llama-server or llamafile built from the same 0c1e57098 without Headroom's patches."""
     build, commit = parse_engine_version(HEADROOM_ENGINE_VERSION)
     assert (build, commit) == (1, "0c1e570")
     for arch in ("qwen4exp", "glm5-next"):
@@ -84,3 +85,30 @@ def test_props_build_info_parses_like_the_version_line() -> None:
     assert parse_engine_version("b1-0c1e570") == (1, "0c1e570")
     assert parse_engine_version("version: 0 (build 0, commit unknown)") == (0, None)
     assert parse_engine_version("llamafile v0.10.5") == (None, None)
+
+
+#: What the engine Headroom builds carries (its build.json ``fixes``, from the patches' Headroom-Fix lines).
+PATCHED = ("b11412", "43fe9c642")
+
+
+def test_headroom_patched_engine_says_fixed_in_this_build_instead_of_warning() -> None:
+    build, commit = parse_engine_version(HEADROOM_ENGINE_VERSION)
+    for arch in ("qwen4exp", "glm5-next"):
+        adv = advisories_for(arch, commit, build, n_parallel=4, kv_unified=True, window_mode=False, patched=PATCHED)
+        assert [(a.key, a.severity) for a in adv] == [("kpool-fixed-in-build", "info")]
+        text = str(adv[0])
+        assert f"{arch} with shared sessions: fixed in this build" in text
+        assert "0c1e57098" in text and "b11412" in text and "#29958" in text and "43fe9c642" in text
+    # one session: nothing to say either, the decode graph no longer re-reserves
+    assert advisories_for("glm5-next", commit, build, 1, False, False, patched=PATCHED) == []
+
+
+def test_an_engine_with_only_the_first_patch_is_still_warned_of_the_race() -> None:
+    adv = advisories_for("glm5-next", "0c1e570", 1, 2, True, False, patched=("b11412",))
+    assert [a.key for a in adv] == ["kpool-fixed-in-build", "kpool-43fe9c642"]
+    assert "fixed in this build" in adv[0].title and "43fe9c642" not in adv[0].detail
+    assert "predates the fix" in adv[1].detail
+
+
+def test_a_patch_fixes_nothing_for_a_model_without_a_k_pool() -> None:
+    assert advisories_for("llama", "0c1e570", 1, 4, True, False, patched=PATCHED) == []

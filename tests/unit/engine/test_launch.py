@@ -77,20 +77,29 @@ def test_an_error_advisory_refuses_the_launch() -> None:
         prepare(plan, MODEL, [COTI], port=8080, arch="llama")
 
 
-def test_the_engine_headroom_builds_warns_twice_for_glm5_next_with_shared_sessions(engine_build: object) -> None:
+def test_the_engine_headroom_builds_says_fixed_in_this_build_for_glm5_next_with_shared_sessions(
+        engine_build: object) -> None:
     from app.engine.discover import discover_engines
     from app.engine.launch import advisories
 
     (built,) = [e for e in discover_engines() if e.source == "headroom build"]
+    assert built.fixes == ("b11412", "43fe9c642")
+    assert built.llama_cpp == "llama.cpp 0c1e57098 + 2 Headroom patches"
     shared = _plan(PlanMode.STOCK, LaunchSettings(n_parallel=2, kv_unified=True))
     spec = prepare(shared, MODEL, [built], port=8080, arch="glm5-next")
-    assert [a.key for a in spec.advisories] == ["kpool-b11412", "kpool-43fe9c642"]
-    assert all(a.severity == Severity.WARNING and "predates the fix" in a.detail for a in spec.advisories)
+    assert [(a.key, a.severity) for a in spec.advisories] == [("kpool-fixed-in-build", Severity.INFO)]
+    assert "fixed in this build" in spec.advisories[0].title
     assert advisories(shared, built, "glm5-next") == list(spec.advisories)
     assert prepare(shared, MODEL, [built], port=8080, arch="llama").advisories == ()
     alone = _plan(PlanMode.STOCK, LaunchSettings(n_parallel=1))
-    # one sequence: no sharing warning, but on this engine the decode graph still re-reserves
-    solo = prepare(alone, MODEL, [built], port=8080, arch="glm5-next").advisories
+    assert prepare(alone, MODEL, [built], port=8080, arch="glm5-next").advisories == ()
+    # the same llama.cpp without Headroom's patches (a llama-server built elsewhere): warned twice
+    stock = replace(built, source=EngineOrigin.PATH, patches=(), fixes=())
+    spec = prepare(shared, MODEL, [stock], port=8080, arch="glm5-next")
+    assert [a.key for a in spec.advisories] == ["kpool-b11412", "kpool-43fe9c642"]
+    assert all(a.severity == Severity.WARNING and "predates the fix" in a.detail for a in spec.advisories)
+    # one sequence: no sharing warning, but on that engine the decode graph still re-reserves
+    solo = prepare(alone, MODEL, [stock], port=8080, arch="glm5-next").advisories
     assert [(a.key, a.severity) for a in solo] == [("kpool-single-rereserve", "info")]
 
 

@@ -13,6 +13,9 @@ SRC = "/root/.cache/headroom/src/llama_cpp_python-0.3.36/vendor/llama.cpp"
 REALLOC = (f"{SRC}/ggml/src/ggml-backend.cpp:1638: ggml_backend_sched_alloc_splits: unexpected graph "
            "reallocation (graph size = 2311, nodes = 2291, leafs = 20), debug_realloc = 1")
 ASSERT = f"{SRC}/src/llama-kv-cache.cpp:512: GGML_ASSERT(p0 == 0 && p1 < 0) failed"
+#: native/patches/0002's check, as patch 1 alone trips it (docs/engine-patches.md)
+SCATTER = (f"{SRC}/src/llama-memory-hybrid-idx.cpp:1228: k-pool scatter race: entries 0 and 32 of this ubatch "
+           "(64 entries) both write pooled row 3 (HEADROOM_KPOOL_SCATTER_CHECK)")
 
 
 def _dead_url() -> str:
@@ -34,14 +37,22 @@ def test_an_assertion_during_the_shared_decode_is_reported_as_the_engine_bug_wit
     assert ASSERT in result.message
 
 
+def test_the_scatter_check_abort_is_named_as_the_race_43fe9c642_fixed() -> None:
+    result = run_smoke(_dead_url(), log_tail=lambda: ["...", SCATTER, "libggml-base.so(+0x1a2b3) [0x7f]"],
+                       diagnostic=True)
+    assert not result.ok and result.kind == "engine-bug"
+    assert "data race fixed in llama.cpp 43fe9c642" in result.message and "#29994" in result.message
+    assert result.log_line == SCATTER
+
+
 def test_an_engine_that_is_simply_gone_is_not_blamed_on_the_bug() -> None:
     result = run_smoke(_dead_url(), log_tail=lambda: ["main: server is listening"], log_grace_s=0.0)
     assert result.kind == "engine-died"
     assert "GGML_SCHED_DEBUG_REALLOC=1" in result.message  # how to find out more
 
 
-def test_the_diagnostic_launch_environment_is_the_one_ggml_reads() -> None:
-    assert DIAGNOSTIC_ENV == {"GGML_SCHED_DEBUG_REALLOC": "1"}
+def test_the_diagnostic_launch_environment_is_the_one_ggml_and_headroom_s_patch_read() -> None:
+    assert DIAGNOSTIC_ENV == {"GGML_SCHED_DEBUG_REALLOC": "1", "HEADROOM_KPOOL_SCATTER_CHECK": "1"}
 
 
 def test_sharing_proof_wording_for_once_k_times_and_unmeasured() -> None:
