@@ -107,7 +107,7 @@ def _failure(client: EngineClient, why: str, steps: list[str], tokens: dict[str,
         return failed("engine-bug", (
             "the engine's scatter check found two entries of one ubatch writing the same pooled k-pool "
             "row while two sequences shared their cells — the data race fixed in llama.cpp 43fe9c642 "
-            f"(#29994, DOMAIN.md §5). Use an engine with that fix. Engine: {line}"))
+            f"(#29994, docs/domain.md §5). Use an engine with that fix. Engine: {line}"))
     if line:
         return failed("engine-bug", (
             "the engine hit an assertion while two sequences shared their cells — the shared-sequence "
