@@ -9,7 +9,6 @@ import socket
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -27,15 +26,6 @@ pytestmark = pytest.mark.engine
 #: unified KV cache, counters on.
 POOL = ("-c", "2048", "-np", "4", "-kvu", "--metrics", "--fit", "off", "-ngl", "0")
 DOCUMENT = "A long shared document that every session reads once. " * 6
-
-
-class Endless(Sampling):
-    """Replies that cannot end before the test ends them: EOS is never sampled (``ignore_eos``), so
-    only ``n_predict`` stops them. The tiny model at temperature 1 samples EOS every few hundred
-    tokens; a reply that ends by itself can sit whole in the socket buffer before a kill lands."""
-
-    def body(self) -> dict[str, Any]:
-        return {**super().body(), "ignore_eos": True}
 
 
 @pytest.fixture(scope="module")
@@ -151,7 +141,9 @@ def test_engine_killed_mid_stream_keeps_what_arrived_and_then_is_named_as_gone(
             if pieces == 6:
                 srv.proc.kill()
 
-        result = fork(client, DOCUMENT, ["p", "q"], Endless(n_predict=3000, temperature=1.0, seed=3), on_piece)
+        # Replies that cannot end before the test ends them: EOS is never sampled (ignore_eos), so only
+        # n_predict stops them; a reply that ended by itself could sit whole in the socket buffer.
+        result = fork(client, DOCUMENT, ["p", "q"], Sampling(n_predict=3000, temperature=1.0, seed=3, ignore_eos=True), on_piece)
         srv.proc.wait(timeout=30)  # gone for good (its sockets closed) before anything is sent to it again
         assert result.error is not None
         assert "the engine may have exited" in result.error and "text received so far is kept" in result.error
