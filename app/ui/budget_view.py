@@ -30,6 +30,7 @@ from app.ui.budget_parts import (
     legend_tooltip,
     source_text,
 )
+from app.ui.context_control import tokens_text
 from app.ui.options_view import OptionsView
 from app.ui.qt import (
     QColor,
@@ -49,7 +50,6 @@ from app.ui.qt import (
     QWidget,
     Signal,
 )
-from app.ui.settings_panel import tokens_text
 
 if TYPE_CHECKING:
     from app.planner.plan import Alternative, ContextFit, Plan

@@ -20,6 +20,7 @@ from app.planner.units import MiB
 from app.ui import demo
 from app.ui.budget_view import BudgetView
 from app.ui.console import Console
+from app.ui.context_control import tokens_text
 from app.ui.devices_panel import DevicesPanel
 from app.ui.form_scroll import form_with_footer
 from app.ui.hub_button import HubButton, model_title
@@ -49,7 +50,7 @@ from app.ui.qt import (
     Signal,
 )
 from app.ui.sessions_panel import SessionsPanel
-from app.ui.settings_panel import SettingsPanel, tokens_text
+from app.ui.settings_panel import SettingsPanel
 from app.ui.state import UiState, load_state, save_state
 from app.ui.window_state import OpenModel, WindowState
 from app.ui.workers import PollWorker

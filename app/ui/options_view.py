@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 
 from app.planner.settings import LaunchSettings
 from app.planner.units import Bytes
+from app.ui.context_control import tokens_text
 from app.ui.qt import QGridLayout, QGroupBox, QLabel, QPushButton, Qt, QWidget, Signal
-from app.ui.settings_panel import tokens_text
 
 if TYPE_CHECKING:
     from app.planner.plan import ContextFit, Plan

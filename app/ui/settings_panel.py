@@ -1,4 +1,5 @@
-"""Model and launch settings: the context slider (log scale, snapping, typed entry) and the rest.
+"""Model and launch settings: the context (app/ui/context_control.py), KV types, slots, batch, layers,
+margins, KV placement and the engine.
 
 The panel owns no planning: it turns widget state into one ``PlanSettings`` (the launch settings
 plus the safety margin, VRAM target and KV placement) and hands it to the window state on every
@@ -8,23 +9,19 @@ back, and the engines found (the one chosen goes to the state too).
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING
 
 from app.planner.settings import ALL_LAYERS, KV_TYPES, LaunchSettings
-from app.planner.units import MiB, format_tokens, parse_tokens
+from app.planner.units import MiB
+from app.ui.context_control import ContextControl, K
 from app.ui.qt import (
     QCheckBox,
     QComboBox,
     QFormLayout,
     QHBoxLayout,
     QLabel,
-    QLineEdit,
-    QPushButton,
-    QSlider,
     QSpinBox,
     Qt,
-    QVBoxLayout,
     QWidget,
     Signal,
 )
@@ -34,144 +31,11 @@ if TYPE_CHECKING:
     from app.engine.discover import EngineInfo
     from app.planner.plan import ContextFit, Plan
 
-K = 1024
-#: Where the context slider snaps: roughly geometric (x1.33–1.5) from 4k to 1M, values people use.
-SNAP_VALUES: tuple[int, ...] = tuple(v * K for v in (
-    4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 512, 640, 768, 896, 1024))
-#: Slider resolution: positions are log2(ctx) scaled; a release snaps to the nearest SNAP_VALUES.
-_STEPS_PER_OCTAVE = 100
 KV_MODES = ("stock llama.cpp (whole layers)", "rolling KV window (opencoti)")
 UBATCH_VALUES = (64, 128, 256, 512, 1024, 2048, 4096)
 #: The Engine combo's placeholder while engines are being looked for, and when none was found.
 LOOKING = "looking for engines…"
 NONE_FOUND = "no engine found — Build engine…"
-
-
-def ctx_to_pos(n_ctx: int) -> int:
-    """Slider position for a context length (log scale)."""
-    return round(math.log2(max(n_ctx, 1)) * _STEPS_PER_OCTAVE)
-
-
-def snap_ctx(pos: int) -> int:
-    """The snap value nearest (in log distance) to a slider position."""
-    target = pos / _STEPS_PER_OCTAVE
-    return min(SNAP_VALUES, key=lambda v: abs(math.log2(v) - target))
-
-
-def step_snap(n_ctx: int, direction: int) -> int:
-    """The next snap value above (direction 1) or below (-1) ``n_ctx``, clamped to the range."""
-    if direction > 0:
-        return next((v for v in SNAP_VALUES if v > n_ctx), SNAP_VALUES[-1])
-    return next((v for v in reversed(SNAP_VALUES) if v < n_ctx), SNAP_VALUES[0])
-
-
-class ContextControl(QWidget):
-    """Slider (4k…1M, log scale, snapping) + typed entry ("512k") + "largest that fits" button."""
-
-    contextChanged = Signal(int)
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self._value = 32 * K
-        self.slider = QSlider(Qt.Orientation.Horizontal)
-        self.slider.setRange(ctx_to_pos(SNAP_VALUES[0]), ctx_to_pos(SNAP_VALUES[-1]))
-        self.slider.setSingleStep(1)
-        self.slider.setPageStep(_STEPS_PER_OCTAVE // 2)
-        self.slider.setAccessibleName("Context length")
-        self.slider.setToolTip("Context length, log scale 4k…1M; snaps to common values")
-        self.entry = QLineEdit()
-        self.entry.setMaximumWidth(90)
-        self.entry.setAccessibleName("Context length (typed)")
-        self.entry.setToolTip("Type a context length: 131072, 128k, 512k, 1M")
-        self.error = QLabel("")
-        self.error.setObjectName("ctxError")
-        self.error.setWordWrap(True)  # its own line: beside the fits button it was cut off
-        self.error.setStyleSheet("color: #d62728;")
-        self.error.setVisible(False)
-        self.fits = QPushButton("largest that fits: –")
-        self.fits.setFlat(True)
-        self.fits.setEnabled(False)
-        self.fits.setToolTip("Click to use the largest context that fits fully on the GPUs")
-        self._fits_value: int | None = None
-        row = QHBoxLayout()
-        row.setContentsMargins(0, 0, 0, 0)
-        row.addWidget(self.slider, 1)
-        row.addWidget(self.entry)
-        col = QVBoxLayout(self)
-        col.setContentsMargins(0, 0, 0, 0)
-        col.addLayout(row)
-        below = QHBoxLayout()
-        below.addWidget(self.fits)
-        below.addStretch(1)
-        col.addLayout(below)
-        col.addWidget(self.error)
-        self.slider.valueChanged.connect(self._on_slider)
-        self.entry.editingFinished.connect(self._on_entry)
-        self.fits.clicked.connect(self._use_fits)
-        self.set_value(self._value)
-
-    def value(self) -> int:
-        return self._value
-
-    def set_value(self, n_ctx: int, *, emit: bool = False) -> None:
-        """Show ``n_ctx`` (any value, typed ones need not be snap values)."""
-        changed = n_ctx != self._value
-        self._value = n_ctx
-        self.slider.blockSignals(True)
-        self.slider.setValue(ctx_to_pos(n_ctx))
-        self.slider.blockSignals(False)
-        self.entry.setText(format_tokens(n_ctx))
-        self._say("")
-        if emit and changed:
-            self.contextChanged.emit(n_ctx)
-
-    def set_largest_fit(self, n_ctx: int | None, note: str = "", *, capped: str = "") -> None:
-        """``capped``: why ``n_ctx`` is where the search stopped, not the memory (then "≥ n_ctx")."""
-        self._fits_value = n_ctx
-        if n_ctx is None:
-            self.fits.setText(f"largest that fits: {note or '–'}")
-            self.fits.setEnabled(False)
-        else:
-            self.fits.setText(f"largest that fits: {'≥ ' if capped else ''}{tokens_text(n_ctx)}"
-                              + (f" {note}" if note else ""))
-            self.fits.setToolTip(f"Click to use the largest context that fits {note or 'these devices'}"
-                                 + (f": {tokens_text(n_ctx)}; {capped}" if capped else ""))
-            self.fits.setEnabled(True)
-
-    def _on_slider(self, pos: int) -> None:
-        """Dragging snaps to the nearest value; a key or click step goes to the next one."""
-        value = snap_ctx(pos)
-        if value == self._value and not self.slider.isSliderDown():
-            value = step_snap(self._value, 1 if pos > ctx_to_pos(self._value) else -1)
-        self.set_value(value, emit=True)
-
-    @property
-    def invalid(self) -> str:
-        """Why the typed context is not one ("" when it is): the window plans nothing until fixed."""
-        return self.error.text()
-
-    def _on_entry(self) -> None:
-        was_invalid = bool(self.invalid)
-        try:
-            value = parse_tokens(self.entry.text())
-        except ValueError as exc:
-            self._say(str(exc))
-            self.contextChanged.emit(self._value)  # the settings are now invalid: the window says so
-            return
-        if value == self._value and was_invalid:
-            self._say("")
-            self.contextChanged.emit(value)  # valid again, at the old value: plan it again
-            return
-        self.set_value(value, emit=True)
-
-    def _say(self, message: str) -> None:
-        self.error.setText(message)
-        self.error.setVisible(bool(message))
-
-    def _use_fits(self) -> None:
-        if self._fits_value is not None:
-            self.set_value(self._fits_value, emit=True)
-
 
 
 def _row(*widgets: QWidget) -> QWidget:
@@ -184,12 +48,6 @@ def _row(*widgets: QWidget) -> QWidget:
     lay.addStretch(1)
     box.setFocusProxy(next(w for w in widgets if not isinstance(w, QLabel)))
     return box
-
-
-def tokens_text(n: int) -> str:
-    """'512k' for round values, '738,048' otherwise (the planner's numbers are multiples of 256)."""
-    text = format_tokens(n)
-    return text if not text.isdigit() else f"{n:,}"
 
 
 #: What each setting means, in the user's words (the llama-server flag in brackets).

@@ -11,9 +11,9 @@ from app.planner.plan import Plan, make_plan
 from app.planner.plan_types import PlanMode
 from app.planner.units import MiB
 from app.ui.budget_view import GPU_PARTS
+from app.ui.context_control import ctx_to_pos
 from app.ui.main_window import MainWindow
 from app.ui.qt import QCheckBox, QLabel, QPushButton, Qt
-from app.ui.settings_panel import ctx_to_pos
 from app.ui.state import UiState, load_state
 
 K = 1024

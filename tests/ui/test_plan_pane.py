@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from app.planner.plan_types import PlanMode
 from app.ui.budget_view import EMPTY_HINT
+from app.ui.context_control import tokens_text
 from app.ui.main_window import MainWindow
 from app.ui.qt import (
     QApplication,
@@ -14,7 +15,6 @@ from app.ui.qt import (
     Qt,
     QWidget,
 )
-from app.ui.settings_panel import tokens_text
 
 GEMMA = "gemma-3-12b-it-q4_k_m"
 LEFT = Qt.MouseButton.LeftButton

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from app.planner.settings import LaunchSettings
+from app.ui.context_control import SNAP_VALUES, ContextControl, ctx_to_pos, snap_ctx
 from app.ui.qt import Qt
-from app.ui.settings_panel import SNAP_VALUES, ContextControl, SettingsPanel, ctx_to_pos, snap_ctx
+from app.ui.settings_panel import SettingsPanel
 
 K = 1024
 LLAMA8B = "llama-3.1-8b-instruct-q4_k_m"
