@@ -5,8 +5,9 @@ exists, and ``headroom engine build`` imports it.
 
 Before the build, Headroom's patch series (``native/patches/NNNN-name.patch``, docs/engine-patches.md;
 app/engine/engine_patches.py) is applied in name order to a copy of the tree,
-``~/.cache/headroom/src/llama.cpp-<commit9>-p<series8>`` (the extracted sdist stays pristine). The result lives under the user cache directory, keyed by
-llama.cpp commit, backend and the series' digest, so a changed patch builds again::
+``~/.cache/headroom/src/llama.cpp-<commit9>-p<series8>`` (the extracted sdist stays pristine). The
+result lives under the user cache directory, keyed by llama.cpp commit, backend and the series'
+digest, so a changed patch builds again::
 
     ~/.cache/headroom/engines/llama.cpp-<commit9>-<backend>-p<series8>/build/bin/{llama-server,...,libllama.so}
 
@@ -53,6 +54,8 @@ COMMIT_FILE = "HEADROOM_LLAMA_COMMIT"
 #: The build number the sdist's shallow git gives (``rev-list --count HEAD`` = 1), so a tree
 #: built from ``--source`` prints the same ``--version`` line as one built from the sdist.
 SDIST_BUILD_NUMBER = 1
+
+
 @dataclass(frozen=True)
 class EngineBuild:
     """What a finished build is: where, which llama.cpp, which backend, how long it took, and which
@@ -199,7 +202,7 @@ def build_of(server: Path) -> EngineBuild | None:
     server = server.resolve()
     stamp = server.parent.parent.parent / "build.json"  # <out>/build/bin/llama-server -> <out>/build.json
     build = _read_stamp(stamp)
-    if build is None or not build.server.is_file() or build.server.resolve() != server.resolve():
+    if build is None or not build.server.is_file() or build.server.resolve() != server:
         return None
     return build
 
