@@ -12,7 +12,7 @@ import sys
 from app import __version__
 
 #: Subcommand modules, in the order ``--help`` lists them.
-COMMANDS = ("plan", "measure", "serve", "sessions", "doctor", "engine", "gui")
+COMMANDS = ("plan", "measure", "serve", "sessions", "rpc_worker", "doctor", "engine", "gui")
 
 
 def build_parser() -> argparse.ArgumentParser:

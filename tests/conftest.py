@@ -57,6 +57,12 @@ def tiny_chat_model() -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_deep_model() -> Path:
+    """An 8-layer llama (random f32 weights, ChatML) for splits over several devices."""
+    return gguf_factory.ensure(shapes.TINY_DEEP)
+
+
+@pytest.fixture(scope="session")
 def shape_model() -> Callable[[str], Path]:
     """``shape_model("qwen2.5-14b-instruct-1m-q8_0") -> Path``: a sparse shape-only GGUF
     (names: ``shapes.BY_NAME``; the specs: ``shapes.SHAPES``)."""

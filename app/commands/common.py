@@ -9,6 +9,7 @@ llama-server command works as it is::
     -np/--np/--parallel 4      -kvu/--kvu/--kv-unified          -fa/--fa/--flash-attn on|off|auto
     -ub/--ub/--ubatch-size 512 -b/--batch/--batch-size 2048     -ngl/--ngl/--gpu-layers N|all|auto
     -nkvo/--nkvo/--no-kv-offload                                 --swa-full
+    -ts/--ts/--tensor-split 3,1
 
 One difference from llama-server, on purpose: ``-ctv`` defaults to the K type (a quantized K with
 an f16 V is rarely what anyone meant).
@@ -96,16 +97,62 @@ def add_launch_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-nkvo", "--nkvo", "--no-kv-offload", dest="no_kv_offload", action="store_true",
                    help="keep the KV cache in host memory")
     p.add_argument("--swa-full", dest="swa_full", action="store_true", help="full-size SWA cache")
+    p.add_argument("-ts", "--ts", "--tensor-split", dest="tensor_split", type=tensor_split, default=(),
+                   metavar="N,N,...", help="layer shares per device in the engine's order (RPC workers first); "
+                                          "default: the planner chooses them by the devices' budgets")
+
+
+def tensor_split(text: str) -> tuple[int, ...]:
+    """``-ts 3,1``: whole shares, one per device (llama-server also takes fractions: Headroom plans
+    layer counts, so it asks for whole numbers)."""
+    try:
+        values = tuple(int(v) for v in text.replace("/", ",").split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not whole-number shares: {text!r} (e.g. 3,1)") from None
+    if not values or any(v < 0 for v in values) or not any(values):
+        raise argparse.ArgumentTypeError(f"shares must be >= 0 and not all 0: {text!r}")
+    return values
+
+
+class VramTarget(argparse.Action):
+    """``--vram-target SIZE`` (every GPU) or ``--vram-target DEVICE=SIZE`` (one device: ``RPC0=2GiB``,
+    ``CUDA1=20GiB``, or a worker by its address ``10.0.0.2:50052=8GiB``); repeatable."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: str | Sequence[Any] | None, option_string: str | None = None) -> None:
+        text = str(values)
+        name, sep, amount = text.rpartition("=")
+        if not sep:
+            try:
+                namespace.vram_target = size(text)
+            except argparse.ArgumentTypeError as exc:
+                raise argparse.ArgumentError(self, str(exc)) from None
+            return
+        if not name.strip():
+            raise argparse.ArgumentError(self, f"no device before '=' in {text!r} (e.g. RPC0=2GiB)")
+        try:
+            value = size(amount)
+        except argparse.ArgumentTypeError as exc:
+            raise argparse.ArgumentError(self, str(exc)) from None
+        budgets = dict(getattr(namespace, "device_budgets", None) or {})
+        budgets[name.strip()] = int(value)
+        namespace.device_budgets = budgets
 
 
 def add_gpu_args(p: argparse.ArgumentParser) -> None:
-    """Which GPUs to plan for and how much of them to use."""
+    """Which GPUs (and RPC workers) to plan for and how much of them to use."""
     p.add_argument("--gpu", action="append", default=[], metavar="SPEC",
                    help='"auto" (the real GPUs, default), a card name ("H200") or "NAME:SIZE" '
                         '("MyCard:24GiB"); repeat for several')
+    p.add_argument("--rpc", default=None, metavar="HOST:PORT[,...]",
+                   help="ggml-rpc-server workers whose devices the engine also uses (llama-server --rpc); "
+                        "a bare port is this machine's. `headroom rpc-worker` starts one")
     p.add_argument("--window", action="store_true",
                    help="plan for an engine with a KV position window (the opencoti llamafile)")
-    p.add_argument("--vram-target", type=size, default=None, metavar="SIZE", help="GPU budget, e.g. 80GiB")
+    p.add_argument("--vram-target", action=VramTarget, default=None, metavar="[DEVICE=]SIZE",
+                   help="GPU budget, e.g. 80GiB for every GPU, or one device's: RPC0=2GiB, CUDA1=20GiB "
+                        "(repeat for several)")
+    p.set_defaults(device_budgets={})
     p.add_argument("--safety", type=size, default=Bytes(DEFAULT_SAFETY), metavar="SIZE",
                    help="margin kept free per GPU (default 256MiB)")
     p.add_argument("--overhead", type=size, default=None, metavar="SIZE",
@@ -119,7 +166,8 @@ def settings_from_args(args: argparse.Namespace) -> LaunchSettings:
         n_ctx=context(str(args.ctx), args.model), type_k=args.type_k, type_v=args.type_v or args.type_k,
         n_parallel=args.n_parallel, kv_unified=args.kv_unified, swa_full=args.swa_full,
         n_ubatch=args.n_ubatch, n_batch=args.n_batch, flash_attn=args.flash_attn,
-        n_gpu_layers=args.n_gpu_layers, offload_kqv=not args.no_kv_offload)
+        n_gpu_layers=args.n_gpu_layers, offload_kqv=not args.no_kv_offload,
+        tensor_split=tuple(getattr(args, "tensor_split", ()) or ()))
 
 
 def context(text: str, model: str | Path) -> int:
@@ -130,6 +178,44 @@ def context(text: str, model: str | Path) -> int:
     from app.planner.gguf_model import read_headers, training_context
 
     return training_context(read_headers(model)[0])
+
+
+def inventory_from_args(args: argparse.Namespace, *, quiet: bool = False) -> Inventory:
+    """The devices to plan for: ``--gpu`` (real or simulated), then the ``--rpc`` workers' devices
+    in front (asked through the engine, each with a timeout; one that does not answer is named on
+    stderr and left out), then the per-device ``--vram-target`` budgets. ValueError for an RPC
+    address that is not one, a budget for a device there is not, or RPC without an engine."""
+    import sys
+
+    from app.planner.devices import resolve_gpus, with_budgets
+
+    inventory = resolve_gpus(list(args.gpu))
+    if getattr(args, "rpc", None):
+        from app.engine.rpc import add_workers, parse_endpoints, query_workers
+
+        endpoints = parse_endpoints(args.rpc)
+        readings = query_workers(rpc_query_server(), endpoints)
+        inventory = add_workers(inventory, readings)
+        if not quiet:
+            for endpoint, why in inventory.dead_workers:
+                print(f"RPC worker {endpoint} did not answer: {why}; planning without it", file=sys.stderr)
+    budgets = getattr(args, "device_budgets", None) or {}
+    return with_budgets(inventory, budgets) if budgets else inventory
+
+
+def rpc_query_server() -> Path:
+    """A llama-server that can talk to RPC workers: the engine Headroom built, else the first one
+    found. ValueError when there is none."""
+    from app.engine.discover import EngineKind, discover_engines
+    from app.engine.native_build import find_build
+
+    build = find_build()
+    if build is not None and build.server.is_file():
+        return build.server
+    for engine in discover_engines(probe=False):
+        if engine.kind == EngineKind.LLAMA_SERVER:
+            return Path(engine.path)
+    raise ValueError("--rpc needs an engine to ask the workers with: run `headroom engine build`")
 
 
 def plan_request(args: argparse.Namespace, shape: ModelShape, inventory: Inventory,

@@ -32,6 +32,8 @@ def register(sub: Any) -> None:
                                           "(as for `headroom plan`)"))
     p.add_argument("model", help="the GGUF file, or hf:owner/name[:QUANT] (measured from its header only)")
     add_launch_args(p)
+    p.add_argument("--rpc", default=None, metavar="HOST:PORT[,...]",
+                   help="measure with these ggml-rpc-server workers' devices too, as the engine will use them")
     p.add_argument("--with", dest="method", choices=("probe", "fit-params"), default="probe",
                    help="probe: llama-cpp-python no_alloc (default); fit-params: the engine's llama-fit-params")
     p.add_argument("--refresh", action="store_true", help="measure again even when cached")
@@ -67,12 +69,15 @@ def _measure(args: argparse.Namespace, settings: LaunchSettings) -> tuple[Measur
 def render(m: Measurement, settings: LaunchSettings, *, cached: bool, caveat: str | None) -> str:
     head = (f"pass 1: {format_tokens(settings.n_ctx)} ctx, -np {settings.n_parallel}"
             f"{' -kvu' if settings.kv_unified else ''}, -fa {settings.flash_attn}, -ub {settings.n_ubatch}, "
-            f"K {settings.type_k} / V {settings.type_v}")
+            f"K {settings.type_k} / V {settings.type_v}"
+            + (f", --rpc {','.join(settings.rpc)}" if settings.rpc else "")
+            + (f", -ts {','.join(map(str, settings.tensor_split))}" if settings.tensor_split else ""))
     lines = [head, f"  measured by {m.source} ({m.backend}, llama.cpp {m.llama_commit[:9]}) "
                    f"in {m.seconds:.2f} s{' [cached]' if cached else ''}"]
-    lines.append(f"  {'device':<12} {'compute':>10} {'KV':>10}")
+    width = max([12, *(len(d.name) + (7 if d.host else 0) for d in m.devices)])
+    lines.append(f"  {'device':<{width}} {'compute':>10} {'KV':>10}")
     for d in m.devices:
-        lines.append(f"  {d.name + (' (host)' if d.host else ''):<12} {Bytes(d.compute)!s:>10} {Bytes(d.kv)!s:>10}")
+        lines.append(f"  {d.name + (' (host)' if d.host else ''):<{width}} {Bytes(d.compute)!s:>10} {Bytes(d.kv)!s:>10}")
     lines.append(f"  KV cache total {Bytes(m.kv_total)}")
     if m.recurrent:
         lines.append(f"  recurrent state {Bytes(m.recurrent)}")
@@ -87,6 +92,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         args.model = hub_model(args.model, download=False)
         settings = settings_from_args(args)
+        if args.rpc:
+            from app.engine.rpc import parse_endpoints
+
+            settings = settings.with_(rpc=parse_endpoints(args.rpc))
         m, hit, caveat = _measure(args, settings)
     except MeasureError as exc:  # the probe ran and failed
         print(f"headroom measure: {exc}", file=sys.stderr)

@@ -22,6 +22,7 @@ from app.commands.common import (
     advisory_lines,
     exit_status,
     hub_model,
+    inventory_from_args,
     plan_request,
     seconds,
     settings_from_args,
@@ -125,7 +126,6 @@ def _not_modelled(args: argparse.Namespace, arch: str, message: str) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from app.hub.preview import preview_origin
-    from app.planner.devices import resolve_gpus
     from app.planner.errors import NotModelled, PlannerError
     from app.planner.gguf_model import read_shape
 
@@ -133,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
         args.model = hub_model(args.model, download=False)
         settings = settings_from_args(args)
         shape = read_shape(args.model)
-        inventory = resolve_gpus(list(args.gpu))
+        inventory = inventory_from_args(args)
         pass1 = _Pass1(args.model, run=args.measure, timeout=args.timeout)
         request = plan_request(args, shape, inventory, pass1)
         plan, measurement = request.plan(settings)
@@ -180,11 +180,14 @@ def render(plan: Plan, title: str, fit: ContextFit, asked: LaunchSettings | None
            f"  context {format_tokens(launch.n_ctx)}  K {launch.type_k} V {launch.type_v}  "
            f"-np {launch.n_parallel}{' -kvu' if launch.kv_unified else ''}  -fa {launch.flash_attn}  "
            f"-ub {launch.n_ubatch}  -ngl {words.ngl_text(launch.n_gpu_layers)}"
-           f"{'  -nkvo' if not launch.offload_kqv else ''}",
+           f"{'  -nkvo' if not launch.offload_kqv else ''}"
+           + (f"  --rpc {','.join(launch.rpc)}" if launch.rpc else "")
+           + (f"  -ts {','.join(map(str, launch.tensor_split))}" if launch.tensor_split else ""),
            f"  mode {plan.mode}: {'FITS' if plan.feasible else 'DOES NOT FIT'} — {plan.reason}", ""]
     parts = ("other_processes", "weights", "compute", "kv_resident", "overhead", "safety", "free")
     for g in plan.gpus:
-        out.append(f"  {g.name}  {g.label}  total {Bytes(g.total)}")
+        out.append(f"  {g.name}  {g.label}  total {Bytes(g.total)}"
+                   + (f"  budget {Bytes(g.budget)}" if g.budget is not None else ""))
         out += [f"    {p.replace('_', ' '):<16}{Bytes(getattr(g, p))!s:>12}   {g.sources.get(p, '')!s}" for p in parts]
     h = plan.host
     out.append(f"  host RAM  available {Bytes(h.available)} of {Bytes(h.total)}")
@@ -199,5 +202,9 @@ def render(plan: Plan, title: str, fit: ContextFit, asked: LaunchSettings | None
         for a in plan.alternatives:
             mark = "*" if a.chosen else ("-" if not a.feasible else " ")
             out.append(f"   {mark} {a.label:<14}{Bytes(a.host_bytes_per_token)!s:>12}   {a.note}")
+    if plan.network is not None:
+        net = plan.network
+        out.append("  " + words.network_summary(net.per_token, net.per_ubatch, launch.effective_n_ubatch,
+                                                sum(net.load.values()), len(net.boundaries)))
     out += [f"  warning: {w}" for w in plan.warnings]
     return "\n".join(out)

@@ -27,6 +27,7 @@ from app.commands.common import (
     advisory_lines,
     exit_status,
     hub_model,
+    inventory_from_args,
     plan_request,
     seconds,
     settings_from_args,
@@ -116,10 +117,9 @@ def _chosen_engine_problem(path: Path, engines: list[EngineInfo]) -> str | None:
 
 def _plan(args: argparse.Namespace, shape: ModelShape, settings: LaunchSettings) -> Plan:
     """The plan, with pass 1 (through the on-disk cache) for the plan's own launch unless --no-measure."""
-    from app.planner.devices import resolve_gpus
     from app.probe.measure import MeasureError, measure_cached
 
-    inventory = resolve_gpus(list(args.gpu))
+    inventory = inventory_from_args(args)
 
     failed: list[str] = []
 

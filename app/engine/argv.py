@@ -67,6 +67,10 @@ def build_argv(engine: EngineInfo, settings: LaunchSettings, mode: PlanMode, mod
         "-b", str(settings.n_batch),
         "-np", str(settings.n_parallel),
     ]
+    if settings.rpc:  # the workers' devices come first in the engine's device list, -ts in that order
+        argv += ["--rpc", ",".join(settings.rpc)]
+    if settings.tensor_split:
+        argv += ["-ts", ",".join(str(t) for t in settings.tensor_split)]
     if settings.kv_unified:
         argv.append("-kvu")
     if settings.swa_full:

@@ -34,6 +34,7 @@ PROBES: dict[str, tuple[str, ...]] = {
     "--vram-target": ("--vram-target", "0"),
     "--metrics": ("--metrics",),
     "--rpc": ("--rpc", "127.0.0.1:1"),
+    "-ts": ("-ts", "1,1"),
     "-lv": ("-lv", "4"),
     **{f"-ctk {t}": ("-ctk", t) for t in KV_TYPES},
 }
@@ -42,7 +43,7 @@ MISSING_MODEL = "/nonexistent-headroom-probe.gguf"
 PROBE_TIMEOUT_S = 15.0
 CACHE_FILE = "engine-capabilities.json"
 #: Bump when PROBES or the verdict rules change, so old cache entries are re-probed.
-CACHE_VERSION = 2
+CACHE_VERSION = 3
 
 # common/arg.cpp, common_params_parse_ex:
 # error: invalid argument: --kv-residency-mode
@@ -180,6 +181,10 @@ def required(settings: LaunchSettings, mode: PlanMode) -> list[str]:
         need.append("--swa-full")
     if mode == PlanMode.WINDOW:
         need += ["--kv-residency-mode", "--vram-target"]
+    if settings.rpc:
+        need.append("--rpc")
+    if settings.tensor_split:
+        need.append("-ts")
     return list(dict.fromkeys(need))
 
 

@@ -181,6 +181,8 @@ def check_plan(plan: Plan, log_lines: Iterable[str], *, snapshot: Snapshot | Non
     warnings = list(buffers.warnings)
     if snapshot is not None and snapshot.ok:
         for gpu_plan in plan.gpus:
+            if gpu_plan.remote:  # an RPC worker's device: another machine's driver, not this NVML
+                continue
             sample = next((g for g in snapshot.gpus if f"CUDA{g.index}" == gpu_plan.name), None)
             if sample is None or not sample.processes_known:
                 warnings.append(f"NVML did not report the engine's processes on {gpu_plan.name}")

@@ -48,6 +48,16 @@ def _mib(size: str) -> str:
 
 
 RULES: tuple[_Rule, ...] = (
+    # ggml/src/ggml-rpc/ggml-rpc.cpp, RPC_STATUS_ASSERT after a failed send/recv (a worker gone mid-run):
+    # /src/ggml/src/ggml-rpc/ggml-rpc.cpp:566: Remote RPC server crashed or returned malformed response
+    _Rule("rpc_worker", re.compile(r"Remote RPC server crashed or returned malformed response"),
+          "An RPC worker stopped answering, and the engine cannot go on without the layers it held "
+          "(ggml-rpc aborts). Start the worker again (headroom rpc-worker) and serve again, or plan without it."),
+    # ggml/src/ggml-rpc/ggml-rpc.cpp, ggml_backend_rpc_get_device_count / the dispatcher (at start):
+    # /src/ggml/src/ggml-rpc/ggml-rpc.cpp:547: Failed to connect to 127.0.0.1:50052
+    _Rule("rpc_worker", re.compile(r"Failed to connect to (?P<endpoint>\S+)"),
+          "The engine could not reach the RPC worker {endpoint}: is ggml-rpc-server running there (headroom "
+          "rpc-worker), and is the address right? Plan again without it, or start it."),
     # ggml/src/ggml-cuda/ggml-cuda.cu, ggml_backend_cuda_buffer_type_alloc_buffer:
     # ggml_backend_cuda_buffer_type_alloc_buffer: allocating 98304.00 MiB on device 0: cudaMalloc failed: out of memory
     _Rule("oom", re.compile(r"allocating (?P<size>[0-9.]+) MiB on device (?P<dev>\d+): cudaMalloc failed: out of memory"),

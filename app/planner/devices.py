@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from types import ModuleType
 from typing import Any
 
@@ -36,7 +36,14 @@ class GpuProcess:
 
 @dataclass(frozen=True)
 class GpuDevice:
-    """One GPU. ``name`` is the marketing name; ``engine_name`` is llama.cpp's (``CUDA0``)."""
+    """One device the engine offloads to: a local GPU (NVML) or a device of an RPC worker.
+
+    ``name`` is the marketing name (for a worker: its endpoint's description); ``engine_name`` is
+    the name llama.cpp gives its buffers, which the engine log and ``-ot`` use (``CUDA0``;
+    ``RPC0[host:port]``: the device's index *on that worker* and the endpoint, ggml-rpc.cpp
+    ``ggml_backend_rpc_buffer_type``); ``device_name`` is the name ``--list-devices`` prints and
+    ``--vram-target RPC0=2GiB`` takes (``CUDA0``, ``RPC0``: numbered across all workers).
+    """
 
     index: int
     name: str
@@ -55,14 +62,35 @@ class GpuDevice:
     memory_api: str = ""
     #: False when NVML would not list the processes (then ``processes`` is empty, not "none").
     processes_known: bool = True
+    #: "CUDA" (a local GPU) or "RPC" (a device of a ggml-rpc-server worker at ``endpoint``).
+    backend: str = "CUDA"
+    endpoint: str = ""
+    #: For an RPC device: its index on its worker (the ``RPC<n>`` of its buffer name).
+    remote_index: int = 0
+    #: This device's own budget (``--vram-target RPC0=2GiB``): what the engine may use on it,
+    #: safety margin included. None: no budget beyond its free memory (and a global target).
+    budget: int | None = None
+
+    @property
+    def is_rpc(self) -> bool:
+        return self.backend == "RPC"
 
     @property
     def engine_name(self) -> str:
+        if self.is_rpc:
+            return f"RPC{self.remote_index}[{self.endpoint}]"
         return f"CUDA{self.index}"
 
     @property
+    def device_name(self) -> str:
+        return f"{self.backend}{self.index}"
+
+    @property
     def label(self) -> str:
-        """The name as shown: a simulated card says so ("NVIDIA H200 (simulated)")."""
+        """The name as shown: a simulated card says so ("NVIDIA H200 (simulated)"); a worker's
+        device says where it is ("RPC0 on 127.0.0.1:50052")."""
+        if self.is_rpc:
+            return f"{self.device_name} on {self.endpoint}"
         return self.name + (SIMULATED_SUFFIX if self.simulated and "simulated" not in self.name else "")
 
 
@@ -76,6 +104,10 @@ class HostMemory:
 
 @dataclass(frozen=True)
 class Inventory:
+    """What the plan can use. ``gpus``: every offload device *in the engine's order*: the RPC
+    workers' devices first (in ``--rpc`` order), then the local GPUs (src/llama.cpp
+    ``llama_model_load``), so position ``i`` is the engine's device ``i`` and ``-ts`` share ``i``."""
+
     gpus: tuple[GpuDevice, ...]
     host: HostMemory
     nvml_ok: bool = False
@@ -83,6 +115,66 @@ class Inventory:
     driver: str | None = None
     cuda: str | None = None
     warnings: tuple[str, ...] = field(default=())
+    #: RPC workers that did not answer: (endpoint, why). The plan goes on without them.
+    dead_workers: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def local_gpus(self) -> tuple[GpuDevice, ...]:
+        return tuple(g for g in self.gpus if not g.is_rpc)
+
+    @property
+    def rpc_devices(self) -> tuple[GpuDevice, ...]:
+        return tuple(g for g in self.gpus if g.is_rpc)
+
+    @property
+    def rpc_endpoints(self) -> tuple[str, ...]:
+        """The workers the engine gets with ``--rpc`` (those that answered, in order)."""
+        return tuple(dict.fromkeys(g.endpoint for g in self.rpc_devices))
+
+
+@dataclass(frozen=True)
+class RemoteDevice:
+    """One device an RPC worker reported (``llama-server --rpc EP --list-devices``: ``RPC0: EP
+    (24105 MiB, 24105 MiB free)``). ``index``: the device's index on its worker."""
+
+    endpoint: str
+    index: int
+    description: str
+    total: int
+    free: int
+
+
+def with_workers(inv: Inventory, devices: Sequence[RemoteDevice],
+                 dead: Sequence[tuple[str, str]] = ()) -> Inventory:
+    """``inv`` with the workers' devices in front (the engine's order), numbered ``RPC0``, ``RPC1``…
+    across the workers as ggml-rpc numbers them (``ggml_backend_rpc_add_server``: one counter over
+    every device of every worker that answered)."""
+    rpc = tuple(GpuDevice(index=i, name=d.description, total=d.total, free=d.free, used=d.total - d.free,
+                          source=f"from RPC worker {d.endpoint}", backend="RPC", endpoint=d.endpoint,
+                          remote_index=d.index, processes_known=False)
+                for i, d in enumerate(devices))
+    return replace(inv, gpus=rpc + inv.local_gpus, dead_workers=inv.dead_workers + tuple(dead))
+
+
+def with_budgets(inv: Inventory, budgets: Mapping[str, int]) -> Inventory:
+    """Per-device budgets by ``device_name`` (``{"RPC0": 2 GiB, "cuda0": 20 GiB}``, any case) or, for
+    a worker's devices, by its endpoint (``{"10.0.0.2:50052": 8 GiB}``: numbering shifts when a
+    worker before it does not answer, its address does not). ValueError naming the devices there
+    are when a name matches none."""
+    def keys(g: GpuDevice) -> set[str]:
+        return {g.device_name.upper()} | ({g.endpoint.upper()} if g.is_rpc else set())
+
+    wanted = {n.strip().upper(): b for n, b in budgets.items()}
+    unknown = [n for n in budgets if not any(n.strip().upper() in keys(g) for g in inv.gpus)]
+    if unknown:
+        have = ", ".join(g.device_name + (f" ({g.endpoint})" if g.is_rpc else "") for g in inv.gpus) or "none"
+        raise ValueError(f"no device {', '.join(unknown)} to give a budget to (devices: {have})")
+
+    def budget(g: GpuDevice) -> int | None:
+        found = [wanted[k] for k in keys(g) if k in wanted]
+        return min(found) if found else g.budget
+
+    return replace(inv, gpus=tuple(replace(g, budget=budget(g)) for g in inv.gpus))
 
 
 def host_memory() -> HostMemory:

@@ -32,6 +32,9 @@ _KV_SIZE_RE = re.compile(
 )
 # llama_kv_cache: layer   0: dev = CUDA0     (src/llama-kv-cache.cpp:223, DEBUG: the probe passes these on)
 _KV_LAYER_RE = re.compile(r"llama_kv_cache: layer\s+(?P<il>\d+): dev = (?P<dev>\S+)")
+# llama_prepare_model_devices: using device RPC0 (127.0.0.1:50052) (unknown id) - 24105 MiB free
+#                                                                     (src/llama.cpp:306)
+_USING_DEVICE_RE = re.compile(r"llama_prepare_model_devices: using device (?P<dev>\S+) \((?P<desc>.*?)\) \(")
 # llama_memory_recurrent:        CPU RS buffer size =    55.37 MiB    (src/llama-memory-recurrent.cpp:124)
 _RS_BUF_RE = re.compile(r"llama_memory_recurrent:\s+(?P<dev>\S+) RS buffer size =\s*(?P<mib>[0-9.]+) MiB")
 # llama_memory_recurrent: size =   55.37 MiB (     1 cells,  40 layers,  1 seqs  0 rs_seq), R (f32):    1.37 MiB, S (f32):   54.00 MiB, P (f32):    0.00 MiB
@@ -190,6 +193,20 @@ class LogBuffers:
     opencoti: OpencotiState = field(default_factory=OpencotiState)
     matched: int = 0
     warnings: tuple[str, ...] = ()
+    #: The devices the engine used, in order: (device name, description) — ``("RPC0", "127.0.0.1:50052")``.
+    devices: tuple[tuple[str, str], ...] = ()
+
+    def buffer_name(self, device: str) -> str:
+        """The buffer name of a device named in a per-device line (``RPC1`` → ``RPC0[host:port]``):
+        ggml-rpc names a worker's buffers by the device's index on that worker and its endpoint
+        (the description), local devices by their own name (``CUDA0``)."""
+        seen: dict[str, int] = {}
+        for name, desc in self.devices:
+            index = seen.get(desc, 0)
+            seen[desc] = index + 1
+            if name == device:
+                return f"RPC{index}[{desc}]" if name.startswith("RPC") else name
+        return device
 
     @property
     def kv_total(self) -> int:
@@ -217,6 +234,7 @@ class LogParser:
         self._opencoti = OpencotiState()
         self._matched = 0
         self._partial = ""
+        self._devices: list[tuple[str, str]] = []
 
     def feed_text(self, text: str) -> None:
         """Feed a chunk of log text that may end mid-line (the probe's log callback)."""
@@ -230,6 +248,12 @@ class LogParser:
         line = line.rstrip("\r\n")
         if _MODEL_START_RE.search(line):
             self._closed.add("model")
+            return
+        m = _USING_DEVICE_RE.search(line)
+        if m:
+            if (m.group("dev"), m.group("desc")) in self._devices:  # a model loaded again: start over
+                self._devices = []
+            self._devices.append((m.group("dev"), m.group("desc")))
             return
         if _CONTEXT_START_RE.search(line):
             self._closed.update(("kv", "output", "compute"))
@@ -343,7 +367,7 @@ class LogParser:
             compute=dict(self._blocks["compute"]), kv_caches=tuple(self._caches),
             recurrent=dict(self._rs), recurrent_lines=tuple(t for t, _ in self._rs_lines),
             recurrent_total=sum(b for _, b in self._rs_lines), breakdown=tuple(self._breakdown),
-            opencoti=self._opencoti, matched=self._matched,
+            opencoti=self._opencoti, matched=self._matched, devices=tuple(self._devices),
         )
         if expect_buffers and not out.has_buffers:
             out = replace(out, warnings=(NO_BUFFER_LINES,))

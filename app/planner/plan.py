@@ -31,14 +31,16 @@ from app.planner.plan_types import (
     DevicePlan,
     HostPlan,
     KvSummary,
+    NetworkCost,
     Plan,
     PlanMode,
 )
 from app.planner.settings import ALL_LAYERS, LaunchSettings
 from app.planner.sources import SourceKind
-from app.planner.stack import Compute, compute_for, kv_per_layer, stack
+from app.planner.split import deal, network_cost
+from app.planner.stack import Compute, KvPerLayer, compute_for, kv_per_layer, stack
 from app.planner.units import MiB
-from app.planner.weights import weight_split
+from app.planner.weights import DEFAULT_GPU_OVERHEAD, slot_gpu_bytes, weight_split
 
 __all__ = ["Alternative", "AlternativeKind", "ContextFit", "DevicePlan", "HostPlan", "KvSummary",
            "Plan", "PlanMode", "make_plan", "max_context"]
@@ -68,6 +70,8 @@ def _fits(gpus: tuple[DevicePlan, ...], host: HostPlan, vram_target: int | None)
             return words.gpu_short(g.name, -g.free)
         if vram_target is not None and g.used + g.safety > vram_target:
             return words.over_vram_target(g.name, g.used + g.safety, vram_target)
+        if g.budget is not None and g.used + g.safety > g.budget:
+            return words.over_vram_target(g.name, g.used + g.safety, g.budget)
     if host.free < 0:
         return words.host_short(-host.free)
     return ""
@@ -96,12 +100,21 @@ def _host_short(host: HostPlan, *, kv_tail: bool = False) -> list[str]:
 def make_plan(shape: ModelShape, inventory: Inventory, settings: LaunchSettings, *,
               engine_window: bool = False, measurement: Measurement | None = None, safety: int = 256 * MiB,
               vram_target: int | None = None, overhead: int | None = None) -> Plan:
-    """Plan one launch. Cheap (no I/O): the GUI calls it on every slider move."""
+    """Plan one launch. Cheap (no I/O): the GUI calls it on every slider move. The launch gets the
+    inventory's RPC workers (``--rpc``) and, over several devices, the planner's ``-ts`` unless the
+    settings carry one."""
+    if inventory.rpc_endpoints and not settings.rpc:
+        settings = settings.with_(rpc=inventory.rpc_endpoints)
     if not inventory.gpus:
-        return _cpu_plan(shape, inventory, settings, measurement)
-    if engine_window:
-        return _window_plan(shape, inventory, settings, measurement, safety, vram_target, overhead)
-    return _stock_plan(shape, inventory, settings, measurement, safety, vram_target, overhead)
+        plan = _cpu_plan(shape, inventory, settings, measurement)
+    elif engine_window:
+        plan = _window_plan(shape, inventory, settings, measurement, safety, vram_target, overhead)
+    else:
+        plan = _stock_plan(shape, inventory, settings, measurement, safety, vram_target, overhead)
+    if inventory.dead_workers:
+        dead = tuple(words.dead_worker(ep, why) for ep, why in inventory.dead_workers)
+        plan = replace(plan, warnings=dead + plan.warnings)
+    return plan
 
 
 def _cpu_plan(shape: ModelShape, inv: Inventory, settings: LaunchSettings,
@@ -168,6 +181,46 @@ class Priced:
     host: HostPlan
     why: str
     compute: Compute
+    network: NetworkCost | None = None
+
+
+def shares(inv: Inventory, launch: LaunchSettings) -> list[int]:
+    """The split shares the engine will use: ``-ts`` (one per device; missing ones are 0, as
+    llama-model.cpp copies ``n_devices`` values), else each device's free memory."""
+    if launch.tensor_split:
+        ts = list(launch.tensor_split[:len(inv.gpus)])
+        return ts + [0] * (len(inv.gpus) - len(ts))
+    return [g.free for g in inv.gpus]
+
+
+def _capacities(inv: Inventory, compute: Compute, overhead: int | None, safety: int,
+                vram_target: int | None) -> list[int]:
+    """What each device can take in weights and KV: its free memory (or budget, or the target)
+    less the safety margin, this engine's per-process overhead (none on a worker) and compute."""
+    ovh = DEFAULT_GPU_OVERHEAD if overhead is None else overhead
+    caps = []
+    for g in inv.gpus:
+        fixed = (0 if g.is_rpc else ovh) + safety + compute.gpu.get(g.engine_name, 0)
+        limits = [g.free] + [b for b in (g.budget, vram_target) if b is not None]
+        caps.append(min(limits) - fixed)
+    return caps
+
+
+def _with_split(shape: ModelShape, inv: Inventory, launch: LaunchSettings, kvp: KvPerLayer, compute: Compute,
+                overhead: int | None, safety: int, vram_target: int | None) -> LaunchSettings:
+    """``launch`` with the planner's ``-ts`` over several devices (app/planner/split.py) when it has
+    none; unchanged when it has one, on one device, or when no split holds every offloaded layer
+    (then the engine's default split stands and the plan says what does not fit)."""
+    if launch.tensor_split or len(inv.gpus) < 2:
+        return launch
+    start = max(shape.n_layer + 1 - launch.n_gpu_layers, 0)
+    weights = slot_gpu_bytes(shape)
+    cells = kvp.cells if launch.offload_kqv else 0
+    costs = [weights.get(il, 0) + (kvp.fixed.get(il, 0) + kvp.per_cell.get(il, 0) * cells
+                                   if il < shape.n_layer and launch.offload_kqv else 0)
+             for il in range(start, shape.n_layer + 1)]
+    counts = deal(costs, _capacities(inv, compute, overhead, safety, vram_target))
+    return launch if counts is None or not any(counts) else launch.with_(tensor_split=counts)
 
 
 def _priced(shape: ModelShape, inv: Inventory, launch: LaunchSettings, kind: AlternativeKind, label: str,
@@ -175,13 +228,19 @@ def _priced(shape: ModelShape, inv: Inventory, launch: LaunchSettings, kind: Alt
             overhead: int | None) -> Priced:
     kvp = kv_per_layer(shape, launch)
     compute = compute_for(shape, inv, launch, measurement, kvp.layout)
-    ws = weight_split(shape, launch.n_gpu_layers, [g.free for g in inv.gpus])
+    split = _with_split(shape, inv, launch, kvp, compute, overhead, safety, vram_target)
+    if split != launch:  # pass 1's numbers are for a launch with its -ts: look again with this one
+        launch = split
+        compute = compute_for(shape, inv, launch, measurement, kvp.layout)
+    ws = weight_split(shape, launch.n_gpu_layers, shares(inv, launch))
     resident = kvp.cells if launch.offload_kqv else 0
     stacked = stack(shape, inv, launch, ws, kvp, resident, compute, overhead, safety)
     why = _fits(stacked.gpus, stacked.host, vram_target)
     alt = Alternative(kind=kind, label=label, launch=launch, feasible=not why,
                       host_bytes_per_token=stacked.host_bytes_per_token, note=why or note)
-    return Priced(alt, stacked.gpus, stacked.host, why, compute)
+    network = network_cost(shape, ws.devices, [g.engine_name for g in inv.gpus], [g.is_rpc for g in inv.gpus],
+                           ws.gpu, launch.effective_n_ubatch, min(launch.n_batch, launch.n_parallel))
+    return Priced(alt, stacked.gpus, stacked.host, why, compute, network)
 
 
 def _fits_as(shape: ModelShape, inv: Inventory, launch: LaunchSettings, measurement: Measurement | None,
@@ -245,10 +304,10 @@ def _stock_plan(shape: ModelShape, inv: Inventory, settings: LaunchSettings, mea
     kvp = kv_per_layer(shape, best.launch)
     window = kvp.cells if best.launch.offload_kqv else 0
     reason = chosen.why or words.stock_reason(best.label, best.note, as_set=as_set)
-    return Plan(launch=best.launch, mode=PlanMode.STOCK, gpus=chosen.gpus, host=chosen.host,
+    return Plan(launch=chosen.alternative.launch, mode=PlanMode.STOCK, gpus=chosen.gpus, host=chosen.host,
                 feasible=not chosen.why, reason=reason, warnings=tuple(warnings), window_cells=window,
                 tail_cells=kvp.cells - window, vram_target=vram_target, alternatives=alts,
-                kv=_kv_summary(shape, best.launch))
+                kv=_kv_summary(shape, best.launch), network=chosen.network)
 
 
 def max_context(shape: ModelShape, inventory: Inventory, settings: LaunchSettings, *,

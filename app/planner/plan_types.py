@@ -22,7 +22,11 @@ words in JSON (``str(source)``; ``Source.from_json`` reads it back). ``mode`` is
 absent = 0) is the part of ``host.weights_mapped`` that the CPU backend holds as a repacked copy
 (``CPU_REPACK``).
 ``gpus[].driver_reserve`` (likewise; absent = 0) is the part of ``other_processes`` that no process
-holds: the driver's own reserve.
+holds: the driver's own reserve. ``gpus[].remote`` (absent = "") is an RPC worker's endpoint and
+``gpus[].budget`` (absent = null) a device's own budget; ``network`` (absent = null) what crosses
+the network per token, per ubatch and at load (app/planner/split.py). ``gpus`` are in the engine's
+device order (RPC workers first), and ``launch.rpc`` / ``launch.tensor_split`` are its ``--rpc`` and
+``-ts``.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from app.planner.settings import LaunchSettings
 from app.planner.sources import Source, Sourced
 
 __all__ = ["PLAN_JSON_VERSION", "Alternative", "AlternativeKind", "ContextFit", "DevicePlan", "HostPlan",
-           "KvSummary", "Plan", "PlanMode", "Source", "Sourced"]
+           "KvSummary", "NetworkCost", "Plan", "PlanMode", "Source", "Sourced"]
 
 PLAN_JSON_VERSION = 1
 
@@ -82,6 +86,10 @@ class DevicePlan:
     sources: dict[str, Source] = field(default_factory=dict)
     #: The part of ``other_processes`` no process holds: what the driver keeps (615 MiB on an idle H200).
     driver_reserve: int = 0
+    #: An RPC worker's device: its endpoint ("" for a local GPU).
+    remote: str = ""
+    #: This device's own budget (``--vram-target RPC0=2GiB``), safety included; None: none.
+    budget: int | None = None
 
     @property
     def used(self) -> int:
@@ -139,6 +147,21 @@ class KvSummary:
                 "n_ctx_seq": self.n_ctx_seq, "n_seq": self.n_seq, "caches": [dict(c) for c in self.caches]}
 
 
+@dataclass(frozen=True)
+class NetworkCost:
+    """What crosses the network for one launch over RPC workers (bytes)."""
+
+    #: Crossings of the hidden state per token: a (from, to) pair of device names each.
+    boundaries: tuple[tuple[str, str], ...]
+    per_token: int  # activations at the boundaries, plus the logits when a worker holds the output
+    per_ubatch: int  # the same for a prefill ubatch (the logits of its outputs only)
+    load: dict[str, int]  # weights sent to each worker at load (device name -> bytes)
+
+    def to_json(self) -> dict[str, object]:
+        return {"boundaries": [list(b) for b in self.boundaries], "per_token": self.per_token,
+                "per_ubatch": self.per_ubatch, "load": dict(self.load)}
+
+
 @dataclass(frozen=True, kw_only=True)
 class Plan:
     launch: LaunchSettings
@@ -153,6 +176,8 @@ class Plan:
     vram_target: int | None
     alternatives: tuple[Alternative, ...] = ()
     kv: KvSummary | None = None
+    #: What crosses the network when RPC workers hold layers (None: no worker holds anything).
+    network: NetworkCost | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -162,6 +187,7 @@ class Plan:
             "warnings": list(self.warnings), "gpus": [g.to_json() for g in self.gpus],
             "host": self.host.to_json(), "kv": self.kv.to_json() if self.kv else None,
             "alternatives": [a.to_json() for a in self.alternatives],
+            "network": self.network.to_json() if self.network else None,
         }
 
 

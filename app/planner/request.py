@@ -33,6 +33,10 @@ from app.planner.units import MiB
 #: Default margin kept free per GPU: the opencoti two-pass's 256 MiB (docs/domain.md §4).
 DEFAULT_SAFETY = 256 * MiB
 
+#: How many times a plan is redone with pass 1 for its own launch before it stands: a measured
+#: plan may choose another ``-ngl`` or ``-ts`` than the estimated one, and that launch is measured too.
+MEASURE_ROUNDS = 4
+
 #: Pass 1 for one launch, or None when there is none (the caller's cache, or its last measurement).
 MeasurementLookup = Callable[[LaunchSettings], Measurement | None]
 
@@ -106,7 +110,13 @@ class PlanRequest:
         used: Measurement | None = None
         if self.lookup is None:
             return MeasuredPlan(plan, None)
-        for _ in range(2):
+        if self.inventory.rpc_devices and plan.alternatives and not plan.alternatives[0].feasible:
+            # The estimate is fitted to CUDA; a worker's device may be anything (often a CPU). Measure
+            # the settings as given first, so the fallback is chosen on measured numbers.
+            m = self.lookup(plan.alternatives[0].launch)
+            if m is not None:
+                used, plan = m, self._make(settings, m)
+        for _ in range(MEASURE_ROUNDS):
             m = self.measurement_for(plan.launch, settings)
             if m is None:
                 break

@@ -7,6 +7,7 @@ both sides read this one dataclass. Defaults mirror llama-server's, not the C AP
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -16,6 +17,9 @@ KV_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_
 #: ggml_type enum values (ggml/include/ggml.h) for the cache types above.
 GGML_TYPE_IDS = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8,
                  "iq4_nl": 20, "bf16": 30}
+
+#: ``--rpc`` endpoint: ``host:port`` (a name, IPv4, or ``[IPv6]``), as common/arg.cpp splits it.
+_ENDPOINT = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):[0-9]{1,5}")
 
 #: Sentinel for "offload every layer" (llama-server ``-ngl 999`` / ``all``).
 ALL_LAYERS = 999
@@ -28,6 +32,10 @@ class LaunchSettings:
     n_parallel: ``-np``. kv_unified: ``-kvu`` (llama-server's ``-np`` auto means 4 slots *and*
     unified; Headroom always passes both explicitly). flash_attn: "on" | "off" | "auto".
     n_gpu_layers: ``-ngl`` (ALL_LAYERS = everything). offload_kqv False = ``-nkvo``.
+    rpc: ``--rpc`` endpoints (``host:port``), in order: their devices come *first* in the engine's
+    device list (src/llama.cpp ``llama_model_load``: "add RPC servers at the front"). tensor_split:
+    ``-ts``, one share per device in that order (the planner gives layer counts); () = the engine's
+    default, by free memory at load time.
     """
 
     n_ctx: int = 4096
@@ -41,6 +49,8 @@ class LaunchSettings:
     flash_attn: str = "on"
     n_gpu_layers: int = ALL_LAYERS
     offload_kqv: bool = True
+    rpc: tuple[str, ...] = ()
+    tensor_split: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("type_k", "type_v"):
@@ -52,6 +62,11 @@ class LaunchSettings:
             raise ValueError("n_ctx, n_parallel, n_ubatch and n_batch must be positive")
         if self.n_gpu_layers < 0:
             raise ValueError("n_gpu_layers must be >= 0")
+        if any(t < 0 for t in self.tensor_split) or (self.tensor_split and not any(self.tensor_split)):
+            raise ValueError("a tensor split needs shares >= 0, at least one of them above 0")
+        for ep in self.rpc:
+            if not _ENDPOINT.fullmatch(ep):
+                raise ValueError(f"not an RPC endpoint (HOST:PORT): {ep!r}")
 
     @property
     def effective_n_batch(self) -> int:
@@ -69,7 +84,8 @@ class LaunchSettings:
                 "-kvu": "on" if self.kv_unified else "off", "--swa-full": "on" if self.swa_full else "off",
                 "-ub": str(self.n_ubatch), "-b": str(self.n_batch), "-fa": self.flash_attn,
                 "-ngl": "all" if self.n_gpu_layers >= ALL_LAYERS else str(self.n_gpu_layers),
-                "-nkvo": "off" if self.offload_kqv else "on"}
+                "-nkvo": "off" if self.offload_kqv else "on",
+                "--rpc": ",".join(self.rpc) or "none", "-ts": ",".join(map(str, self.tensor_split)) or "none"}
 
     def differences(self, other: LaunchSettings) -> str:
         """Where ``self`` differs from ``other``, in flags: ``'-c 4096 (not 524288), -np 1 (not 4)'``."""
@@ -85,4 +101,7 @@ class LaunchSettings:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> LaunchSettings:
         known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        for name in ("rpc", "tensor_split"):  # JSON lists back to tuples (absent: the default, ())
+            if name in known:
+                known[name] = tuple(known[name])
         return cls(**known)

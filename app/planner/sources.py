@@ -30,6 +30,8 @@ class SourceKind(Enum):
     FROM_GGUF = "from the GGUF"
     #: Read from the GPU driver through NVML (detail: who holds what).
     FROM_NVML = "from NVML"
+    #: What an RPC worker reported through ggml (its device's memory; none of this engine's overhead).
+    FROM_RPC = "from the RPC worker"
     #: The operating system's memory figures.
     FROM_OS = "from the OS"
     #: psutil's reading of host memory (the window's "Other apps" on the host bar).

@@ -88,8 +88,13 @@ def compute_for(shape: ModelShape, inv: Inventory, settings: LaunchSettings,
             label = Source(SourceKind.MEASURED_ELSEWHERE, measured_for.differences(settings))
         if not names:
             return Compute({}, sum(d.compute for d in measurement.devices), label)
-        if all(measurement.device(n) is not None for n in names):
-            gpu = {n: measurement.device(n).compute for n in names}  # type: ignore[union-attr]
+        seen = [measurement.device(n) is not None for n in names]
+        same_devices = measured_for is not None and (measured_for.rpc, measured_for.tensor_split) == (
+            settings.rpc, settings.tensor_split)
+        if all(seen) or (same_devices and any(seen)):
+            # On the very devices and split pass 1 ran with, a device it gave no layers logs no
+            # compute buffer: it gets none.
+            gpu = {n: (d.compute if (d := measurement.device(n)) is not None else 0) for n in names}
             return Compute(gpu, measurement.host_compute, label)
     est = estimate_compute(shape, settings, ctx_kv.ctx)
     if not names:
@@ -117,24 +122,29 @@ def stack(shape: ModelShape, inv: Inventory, settings: LaunchSettings, ws: Weigh
     gpus = []
     for i, g in enumerate(inv.gpus):
         comp = compute.gpu.get(g.engine_name, 0) if any(d == i for d in ws.devices) else 0
+        # A worker's own process (and its CUDA context, if any) was running when it reported its free
+        # memory: this engine adds no process there.
+        dev_ovh, dev_ovh_src = (0, Source(SourceKind.FROM_RPC)) if g.is_rpc else (ovh, ovh_src)
         other = max(g.total - g.free, 0)
         held = sum(p.used for p in g.processes)
         # What no process holds is the driver's (a simulated card has no processes, only that reserve).
         reserve = other if g.simulated else (max(other - held, 0) if g.processes_known else 0)
-        src_total = Source(SourceKind.SIMULATED if g.simulated else SourceKind.FROM_NVML)
+        src_total = Source(SourceKind.SIMULATED if g.simulated else
+                           SourceKind.FROM_RPC if g.is_rpc else SourceKind.FROM_NVML)
         src_other = src_total
         if not g.simulated and g.processes_known:
             src_other = Source(SourceKind.FROM_NVML,
                                words.nvml_processes_detail(len(g.processes), min(held, other), reserve))
-        free = g.free - ws.gpu[i] - comp - kv_gpu[i] - ovh - safety
+        free = g.free - ws.gpu[i] - comp - kv_gpu[i] - dev_ovh - safety
         gguf = Source(SourceKind.FROM_GGUF)
         gpus.append(DevicePlan(
             name=g.engine_name, label=g.label, total=g.total,
-            other_processes=other, weights=ws.gpu[i], compute=comp, kv_resident=kv_gpu[i], overhead=ovh,
+            other_processes=other, weights=ws.gpu[i], compute=comp, kv_resident=kv_gpu[i], overhead=dev_ovh,
             safety=safety, free=free, simulated=g.simulated, driver_reserve=reserve,
             sources={"total": src_total, "other_processes": src_other, "weights": gguf,
-                     "compute": compute.source, "kv_resident": gguf, "overhead": ovh_src,
-                     "safety": Source(SourceKind.GIVEN)}))
+                     "compute": compute.source, "kv_resident": gguf, "overhead": dev_ovh_src,
+                     "safety": Source(SourceKind.GIVEN)},
+            remote=g.endpoint if g.is_rpc else "", budget=g.budget))
     pinned = compute.host + output_buffer_bytes(shape, settings)
     weights_src = Source(SourceKind.FROM_GGUF, words.repacked_detail(ws.repacked) if ws.repacked else "")
     from_os = Source(SourceKind.FROM_OS)

@@ -9,7 +9,10 @@ Mirrors src/llama-model.cpp ``llama_model_base::load_tensors``:
   device gets a duplicate (``TENSOR_DUPLICATED``);
 - host weights are mapped from the file: the ``CPU_Mapped`` buffer spans the first to the last host
   tensor of each file (src/llama-model-loader.cpp ``get_mapping_range``);
-- GPU buffers place each tensor at the backend's alignment (ggml-alloc; CUDA aligns to 128 bytes);
+- GPU buffers place each tensor at the backend's alignment (ggml-alloc; CUDA aligns to 128 bytes;
+  an RPC worker's device at its remote backend's, which the client does not print: 128 is used
+  for it too, at most 96 bytes per tensor more than a CPU worker's 32, ggml-impl.h
+  ``TENSOR_ALIGNMENT``);
 - on an engine without GPUs, host matmul weights of a repackable type are *copied* into the CPU
   backend's ``CPU_REPACK`` buffer (app/planner/repack.py); they no longer bound the ``CPU_Mapped``
   range, which still covers them when they lie between mapped tensors (the usual case); with a
@@ -44,8 +47,10 @@ DEFAULT_GPU_OVERHEAD = 590 * 1024 * 1024
 DEFAULT_GPU_OVERHEAD_SOURCE = Source(SourceKind.DEFAULT, "~590 MiB measured on an H200 (driver 580)")
 
 
-def layer_devices(n_layer: int, n_gpu_layers: int, gpu_free: Sequence[int]) -> tuple[int | None, ...]:
-    """Device index (None = CPU) of each layer ``0..n_layer-1`` and then of the output layer."""
+def layer_devices(n_layer: int, n_gpu_layers: int, gpu_free: Sequence[int | float]) -> tuple[int | None, ...]:
+    """Device index (None = CPU) of each layer ``0..n_layer-1`` and then of the output layer.
+    ``gpu_free``: the split shares, one per device: ``-ts`` when given, else (the engine's
+    default) each device's free memory."""
     n_dev = len(gpu_free)
     i_gpu_start = max(n_layer + 1 - n_gpu_layers, 0)
     act = 0 if n_dev == 0 else min(n_gpu_layers, n_layer + 1)
@@ -145,9 +150,16 @@ def _slot_table(shape: ModelShape, cpu: CpuFeatures) -> _SlotTable:
     return _SlotTable(gpu, spans, repacked)
 
 
+def slot_gpu_bytes(shape: ModelShape) -> dict[int, int]:
+    """Bytes each slot's weights take on a GPU: layer ``il``, ``n_layer`` for the output layer
+    (with a tied output's duplicate), ``-1`` for the input layer (which stays on the CPU)."""
+    return dict(_slot_table(shape, NO_REPACK).gpu_bytes)
+
+
 def weight_split(shape: ModelShape, n_gpu_layers: int, gpu_free: Sequence[int], *,
                  cpu: CpuFeatures | None = None) -> WeightSplit:
-    """Weights per device for ``-ngl n_gpu_layers`` over GPUs with this much free memory.
+    """Weights per device for ``-ngl n_gpu_layers`` over devices with these split shares (their
+    free memory, or ``-ts``: see ``layer_devices``).
 
     ``cpu``: the CPU backend's features (default: this machine's, as a native build has them). They
     matter only without GPUs: with one, nothing is repacked (see the module notes).

@@ -189,8 +189,8 @@ def changed(plan: Plan, asked: LaunchSettings) -> str:
     """The first line when the plan launches otherwise than asked ('' when it launches as asked):
     "512k DOES NOT FIT as asked (CUDA0 short 87.3 GiB); planned instead: -c 49,664"."""
     launch = plan.launch
-    if launch == asked:
-        return ""
+    if launch.with_(rpc=asked.rpc, tensor_split=asked.tensor_split) == asked:
+        return ""  # the devices (--rpc) and the split the planner chose (-ts) are not a change
     instead = []
     if launch.n_ctx != asked.n_ctx:
         instead.append(f"-c {format_tokens(launch.n_ctx)}")
@@ -202,3 +202,15 @@ def changed(plan: Plan, asked: LaunchSettings) -> str:
     why = next((a.note for a in plan.alternatives if a.kind is AlternativeKind.AS_SET and not a.feasible), "")
     return (f"{format_tokens(asked.n_ctx)} DOES NOT FIT as asked{f' ({why})' if why else ''}; "
             f"planned instead: {' '.join(instead) or 'other settings'}")
+
+
+def dead_worker(endpoint: str, why: str) -> str:
+    """A plan warning for an RPC worker that did not answer."""
+    return f"RPC worker {endpoint} did not answer ({why}): planned without it"
+
+
+def network_summary(per_token: int, per_ubatch: int, n_ubatch: int, load: int, crossings: int) -> str:
+    """What crosses the network for a plan over RPC workers, in one line."""
+    return (f"network: {Bytes(per_token)} per generated token and {Bytes(per_ubatch)} per {n_ubatch}-token "
+            f"prefill batch ({crossings} crossing(s) of the hidden state, the logits when a worker holds the "
+            f"output layer); {Bytes(load)} of weights sent once at load (ggml-rpc-server -c caches them)")

@@ -179,7 +179,7 @@ def _wait_worker(proc: subprocess.Popen[str], request: str, *, timeout: float,
 
 def backend_of(buffers: LogBuffers) -> str:
     """What measured: the device family of the non-host compute buffers (``CUDA0`` → ``CUDA``), else CPU."""
-    families = sorted({re.sub(r"\d+$", "", d) for d in buffers.compute if not is_host_device(d)})
+    families = sorted({re.sub(r"\d+(\[.*\])?$", "", d) for d in buffers.compute if not is_host_device(d)})
     return "+".join(families) if families else "CPU"
 
 
@@ -202,8 +202,9 @@ def measurement_from_log(buffers: LogBuffers, *, backend: str, commit: str, seco
     kv = {d: size for d, size in buffers.kv.items() if size > 0}
     if not kv and all(c.layer_devices for c in buffers.kv_caches) and buffers.kv_caches:
         for cache in buffers.kv_caches:
-            for dev, _ in cache.layer_devices:
-                kv[dev] = kv.get(dev, 0) + cache.on_device(dev)
+            for dev, _ in cache.layer_devices:  # device names (RPC1): to the buffers' (RPC0[host:port])
+                name = buffers.buffer_name(dev)
+                kv[name] = kv.get(name, 0) + cache.on_device(dev)
     elif not kv and len(buffers.kv) == 1:
         kv = {next(iter(buffers.kv)): buffers.kv_total}
     names = list(dict.fromkeys([*buffers.compute, *kv]))

@@ -19,6 +19,7 @@ import re
 import sys
 import time
 import types
+from pathlib import Path
 from typing import Any
 
 from app.planner.settings import GGML_TYPE_IDS, LaunchSettings
@@ -82,6 +83,47 @@ def model_values(settings: LaunchSettings) -> dict[str, Any]:
     return {"n_gpu_layers": settings.n_gpu_layers, "no_alloc": True, "load_mode": LOAD_MODE_NONE}
 
 
+def add_rpc_servers(lib_dir: str | None, endpoints: tuple[str, ...]) -> None:
+    """Register the launch's RPC workers, as llama-server's ``--rpc`` does (common/arg.cpp
+    ``add_rpc_devices``: ``ggml_backend_rpc_add_server`` from the RPC backend's proc table, then
+    ``ggml_backend_register``), so the probe sees the devices the engine will: their alignment,
+    their buffer names and the compute buffer each one gets. A worker that does not answer aborts
+    the probe inside ggml ("Failed to connect to HOST:PORT"), which the parent reports."""
+    if not endpoints:
+        return
+    name = "libggml.so" if sys.platform.startswith("linux") else ("libggml.dylib" if sys.platform == "darwin"
+                                                                   else "ggml.dll")
+    ggml = ctypes.CDLL(str(Path(lib_dir) / name) if lib_dir else name)
+    ggml.ggml_backend_load_all.restype = None
+    ggml.ggml_backend_load_all()
+    ggml.ggml_backend_reg_by_name.restype = ctypes.c_void_p
+    ggml.ggml_backend_reg_by_name.argtypes = [ctypes.c_char_p]
+    reg = ggml.ggml_backend_reg_by_name(b"RPC")
+    if not reg:
+        raise RuntimeError("this llama.cpp build has no RPC backend (it needs -DGGML_RPC=ON)")
+    ggml.ggml_backend_reg_get_proc_address.restype = ctypes.c_void_p
+    ggml.ggml_backend_reg_get_proc_address.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+    fn = ggml.ggml_backend_reg_get_proc_address(reg, b"ggml_backend_rpc_add_server")
+    if not fn:
+        raise RuntimeError("this llama.cpp build's RPC backend has no ggml_backend_rpc_add_server")
+    add_server = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_char_p)(fn)
+    ggml.ggml_backend_register.restype = None
+    ggml.ggml_backend_register.argtypes = [ctypes.c_void_p]
+    for endpoint in endpoints:
+        server = add_server(endpoint.encode())
+        if not server:
+            raise RuntimeError(f"RPC worker {endpoint} reported no devices")
+        ggml.ggml_backend_register(server)
+
+
+def tensor_split_array(lib: Any, shares: tuple[int, ...]) -> Any:
+    """``llama_model_params.tensor_split``: ``llama_max_devices()`` floats, the shares first."""
+    n = int(lib.llama_max_devices())
+    if len(shares) > n:
+        raise ValueError(f"{len(shares)} tensor-split shares for at most {n} devices")
+    return (ctypes.c_float * n)(*[float(x) for x in shares])
+
+
 def _emit(text: str) -> None:
     sys.stderr.write(text)
     sys.stderr.flush()
@@ -108,12 +150,16 @@ def probe(model_path: str, settings: LaunchSettings) -> dict[str, Any]:
 
     lib.llama_log_set(on_log, ctypes.c_void_p(0))
     lib.llama_backend_init()
+    add_rpc_servers(lib_dir, settings.rpc)
     result: dict[str, Any] = {"ok": False, "error": "", "lib_dir": lib_dir or "",
                               "gpu_offload": bool(lib.llama_supports_gpu_offload()),
                               "bindings": _bindings_version()}
     mparams = lib.llama_model_default_params()
     for name, value in model_values(settings).items():
         setattr(mparams, name, value)
+    split = tensor_split_array(lib, settings.tensor_split) if settings.tensor_split else None
+    if split is not None:
+        mparams.tensor_split = split  # kept alive by ``split`` until the model is freed
     model = lib.llama_model_load_from_file(model_path.encode(), mparams)
     if not model:
         result["error"] = f"llama.cpp could not load {model_path} (see its log)"

@@ -30,6 +30,7 @@ WORDS = [
     (Source(SourceKind.FROM_NVML, "2 process(es) hold 1.2 GiB, the driver keeps 615 MiB"),
      "from NVML: 2 process(es) hold 1.2 GiB, the driver keeps 615 MiB"),
     (Source(SourceKind.FROM_OS), "from the OS"),
+    (Source(SourceKind.FROM_RPC), "from the RPC worker"),
     (Source(SourceKind.FROM_PSUTIL), "from psutil"),
     (Source(SourceKind.ESTIMATED), "estimated"),
     (Source(SourceKind.GIVEN), "given"),
