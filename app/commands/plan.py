@@ -198,10 +198,13 @@ def render(plan: Plan, title: str, fit: ContextFit, asked: LaunchSettings | None
     out.append(f"  largest context: {format_tokens(fit.resident)} fully resident, "
                f"{format_tokens(fit.with_tail)} with a host tail (trained {format_tokens(fit.n_ctx_train)})")
     if plan.alternatives and len(plan.alternatives) > 1:
-        out.append("  alternatives (host bytes read per token; lower is faster):")
+        width = max(14, *(len(a.label) + 1 for a in plan.alternatives))
+        out.append("  alternatives (host side of one turn, app/planner/cost.py: bytes read per token, "
+                   "seconds of decode + prefill; the cheapest fitting one is chosen):")
         for a in plan.alternatives:
             mark = "*" if a.chosen else ("-" if not a.feasible else " ")
-            out.append(f"   {mark} {a.label:<14}{Bytes(a.host_bytes_per_token)!s:>12}   {a.note}")
+            price = f"{a.decode_s:6.2f} s + {a.prefill_s:5.2f} s" if a.feasible else " " * 17
+            out.append(f"   {mark} {a.label:<{width}}{Bytes(a.host_bytes_per_token)!s:>10}  {price}   {a.note}")
     if plan.network is not None:
         net = plan.network
         out.append("  " + words.network_summary(net.per_token, net.per_ubatch, launch.effective_n_ubatch,

@@ -56,6 +56,8 @@ def build_argv(engine: EngineInfo, settings: LaunchSettings, mode: PlanMode, mod
     if engine.is_llamafile:
         argv += ["--gpu", "disable" if mode == PlanMode.CPU else "nvidia"]
     ngl = 0 if mode == PlanMode.CPU else settings.n_gpu_layers
+    if settings.rpc:  # first: -ot names the workers' buffers, which exist once --rpc has added them
+        argv += ["--rpc", ",".join(settings.rpc)]
     argv += [
         "-m", str(model),
         "-c", str(settings.n_ctx),
@@ -67,10 +69,12 @@ def build_argv(engine: EngineInfo, settings: LaunchSettings, mode: PlanMode, mod
         "-b", str(settings.n_batch),
         "-np", str(settings.n_parallel),
     ]
-    if settings.rpc:  # the workers' devices come first in the engine's device list, -ts in that order
-        argv += ["--rpc", ",".join(settings.rpc)]
-    if settings.tensor_split:
+    if settings.tensor_split:  # in the engine's device order: the workers' devices first
         argv += ["-ts", ",".join(str(t) for t in settings.tensor_split)]
+    if settings.tensor_overrides:
+        argv += ["-ot", settings.override_text()]
+    if settings.n_cpu_moe:
+        argv += ["--n-cpu-moe", str(settings.n_cpu_moe)]
     if settings.kv_unified:
         argv.append("-kvu")
     if settings.swa_full:

@@ -35,6 +35,8 @@ PROBES: dict[str, tuple[str, ...]] = {
     "--metrics": ("--metrics",),
     "--rpc": ("--rpc", "127.0.0.1:1"),
     "-ts": ("-ts", "1,1"),
+    "-ot": ("-ot", "blk\\.0\\.=CPU"),
+    "--n-cpu-moe": ("--n-cpu-moe", "1"),
     "-lv": ("-lv", "4"),
     **{f"-ctk {t}": ("-ctk", t) for t in KV_TYPES},
 }
@@ -43,7 +45,7 @@ MISSING_MODEL = "/nonexistent-headroom-probe.gguf"
 PROBE_TIMEOUT_S = 15.0
 CACHE_FILE = "engine-capabilities.json"
 #: Bump when PROBES or the verdict rules change, so old cache entries are re-probed.
-CACHE_VERSION = 3
+CACHE_VERSION = 4
 
 # common/arg.cpp, common_params_parse_ex:
 # error: invalid argument: --kv-residency-mode
@@ -185,6 +187,10 @@ def required(settings: LaunchSettings, mode: PlanMode) -> list[str]:
         need.append("--rpc")
     if settings.tensor_split:
         need.append("-ts")
+    if settings.tensor_overrides:
+        need.append("-ot")
+    if settings.n_cpu_moe:
+        need.append("--n-cpu-moe")
     return list(dict.fromkeys(need))
 
 

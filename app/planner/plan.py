@@ -4,9 +4,11 @@ Modes (issue 3):
 - *window* (an engine with a position window, opencoti): every layer on the GPU; the resident
   window is ⌊(budget − weights − compute − overhead − safety − fixed KV) / KV-bytes-per-cell⌋, aligned
   down to 256 and capped at the context; the rest of the context is the host tail.
-- *stock*: no position split. The settings as given; else the fewest layers moved to the host
-  (``-ngl``), the whole KV on the host (``-nkvo``), or a shorter context — each priced by the bytes
-  the host must read per decoded token, the cheapest feasible one chosen, all listed.
+- *stock*: no position split. The settings as given; else the KV of the fewest layers in host RAM
+  with every weight resident (``-ngl`` + ``-ot``), the experts of the fewest layers on the CPU
+  (``--n-cpu-moe``, MoE models), the fewest layers moved to the host (``-ngl``), the whole KV on the
+  host (``-nkvo``), or a shorter context — each priced by the time one typical turn spends on the
+  host side (app/planner/cost.py: decode and prefill), the cheapest feasible one chosen, all listed.
 - *cpu*: no GPU; everything in host RAM.
 
 The data types live in :mod:`app.planner.plan_types` and are re-exported here.
@@ -14,10 +16,12 @@ The data types live in :mod:`app.planner.plan_types` and are re-exported here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from app.planner import words
+from app.planner.cost import DEFAULT_BUS, bus_bandwidth, turn_cost
 from app.planner.devices import Inventory
 from app.planner.errors import PlannerError
 from app.planner.estimate import estimate_compute
@@ -36,11 +40,16 @@ from app.planner.plan_types import (
     PlanMode,
 )
 from app.planner.settings import ALL_LAYERS, LaunchSettings
-from app.planner.sources import SourceKind
 from app.planner.split import deal, network_cost
 from app.planner.stack import Compute, KvPerLayer, compute_for, kv_per_layer, stack
 from app.planner.units import MiB
-from app.planner.weights import DEFAULT_GPU_OVERHEAD, slot_gpu_bytes, weight_split
+from app.planner.weights import (
+    DEFAULT_GPU_OVERHEAD,
+    override_shifts,
+    resolve_overrides,
+    slot_gpu_bytes,
+    weight_split,
+)
 
 __all__ = ["Alternative", "AlternativeKind", "ContextFit", "DevicePlan", "HostPlan", "KvSummary",
            "Plan", "PlanMode", "make_plan", "max_context"]
@@ -99,8 +108,11 @@ def _host_short(host: HostPlan, *, kv_tail: bool = False) -> list[str]:
 
 def make_plan(shape: ModelShape, inventory: Inventory, settings: LaunchSettings, *,
               engine_window: bool = False, measurement: Measurement | None = None, safety: int = 256 * MiB,
-              vram_target: int | None = None, overhead: int | None = None) -> Plan:
-    """Plan one launch. Cheap (no I/O): the GUI calls it on every slider move. The launch gets the
+              vram_target: int | None = None, overhead: int | None = None,
+              measured: Mapping[LaunchSettings, Measurement] | None = None) -> Plan:
+    """Plan one launch. Cheap (no I/O): the GUI calls it on every slider move. ``measured``: pass 1
+    for other launches already run (a stock plan prices each alternative with its own numbers when
+    it has them, else with ``measurement``). The launch gets the
     inventory's RPC workers (``--rpc``) and, over several devices, the planner's ``-ts`` unless the
     settings carry one."""
     if inventory.rpc_endpoints and not settings.rpc:
@@ -110,7 +122,8 @@ def make_plan(shape: ModelShape, inventory: Inventory, settings: LaunchSettings,
     elif engine_window:
         plan = _window_plan(shape, inventory, settings, measurement, safety, vram_target, overhead)
     else:
-        plan = _stock_plan(shape, inventory, settings, measurement, safety, vram_target, overhead)
+        plan = _stock_plan(shape, inventory, settings, Pass1(measurement, measured or {}), safety, vram_target,
+                           overhead)
     if inventory.dead_workers:
         dead = tuple(words.dead_worker(ep, why) for ep, why in inventory.dead_workers)
         plan = replace(plan, warnings=dead + plan.warnings)
@@ -172,6 +185,19 @@ def _window_plan(shape: ModelShape, inv: Inventory, settings: LaunchSettings, me
 
 
 @dataclass(frozen=True)
+class Pass1:
+    """The pass-1 numbers a stock plan prices with: ``exact`` ones for launches measured as such
+    (a fallback measured once is priced with its own numbers, not the settings-as-given's), else
+    ``default``."""
+
+    default: Measurement | None
+    exact: Mapping[LaunchSettings, Measurement] = field(default_factory=dict)
+
+    def at(self, launch: LaunchSettings) -> Measurement | None:
+        return self.exact.get(launch, self.default)
+
+
+@dataclass(frozen=True)
 class Priced:
     """One configuration priced: the alternative it is, what each device holds, why it does not fit
     ('' when it does) and the compute buffers it was priced with."""
@@ -214,48 +240,60 @@ def _with_split(shape: ModelShape, inv: Inventory, launch: LaunchSettings, kvp: 
     if launch.tensor_split or len(inv.gpus) < 2:
         return launch
     start = max(shape.n_layer + 1 - launch.n_gpu_layers, 0)
-    weights = slot_gpu_bytes(shape)
+    overrides = resolve_overrides(launch, [g.engine_name for g in inv.gpus])
+    if overrides:
+        weights, pinned = override_shifts(shape, launch.n_gpu_layers, len(inv.gpus), overrides)
+    else:
+        weights, pinned = slot_gpu_bytes(shape), [0] * len(inv.gpus)
     cells = kvp.cells if launch.offload_kqv else 0
     costs = [weights.get(il, 0) + (kvp.fixed.get(il, 0) + kvp.per_cell.get(il, 0) * cells
                                    if il < shape.n_layer and launch.offload_kqv else 0)
              for il in range(start, shape.n_layer + 1)]
-    counts = deal(costs, _capacities(inv, compute, overhead, safety, vram_target))
+    caps = [c - p for c, p in zip(_capacities(inv, compute, overhead, safety, vram_target), pinned, strict=True)]
+    counts = deal(costs, caps)
     return launch if counts is None or not any(counts) else launch.with_(tensor_split=counts)
 
 
 def _priced(shape: ModelShape, inv: Inventory, launch: LaunchSettings, kind: AlternativeKind, label: str,
-            note: str, measurement: Measurement | None, safety: int, vram_target: int | None,
+            note: str, pass1: Pass1, safety: int, vram_target: int | None,
             overhead: int | None) -> Priced:
     kvp = kv_per_layer(shape, launch)
-    compute = compute_for(shape, inv, launch, measurement, kvp.layout)
+    compute = compute_for(shape, inv, launch, pass1.at(launch), kvp.layout)
     split = _with_split(shape, inv, launch, kvp, compute, overhead, safety, vram_target)
     if split != launch:  # pass 1's numbers are for a launch with its -ts: look again with this one
         launch = split
-        compute = compute_for(shape, inv, launch, measurement, kvp.layout)
-    ws = weight_split(shape, launch.n_gpu_layers, shares(inv, launch))
+        compute = compute_for(shape, inv, launch, pass1.at(launch), kvp.layout)
+    ws = weight_split(shape, launch.n_gpu_layers, shares(inv, launch),
+                      overrides=resolve_overrides(launch, [g.engine_name for g in inv.gpus]))
     resident = kvp.cells if launch.offload_kqv else 0
     stacked = stack(shape, inv, launch, ws, kvp, resident, compute, overhead, safety)
     why = _fits(stacked.gpus, stacked.host, vram_target)
+    gpu0 = inv.gpus[0] if inv.gpus else None
+    price = turn_cost(stacked.host_bytes_per_token, ws.prefill_host_weights, stacked.host.kv_tail,
+                      launch.effective_n_ubatch,
+                      bus_bandwidth(gpu0.pcie_gen, gpu0.pcie_width) if gpu0 is not None else DEFAULT_BUS)
     alt = Alternative(kind=kind, label=label, launch=launch, feasible=not why,
-                      host_bytes_per_token=stacked.host_bytes_per_token, note=why or note)
+                      host_bytes_per_token=stacked.host_bytes_per_token, note=why or note,
+                      prefill_bytes_per_ubatch=stacked.prefill_bytes_per_ubatch,
+                      decode_s=price.decode_s, prefill_s=price.prefill_s)
     network = network_cost(shape, ws.devices, [g.engine_name for g in inv.gpus], [g.is_rpc for g in inv.gpus],
                            ws.gpu, launch.effective_n_ubatch, min(launch.n_batch, launch.n_parallel))
     return Priced(alt, stacked.gpus, stacked.host, why, compute, network)
 
 
-def _fits_as(shape: ModelShape, inv: Inventory, launch: LaunchSettings, measurement: Measurement | None,
+def _fits_as(shape: ModelShape, inv: Inventory, launch: LaunchSettings, pass1: Pass1,
              safety: int, vram_target: int | None, overhead: int | None) -> bool:
     """Whether ``launch`` fits (priced without words: a search step, not an alternative)."""
-    return _priced(shape, inv, launch, AlternativeKind.AS_SET, "", "", measurement, safety, vram_target,
+    return _priced(shape, inv, launch, AlternativeKind.AS_SET, "", "", pass1, safety, vram_target,
                    overhead).alternative.feasible
 
 
 def _fewest_layers_moved(shape: ModelShape, inv: Inventory, settings: LaunchSettings,
-                         measurement: Measurement | None, safety: int, vram_target: int | None,
+                         pass1: Pass1, safety: int, vram_target: int | None,
                          overhead: int | None) -> int | None:
     """Largest -ngl that fits (binary search: fewer layers on the GPU never needs more there)."""
     def ok(ngl: int) -> bool:
-        return _fits_as(shape, inv, settings.with_(n_gpu_layers=ngl), measurement, safety, vram_target, overhead)
+        return _fits_as(shape, inv, settings.with_(n_gpu_layers=ngl), pass1, safety, vram_target, overhead)
     lo, hi = 0, shape.n_layer  # n_layer + 1 would be everything
     if not ok(lo):
         return None
@@ -265,13 +303,58 @@ def _fewest_layers_moved(shape: ModelShape, inv: Inventory, settings: LaunchSett
     return lo
 
 
-def _stock_plan(shape: ModelShape, inv: Inventory, settings: LaunchSettings, measurement: Measurement | None,
+def kv_host_launch(shape: ModelShape, inv: Inventory, settings: LaunchSettings, n_host: int) -> LaunchSettings:
+    """The KV of the first ``n_host`` layers in host RAM, every weight on the devices: ``-ngl`` leaves
+    those layers (and so their KV, src/llama-kv-cache.cpp: a layer's KV is on its device) on the CPU,
+    and ``-ot 'blk\\.(0|1|…)\\.=DEV'`` brings their weights back to the first device."""
+    layers = "|".join(str(i) for i in range(n_host))
+    return settings.with_(n_gpu_layers=shape.n_layer + 1 - n_host,
+                          tensor_overrides=(*settings.tensor_overrides, (f"blk\\.({layers})\\.", inv.gpus[0].engine_name)))
+
+
+def _fewest_moved(shape: ModelShape, inv: Inventory, settings: LaunchSettings, kind: AlternativeKind,
+                  pass1: Pass1, safety: int, vram_target: int | None,
+                  overhead: int | None) -> Alternative | None:
+    """The fewest layers whose KV goes to host RAM (KV_HOST_LAYERS) or whose experts go to the CPU
+    (EXPERTS_ON_CPU, MoE models), everything else resident, when such a launch fits; None otherwise
+    (or when it does not apply: layers already moved, KV already on the host, a dense model)."""
+    if settings.n_gpu_layers <= shape.n_layer or not settings.offload_kqv or settings.tensor_overrides:
+        return None
+    if kind is AlternativeKind.EXPERTS_ON_CPU and not shape.n_expert:
+        return None
+
+    def launch(n: int) -> LaunchSettings:
+        if kind is AlternativeKind.KV_HOST_LAYERS:
+            return kv_host_launch(shape, inv, settings, n)
+        return settings.with_(n_cpu_moe=n)
+
+    def ok(n: int) -> bool:
+        return _fits_as(shape, inv, launch(n), pass1, safety, vram_target, overhead)
+
+    lo, hi = 1, shape.n_layer if kind is AlternativeKind.EXPERTS_ON_CPU else shape.n_layer - 1
+    if hi < lo or not ok(hi):
+        return None
+    while lo < hi:  # more layers moved never needs more on the devices
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if ok(mid) else (mid + 1, hi)
+    label, note = ((words.kv_host_layers_label(lo), words.kv_host_layers_note(shape.n_layer, lo))
+                   if kind is AlternativeKind.KV_HOST_LAYERS else
+                   (words.experts_on_cpu_label(lo), words.experts_on_cpu_note(shape.n_layer, lo)))
+    return _priced(shape, inv, launch(lo), kind, label, note, pass1, safety, vram_target, overhead).alternative
+
+
+def _stock_plan(shape: ModelShape, inv: Inventory, settings: LaunchSettings, pass1: Pass1,
                 safety: int, vram_target: int | None, overhead: int | None) -> Plan:
-    args = (measurement, safety, vram_target, overhead)
+    args = (pass1, safety, vram_target, overhead)
+    measurement = pass1.default
     first = _priced(shape, inv, settings, AlternativeKind.AS_SET, words.AS_SET,
                     words.as_set_note(shape.n_layer, settings), *args)
     options = [first.alternative]
     if not first.alternative.feasible:
+        for kind in (AlternativeKind.KV_HOST_LAYERS, AlternativeKind.EXPERTS_ON_CPU):
+            found = _fewest_moved(shape, inv, settings, kind, *args)
+            if found is not None:
+                options.append(found)
         ngl = _fewest_layers_moved(shape, inv, settings, *args)
         if ngl is not None:
             moved = shape.n_layer + 1 - ngl
@@ -290,14 +373,16 @@ def _stock_plan(shape: ModelShape, inv: Inventory, settings: LaunchSettings, mea
                                    *args).alternative)
     keep_ctx = [a for a in options if a.feasible and a.launch.n_ctx == settings.n_ctx]
     shorter = [a for a in options if a.feasible and a.launch.n_ctx != settings.n_ctx]
-    best = min(keep_ctx, key=lambda a: a.host_bytes_per_token) if keep_ctx else (shorter[0] if shorter else options[0])
+    # The cheapest turn (app/planner/cost.py) at the asked context; else the shorter context.
+    best = min(keep_ctx, key=lambda a: a.turn_s) if keep_ctx else (shorter[0] if shorter else options[0])
     alts = tuple(replace(a, chosen=a is best) for a in options)
     chosen = _priced(shape, inv, best.launch, best.kind, best.label, best.note, *args)
-    warnings = _common_warnings(shape, best.launch, chosen.compute, measurement)
+    warnings = _common_warnings(shape, best.launch, chosen.compute, pass1.at(chosen.alternative.launch))
     as_set = best is first.alternative
     if not as_set and best.feasible:
         warnings.append(words.chose_instead(first.why, best.label, best.note))
-        if chosen.compute.source.kind is SourceKind.MEASURED or (measurement is not None and measurement.launch is None):
+        used = pass1.at(chosen.alternative.launch)
+        if used is not None and used.launch is None:
             # (a recorded measurement of unknown settings: assumed to be the settings as given)
             warnings.append(words.measure_again(best.label))
     warnings += _host_short(chosen.host)
@@ -333,7 +418,7 @@ def max_context(shape: ModelShape, inventory: Inventory, settings: LaunchSetting
         s, m = settings.with_(n_ctx=n), _grown(shape, settings, measurement, n)
         if not inventory.gpus:
             return make_plan(shape, inventory, s, measurement=m).feasible
-        return _fits_as(shape, inventory, s, m, safety, vram_target, overhead)
+        return _fits_as(shape, inventory, s, Pass1(m), safety, vram_target, overhead)
 
     def with_tail(n: int) -> bool:
         return make_plan(shape, inventory, settings.with_(n_ctx=n), engine_window=bool(inventory.gpus),

@@ -65,6 +65,8 @@ class AlternativeKind(Enum):
     """Which way to run a stock plan an :class:`Alternative` prices."""
 
     AS_SET = "as set"  # the settings as given
+    KV_HOST_LAYERS = "KV host layers"  # the KV of the first layers in host RAM, all weights resident (-ngl + -ot)
+    EXPERTS_ON_CPU = "experts on CPU"  # the expert weights of the first layers in host RAM (--n-cpu-moe)
     FEWER_LAYERS = "fewer layers"  # the fewest layers moved to the host (-ngl)
     KV_ON_HOST = "KV on the host"  # the whole KV cache in host RAM (-nkvo)
     SHORTER_CONTEXT = "shorter context"  # the largest context that is fully resident (-c)
@@ -126,10 +128,23 @@ class Alternative:
     host_bytes_per_token: int  # weights and KV the CPU side touches for each token (lower is faster)
     note: str
     chosen: bool = False
+    #: Bytes moved or read on the host side per prefill ubatch: host weights streamed to a GPU for
+    #: its matmuls (op offload) and host KV the CPU reads for attention (app/planner/stack.py).
+    prefill_bytes_per_ubatch: int = 0
+    #: The price of one typical chat turn on the host side, seconds (app/planner/cost.py): what the
+    #: stock plan chooses by.
+    decode_s: float = 0.0
+    prefill_s: float = 0.0
+
+    @property
+    def turn_s(self) -> float:
+        return self.decode_s + self.prefill_s
 
     def to_json(self) -> dict[str, Any]:
         return {"label": self.label, "feasible": self.feasible, "chosen": self.chosen,
-                "host_bytes_per_token": self.host_bytes_per_token, "n_ctx": self.launch.n_ctx,
+                "host_bytes_per_token": self.host_bytes_per_token,
+                "prefill_bytes_per_ubatch": self.prefill_bytes_per_ubatch, "decode_s": round(self.decode_s, 4),
+                "prefill_s": round(self.prefill_s, 4), "n_ctx": self.launch.n_ctx,
                 "note": self.note, "launch": self.launch.to_json()}
 
 

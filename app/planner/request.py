@@ -85,10 +85,11 @@ class PlanRequest:
         return cls(shape, inventory, engine_window, safety, vram_target,
                    machine_overhead(inventory, overhead, path=overhead_path), lookup)
 
-    def _make(self, settings: LaunchSettings, measurement: Measurement | None) -> Plan:
+    def _make(self, settings: LaunchSettings, measurement: Measurement | None,
+              known: dict[LaunchSettings, Measurement] | None = None) -> Plan:
         return make_plan(self.shape, self.inventory, settings, engine_window=self.engine_window,
                          measurement=measurement, safety=self.safety, vram_target=self.vram_target,
-                         overhead=self.overhead)
+                         overhead=self.overhead, measured=known)
 
     def measurement_for(self, launch: LaunchSettings, asked: LaunchSettings) -> Measurement | None:
         """Pass 1 for ``launch``; when the lookup has none, the one for the settings as ``asked``.
@@ -110,22 +111,29 @@ class PlanRequest:
         used: Measurement | None = None
         if self.lookup is None:
             return MeasuredPlan(plan, None)
+        known: dict[LaunchSettings, Measurement] = {}
         if self.inventory.rpc_devices and plan.alternatives and not plan.alternatives[0].feasible:
             # The estimate is fitted to CUDA; a worker's device may be anything (often a CPU). Measure
             # the settings as given first, so the fallback is chosen on measured numbers.
-            m = self.lookup(plan.alternatives[0].launch)
+            first = plan.alternatives[0].launch
+            m = self.lookup(first)
             if m is not None:
-                used, plan = m, self._make(settings, m)
+                known[first] = m
+                used, plan = m, self._make(settings, m, known)
         for _ in range(MEASURE_ROUNDS):
+            if plan.launch in known:  # priced with its own pass 1 already
+                return MeasuredPlan(plan, known[plan.launch])
             m = self.measurement_for(plan.launch, settings)
             if m is None:
                 break
             used = m
-            measured = self._make(settings, m)
+            if m.launch is not None:
+                known[m.launch] = m
+            measured = self._make(settings, m, known)
             if measured.launch == plan.launch:
                 return MeasuredPlan(measured, m)
             plan = measured
-        return MeasuredPlan(plan, used)
+        return MeasuredPlan(plan, known.get(plan.launch, used))
 
     def largest_fit(self, settings: LaunchSettings, measurement: Measurement | None = None) -> ContextFit:
         """``max_context`` for everything but n_ctx (``measurement``: the one the plan used)."""

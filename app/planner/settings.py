@@ -35,7 +35,10 @@ class LaunchSettings:
     rpc: ``--rpc`` endpoints (``host:port``), in order: their devices come *first* in the engine's
     device list (src/llama.cpp ``llama_model_load``: "add RPC servers at the front"). tensor_split:
     ``-ts``, one share per device in that order (the planner gives layer counts); () = the engine's
-    default, by free memory at load time.
+    default, by free memory at load time. tensor_overrides: ``-ot PATTERN=BUFFER`` pairs in order
+    (``("blk\\.(0|1)\\.", "CUDA0")``: those layers' weights on CUDA0 although ``-ngl`` leaves the
+    layers, and so their KV, on the CPU). n_cpu_moe: ``--n-cpu-moe``, the expert weights of the first
+    N layers in host RAM.
     """
 
     n_ctx: int = 4096
@@ -51,6 +54,8 @@ class LaunchSettings:
     offload_kqv: bool = True
     rpc: tuple[str, ...] = ()
     tensor_split: tuple[int, ...] = ()
+    tensor_overrides: tuple[tuple[str, str], ...] = ()
+    n_cpu_moe: int = 0
 
     def __post_init__(self) -> None:
         for name in ("type_k", "type_v"):
@@ -64,6 +69,8 @@ class LaunchSettings:
             raise ValueError("n_gpu_layers must be >= 0")
         if any(t < 0 for t in self.tensor_split) or (self.tensor_split and not any(self.tensor_split)):
             raise ValueError("a tensor split needs shares >= 0, at least one of them above 0")
+        if self.n_cpu_moe < 0 or any(not p or not b for p, b in self.tensor_overrides):
+            raise ValueError("n_cpu_moe must be >= 0 and every tensor override needs a pattern and a buffer")
         for ep in self.rpc:
             if not _ENDPOINT.fullmatch(ep):
                 raise ValueError(f"not an RPC endpoint (HOST:PORT): {ep!r}")
@@ -85,7 +92,12 @@ class LaunchSettings:
                 "-ub": str(self.n_ubatch), "-b": str(self.n_batch), "-fa": self.flash_attn,
                 "-ngl": "all" if self.n_gpu_layers >= ALL_LAYERS else str(self.n_gpu_layers),
                 "-nkvo": "off" if self.offload_kqv else "on",
-                "--rpc": ",".join(self.rpc) or "none", "-ts": ",".join(map(str, self.tensor_split)) or "none"}
+                "--rpc": ",".join(self.rpc) or "none", "-ts": ",".join(map(str, self.tensor_split)) or "none",
+                "-ot": self.override_text() or "none", "--n-cpu-moe": str(self.n_cpu_moe)}
+
+    def override_text(self) -> str:
+        """``-ot``'s value: ``PATTERN=BUFFER,PATTERN=BUFFER`` (common/arg.cpp splits on commas)."""
+        return ",".join(f"{p}={b}" for p, b in self.tensor_overrides)
 
     def differences(self, other: LaunchSettings) -> str:
         """Where ``self`` differs from ``other``, in flags: ``'-c 4096 (not 524288), -np 1 (not 4)'``."""
@@ -104,4 +116,6 @@ class LaunchSettings:
         for name in ("rpc", "tensor_split"):  # JSON lists back to tuples (absent: the default, ())
             if name in known:
                 known[name] = tuple(known[name])
+        if "tensor_overrides" in known:
+            known["tensor_overrides"] = tuple((str(p), str(b)) for p, b in known["tensor_overrides"])
         return cls(**known)

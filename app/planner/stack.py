@@ -72,6 +72,8 @@ class Stacked:
     gpus: tuple[DevicePlan, ...]
     host: HostPlan
     host_bytes_per_token: int
+    #: Per prefill ubatch: host layer weights streamed to a GPU, plus the host KV attention reads.
+    prefill_bytes_per_ubatch: int = 0
 
 
 def compute_for(shape: ModelShape, inv: Inventory, settings: LaunchSettings,
@@ -154,4 +156,4 @@ def stack(shape: ModelShape, inv: Inventory, settings: LaunchSettings, ws: Weigh
         sources={"total": from_os, "available": from_os, "weights_mapped": weights_src,
                  "kv_tail": Source(SourceKind.FROM_GGUF), "compute_pinned": compute.source},
         weights_repacked=ws.repacked)
-    return Stacked(tuple(gpus), host, ws.host_layers + kv_host)
+    return Stacked(tuple(gpus), host, ws.host_layers + kv_host, ws.prefill_host_weights + kv_host)

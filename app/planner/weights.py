@@ -26,6 +26,7 @@ The output buffer (logits, src/llama-context.cpp ``output_reserve``) is ``n_voca
 from __future__ import annotations
 
 import bisect
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -80,6 +81,13 @@ class WeightSplit:
     n_offloaded: int  # layers (incl. output) on a GPU, as "offloaded N/M layers" prints
     host_layers: int = 0  # bytes of repeating/output layers left on the CPU (read for every token)
     repacked: int = 0
+    #: Host layer bytes a prefill ubatch streams to a GPU (op offload copies whole tensors, all
+    #: experts); None: ``host_layers`` (no experts read in part).
+    host_layers_streamed: int | None = None
+
+    @property
+    def prefill_host_weights(self) -> int:
+        return self.host_layers if self.host_layers_streamed is None else self.host_layers_streamed
 
     @property
     def host_weights(self) -> int:
@@ -156,8 +164,38 @@ def slot_gpu_bytes(shape: ModelShape) -> dict[int, int]:
     return dict(_slot_table(shape, NO_REPACK).gpu_bytes)
 
 
+#: A tensor-buffer override resolved to a device: (pattern, device index or None for the CPU).
+Override = tuple[str, int | None]
+
+#: ``--n-cpu-moe`` moves, for each of the first N layers, the tensors this matches (after
+#: ``blk\.N``) to the CPU (common/common.h ``LLM_FFN_EXPS_REGEX``, ``llm_add_n_cpu_ffn_overrides``).
+FFN_EXPS_REGEX = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps"
+
+
+def buffer_overrides(settings: LaunchSettings) -> tuple[tuple[str, str], ...]:
+    r"""Every tensor-buffer override the engine will apply, in its order: ``-ot`` as given, then
+    ``--n-cpu-moe N``'s (one ``blk\.i\.ffn_…_exps`` → CPU per layer ``i < N``). The first match wins
+    (src/llama-model.cpp ``load_tensors``: ``regex_search`` over the list, ``break`` on a match)."""
+    moe = tuple((f"blk\\.{i}{FFN_EXPS_REGEX}", "CPU") for i in range(settings.n_cpu_moe))
+    return settings.tensor_overrides + moe
+
+
+def resolve_overrides(settings: LaunchSettings, names: Sequence[str]) -> tuple[Override, ...]:
+    """``buffer_overrides`` with each buffer name turned into a device index (``names``: the
+    devices' buffer names in order; ``CPU`` is the host). ValueError for a name no device has."""
+    out: list[Override] = []
+    for pattern, buft in buffer_overrides(settings):
+        if buft == "CPU":
+            out.append((pattern, None))
+        elif buft in names:
+            out.append((pattern, list(names).index(buft)))
+        else:
+            raise ValueError(f"no device {buft} for -ot {pattern}={buft} (devices: {', '.join(names) or 'none'})")
+    return tuple(out)
+
+
 def weight_split(shape: ModelShape, n_gpu_layers: int, gpu_free: Sequence[int], *,
-                 cpu: CpuFeatures | None = None) -> WeightSplit:
+                 cpu: CpuFeatures | None = None, overrides: tuple[Override, ...] = ()) -> WeightSplit:
     """Weights per device for ``-ngl n_gpu_layers`` over devices with these split shares (their
     free memory, or ``-ts``: see ``layer_devices``).
 
@@ -165,7 +203,86 @@ def weight_split(shape: ModelShape, n_gpu_layers: int, gpu_free: Sequence[int], 
     matter only without GPUs: with one, nothing is repacked (see the module notes).
     """
     features = NO_REPACK if gpu_free else (host_cpu_features() if cpu is None else cpu)
-    return _weight_split(shape, min(n_gpu_layers, shape.n_layer + 1), tuple(gpu_free), features)
+    ngl = min(n_gpu_layers, shape.n_layer + 1)
+    if overrides and gpu_free:
+        return _overridden_split(shape, ngl, tuple(gpu_free), overrides)
+    return _weight_split(shape, ngl, tuple(gpu_free), features)
+
+
+def override_shifts(shape: ModelShape, n_gpu_layers: int, n_devices: int,
+                    overrides: tuple[Override, ...]) -> tuple[dict[int, int], list[int]]:
+    """For choosing a split under overrides: each offloaded slot's GPU bytes less what overrides send
+    elsewhere, and the bytes overrides pin to each device whatever the split (``-ot …=CUDA0`` for
+    layers left on the CPU by ``-ngl``)."""
+    start = max(shape.n_layer + 1 - min(n_gpu_layers, shape.n_layer + 1), 0)
+    compiled = [(re.compile(p), dev) for p, dev in overrides]
+    slots: dict[int, int] = {}
+    pinned = [0] * n_devices
+    base = _slot_table(shape, NO_REPACK).gpu_bytes
+    for t in shape.tensors:
+        slot = _tensor_slot(t, shape.n_layer)
+        hit = next((dev for rx, dev in compiled if rx.search(t.name)), -1)
+        size = -(-t.n_bytes // GPU_ALIGNMENT) * GPU_ALIGNMENT
+        if hit is not None and hit >= 0:
+            pinned[hit] += size
+        elif hit == -1 and slot >= start:
+            slots[slot] = slots.get(slot, 0) + size
+    tied = base.get(shape.n_layer, 0) - sum(-(-t.n_bytes // GPU_ALIGNMENT) * GPU_ALIGNMENT for t in shape.tensors
+                                            if _tensor_slot(t, shape.n_layer) == shape.n_layer)
+    if tied > 0:
+        slots[shape.n_layer] = slots.get(shape.n_layer, 0) + tied
+    return slots, pinned
+
+
+def _expert_fraction(shape: ModelShape, name: str) -> float:
+    """The share of a tensor a decoded token reads: ``n_expert_used / n_expert`` for expert tensors."""
+    if "_exps" in name and shape.n_expert:
+        return shape.n_expert_used / shape.n_expert
+    return 1.0
+
+
+@lru_cache(maxsize=256)
+def _overridden_split(shape: ModelShape, n_gpu_layers: int, gpu_free: tuple[int, ...],
+                      overrides: tuple[Override, ...]) -> WeightSplit:
+    """``_weight_split`` with tensor-buffer overrides, tensor by tensor: a tensor goes to its layer's
+    device unless an override matches its name (the first that does). Overridden to the CPU, it is
+    mapped from the file (the CPU buffer type with mmap: ``CPU_Mapped``; with a GPU nothing is
+    repacked, see the module notes)."""
+    devices = layer_devices(shape.n_layer, n_gpu_layers, gpu_free)
+    compiled = [(re.compile(p), dev) for p, dev in overrides]
+    gpu = [0] * len(gpu_free)
+    spans: dict[int, Span] = {}
+    host_layers = streamed = 0
+    names = set()
+
+    def place(name: str, slot: int) -> int | None:
+        for rx, dev in compiled:
+            if rx.search(name):
+                return dev
+        return None if slot < 0 else devices[slot]
+
+    for t in shape.tensors:
+        names.add(t.name)
+        slot = _tensor_slot(t, shape.n_layer)
+        dev = place(t.name, slot)
+        if dev is not None:
+            gpu[dev] += -(-t.n_bytes // GPU_ALIGNMENT) * GPU_ALIGNMENT
+            continue
+        span = Span(t.offset, t.offset + t.n_bytes)
+        spans[t.split] = spans[t.split].union(span) if t.split in spans else span
+        if slot >= 0:
+            host_layers += int(t.n_bytes * _expert_fraction(shape, t.name))
+            streamed += t.n_bytes
+    if "output.weight" not in names:
+        tok = next((t for t in shape.tensors if t.name == "token_embd.weight"), None)
+        out_dev = devices[shape.n_layer]
+        if tok is not None and out_dev is not None:  # the tied output's duplicate on the output's GPU
+            gpu[out_dev] += -(-tok.n_bytes // GPU_ALIGNMENT) * GPU_ALIGNMENT
+        elif tok is not None:
+            host_layers += tok.n_bytes
+            streamed += tok.n_bytes
+    host = sum(span.size for span in spans.values())
+    return WeightSplit(tuple(gpu), host, devices, sum(d is not None for d in devices), host_layers, 0, streamed)
 
 
 @lru_cache(maxsize=1024)

@@ -192,12 +192,16 @@ def changed(plan: Plan, asked: LaunchSettings) -> str:
     if launch.with_(rpc=asked.rpc, tensor_split=asked.tensor_split) == asked:
         return ""  # the devices (--rpc) and the split the planner chose (-ts) are not a change
     instead = []
-    if launch.n_ctx != asked.n_ctx:
-        instead.append(f"-c {format_tokens(launch.n_ctx)}")
-    if launch.n_gpu_layers != asked.n_gpu_layers:
-        instead.append(f"-ngl {ngl_text(launch.n_gpu_layers)}")
-    if launch.offload_kqv != asked.offload_kqv:
-        instead.append("-nkvo" if not launch.offload_kqv else "KV offloaded")
+    chosen = next((a for a in plan.alternatives if a.chosen), None)
+    if chosen is not None and chosen.kind in (AlternativeKind.KV_HOST_LAYERS, AlternativeKind.EXPERTS_ON_CPU):
+        instead.append(chosen.label)  # (its -ngl is the means, not the point)
+    else:
+        if launch.n_ctx != asked.n_ctx:
+            instead.append(f"-c {format_tokens(launch.n_ctx)}")
+        if launch.n_gpu_layers != asked.n_gpu_layers:
+            instead.append(f"-ngl {ngl_text(launch.n_gpu_layers)}")
+        if launch.offload_kqv != asked.offload_kqv:
+            instead.append("-nkvo" if not launch.offload_kqv else "KV offloaded")
     # The planner prices the settings as given first; when they do not fit, its note says why.
     why = next((a.note for a in plan.alternatives if a.kind is AlternativeKind.AS_SET and not a.feasible), "")
     return (f"{format_tokens(asked.n_ctx)} DOES NOT FIT as asked{f' ({why})' if why else ''}; "
@@ -214,3 +218,21 @@ def network_summary(per_token: int, per_ubatch: int, n_ubatch: int, load: int, c
     return (f"network: {Bytes(per_token)} per generated token and {Bytes(per_ubatch)} per {n_ubatch}-token "
             f"prefill batch ({crossings} crossing(s) of the hidden state, the logits when a worker holds the "
             f"output layer); {Bytes(load)} of weights sent once at load (ggml-rpc-server -c caches them)")
+
+
+def kv_host_layers_label(n: int) -> str:
+    return f"KV of {n} layer(s) on host"
+
+
+def kv_host_layers_note(n_layer: int, n: int) -> str:
+    return (f"every weight resident; the KV of layers 0–{n - 1} ({n} of {n_layer}) in host RAM, "
+            "their attention on the CPU (-ngl + -ot)")
+
+
+def experts_on_cpu_label(n: int) -> str:
+    return f"--n-cpu-moe {n}"
+
+
+def experts_on_cpu_note(n_layer: int, n: int) -> str:
+    return (f"the expert weights of the first {n} of {n_layer} layers in host RAM (a token reads only its "
+            "experts' share); attention, dense weights and the KV resident")

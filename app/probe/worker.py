@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from app.planner.settings import GGML_TYPE_IDS, LaunchSettings
+from app.planner.weights import buffer_overrides
 
 #: llama.h ``enum llama_load_mode``: LLAMA_LOAD_MODE_NONE. With no_alloc, anything else aborts
 #: (``GGML_ASSERT(!ml.no_alloc)`` in src/llama-model.cpp).
@@ -116,6 +117,47 @@ def add_rpc_servers(lib_dir: str | None, endpoints: tuple[str, ...]) -> None:
         ggml.ggml_backend_register(server)
 
 
+class BuftOverride(ctypes.Structure):
+    """llama.h ``struct llama_model_tensor_buft_override { const char * pattern; ggml_backend_buffer_type_t buft; }``."""
+
+    _fields_ = [("pattern", ctypes.c_char_p), ("buft", ctypes.c_void_p)]
+
+
+def _ggml(lib_dir: str | None) -> Any:
+    name = "libggml.so" if sys.platform.startswith("linux") else ("libggml.dylib" if sys.platform == "darwin"
+                                                                   else "ggml.dll")
+    ggml = ctypes.CDLL(str(Path(lib_dir) / name) if lib_dir else name)
+    ggml.ggml_backend_dev_count.restype = ctypes.c_size_t
+    ggml.ggml_backend_dev_get.restype = ctypes.c_void_p
+    ggml.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
+    ggml.ggml_backend_dev_buffer_type.restype = ctypes.c_void_p
+    ggml.ggml_backend_dev_buffer_type.argtypes = [ctypes.c_void_p]
+    ggml.ggml_backend_buft_name.restype = ctypes.c_char_p
+    ggml.ggml_backend_buft_name.argtypes = [ctypes.c_void_p]
+    return ggml
+
+
+def buffer_overrides_array(lib_dir: str | None, overrides: tuple[tuple[str, str], ...]) -> Any:
+    """``llama_model_params.tensor_buft_overrides`` for these (pattern, buffer name) pairs, NULL-
+    terminated, each buffer type found by name among every registered device's default buffer type,
+    as common/arg.cpp ``parse_tensor_buffer_overrides`` does (so the RPC workers must be added first).
+    ValueError names an unknown buffer type and the ones there are."""
+    ggml = _ggml(lib_dir)
+    bufts: dict[str, int] = {}
+    for i in range(int(ggml.ggml_backend_dev_count())):
+        buft = ggml.ggml_backend_dev_buffer_type(ggml.ggml_backend_dev_get(i))
+        if buft:
+            bufts[ggml.ggml_backend_buft_name(buft).decode()] = buft
+    array = (BuftOverride * (len(overrides) + 1))()
+    keep = []
+    for k, (pattern, name) in enumerate(overrides):
+        if name not in bufts:
+            raise ValueError(f"unknown buffer type {name} for -ot (there are: {', '.join(bufts)})")
+        keep.append(pattern.encode())
+        array[k].pattern, array[k].buft = keep[-1], bufts[name]
+    return array, keep
+
+
 def tensor_split_array(lib: Any, shares: tuple[int, ...]) -> Any:
     """``llama_model_params.tensor_split``: ``llama_max_devices()`` floats, the shares first."""
     n = int(lib.llama_max_devices())
@@ -160,6 +202,10 @@ def probe(model_path: str, settings: LaunchSettings) -> dict[str, Any]:
     split = tensor_split_array(lib, settings.tensor_split) if settings.tensor_split else None
     if split is not None:
         mparams.tensor_split = split  # kept alive by ``split`` until the model is freed
+    overrides = buffer_overrides(settings)
+    kept = buffer_overrides_array(lib_dir, overrides) if overrides else None
+    if kept is not None:  # (-ot, then --n-cpu-moe's, as the engine orders them); kept alive by ``kept``
+        mparams.tensor_buft_overrides = ctypes.cast(kept[0], ctypes.c_void_p)
     model = lib.llama_model_load_from_file(model_path.encode(), mparams)
     if not model:
         result["error"] = f"llama.cpp could not load {model_path} (see its log)"

@@ -12,13 +12,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -26,42 +23,15 @@ import pytest
 
 from app.engine.native_build import EngineBuild
 from app.planner.units import MiB
+from tests.fixtures.rpc import rpc_worker
 from tests.fixtures.server_proc import free_port, headroom_serving
 
 pytestmark = pytest.mark.engine
 
-#: What each worker may hold beyond its compute buffer: the model's 6.3 MiB of weights and 8 MiB of
-#: KV (-c 4096, f16) need 14.3 MiB, so neither worker can hold everything and both must hold some.
-LAYER_ROOM = 9 * MiB
+#: What each worker may hold beyond its compute buffer: the model's 7 MiB of weights and 16 MiB of
+#: KV (-c 4096, f16) need 23 MiB, so neither worker can hold everything and both must hold some.
+LAYER_ROOM = 14 * MiB
 CTX = ("-c", "4096", "--safety", "0")
-
-
-@contextlib.contextmanager
-def rpc_worker(deadline_s: float = 60.0) -> Iterator[tuple[str, subprocess.Popen[str]]]:
-    """``headroom rpc-worker`` on a free loopback port, until it says it listens."""
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "app", "rpc-worker", "--port", str(port), "--threads", "1"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
-    assert proc.stdout is not None
-    ready = threading.Event()
-    out: list[str] = []
-
-    def read() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            out.append(line)
-            if line.startswith("rpc-worker: listening on"):
-                ready.set()
-
-    threading.Thread(target=read, daemon=True).start()
-    try:
-        assert ready.wait(deadline_s), "".join(out)
-        yield f"127.0.0.1:{port}", proc
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=30)
 
 
 def _headroom(*args: str, timeout: float = 300.0) -> subprocess.CompletedProcess[str]:

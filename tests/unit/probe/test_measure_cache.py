@@ -41,6 +41,8 @@ def test_every_part_of_the_key_matters(model: Path, tmp_path: Path) -> None:
             changed = ("127.0.0.1:50052",)
         elif field == "tensor_split":
             changed = (1, 2)
+        elif field == "tensor_overrides":
+            changed = ((r"blk\.0\.", "CPU"),)
         else:
             changed = "bf16" if field.startswith("type") else "off"
         assert cache_key(model, LaunchSettings().with_(**{field: changed}), lib) != base, field

@@ -1,0 +1,72 @@
+"""Placement that uses all of a device: the KV host tail by layer on the stock engine, checked on a
+real ggml device (a loopback RPC worker standing in for the GPU, tests/fixtures/rpc.py).
+
+With a device budget too small for the whole KV, ``headroom serve`` chooses the KV of the first
+layers in host RAM and every weight on the device (``-ngl`` + ``-ot``); the engine's own buffers
+match the plan per device and part within 1 MiB, and 32 greedy tokens are those of the fully
+resident launch.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from app.engine.native_build import EngineBuild
+from tests.fixtures.rpc import rpc_worker
+from tests.fixtures.server_proc import headroom_serving
+
+pytestmark = pytest.mark.engine
+
+#: 32k tokens: 16 MiB of KV per layer (128 MiB in all) beside 7 MiB of weights; the budget below holds
+#: the weights, the compute buffer and six layers' KV, not eight.
+CTX = ("-c", "32768", "--safety", "0")
+PROMPT = "The quick brown fox"
+
+
+def _greedy(url: str) -> list[int]:
+    body = {"prompt": PROMPT, "n_predict": 32, "temperature": 0, "top_k": 1, "cache_prompt": False,
+            "return_tokens": True, "ignore_eos": True}
+    req = urllib.request.Request(url + "/completion", headers={"Content-Type": "application/json"},
+                                 data=json.dumps(body).encode())
+    with urllib.request.urlopen(req, timeout=300) as r:
+        reply = json.loads(r.read())
+    tokens: list[int] = reply["tokens"]
+    assert len(tokens) == 32, reply
+    return tokens
+
+
+def _rows(lines: list[str]) -> dict[tuple[str, str], tuple[str, str]]:
+    """serve's plan-vs-actual table: (device, part) -> (planned, verdict)."""
+    rows = {}
+    for line in lines:
+        cells = line.split()
+        if len(cells) >= 8 and cells[1] in ("weights", "kv", "compute") and cells[-1] in ("ok", "OFF", "?"):
+            rows[(cells[0], cells[1])] = (cells[2], cells[-1])
+    return rows
+
+
+def test_a_small_device_budget_gets_a_kv_host_tail_that_matches_and_answers_the_same(
+        engine_build: EngineBuild, tiny_deep_model: Path) -> None:
+    with rpc_worker() as (worker, _):
+        dev = f"RPC0[{worker}]"
+        with headroom_serving([str(tiny_deep_model), *CTX, "--rpc", worker]) as (url, full_lines):
+            resident = _greedy(url)
+        full = "".join(full_lines)
+        assert "-ot" not in full and "every buffer within 1 MiB" in full, full
+        budget = ("--vram-target", "RPC0=160MiB")
+        with headroom_serving([str(tiny_deep_model), *CTX, "--rpc", worker, *budget]) as (url, lines):
+            tail = _greedy(url)
+    out = "".join(lines)
+    command = next(ln for ln in lines if ln.startswith("command: "))
+    assert "planned instead: KV of" in out or "KV of" in next(ln for ln in lines if ln.startswith("plan: ")), out
+    assert " -ot " in command and f"={dev}" in command and " -ngl " in command, command
+    rows = _rows(lines)
+    for part in ("weights", "kv", "compute"):
+        assert rows[(dev, part)][1] == "ok", out
+    assert rows[("host", "kv")][1] == "ok" and rows[("host", "kv")][0] != "0.00", out  # the tail is there
+    assert "every buffer within 1 MiB" in out, out
+    assert tail == resident
