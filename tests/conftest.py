@@ -63,6 +63,12 @@ def tiny_deep_model() -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_moe_model() -> Path:
+    """A 4-layer qwen3moe (8 experts, 2 used; random f32 weights, ChatML) for experts on the CPU."""
+    return gguf_factory.ensure(shapes.TINY_MOE)
+
+
+@pytest.fixture(scope="session")
 def shape_model() -> Callable[[str], Path]:
     """``shape_model("qwen2.5-14b-instruct-1m-q8_0") -> Path``: a sparse shape-only GGUF
     (names: ``shapes.BY_NAME``; the specs: ``shapes.SHAPES``)."""

@@ -70,3 +70,27 @@ def test_a_small_device_budget_gets_a_kv_host_tail_that_matches_and_answers_the_
     assert rows[("host", "kv")][1] == "ok" and rows[("host", "kv")][0] != "0.00", out  # the tail is there
     assert "every buffer within 1 MiB" in out, out
     assert tail == resident
+
+
+def test_a_moe_model_gets_its_experts_on_the_cpu_that_match_and_answer_the_same(
+        engine_build: EngineBuild, tiny_moe_model: Path) -> None:
+    ctx = ("-c", "4096", "--safety", "0")
+    with rpc_worker() as (worker, _):
+        dev = f"RPC0[{worker}]"
+        with headroom_serving([str(tiny_moe_model), *ctx, "--rpc", worker]) as (url, full_lines):
+            resident = _greedy(url)
+        assert "every buffer within 1 MiB" in "".join(full_lines)
+        # the model's 13 MiB of weights (12 of them experts), 8 MiB of KV and 8 of compute need 29 MiB
+        with headroom_serving([str(tiny_moe_model), *ctx, "--rpc", worker, "--vram-target", "RPC0=26MiB"]) as (
+                url, lines):
+            offloaded = _greedy(url)
+    out = "".join(lines)
+    command = next(ln for ln in lines if ln.startswith("command: "))
+    assert " --n-cpu-moe " in command and " -ot " not in command, command
+    rows = _rows(lines)
+    for part in ("weights", "kv", "compute"):
+        assert rows[(dev, part)][1] == "ok", out
+    host_weights = float(rows[("host", "weights")][0])
+    assert rows[("host", "weights")][1] == "ok" and host_weights > 1.0, out  # experts mapped on the host
+    assert "every buffer within 1 MiB" in out, out
+    assert offloaded == resident
