@@ -343,6 +343,13 @@ def _fewest_moved(shape: ModelShape, inv: Inventory, settings: LaunchSettings, k
     return _priced(shape, inv, launch(lo), kind, label, note, pass1, safety, vram_target, overhead).alternative
 
 
+def _kv_host_layers(shape: ModelShape, launch: LaunchSettings) -> int:
+    """How many trunk layers keep their KV in host RAM: those ``-ngl`` leaves on the CPU, or all."""
+    if not launch.offload_kqv:
+        return shape.n_layer
+    return max(0, min(shape.n_layer, shape.n_layer + 1 - launch.n_gpu_layers))
+
+
 def _stock_plan(shape: ModelShape, inv: Inventory, settings: LaunchSettings, pass1: Pass1,
                 safety: int, vram_target: int | None, overhead: int | None) -> Plan:
     args = (pass1, safety, vram_target, overhead)
@@ -392,7 +399,8 @@ def _stock_plan(shape: ModelShape, inv: Inventory, settings: LaunchSettings, pas
     return Plan(launch=chosen.alternative.launch, mode=PlanMode.STOCK, gpus=chosen.gpus, host=chosen.host,
                 feasible=not chosen.why, reason=reason, warnings=tuple(warnings), window_cells=window,
                 tail_cells=kvp.cells - window, vram_target=vram_target, alternatives=alts,
-                kv=_kv_summary(shape, best.launch), network=chosen.network)
+                kv=_kv_summary(shape, best.launch), network=chosen.network,
+                kv_host_layers=_kv_host_layers(shape, chosen.alternative.launch))
 
 
 def max_context(shape: ModelShape, inventory: Inventory, settings: LaunchSettings, *,

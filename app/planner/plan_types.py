@@ -193,6 +193,9 @@ class Plan:
     kv: KvSummary | None = None
     #: What crosses the network when RPC workers hold layers (None: no worker holds anything).
     network: NetworkCost | None = None
+    #: Layers whose KV is in host RAM (a stock plan's layers on the CPU, all of them with -nkvo);
+    #: the window engine's host tail is ``tail_cells`` instead.
+    kv_host_layers: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -203,6 +206,7 @@ class Plan:
             "host": self.host.to_json(), "kv": self.kv.to_json() if self.kv else None,
             "alternatives": [a.to_json() for a in self.alternatives],
             "network": self.network.to_json() if self.network else None,
+            "kv_host_layers": self.kv_host_layers,
         }
 
 
