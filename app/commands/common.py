@@ -237,14 +237,15 @@ def advisory_lines(items: Sequence[Any]) -> list[str]:
 def hub_model(text: str, *, download: bool) -> str:
     """``hf:owner/name[:QUANT]`` (or a huggingface.co link) → a local file; anything else as it is.
 
-    ``plan``/``measure`` get a header-only copy (or the downloaded file when there is one); ``serve``
-    (``download=True``) downloads first, a progress line on stderr at most every 2 s. HubError when
-    the repo or file cannot be had."""
+    ``plan``/``measure`` get a header-only copy (or the file when the Hugging Face cache has it, whoever
+    downloaded it); ``serve`` (``download=True``) downloads into that cache first, a progress line on
+    stderr at most every 2 s. Offline (HF_HUB_OFFLINE=1) only the cache is used. HubError when the repo
+    or file cannot be had."""
     import sys
     import time
 
+    from app.hub.download import UNVERIFIED, downloaded
     from app.hub.download import download as fetch_all
-    from app.hub.download import downloaded
     from app.hub.preview import fetch_header, fetched_bytes
     from app.hub.refs import is_hub_ref, parse_ref
     from app.hub.remote import list_ggufs, pick
@@ -252,7 +253,10 @@ def hub_model(text: str, *, download: bool) -> str:
     if not is_hub_ref(text):
         return text
     ref = parse_ref(text)
-    gguf = pick(list_ggufs(ref.repo, ref.revision), ref)
+    listing = list_ggufs(ref.repo, ref.revision)
+    if listing.note:
+        print(f"{ref.repo}: {listing.note}", file=sys.stderr)
+    gguf = pick(listing, ref)
     label = f"{gguf.repo}/{gguf.path} ({Bytes(gguf.size)})"
     local = downloaded(gguf)
     if local is not None:
@@ -271,7 +275,10 @@ def hub_model(text: str, *, download: bool) -> str:
             print(f"downloading {label}: {Bytes(done)} of {Bytes(total)} ({100 * done // max(total, 1)} %)",
                   file=sys.stderr, flush=True)
 
-    return str(fetch_all(gguf, progress=progress))
+    path = fetch_all(gguf, progress=progress)
+    if not gguf.verified:
+        print(f"downloaded {label}: {UNVERIFIED}", file=sys.stderr)
+    return str(path)
 
 
 def exit_status(ok: str, negative: str, unusable: str) -> str:

@@ -82,7 +82,7 @@ def _hub() -> dict[str, Any]:
     No network: doctor stays instant offline."""
     import os
 
-    from app.hub.download import models_dir
+    from app.hub.cache import hub_cache
     from app.hub.errors import endpoint
     from app.hub.preview import hub_dir
 
@@ -94,13 +94,13 @@ def _hub() -> dict[str, Any]:
         stored = False
     token = "HF_TOKEN" if os.environ.get("HF_TOKEN") else ("stored login" if stored else "")
     previews = list(hub_dir().rglob("*.gguf")) if hub_dir().is_dir() else []
-    return {"endpoint": endpoint(), "token": token, "models_dir": str(models_dir()),
+    return {"endpoint": endpoint(), "token": token, "models_dir": str(hub_cache()),
             "header_copies": len(previews), "header_copies_dir": str(hub_dir())}
 
 
 def _hub_line(hub: dict[str, Any]) -> str:
     token = f"token from {hub['token']}" if hub["token"] else "no token (public repos only; `hf auth login`)"
-    return _line("Hugging Face", f"{hub['endpoint']} — {token}; downloads to {hub['models_dir']}; "
+    return _line("Hugging Face", f"{hub['endpoint']} — {token}; downloads to the Hugging Face cache {hub['models_dir']}; "
                                  f"{hub['header_copies']} header-only copies in {hub['header_copies_dir']}")
 
 

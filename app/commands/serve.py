@@ -235,7 +235,9 @@ def run(args: argparse.Namespace) -> int:
 
         env.update(DIAGNOSTIC_ENV)
     try:
-        spec = prepare(plan, args.model.resolve(), engines, host=args.host, port=args.port or None,
+        # absolute(), not resolve(): a model in the Hugging Face cache is a link whose name (-00001-of-00002)
+        # is how llama.cpp finds the other parts of a split set; the blob it points at has no such name
+        spec = prepare(plan, args.model.absolute(), engines, host=args.host, port=args.port or None,
                        require_key=args.api_key, env=env, extra=extra,
                        arch=shape.arch if shape is not None else _arch_of(args.model),
                        unlaunchable=preview_refusal)

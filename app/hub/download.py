@@ -1,83 +1,53 @@
-"""Download a repo's GGUF (every part) to launch it: resumable, sha256-checked, cancellable.
+"""Download a repo's GGUF (every part) into the Hugging Face cache: resumable, sha256-checked, bounded
+by the listed size, cancellable.
 
-Each part streams to ``<dest>/<repo>/<path>.part`` and is renamed into place once complete and its
-sha256 matches the LFS oid. A cancelled or cut download keeps its ``.part`` (and ``.part.json``: which
-commit and sha256 it is part of); the next call hashes the kept bytes and asks for the rest with a Range
-request, unless the repo moved on and the ``.part`` belongs to another file (then it starts over). A
-finished file gets ``<file>.download.json``; :func:`downloaded` trusts a file only with a matching one.
+huggingface_hub 2.4's ``hf_hub_download`` deletes its temporary file when a download stops, so it cannot
+resume one, and checks sizes only. Each part is fetched with the library's ``http_get`` (its retries,
+its Range resume, its tqdm progress) into the cache's name for an interrupted download,
+``blobs/<etag>.incomplete``, hashed as it arrives, renamed to ``blobs/<etag>`` when its sha256 matches
+the LFS oid, and linked into ``snapshots/<commit>/`` by ``hf_hub_download``, which then transfers
+nothing. A cancelled or cut download keeps its ``.incomplete`` for the next call. Nothing past the
+listed size is written: a longer stream stops there, a longer announced length before its first byte.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, BinaryIO, cast
 
-from app.hub.errors import HubCancelled, HubError, is_translatable, translate
-from app.hub.files import read_json, size_of, write_json
-from app.hub.remote import RemoteFile, RemoteGguf, open_range
-from app.paths import data_dir
+from app.hub.cache import blobs, cached_file, hub_cache
+from app.hub.errors import HubCancelled, HubError, endpoint, is_translatable, translate
+from app.hub.files import size_of
+from app.hub.remote import RemoteFile, RemoteGguf
 from app.planner.units import Bytes, MiB
 
 #: Progress is reported at most this often (seconds).
 PROGRESS_EVERY = 0.1
 #: Kept free on the destination disk beyond the download itself.
 DISK_MARGIN = 256 * MiB
+#: Kept bytes are re-hashed in blocks of this size (between two looks at Cancel).
 _CHUNK = 4 * MiB
-#: Next to a finished download: which repo file (commit, sha256) it is.
-RECORD = ".download.json"
+_MIRROR = "it should be the Hugging Face Hub or a mirror of it"
+#: An etag Headroom will use as a file name (huggingface_hub uses it as the blob's name as it is).
+_SAFE_ETAG = re.compile(r"^(?!\.+$)[0-9A-Za-z._-]{1,128}$")
 
 Progress = Callable[[int, int], None]
+#: How a download without a sha256 to check is named, wherever it is shown.
+UNVERIFIED = "unverified (size checked only: the Hub lists no sha256)"
 
 
-def models_dir(dest_root: Path | None = None) -> Path:
-    return dest_root if dest_root is not None else data_dir() / "models"
-
-
-def local_path(gguf: RemoteGguf, part: RemoteFile | None = None, dest_root: Path | None = None) -> Path:
-    return models_dir(dest_root) / gguf.repo / (part or gguf.parts[0]).path
-
-
-def _partial(path: Path) -> Path:
-    return path.with_name(path.name + ".part")
-
-
-def _part_record(path: Path) -> Path:
-    """Which file a ``.part`` belongs to: {commit, sha256, size}, written before its first byte."""
-    return path.with_name(path.name + ".part.json")
-
-
-def _record(path: Path) -> Path:
-    """Which repo file a finished download is: {repo, commit, path, sha256, size}. (Not ``.hub.json``:
-    that suffix marks header-only previews.)"""
-    return path.with_name(path.name + RECORD)
-
-
-def _same_file(record: dict[str, Any] | None, gguf: RemoteGguf, part: RemoteFile) -> bool:
-    """Does ``record`` describe ``part`` of ``gguf``: the same sha256 when both have one, else the same
-    commit, and the same size either way."""
-    if not record or record.get("size") != part.size:
-        return False
-    sha = record.get("sha256")
-    if part.sha256 and isinstance(sha, str) and sha:
-        return sha.lower() == part.sha256.lower()
-    return record.get("commit") == gguf.commit
-
-
-def _complete(gguf: RemoteGguf, part: RemoteFile, path: Path) -> bool:
-    return size_of(path) == part.size and _same_file(read_json(_record(path)), gguf, part)
-
-
-def downloaded(gguf: RemoteGguf, dest_root: Path | None = None) -> Path | None:
-    """The complete local copy of ``gguf`` (every part its full size, recorded as this very file), or None."""
-    if all(_complete(gguf, part, local_path(gguf, part, dest_root)) for part in gguf.parts):
-        return local_path(gguf, dest_root=dest_root)
-    return None
+def downloaded(gguf: RemoteGguf) -> Path | None:
+    """The first part's path when the Hugging Face cache holds every part of ``gguf`` (whoever downloaded
+    them), else None. No network."""
+    found = [cached_file(gguf.repo, gguf.commit, p.path, p.size) for p in gguf.parts]
+    return found[0] if all(f is not None for f in found) else None
 
 
 class _Meter:
@@ -95,41 +65,75 @@ class _Meter:
 
 
 def download(gguf: RemoteGguf, *, token: str | None = None, cancel: threading.Event | None = None,
-             progress: Progress | None = None, dest_root: Path | None = None,
-             verifying: Progress | None = None) -> Path:
-    """Download every part of ``gguf``; returns the first part's path. HubCancelled when ``cancel`` is
-    set (the ``.part`` kept); HubError for a full disk, a network failure or a sha256 mismatch.
+             progress: Progress | None = None, verifying: Progress | None = None) -> Path:
+    """Download every part of ``gguf`` into the Hugging Face cache; returns the first part's path.
+    HubCancelled when ``cancel`` is set (the ``.incomplete`` kept); HubError for a full disk, a network
+    failure, a sha256 mismatch or more bytes than listed.
 
-    The first ``progress`` event is the bytes already on disk (complete parts and kept ``.part`` files),
-    so a speed counts only what moves after it. ``verifying(hashed, kept)`` reports re-hashing a kept
-    ``.part`` before its transfer resumes (cancellable too)."""
-    paths = [local_path(gguf, p, dest_root) for p in gguf.parts]
-    kept = [p.size if _complete(gguf, p, path) else _kept(gguf, p, path)
-            for p, path in zip(gguf.parts, paths, strict=True)]
-    _check_space(paths[0], gguf.size - sum(kept))
-    meter = _Meter(gguf.size, progress, sum(kept))
+    The first ``progress`` event is the bytes already on disk (complete parts and kept ``.incomplete``
+    files), so a speed counts only what moves after it. ``verifying(hashed, kept)`` reports re-hashing a
+    kept ``.incomplete`` before its transfer resumes (cancellable too)."""
+    todo: list[tuple[RemoteFile, Path]] = []
+    done = 0
+    for part in gguf.parts:
+        if cached_file(gguf.repo, gguf.commit, part.path, part.size) is not None:
+            done += part.size
+            continue
+        blob = _blob(gguf, part, token)
+        done += part.size if size_of(blob) == part.size else _kept(part, _partial(blob))
+        todo.append((part, blob))
+    _check_space(blobs(gguf.repo), gguf.size - done)
+    meter = _Meter(gguf.size, progress, done)
     meter.add(0, force=True)
-    for part, path in zip(gguf.parts, paths, strict=True):
-        if not _complete(gguf, part, path):
-            _download_part(gguf, part, path, token, cancel, meter, verifying)
+    paths = {}
+    for part, blob in todo:
+        if size_of(blob) != part.size:
+            _fetch(gguf, part, blob, token, cancel, meter, verifying)
+        paths[part.path] = _link(gguf, part, token)
     meter.add(0, force=True)
-    return paths[0]
+    first = paths.get(gguf.path) or downloaded(gguf)
+    if first is None:
+        raise HubError(f"{gguf.repo}/{gguf.path} is not in the Hugging Face cache {hub_cache()} after its download",
+                       "check the folder and its permissions, then download again")
+    return first
 
 
-def _kept(gguf: RemoteGguf, part: RemoteFile, path: Path) -> int:
-    """The bytes of ``path``'s ``.part`` that belong to this very file. A ``.part`` of another commit's
-    file (or of unknown origin, or too long) is deleted: resuming it would mix two files."""
-    partial = _partial(path)
+def _partial(blob: Path) -> Path:
+    return blob.with_name(blob.name + ".incomplete")
+
+
+def _blob(gguf: RemoteGguf, part: RemoteFile, token: str | None) -> Path:
+    """Where the cache keeps ``part`` (its etag, from the library's HEAD). A size other than the listed
+    one is refused here, before any byte is asked for."""
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url
+
+    url = hf_hub_url(gguf.repo, part.path, revision=gguf.commit, endpoint=endpoint())
+    try:
+        meta = get_hf_file_metadata(url, token=token, endpoint=endpoint())
+    except Exception as exc:
+        if not is_translatable(exc):
+            raise
+        raise translate(exc, repo=gguf.repo, revision=gguf.commit, what=f"downloading {part.path}") from None
+    if meta.size is not None and meta.size != part.size:
+        raise HubError(f"{gguf.repo}/{part.path}: the Hub gives its size as {Bytes(meta.size)}, the listing "
+                       f"{Bytes(part.size)}: nothing was downloaded", "list the repo again")
+    if meta.etag is None or not _SAFE_ETAG.match(meta.etag):
+        raise HubError(f"{endpoint()} answered an etag Headroom will not use as a file name: {meta.etag!r}",
+                       f"check HF_ENDPOINT: {_MIRROR}")
+    return blobs(gguf.repo) / meta.etag
+
+
+def _kept(part: RemoteFile, partial: Path) -> int:
+    """The bytes of an interrupted download of ``part`` (its etag names this very file); one longer than
+    the file is deleted."""
     have = size_of(partial)
-    if have is not None and have <= part.size and _same_file(read_json(_part_record(path)), gguf, part):
+    if have is not None and have <= part.size:
         return have
     partial.unlink(missing_ok=True)
-    _part_record(path).unlink(missing_ok=True)
     return 0
 
 
-def _check_space(path: Path, needed: int) -> None:
-    folder = path.parent
+def _check_space(folder: Path, needed: int) -> None:
     try:
         folder.mkdir(parents=True, exist_ok=True)
         free = shutil.disk_usage(folder).free
@@ -137,58 +141,114 @@ def _check_space(path: Path, needed: int) -> None:
         raise HubError(f"cannot use {folder}: {exc.strerror or exc}", "check the folder and its permissions") from None
     if needed + DISK_MARGIN > free:
         raise HubError(f"not enough disk space in {folder}: the download needs {Bytes(needed)}, "
-                       f"{Bytes(free)} is free", "free some space or choose another folder")
+                       f"{Bytes(free)} is free", "free some space, or set HF_HUB_CACHE to a folder on another disk")
 
 
-def _download_part(gguf: RemoteGguf, part: RemoteFile, path: Path, token: str | None,
-                   cancel: threading.Event | None, meter: _Meter, verifying: Progress | None) -> None:
-    partial = _partial(path)
-    digest = hashlib.sha256()
-    if partial.exists():
-        have = _hash_kept(gguf, part, partial, digest, cancel, verifying)
-    else:
-        have = 0
-        try:
-            write_json(_part_record(path), {"commit": gguf.commit, "sha256": part.sha256, "size": part.size})
-        except OSError as exc:
-            raise translate(exc, repo=gguf.repo, what=f"writing {_part_record(path)}") from None
-    if have == part.size:  # complete but never renamed (stopped before its check)
-        _finish(gguf, part, path, partial, have, digest.hexdigest())
-        return
-    what = f"downloading {part.path}"
+class _Sink:
+    """What ``http_get`` writes into: the ``.incomplete`` file, hashed as it grows (``digest``: None
+    without a sha256 to check), never past the listed size: the write that would pass it raises."""
+
+    def __init__(self, f: IO[bytes], digest: Any, gguf: RemoteGguf, part: RemoteFile) -> None:
+        self.f, self.digest, self.what, self.size = f, digest, f"{gguf.repo}/{part.path}", part.size
+
+    def write(self, data: bytes) -> int:
+        if self.f.tell() + len(data) > self.size:
+            raise HubError(f"the Hub sent more than the listed {Bytes(self.size)} for {self.what}: writing "
+                           f"stopped at {Bytes(self.f.tell())}", f"check HF_ENDPOINT; {_MIRROR}")
+        if self.digest is not None:
+            self.digest.update(data)
+        return self.f.write(data)
+
+    def tell(self) -> int:
+        return self.f.tell()
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self.f.seek(offset, whence)
+
+    def truncate(self, size: int | None = None) -> int:
+        """http_get truncates to where its download started (0: the server ignored the Range)."""
+        self.digest = None if self.digest is None else hashlib.sha256()
+        return self.f.truncate(size)
+
+
+def _bar(gguf: RemoteGguf, part: RemoteFile, cancel: threading.Event | None, meter: _Meter,
+         counted: int) -> type:
+    """The tqdm class ``http_get`` reports to: progress into ``meter`` (which counted ``counted`` kept
+    bytes of this part), Cancel, and a refusal of an announced length past the listed size."""
+
+    class Bar:
+        def __init__(self, *_: Any, total: int | None = None, initial: int = 0, **__: Any) -> None:
+            if total is not None and total > part.size:
+                raise HubError(f"the Hub announced {Bytes(total)} for {gguf.repo}/{part.path}, listed at "
+                               f"{Bytes(part.size)}: refused before its first byte", f"check HF_ENDPOINT; {_MIRROR}")
+            meter.add(initial - counted)  # 0, or a server that ignored the Range starts the part again
+
+        def update(self, n: int = 1) -> None:  # called before each chunk is written
+            if cancel is not None and cancel.is_set():
+                raise HubCancelled(f"the download of {gguf.repo}/{part.path} was cancelled")
+            meter.add(n)
+
+        def __enter__(self) -> Bar:
+            return self
+
+        def __exit__(self, *_: object) -> None:
+            return None
+
+    return Bar
+
+
+def _fetch(gguf: RemoteGguf, part: RemoteFile, blob: Path, token: str | None, cancel: threading.Event | None,
+           meter: _Meter, verifying: Progress | None) -> None:
+    from huggingface_hub import hf_hub_url
+    from huggingface_hub.file_download import http_get
+    from huggingface_hub.utils import build_hf_headers  # type: ignore[attr-defined]  # public: lazily exported
+
+    partial = _partial(blob)
+    digest = hashlib.sha256() if part.sha256 is not None else None
+    kept = _hash_kept(gguf, part, partial, digest, cancel, verifying)
+    url = hf_hub_url(gguf.repo, part.path, revision=gguf.commit, endpoint=endpoint())
     try:
-        with open_range(gguf.repo, gguf.commit, part.path, start=have, token=token) as (r, at), \
-                partial.open("r+b" if partial.exists() else "wb") as f:
-            if at != have:  # the server ignored the Range: start over
-                meter.add(-have)
-                digest, have = hashlib.sha256(), 0
-            f.seek(have)
-            f.truncate()
-            for chunk in r.iter_bytes():
-                if cancel is not None and cancel.is_set():
-                    raise HubCancelled(f"the download of {gguf.repo}/{part.path} was cancelled",
-                                       f"{Bytes(have)} of {Bytes(part.size)} kept; download again to resume")
-                f.write(chunk)
-                digest.update(chunk)
-                have += len(chunk)
-                meter.add(len(chunk))
+        with partial.open("ab") as f:
+            sink = _Sink(f, digest, gguf, part)
+            http_get(url, cast(BinaryIO, sink), resume_size=kept, headers=build_hf_headers(token=token),
+                     expected_size=part.size, displayed_filename=part.path,
+                     tqdm_class=_bar(gguf, part, cancel, meter, kept))
     except Exception as exc:
-        if not is_translatable(exc):
+        if not isinstance(exc, HubError | ValueError) and not is_translatable(exc):
             raise
-        err = translate(exc, repo=gguf.repo, revision=gguf.commit, what=what)
-        raise HubError(err.message, f"{err.hint}; the {Bytes(have)} downloaded are kept: download again to resume"
-                       if have else err.hint, reason=err.reason) from None
-    _finish(gguf, part, path, partial, have, digest.hexdigest())
+        raise _stopped(exc, gguf, part, partial) from None
+    _finish(gguf, part, blob, partial, sink.digest)
 
 
-def _hash_kept(gguf: RemoteGguf, part: RemoteFile, partial: Path, digest: hashlib._Hash,
+def _stopped(exc: Exception, gguf: RemoteGguf, part: RemoteFile, partial: Path) -> HubError:
+    """The HubError for a transfer that stopped, saying what of it is kept."""
+    have = size_of(partial) or 0
+    if not have:  # (refused before its first byte: no empty file left behind)
+        partial.unlink(missing_ok=True)
+    kept = f"{Bytes(have)} of {Bytes(part.size)} kept; download again to resume"
+    if isinstance(exc, HubCancelled):
+        return HubCancelled(exc.message, kept)
+    if isinstance(exc, HubError):
+        return exc
+    if isinstance(exc, ValueError):  # a file the library's plain HTTP download refuses (over 50 GB)
+        return HubError(f"{gguf.repo}/{part.path}: {exc}")
+    if type(exc) is OSError and exc.errno is None:  # http_get's size check: the stream ended early
+        return HubError(f"the download of {gguf.repo}/{part.path} stopped at {Bytes(have)} of {Bytes(part.size)}",
+                        kept)
+    err = translate(exc, repo=gguf.repo, revision=gguf.commit, what=f"downloading {part.path}")
+    return HubError(err.message, f"{err.hint}; {kept}" if err.hint else kept, reason=err.reason)
+
+
+def _hash_kept(gguf: RemoteGguf, part: RemoteFile, partial: Path, digest: Any,
                cancel: threading.Event | None, verifying: Progress | None) -> int:
-    """Hash the kept bytes of ``partial`` into ``digest`` (the sha256 covers the whole file), reporting
-    ``verifying(hashed, kept)`` and stopping at once on ``cancel``."""
-    kept = size_of(partial) or 0
+    """The kept bytes of ``partial``, hashed into ``digest`` (unless None: nothing to check them against),
+    reporting ``verifying(hashed, kept)`` and stopping at once on ``cancel``."""
+    kept = _kept(part, partial)
+    if digest is None or not kept:
+        return kept
     n, last = 0, 0.0
     with partial.open("rb") as f:
-        while block := f.read(_CHUNK):
+        while block := f.read(min(_CHUNK, kept - n)):
             if cancel is not None and cancel.is_set():
                 raise HubCancelled(f"the download of {gguf.repo}/{part.path} was cancelled",
                                    f"{Bytes(kept)} of {Bytes(part.size)} kept; download again to resume")
@@ -200,20 +260,36 @@ def _hash_kept(gguf: RemoteGguf, part: RemoteFile, partial: Path, digest: hashli
     return n
 
 
-def _finish(gguf: RemoteGguf, part: RemoteFile, path: Path, partial: Path, have: int, sha: str) -> None:
+def _finish(gguf: RemoteGguf, part: RemoteFile, blob: Path, partial: Path, digest: Any) -> None:
+    have = size_of(partial) or 0
     if have != part.size:
         raise HubError(f"the download of {gguf.repo}/{part.path} stopped at {Bytes(have)} of {Bytes(part.size)}",
                        "download again to resume")
-    if part.sha256 is not None and sha != part.sha256.lower():
+    if part.sha256 is not None and digest.hexdigest() != part.sha256.lower():
         partial.unlink(missing_ok=True)
-        _part_record(path).unlink(missing_ok=True)
         raise HubError(f"{gguf.repo}/{part.path}: the downloaded file's sha256 does not match the Hub's "
                        "(the file was deleted)", "download it again")
-    try:  # the old record goes first: a crash in between leaves a file no record vouches for, never a wrong one
-        _record(path).unlink(missing_ok=True)
-        os.replace(partial, path)
-        write_json(_record(path), {"repo": gguf.repo, "commit": gguf.commit, "path": part.path,
-                                   "sha256": sha, "size": part.size})
-        _part_record(path).unlink(missing_ok=True)
+    try:
+        os.replace(partial, blob)
     except OSError as exc:
-        raise translate(exc, repo=gguf.repo, what=f"keeping {path}") from None
+        raise translate(exc, repo=gguf.repo, what=f"keeping {blob}") from None
+
+
+class _NoTransfer:
+    """The tqdm class of the call that links a complete blob: a transfer there means the Hub moved on."""
+
+    def __init__(self, *_: Any, **__: Any) -> None:
+        raise HubError("the repo changed on the Hub during the download", "list it again, then download")
+
+
+def _link(gguf: RemoteGguf, part: RemoteFile, token: str | None) -> Path:
+    """``hf_hub_download`` puts the complete blob in ``snapshots/<commit>/`` (and ``refs/<revision>``)."""
+    from huggingface_hub import hf_hub_download
+
+    try:
+        return Path(hf_hub_download(gguf.repo, part.path, revision=gguf.revision, cache_dir=hub_cache(),
+                                    endpoint=endpoint(), token=token, tqdm_class=_NoTransfer))
+    except Exception as exc:
+        if not is_translatable(exc):
+            raise
+        raise translate(exc, repo=gguf.repo, revision=gguf.revision, what=f"keeping {part.path}") from None

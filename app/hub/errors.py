@@ -22,7 +22,8 @@ class HubError(PlannerError):
         super().__init__(message)
         self.message = message
         self.hint = hint
-        #: "gated" or "auth" when a token would help (the window points at its token field), else "".
+        #: "gated" or "auth" when a token would help (the window points at its token field), "unreachable"
+        #: when the Hub could not be reached (a listing then falls back to the Hugging Face cache), else "".
         self.reason = reason
 
     def __str__(self) -> str:
@@ -37,18 +38,22 @@ LOGIN_HINT = "for a private repo, log in with `hf auth login` or set HF_TOKEN"
 
 
 def translate(exc: BaseException, *, repo: str, revision: str = "main", what: str = "") -> HubError:
-    """A huggingface_hub / httpx / OS failure while doing ``what`` on ``repo`` → a HubError."""
+    """A huggingface_hub / httpx / OS failure while doing ``what`` on ``repo`` → a HubError. ``reason``:
+    "gated" or "auth" when a token would help, "unreachable" when the Hub could not be reached."""
     import httpx2
     from huggingface_hub import errors as hf
 
     where = endpoint()
     doing = f" ({what})" if what else ""
+    cause = exc.__cause__
+    if isinstance(exc, FileNotFoundError) and isinstance(cause, hf.HfHubHTTPError | httpx2.HTTPError):
+        exc = cause  # HfFileSystem names a repo it cannot open "not found", whatever the Hub said
     if isinstance(exc, HubError):
         return exc
     if isinstance(exc, hf.OfflineModeIsEnabled):  # an OSError too: before the disk's branch
         return HubError(f"offline mode is on (HF_HUB_OFFLINE is set): cannot reach {where} for {repo}{doing}",
                         "unset HF_HUB_OFFLINE or set it to 0 to use the Hub; files already downloaded "
-                        "are used without it")
+                        "are used without it", reason="unreachable")
     if isinstance(exc, hf.GatedRepoError):  # a RepositoryNotFoundError too: first
         return HubError(f"{repo} is a gated repository{doing}",
                         f"accept the licence on the repo page {DEFAULT_ENDPOINT}/{repo}, then log in "
@@ -66,10 +71,11 @@ def translate(exc: BaseException, *, repo: str, revision: str = "main", what: st
             return HubError(f"{where} refused access to {repo}{doing} (HTTP 401)", LOGIN_HINT, reason="auth")
         return HubError(f"the Hub answered HTTP {status} for {repo}{doing}", "try again later")
     if isinstance(exc, httpx2.TimeoutException):
-        return HubError(f"timed out talking to {where} for {repo}{doing}", "check the connection or HF_ENDPOINT, then retry")
+        return HubError(f"timed out talking to {where} for {repo}{doing}",
+                        "check the connection or HF_ENDPOINT, then retry", reason="unreachable")
     if isinstance(exc, httpx2.ConnectError):
         return HubError(f"cannot reach {where} for {repo}{doing}: {exc or type(exc).__name__}",
-                        "check the connection or HF_ENDPOINT")
+                        "check the connection or HF_ENDPOINT", reason="unreachable")
     if isinstance(exc, httpx2.TransportError):
         return HubError(f"the connection to {where} broke for {repo}{doing}: {exc or type(exc).__name__}",
                         "check the connection, then try again")

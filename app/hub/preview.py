@@ -1,8 +1,10 @@
 """Header-only copies: plan (and run pass 1) on a repo's GGUF without downloading its weights.
 
-For each part, a growing prefix is fetched with HTTP Range requests (2 MiB, doubled until the header
-parses, at most 256 MiB: a 150k-token vocabulary alone is several MiB) into
-``<cache>/hub/<repo>/<commit>/<path>``, and the file is truncated up to its real size, so it is sparse:
+For each part, a growing prefix is read from one stream of the file through huggingface_hub's
+HfFileSystem (2 MiB, doubled until the header parses, at most 256 MiB: a 150k-token vocabulary alone is
+several MiB; the stream is closed as soon as the header parses) into
+``<cache>/hub/<repo>/<commit>/<path>`` (Headroom's cache, never the Hugging Face cache: other tools
+would take it for the model), and the file is truncated up to its real size, so it is sparse:
 the header is real, the weights read as zeros. Pass 1 (no_alloc, LOAD_MODE_NONE) never reads them.
 A sidecar ``<file>.hub.json`` marks the copy as a preview: launching it is refused.
 """
@@ -15,9 +17,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from app.hub.errors import HubCancelled, HubError, is_translatable, translate
+from app.hub.errors import HubCancelled, HubError, endpoint, is_translatable, translate
 from app.hub.files import atomic_write, read_json, size_of, write_json
-from app.hub.remote import RemoteFile, RemoteGguf, open_range
+from app.hub.remote import RemoteFile, RemoteGguf
 from app.paths import cache_dir
 from app.planner.errors import PlannerError
 from app.planner.gguf_reader import parse_prefix
@@ -25,6 +27,8 @@ from app.planner.units import Bytes, MiB
 
 FIRST_PREFIX = 2 * MiB
 MAX_PREFIX = 256 * MiB
+#: Bytes read from the stream between two looks at Cancel.
+READ_BLOCK = 256 * 1024
 SIDECAR = ".hub.json"
 #: Allocated bytes a sparse copy may have beyond its prefix (filesystem blocks, metadata) before Headroom
 #: decides the filesystem filled the hole in.
@@ -75,48 +79,50 @@ def fetch_header(gguf: RemoteGguf, *, token: str | None = None, cancel: threadin
 def _fetch_prefix(gguf: RemoteGguf, part: RemoteFile, token: str | None, cancel: threading.Event | None,
                   progress: Progress | None, before: int) -> bytes:
     """Grow the prefix until the header parses; HubError naming the file when it never does."""
+    from huggingface_hub import HfFileSystem
+
     buf = bytearray()
     target = FIRST_PREFIX
-    while True:
-        want = min(target, part.size)
-        if len(buf) < want:
-            _read_into(buf, gguf, part, want, token, cancel)
-            if progress is not None:
-                progress(before + len(buf), before + want)
-        try:
-            if parse_prefix(bytes(buf), part.path, part.size) is not None:
-                return bytes(buf)
-        except PlannerError as exc:
-            raise HubError(f"{gguf.repo}/{part.path} is not a usable GGUF file: {exc}",
-                           "pick another file in the repo") from None
-        if want >= MAX_PREFIX:  # (at the file's size, parse_prefix raises instead)
-            raise HubError(f"{gguf.repo}/{part.path}: the GGUF header is larger than {MAX_PREFIX // MiB} MiB",
-                           "download the file to plan it")
-        target *= 2
-
-
-def _read_into(buf: bytearray, gguf: RemoteGguf, part: RemoteFile, want: int, token: str | None,
-               cancel: threading.Event | None) -> None:
-    """Append bytes ``len(buf)`` .. ``want`` of ``part`` to ``buf``."""
+    fs = HfFileSystem(endpoint=endpoint(), token=token, skip_instance_cache=True)  # no answer kept from before
     try:
-        with open_range(gguf.repo, gguf.commit, part.path, start=len(buf), end=want - 1, token=token) as (r, at):
-            if at != len(buf):  # the server ignored the Range: start again from its first byte
-                del buf[:]
-            for chunk in r.iter_bytes():
-                if cancel is not None and cancel.is_set():
-                    raise HubCancelled(f"fetching the header of {gguf.repo}/{part.path} was cancelled")
-                buf += chunk
-                if len(buf) >= want:
-                    break
+        with fs.open(f"{gguf.repo}@{gguf.commit}/{part.path}", "rb", block_size=0) as stream:
+            while True:
+                want = min(target, part.size)
+                _read_into(buf, stream, want, gguf, part, cancel)
+                if progress is not None:
+                    progress(before + len(buf), before + want)
+                if _parses(buf, gguf, part):
+                    return bytes(buf)
+                if want >= MAX_PREFIX:  # (at the file's size, parse_prefix raises instead)
+                    raise HubError(f"{gguf.repo}/{part.path}: the GGUF header is larger than {MAX_PREFIX // MiB} MiB",
+                                   "download the file to plan it")
+                target *= 2
     except Exception as exc:
         if not is_translatable(exc):
             raise
         raise translate(exc, repo=gguf.repo, revision=gguf.commit,
                         what=f"fetching the header of {part.path}") from None
-    if len(buf) < want:
-        raise HubError(f"{gguf.repo}/{part.path}: the Hub sent {len(buf)} bytes of the {want} asked for",
-                       "try again")
-    del buf[want:]
+
+
+def _parses(buf: bytearray, gguf: RemoteGguf, part: RemoteFile) -> bool:
+    try:
+        return parse_prefix(bytes(buf), part.path, part.size) is not None
+    except PlannerError as exc:
+        raise HubError(f"{gguf.repo}/{part.path} is not a usable GGUF file: {exc}",
+                       "pick another file in the repo") from None
+
+
+def _read_into(buf: bytearray, stream: IO[bytes], want: int, gguf: RemoteGguf, part: RemoteFile,
+               cancel: threading.Event | None) -> None:
+    """Read the stream on to byte ``want``, a block at a time, stopping at once on ``cancel``."""
+    while len(buf) < want:
+        if cancel is not None and cancel.is_set():
+            raise HubCancelled(f"fetching the header of {gguf.repo}/{part.path} was cancelled")
+        block = stream.read(min(READ_BLOCK, want - len(buf)))
+        if not block:
+            raise HubError(f"{gguf.repo}/{part.path}: the Hub sent {len(buf)} bytes of the {want} asked for",
+                           "try again")
+        buf += block
 
 
 def _write_sparse(path: Path, prefix: bytes, size: int) -> None:

@@ -1,19 +1,16 @@
-"""A repo's GGUF files: listed through the Hub API, split sets grouped, one picked for a :class:`HubRef`."""
+"""A repo's GGUF files: listed through huggingface_hub's HfApi (or, offline, read from the Hugging Face
+cache), split sets grouped, one picked for a :class:`HubRef`."""
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import TYPE_CHECKING, Any
 
+from app.hub.cache import SHA256, hub_cache
 from app.hub.errors import HubError, endpoint, is_translatable, translate
 from app.hub.refs import HubRef
-
-if TYPE_CHECKING:
-    import httpx2
 
 #: llama.cpp's split naming (common/common.cpp ``llama_split_path``): ``<prefix>-00001-of-00003.gguf``.
 _SPLIT = re.compile(r"^(?P<base>.+)-(?P<i>\d{5})-of-(?P<n>\d{5})\.gguf$", re.IGNORECASE)
@@ -26,7 +23,11 @@ _QUANT = re.compile(r"(?:^|[-_.])((?:I?Q\d(?:_[A-Z0-9]+)*)|TQ\d_\d|MXFP4(?:_MOE)
 class RemoteFile:
     path: str
     size: int
-    sha256: str | None  # the LFS oid when the Hub gives one
+    sha256: str | None  # the LFS oid when the Hub gives one; without it a download is checked by size only
+
+    @property
+    def verified(self) -> bool:
+        return self.sha256 is not None
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,7 @@ class RemoteGguf:
     repo: str
     commit: str  # the resolved commit sha (downloads and caches key on it)
     parts: tuple[RemoteFile, ...]  # one file, or every part of a split set, in order
+    revision: str = "main"  # the branch, tag or commit it was listed at (the cache's refs name it)
 
     @property
     def path(self) -> str:
@@ -55,6 +57,11 @@ class RemoteGguf:
         return quant_of(self.name)
 
     @property
+    def verified(self) -> bool:
+        """Every part has a sha256 to check a download against (else: size checked only)."""
+        return all(p.verified for p in self.parts)
+
+    @property
     def is_projector(self) -> bool:
         return PurePosixPath(self.path).name.lower().startswith("mmproj")
 
@@ -64,6 +71,7 @@ class RepoListing:
     repo: str
     commit: str
     ggufs: tuple[RemoteGguf, ...]  # sorted by size
+    note: str = ""  # why it was read from the Hugging Face cache instead of the Hub, else ""
 
 
 def quant_of(file_name: str) -> str:
@@ -76,7 +84,7 @@ def quant_of(file_name: str) -> str:
     return found[-1].upper() if found else ""
 
 
-def group_parts(repo: str, commit: str, files: list[RemoteFile]) -> list[RemoteGguf]:
+def group_parts(repo: str, commit: str, files: list[RemoteFile], revision: str = "main") -> list[RemoteGguf]:
     """GGUF files → one RemoteGguf per model; a split set only when all its parts are present."""
     singles: list[RemoteGguf] = []
     sets: dict[tuple[str, int], dict[int, RemoteFile]] = {}
@@ -85,89 +93,85 @@ def group_parts(repo: str, commit: str, files: list[RemoteFile]) -> list[RemoteG
             continue
         m = _SPLIT.match(f.path)
         if m is None:
-            singles.append(RemoteGguf(repo, commit, (f,)))
+            singles.append(RemoteGguf(repo, commit, (f,), revision))
         else:
             sets.setdefault((m["base"], int(m["n"])), {})[int(m["i"])] = f
     for (_, n), found in sets.items():
         if sorted(found) == list(range(1, n + 1)):
-            singles.append(RemoteGguf(repo, commit, tuple(found[i] for i in range(1, n + 1))))
+            singles.append(RemoteGguf(repo, commit, tuple(found[i] for i in range(1, n + 1)), revision))
     return sorted(singles, key=lambda g: (g.size, g.path))
 
 
 def list_ggufs(repo: str, revision: str = "main", *, token: str | None = None) -> RepoListing:
-    """Every GGUF model in ``repo`` at ``revision`` (resolved to its commit). HubError when the repo,
-    revision or Hub cannot be reached (each request waits at most TIMEOUT seconds for an answer), or the
-    repo holds no GGUF."""
-    from urllib.parse import quote
+    """Every GGUF model in ``repo`` at ``revision`` (resolved to its commit), through huggingface_hub's
+    HfApi. Offline (HF_HUB_OFFLINE=1), or when the Hub cannot be reached, the GGUFs the Hugging Face cache
+    already holds for that revision, without network. HubError when neither has the repo (the commit is
+    asked for with a TIMEOUT; the library pages the tree without one), or the repo holds no GGUF."""
+    from huggingface_hub import HfApi, is_offline_mode
+    from huggingface_hub.hf_api import RepoFile
 
-    base = f"{endpoint()}/api/models/{repo}"
+    if is_offline_mode():
+        return _from_cache(repo, revision, "offline mode (HF_HUB_OFFLINE)")
+    api = HfApi(endpoint=endpoint(), token=token)
     try:
-        info = _get_json(base if revision == "main" else f"{base}/revision/{quote(revision, safe='')}", token)
-        commit = str(info.get("sha") or revision) if isinstance(info, dict) else ""
+        try:
+            commit = str(api.model_info(repo, revision=revision, timeout=TIMEOUT).sha or "")
+            files = [RemoteFile(e.path, int(e.size), e.lfs.sha256 if e.lfs else None)
+                     for e in api.list_repo_tree(repo, revision=commit, recursive=True) if isinstance(e, RepoFile)]
+        except (json.JSONDecodeError, TypeError, KeyError) as exc:  # an answer that is not the Hub's JSON
+            raise _not_json() from exc
         if not commit:
             raise _not_json()
-        files: list[RemoteFile] = []
-        url: str | None = f"{base}/tree/{quote(commit, safe='')}?recursive=true"
-        while url is not None:
-            page, url = _get_page(url, token)
-            files += _files(page)
     except Exception as exc:
         if not is_translatable(exc):
             raise
-        raise translate(exc, repo=repo, revision=revision, what="listing its files") from None
+        error = translate(exc, repo=repo, revision=revision, what="listing its files")
+        if error.reason == "unreachable":
+            return _from_cache(repo, revision, error.message, error)
+        raise error from None
+    return _listing(repo, revision, commit, files)
+
+
+def _listing(repo: str, revision: str, commit: str, files: list[RemoteFile], note: str = "") -> RepoListing:
     if not _SAFE_COMMIT.match(commit):
         raise HubError(f"{endpoint()} answered a commit id Headroom will not use as a folder name: {commit!r}",
                        "check HF_ENDPOINT: it should be the Hugging Face Hub or a mirror of it")
-    # Local copies live at <root>/<repo>/<commit>/<path>: a path that could leave that folder is dropped.
-    files = [f for f in files if _safe_path(f.path)]
-    ggufs = group_parts(repo, commit, files)
+    # Header-only copies live at <root>/<repo>/<commit>/<path>: a path that could leave that folder is dropped.
+    ggufs = group_parts(repo, commit, [f for f in files if _safe_path(f.path)], revision)
     if not ggufs:
         raise HubError(f"{repo} has no GGUF file at {revision}",
                        "Headroom plans GGUF models: look for a repo with -GGUF in its name")
-    return RepoListing(repo, commit, tuple(ggufs))
+    return RepoListing(repo, commit, tuple(ggufs), note)
+
+
+def _from_cache(repo: str, revision: str, why: str, error: HubError | None = None) -> RepoListing:
+    """The cache's snapshot of ``repo`` at ``revision`` (a branch, tag or commit), as a listing of the
+    files it holds; ``error`` (or an offline HubError) when it holds none."""
+    from huggingface_hub import scan_cache_dir
+    from huggingface_hub.errors import CacheNotFound
+
+    try:
+        repos = scan_cache_dir(hub_cache()).repos
+    except (CacheNotFound, OSError, ValueError):  # no cache at all, or not a folder
+        repos = frozenset()
+    for cached in repos:
+        if cached.repo_id != repo or cached.repo_type != "model":
+            continue
+        for rev in cached.revisions:
+            if revision in rev.refs or rev.commit_hash == revision:
+                files = [RemoteFile(f.file_path.relative_to(rev.snapshot_path).as_posix(), f.size_on_disk,
+                                    f.blob_path.name if SHA256.match(f.blob_path.name) else None) for f in rev.files]
+                return _listing(repo, revision, rev.commit_hash, files,
+                                f"{why}: the files already in the Hugging Face cache {hub_cache()}")
+    if error is not None:
+        raise error from None
+    raise HubError(f"offline mode is on (HF_HUB_OFFLINE is set) and the Hugging Face cache {hub_cache()} holds "
+                   f"no {repo}@{revision}", "unset HF_HUB_OFFLINE or set it to 0 to use the Hub")
 
 
 def _not_json() -> HubError:
     return HubError(f"the Hub at {endpoint()} did not answer with JSON",
                     "check HF_ENDPOINT: it should be the Hugging Face Hub or a mirror of it")
-
-
-def _get_page(url: str, token: str | None) -> tuple[Any, str | None]:
-    """One GET of the Hub API (at most TIMEOUT s without an answer): its JSON and the Link header's next
-    page (the Hub paginates trees as GitHub does). huggingface_hub's HTTP errors propagate."""
-    from huggingface_hub import get_session
-    from huggingface_hub.utils._headers import build_hf_headers
-    from huggingface_hub.utils._http import hf_raise_for_status
-
-    r = get_session().get(url, headers=build_hf_headers(token=token), follow_redirects=True, timeout=TIMEOUT)
-    hf_raise_for_status(r)
-    try:
-        data = r.json()
-    except ValueError:
-        raise _not_json() from None
-    nxt = r.links.get("next", {}).get("url")
-    return data, str(nxt) if nxt else None
-
-
-def _get_json(url: str, token: str | None) -> Any:
-    return _get_page(url, token)[0]
-
-
-def _files(page: Any) -> list[RemoteFile]:
-    """The files of one tree page: ``[{"type": "file", "path", "size", "lfs": {"oid"}}]``."""
-    if not isinstance(page, list):
-        raise _not_json()
-    out: list[RemoteFile] = []
-    for e in page:
-        if not isinstance(e, dict) or e.get("type") != "file":
-            continue
-        lfs = e.get("lfs")
-        sha = lfs.get("oid") if isinstance(lfs, dict) else None
-        try:
-            out.append(RemoteFile(str(e["path"]), int(e["size"]), str(sha) if sha else None))
-        except (KeyError, TypeError, ValueError):
-            raise _not_json() from None
-    return out
 
 
 _SAFE_COMMIT = re.compile(r"^(?!\.+$)[0-9A-Za-z._-]{1,96}$")  # a sha, a branch or a tag; never "." or ".."
@@ -212,26 +216,14 @@ def _choices(models: list[RemoteGguf], *, by_path: bool = False) -> str:
                      else f"hf:{g.repo}:{g.quant}" for g in models)
 
 
-#: Seconds to wait for the Hub to connect or to send the next bytes.
+#: Seconds to wait for the Hub to answer a listing's first request (huggingface_hub's own timeouts,
+#: HF_HUB_ETAG_TIMEOUT and HF_HUB_DOWNLOAD_TIMEOUT, bound its HEADs and transfers).
 TIMEOUT = 30.0
 
 
-@contextmanager
-def open_range(repo: str, commit: str, path: str, *, start: int = 0, end: int | None = None,
-               token: str | None = None) -> Iterator[tuple[httpx2.Response, int]]:
-    """A streaming GET of ``path`` from byte ``start`` (to ``end``, inclusive): yields the response and
-    the offset its body starts at (0 when the server ignored the Range). huggingface_hub's errors
-    propagate (callers translate them)."""
-    from huggingface_hub import get_session, hf_hub_url
-    from huggingface_hub.utils._headers import build_hf_headers
-    from huggingface_hub.utils._http import hf_raise_for_status
+def longest_wait() -> float:
+    """About the longest one Hub call goes unanswered before it fails: a listing's TIMEOUT, or a transfer's
+    six tries in huggingface_hub, each waiting its timeout, with up to 23 s of back-off between them."""
+    from huggingface_hub import constants
 
-    url = hf_hub_url(repo, path, revision=commit, endpoint=endpoint())
-    headers = build_hf_headers(token=token)
-    if start or end is not None:
-        headers["Range"] = f"bytes={start}-{'' if end is None else end}"
-    with get_session().stream("GET", url, headers=headers, follow_redirects=True, timeout=TIMEOUT) as r:
-        if r.status_code >= 400:
-            r.read()
-            hf_raise_for_status(r)
-        yield r, start if r.status_code == 206 else 0
+    return max(TIMEOUT, 6 * max(constants.HF_HUB_DOWNLOAD_TIMEOUT, constants.HF_HUB_ETAG_TIMEOUT) + 23)

@@ -3,6 +3,7 @@ came from the Hub reads in the window.
 
 A header-only copy (``app.hub.preview``) is planned and measured like any file, but its weights
 are zeros: the window names it "<repo>/<file> — header only" and withholds Launch with ``PREVIEW_LAUNCH``.
+A download whose bytes nobody could check against a sha256 says so (``UNVERIFIED``).
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 from html import escape
 from pathlib import Path
 
+from app.hub.cache import unverified
+from app.hub.download import UNVERIFIED
 from app.hub.preview import preview_origin
 from app.ui.qt import QPushButton, QWidget
 
@@ -35,8 +38,10 @@ def preview_name(path: Path) -> str | None:
 
 
 def model_title(path: Path) -> str:
-    """The model label's first line, as HTML: the file name, or "<repo>/<file> — header only"."""
+    """The model label's first line, as HTML: the file name (and, for a download nobody could check by
+    its sha256, that it is unverified), or "<repo>/<file> — header only"."""
     name = preview_name(path)
     if name is None:
-        return f"<b>{escape(path.name)}</b>"
+        note = f"<br><i>Downloaded {escape(UNVERIFIED)}</i>" if unverified(path) else ""
+        return f"<b>{escape(path.name)}</b>{note}"
     return f"<b>{escape(name)} — header only</b><br><i>{escape(PREVIEW_LAUNCH)}</i>"

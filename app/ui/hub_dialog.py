@@ -5,8 +5,10 @@ signals, so the dialog repaints while bytes arrive. A ``HubError`` is shown in t
 message and hint (never a traceback) and the dialog stays usable. ``opened(path)`` hands the window a
 header-only copy (plan and pass 1 work on it, Launch does not) or a downloaded file.
 
-Cancel during a header fetch or a download waits for the worker to stop writing (the download's
-``.part`` is kept: the next Download resumes it); a cancelled listing is dropped at once.
+Downloads go to the standard Hugging Face cache, where a file another tool fetched is found too
+("Open downloaded"). Cancel during a header fetch or a download waits for the worker to stop writing
+(the download's ``.incomplete`` is kept: the next Download resumes it); a cancelled listing is dropped
+at once.
 
 The Token field (password echo) is passed to every Hub call; it lives in this dialog's memory for the
 session only: never saved, logged or shown.
@@ -21,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from app.hub import remote
-from app.hub.download import download, downloaded
+from app.hub.download import UNVERIFIED, download, downloaded
 from app.hub.errors import HubError
 from app.hub.preview import fetch_header
 from app.hub.refs import HubRef, parse_ref
@@ -184,8 +186,9 @@ class HubDialog(QDialog):
         chosen = self.selected()
         here = downloaded(chosen) if chosen is not None else None
         self.download_button.setText("&Open downloaded" if here is not None else "&Download")
-        self.download_button.setToolTip(str(here) if here is not None else
-                                        "Download the whole file to launch it (resumes a cancelled one)")
+        self.download_button.setToolTip(f"In the Hugging Face cache: {here}" if here is not None else
+                                        "Download the whole file into the Hugging Face cache to launch it "
+                                        "(resumes a cancelled one)")
         for w in (self.repo, self.revision, self.token):
             w.setEnabled(not busy)
         self.list_button.setEnabled(not busy and self.ref is not None)
@@ -219,7 +222,7 @@ class HubDialog(QDialog):
         fill_table(self.table, listing)
         plain = [g for g in listing.ggufs if not g.is_projector]
         self.status.setText(f"{listing.repo} @ {listing.commit[:10]}: {len(plain)} GGUF model"
-                            f"{'' if len(plain) == 1 else 's'}")
+                            f"{'' if len(plain) == 1 else 's'}" + (f" — {listing.note}" if listing.note else ""))
         self._preselect(listing, ref)
         self.listed.emit(listing)
 
@@ -241,6 +244,10 @@ class HubDialog(QDialog):
         chosen = self.selected()
         if chosen is None or self.task is not None:
             return
+        here = downloaded(chosen)
+        if here is not None:  # the whole file is here: no header to fetch
+            self._done(here)
+            return
         token = self._token()
         self._start("header", f"Fetching the header of {chosen.name}…",
                     lambda c: fetch_header(chosen, token=token, cancel=c, progress=self._moved.emit), self._done)
@@ -254,7 +261,7 @@ class HubDialog(QDialog):
             self._done(here)
             return
         token, self.target = self._token(), chosen
-        self._start("download", f"Downloading {chosen.name}…",
+        self._start("download", f"Downloading {chosen.name}…" + ("" if chosen.verified else f" — {UNVERIFIED}"),
                     lambda c: download(chosen, token=token, cancel=c, progress=self._moved.emit,
                                        verifying=self._verified.emit), self._done)
 
@@ -269,6 +276,8 @@ class HubDialog(QDialog):
         self.progress.setRange(0, BAR_STEPS)
         self.progress.setValue(done * BAR_STEPS // total if total else 0)
         text = self.clock.text(done, total)
+        if self.target is not None and not self.target.verified:
+            text += f" — {UNVERIFIED}"
         self.status.setText(text)
         self.progressed.emit(text)
 
@@ -379,9 +388,9 @@ _DETACHED: set[TaskThread] = set()
 
 
 def _wait_detached() -> None:
-    """At exit: a detached worker ends within one Hub timeout; Qt aborts if one is destroyed running."""
+    """At exit: a detached worker ends within the Hub's longest wait; Qt aborts if one is destroyed running."""
     for t in list(_DETACHED):
-        t.wait(int((remote.TIMEOUT + 5) * 1000))
+        t.wait(int((remote.longest_wait() + 5) * 1000))
 
 
 atexit.register(_wait_detached)

@@ -1,5 +1,6 @@
 """A Hugging Face repo (the fake Hub, tests/fixtures/fake_hub.py) planned and measured from its header
-only, then downloaded and served — real pass 1 and the real engine on this machine's CPU.
+only, then downloaded into the Hugging Face cache and served — or found there already and served with
+the network off — real pass 1 and the real engine on this machine's CPU.
 
 The header-only copy is the promise "before anything loads": pass 1 (no_alloc, LOAD_MODE_NONE) on it
 must give the very compute buffers it gives on the whole file, for a tiny fraction of the bytes.
@@ -16,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from huggingface_hub import hf_hub_download, try_to_load_from_cache
 
 from app.hub.download import download
 from app.hub.preview import fetch_header, fetched_bytes
@@ -32,6 +34,7 @@ from tests.fixtures.fake_hub import FakeHub, write_split
 
 pytestmark = [pytest.mark.engine]
 fake_hub = _fake_hub.fake_hub
+hf_cache = _fake_hub.hf_cache
 ROOT = Path(__file__).resolve().parents[2]
 LLAMA, QWEN = "llama-3.1-8b-instruct-q4_k_m", "qwen2.5-14b-instruct-1m-q8_0"
 
@@ -46,7 +49,6 @@ def test_pass1_on_the_header_only_copy_matches_the_whole_file(
     copy = fetch_header(gguf)
 
     assert fetched_bytes(copy) < gguf.size / 100  # a header, not the weights
-    assert fake_hub.served(gguf.repo, gguf.path) == fetched_bytes(copy)
     settings = LaunchSettings(n_ctx=32768, n_ubatch=1024, type_k="q8_0", type_v="q8_0")
     from_header, from_file = measure(copy, settings), measure(original, settings)
     assert from_header.devices == from_file.devices  # compute and KV, per device
@@ -66,6 +68,27 @@ def _headroom(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[st
 def _env(fake_hub: FakeHub, data: Path) -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=str(ROOT), HF_ENDPOINT=fake_hub.url, HEADROOM_DATA_DIR=str(data),
                 PYTHONUNBUFFERED="1")
+
+
+def _serve(*args: str, env: dict[str, str]) -> str:
+    """``headroom serve ARGS`` until it says "serving at", then Ctrl-C: its output (it must exit 0)."""
+    proc = subprocess.Popen([sys.executable, "-m", "app", "serve", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, cwd=ROOT, env=env)
+    out: list[str] = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            out.append(line.rstrip())
+            if line.startswith("serving at ") or len(out) > 200:
+                break
+        text = "\n".join(out)
+        assert out[-1].startswith("serving at http://127.0.0.1:"), text
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, rest
+    return text
 
 
 def test_headroom_plan_hf_ref_plans_from_the_header(engine_build: object, fake_hub: FakeHub,
@@ -97,29 +120,13 @@ def test_headroom_plan_hf_ref_plans_from_the_header(engine_build: object, fake_h
 
 
 def test_headroom_serve_hf_ref_downloads_then_serves(engine_build: object, fake_hub: FakeHub,
-                                                    tiny_chat_model: Path, tmp_path: Path) -> None:
+                                                    tiny_chat_model: Path, hf_cache: Path, tmp_path: Path) -> None:
     fake_hub.add_repo("acme/Tiny-Chat-GGUF", {"tiny-chat-F32.gguf": tiny_chat_model})
-    proc = subprocess.Popen([sys.executable, "-m", "app", "serve", "hf:acme/Tiny-Chat-GGUF", "-c", "4k",
-                             "--no-measure"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
-                            env=_env(fake_hub, tmp_path))
-    out: list[str] = []
-    try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            out.append(line.rstrip())
-            if line.startswith("serving at ") or len(out) > 200:
-                break
-        text = "\n".join(out)
-        assert out[-1].startswith("serving at http://127.0.0.1:"), text
-        assert "downloading acme/Tiny-Chat-GGUF/tiny-chat-F32.gguf (" in text and "(100 %)" in text
-        local = tmp_path / "models" / "acme/Tiny-Chat-GGUF" / "tiny-chat-F32.gguf"
-        assert local.read_bytes() == tiny_chat_model.read_bytes()
-        assert str(local) in text  # the engine was launched on the downloaded file
-        proc.send_signal(signal.SIGINT)
-        rest, _ = proc.communicate(timeout=30)
-    finally:
-        proc.kill()
-    assert proc.returncode == 0, rest
+    text = _serve("hf:acme/Tiny-Chat-GGUF", "-c", "4k", "--no-measure", env=_env(fake_hub, tmp_path))
+    assert "downloading acme/Tiny-Chat-GGUF/tiny-chat-F32.gguf (" in text and "(100 %)" in text
+    local = Path(str(try_to_load_from_cache("acme/Tiny-Chat-GGUF", "tiny-chat-F32.gguf", cache_dir=hf_cache)))
+    assert local.read_bytes() == tiny_chat_model.read_bytes()  # in the Hugging Face cache, for every tool
+    assert f"-m {local} " in text  # the engine was launched on the downloaded file
 
 
 def test_a_split_model_is_listed_as_one_previewed_and_downloaded_part_by_part(
@@ -137,8 +144,10 @@ def test_a_split_model_is_listed_as_one_previewed_and_downloaded_part_by_part(
     settings = LaunchSettings(n_ctx=4096)
     assert measure(copy, settings).devices == measure(parts[0], settings).devices
 
-    local = download(gguf, dest_root=tmp_path / "models")
+    local = download(gguf)
     assert [q.read_bytes() for q in read_shape(local).files] == [p.read_bytes() for p in parts]
+    text = _serve(str(local), "-c", "4k", "--no-measure", env=_env(fake_hub, tmp_path))
+    assert f"-m {local} " in text  # the cache's link, whose name leads llama.cpp to the second part
 
 
 def test_headroom_measure_hf_ref_runs_pass1_on_the_header(engine_build: object, fake_hub: FakeHub,
@@ -153,3 +162,21 @@ def test_headroom_measure_hf_ref_runs_pass1_on_the_header(engine_build: object, 
     assert got["devices"] == want["devices"]
     missing = _headroom("measure", "hf:acme/Nope-GGUF", env=_env(fake_hub, tmp_path))
     assert missing.returncode == 2 and "repository acme/Nope-GGUF not found" in missing.stderr
+
+
+def test_a_gguf_already_in_the_hf_cache_is_planned_and_served_with_the_network_off(
+        engine_build: object, fake_hub: FakeHub, hf_cache: Path, tiny_chat_model: Path, tmp_path: Path) -> None:
+    fake_hub.add_repo("acme/Tiny-Chat-GGUF", {"tiny-chat-F32.gguf": tiny_chat_model})
+    theirs = Path(hf_hub_download("acme/Tiny-Chat-GGUF", "tiny-chat-F32.gguf", cache_dir=hf_cache,
+                                  endpoint=fake_hub.url))  # as `hf download` or llama.cpp's -hf leave it
+    asked = len(fake_hub.requests)
+    env = _env(fake_hub, tmp_path) | {"HF_HUB_OFFLINE": "1"}  # HF_ENDPOINT still names the running fake Hub
+    done = _headroom("plan", "hf:acme/Tiny-Chat-GGUF:F32", "-c", "4k", "--gpu", "H200", "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(done.stdout)
+    assert plan["model"] == str(theirs) and plan["header_only"] is False and plan["feasible"] is True
+    assert "offline mode (HF_HUB_OFFLINE)" in done.stderr and str(hf_cache) in done.stderr
+
+    text = _serve("hf:acme/Tiny-Chat-GGUF", "-c", "4k", "--no-measure", env=env)
+    assert f"-m {theirs} " in text and "downloading" not in text  # launched on the cached file, as it is
+    assert len(fake_hub.requests) == asked  # not one request reached the Hub

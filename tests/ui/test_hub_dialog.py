@@ -1,6 +1,7 @@
 """Picking a model from a Hugging Face repo in the window: list, plan from the header, download.
 
-The real app.hub backend talks to a local fake Hub (tests/fixtures/fake_hub.py, via HF_ENDPOINT).
+The real app.hub backend talks to a local fake Hub (tests/fixtures/fake_hub.py, via HF_ENDPOINT) and
+downloads into a Hugging Face cache of the test's own (HF_HUB_CACHE).
 Where a test needs a slow network, the fake server is slowed or held before it sends a chunk; the
 dialog and the backend are the real ones.
 """
@@ -15,8 +16,9 @@ from pathlib import Path
 
 import pytest
 from gguf import GGMLQuantizationType, LlamaFileType
+from huggingface_hub import hf_hub_download, try_to_load_from_cache
 
-from app.hub.download import download
+from app.hub.download import UNVERIFIED, download
 from app.hub.preview import preview_origin
 from app.hub.remote import RemoteGguf
 from app.planner.units import Bytes
@@ -28,7 +30,7 @@ from app.ui.main_window import MainWindow
 from app.ui.qt import QLabel, QLineEdit, QPalette, Qt, QTableWidgetItem, QTimer
 from app.ui.state import UiState
 from tests.fixtures import gguf_factory, shapes, tables
-from tests.fixtures.fake_hub import FakeHub, fake_hub  # noqa: F401 (the fixture)
+from tests.fixtures.fake_hub import FakeHub, fake_hub, hf_cache  # noqa: F401 (the fixtures)
 from tests.fixtures.quant import uniform
 from tests.fixtures.spec import ModelSpec
 
@@ -60,10 +62,16 @@ def wide_model() -> Path:
 
 
 @pytest.fixture
-def models_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Downloads land under a temporary data directory (never the user's)."""
-    monkeypatch.setenv("HEADROOM_DATA_DIR", str(tmp_path / "data"))
-    return tmp_path / "data" / "models"
+def models_home(hf_cache: Path) -> Path:  # noqa: F811
+    """Downloads land in a Hugging Face cache of this test's own (never the user's)."""
+    return hf_cache
+
+
+def in_cache(home: Path, name: str) -> Path:
+    """Where ``hf``, llama.cpp's -hf and every huggingface_hub user find REPO's ``name`` in the cache."""
+    found = try_to_load_from_cache(REPO, name, cache_dir=home)
+    assert isinstance(found, str), found
+    return Path(found)
 
 
 @pytest.fixture
@@ -241,10 +249,10 @@ def test_download_shows_progress_then_the_real_file_opens_and_launches(
     size = Bytes(tiny_chat_model.stat().st_size)
     assert shown[0] == f"0 B of {size}"
     assert re.fullmatch(rf"{size} of {size} — \S+ \S+/s, 0 s left", shown[-1]), shown
-    target = models_home / REPO / CHAT
+    target = in_cache(models_home, CHAT)
     assert window.model_path == target
     assert target.read_bytes() == tiny_chat_model.read_bytes()
-    assert not (models_home / REPO / f"{CHAT}.part").exists()
+    assert not list(models_home.rglob("*.incomplete"))
     assert "header only" not in window.model_label.text()
     assert window.launch.launch_button.isEnabled()
     window.open_hub()  # again: the same file now opens without a download
@@ -258,7 +266,8 @@ def test_download_shows_progress_then_the_real_file_opens_and_launches(
 
 def test_cancel_keeps_the_partial_file_and_the_next_download_resumes(
         window, hub, wide_model, models_home, monkeypatch, qtbot):
-    release = slow_down(hub, monkeypatch, per_chunk_s=0.03, hold_after=8 * MiB)
+    # held after 20 MiB: two of huggingface_hub's 10 MiB download chunks have arrived
+    release = slow_down(hub, monkeypatch, per_chunk_s=0.03, hold_after=20 * MiB)
     dialog = open_dialog(window, qtbot, f"hf:{REPO}/{WIDE}")
     list_repo(dialog, qtbot)
     ticks: list[int] = []
@@ -267,7 +276,7 @@ def test_cancel_keeps_the_partial_file_and_the_next_download_resumes(
     heartbeat.start(20)
     qtbot.mouseClick(dialog.download_button, LEFT)
     # the fake Hub now holds the rest of the file: the GUI thread keeps running meanwhile
-    qtbot.waitUntil(lambda: hub.served(REPO, WIDE) >= 8 * MiB, timeout=30_000)
+    qtbot.waitUntil(lambda: hub.served(REPO, WIDE) >= 20 * MiB, timeout=30_000)
     qtbot.waitUntil(lambda: "/s" in dialog.status.text(), timeout=10_000)
     before = len(ticks)
     qtbot.waitUntil(lambda: len(ticks) >= before + 5, timeout=5_000)
@@ -281,7 +290,7 @@ def test_cancel_keeps_the_partial_file_and_the_next_download_resumes(
         release.set()  # the next chunk arrives, the worker sees Cancel and stops
     assert dialog.status.text() == CANCELLED
     assert dialog.error.isHidden()  # a cancel is no error
-    part = models_home / REPO / f"{WIDE}.part"
+    [part] = models_home.rglob("*.incomplete")  # the cache's own name for an interrupted download
     kept = part.stat().st_size
     assert 0 < kept < total
     assert window.model_path is None and dialog.download_button.isEnabled()
@@ -298,6 +307,42 @@ def test_cancel_keeps_the_partial_file_and_the_next_download_resumes(
     assert f"{Bytes(kept)} of {Bytes(total)}" in shown
     assert not part.exists() and window.model_path == opened.args[0]
     assert window.launch.launch_button.isEnabled()
+
+
+def test_a_file_without_sha256_is_said_unverified_in_the_table_the_download_and_the_window(
+        window, hub, tiny_chat_model, models_home, qtbot):
+    hub.outside_lfs(REPO, CHAT)  # listed without an LFS sha256: only its size can be checked
+    dialog = open_dialog(window, qtbot, f"hf:{REPO}/{CHAT}")
+    list_repo(dialog, qtbot)
+    row = row_of(dialog, CHAT)
+    assert cell(dialog, row, 4).text() == "size only" and UNVERIFIED in cell(dialog, row, 4).toolTip()
+    assert cell(dialog, row_of(dialog, "tiny-F32.gguf"), 4).text() == "sha256"
+    shown: list[str] = []
+    dialog.progressed.connect(shown.append)
+    with qtbot.waitSignal(window.planned, timeout=30_000):
+        qtbot.mouseClick(dialog.download_button, LEFT)
+    assert shown and all(t.endswith(f" — {UNVERIFIED}") for t in shown), shown
+    assert window.model_path == in_cache(models_home, CHAT)
+    assert window.model_path.read_bytes() == tiny_chat_model.read_bytes()
+    assert f"Downloaded {UNVERIFIED}" in window.model_label.text()
+
+
+def test_a_model_already_in_the_hf_cache_opens_without_a_download_even_offline(
+        window, hub, tiny_chat_model, models_home, monkeypatch, qtbot):
+    theirs = Path(hf_hub_download(REPO, CHAT, cache_dir=models_home, endpoint=hub.url))  # `hf download`, say
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)  # as HF_HUB_OFFLINE=1 at start
+    asked = len(hub.requests)
+    dialog = open_dialog(window, qtbot, REPO)
+    list_repo(dialog, qtbot)
+    assert names(dialog) == [CHAT]  # what the cache holds of the repo
+    assert "offline mode" in dialog.status.text() and str(models_home) in dialog.status.text()
+    select(dialog, CHAT)
+    assert dialog.download_button.text() == "&Open downloaded"
+    with qtbot.waitSignal(dialog.opened) as opened:
+        qtbot.mouseClick(dialog.download_button, LEFT)
+    assert opened.args[0] == theirs and window.model_path == theirs
+    assert "unverified" not in window.model_label.text() and window.launch.launch_button.isEnabled()
+    assert len(hub.requests) == asked  # not one request reached the Hub
 
 
 # ---- errors ----------------------------------------------------------------------------------------
@@ -396,7 +441,7 @@ def test_a_cancel_that_lands_after_the_download_finished_says_it_is_complete(
         go_on.set()
     assert dialog.status.text() == FINISHED_FIRST  # not "the partial file is kept": it is complete
     assert dialog.download_button.text() == "&Open downloaded"
-    assert (models_home / REPO / CHAT).read_bytes() == tiny_chat_model.read_bytes()
+    assert in_cache(models_home, CHAT).read_bytes() == tiny_chat_model.read_bytes()
 
 
 # ---- the token field -----------------------------------------------------------------------------
@@ -438,7 +483,7 @@ def test_a_gated_repo_points_at_the_token_field_and_the_token_is_never_shown(
     assert dialog.error.isHidden() and chosen(dialog).path == CHAT
     with qtbot.waitSignal(window.planned, timeout=30_000):  # the download is gated too
         qtbot.mouseClick(dialog.download_button, LEFT)
-    assert window.model_path == models_home / REPO / CHAT
+    assert window.model_path == in_cache(models_home, CHAT)
     window.open_hub()  # the token is still there for this session
     assert dialog.token.text() == SECRET
     select(dialog, "tiny-F32.gguf")

@@ -6,6 +6,7 @@ import socket
 from pathlib import Path
 
 import pytest
+from huggingface_hub import hf_hub_download
 
 from app.hub.errors import HubError
 from app.hub.refs import HubRef, parse_ref
@@ -156,3 +157,27 @@ def test_a_paginated_tree_is_listed_whole(fake_hub: FakeHub, tiny_chat_model: Pa
     listing = list_ggufs("acme/Many-GGUF")
     assert sorted(g.quant for g in listing.ggufs) == ["Q4_0", "Q5_0", "Q8_0"]
     assert len([p for _, p, _ in fake_hub.requests if "/tree/" in p]) == 3  # one request per page
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_offline_or_unreachable_the_listing_is_what_the_hf_cache_holds(
+        fake_hub: FakeHub, tiny_chat_model: Path, hf_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    repo = fake_hub.add_repo("acme/Tiny-GGUF", {"tiny-F32.gguf": tiny_chat_model, "tiny-Q8_0.gguf": tiny_chat_model})
+    hf_hub_download("acme/Tiny-GGUF", "tiny-F32.gguf", cache_dir=hf_cache, endpoint=fake_hub.url)  # another tool
+    port = _closed_port()
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+    down = list_ggufs("acme/Tiny-GGUF")
+    assert [g.path for g in down.ggufs] == ["tiny-F32.gguf"] and down.commit == repo.commit
+    assert down.ggufs[0].parts[0].sha256 == repo.sha256("tiny-F32.gguf")  # the blob is named by it
+    assert down.note.startswith(f"cannot reach http://127.0.0.1:{port}") and str(hf_cache) in down.note
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+    offline = list_ggufs("acme/Tiny-GGUF")
+    assert offline.ggufs == down.ggufs and offline.note.startswith("offline mode (HF_HUB_OFFLINE)")
+    with pytest.raises(HubError) as err:
+        list_ggufs("acme/Other-GGUF")
+    assert err.value.message.startswith("offline mode is on") and "HF_HUB_OFFLINE" in err.value.hint
