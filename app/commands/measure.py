@@ -6,13 +6,17 @@ The launch flags (both llama-server's and Headroom's spellings) are app/commands
 
 ``--with probe`` (default) runs the llama-cpp-python no_alloc probe through the on-disk cache;
 ``--with fit-params`` asks the engine build's own ``llama-fit-params -fitp on``.
+
+SIGTERM stops it as Ctrl-C does; killed outright, its child dies with it (app.engine.process).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
+from types import FrameType
 from typing import Any
 
 from app.commands.common import add_launch_args, exit_status, hub_model, seconds, settings_from_args
@@ -88,7 +92,12 @@ def render(m: Measurement, settings: LaunchSettings, *, cached: bool, caveat: st
     return "\n".join(lines)
 
 
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt  # SIGTERM stops pass 1 as Ctrl-C does: the probe is killed first
+
+
 def run(args: argparse.Namespace) -> int:
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         args.model = hub_model(args.model, download=False)
         settings = settings_from_args(args)
@@ -103,6 +112,8 @@ def run(args: argparse.Namespace) -> int:
     except (PlannerError, ValueError) as exc:  # bad input: a file, a setting or a repo it cannot use
         print(f"headroom measure: {exc}", file=sys.stderr)
         return 2
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     if args.json:
         print(json.dumps({"settings": settings.to_json(), "measurement": m.to_json(), "cached": hit,
                           "caveat": caveat}, indent=2))

@@ -8,7 +8,8 @@ unless ``--unplanned`` says to launch it with the flags exactly as given (no pla
 check; what the diagnostic smoke test of a k-pool model needs).
 
 Serve launches on this machine's real devices: ``--gpu`` with a card it does not have (a simulated
-H200, ``NAME:SIZE``) is for ``headroom plan`` and is refused here."""
+H200, ``NAME:SIZE``) is for ``headroom plan`` and is refused here. A launch whose pass 1 failed is
+refused too, with pass 1's reason (``--no-measure`` skips pass 1 and plans on the estimate)."""
 
 from __future__ import annotations
 
@@ -115,25 +116,39 @@ def _chosen_engine_problem(path: Path, engines: list[EngineInfo]) -> str | None:
     return f"{path} is not an engine Headroom can run: `{path} --version` failed"
 
 
+class Pass1Failed(Exception):
+    """Pass 1 failed for the launch: serve refuses it (llama.cpp would fail the same way, or run
+    with buffers nobody measured). ``error`` is the probe's MeasureError."""
+
+    def __init__(self, error: Any) -> None:
+        self.error = error
+        super().__init__(str(error))
+
+
 def _plan(args: argparse.Namespace, shape: ModelShape, settings: LaunchSettings) -> Plan:
-    """The plan, with pass 1 (through the on-disk cache) for the plan's own launch unless --no-measure."""
+    """The plan, with pass 1 (through the on-disk cache) for the plan's own launch unless --no-measure.
+    Raises Pass1Failed when pass 1 ran and failed."""
     from app.probe.measure import MeasureError, measure_cached
 
     inventory = inventory_from_args(args)
 
-    failed: list[str] = []
-
     def pass1(launch: LaunchSettings) -> Measurement | None:
-        if failed:  # pass 1 failed once: not again for another launch of the same plan
-            return None
         try:
             return measure_cached(args.model, launch)[0]
         except MeasureError as exc:
-            failed.append(str(exc))
-            print(f"pass 1 failed, compute buffer estimated: {exc}", file=sys.stderr)
-            return None
+            raise Pass1Failed(exc) from None
 
     return plan_request(args, shape, inventory, None if args.no_measure else pass1).plan(settings).plan
+
+
+def _refuse_failed_pass1(failed: Pass1Failed) -> int:
+    """Pass 1's own reason (the failing assertion, not the backtrace after it) and what to change."""
+    error = failed.error
+    print(f"headroom serve: refused: pass 1 failed, so the engine is not launched: {error.reason}",
+          file=sys.stderr)
+    if error.hint:
+        print(f"  {error.hint}", file=sys.stderr)
+    return 1
 
 
 def _refuse_not_modelled(args: argparse.Namespace, settings: LaunchSettings, engines: list[EngineInfo],
@@ -196,6 +211,8 @@ def run(args: argparse.Namespace) -> int:
         modelled = read_shape(args.model)
         shape: ModelShape | None = modelled
         plan = _plan(args, modelled, settings)
+    except Pass1Failed as failed:
+        return _refuse_failed_pass1(failed)
     except NotModelled as exc:
         if not args.unplanned:
             return _refuse_not_modelled(args, settings, engines, exc)

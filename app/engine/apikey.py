@@ -2,6 +2,7 @@
 
 Generated once with ``secrets``, stored in the config directory with mode 0600 (created with that
 mode, never chmod-ed after the fact), reused afterwards. A key file readable by others is refused.
+The engine reads the key from that same file (``--api-key-file``), never from its command line.
 """
 
 from __future__ import annotations
@@ -38,14 +39,23 @@ def key_path(directory: Path | None = None) -> Path:
 
 
 def load_or_create(directory: Path | None = None) -> str:
-    """The stored key, generated (and written 0600) on first use."""
+    """The stored key, generated (and written 0600) on first use. Raises ApiKeyError for a key file
+    others may read (it is refused, not fixed: someone may have read it already) or cannot be read.
+
+    The file is what the engine reads with ``--api-key-file`` (tools/server: one key per line, ``#``
+    starts a comment); Headroom's key is its first such line."""
     path = key_path(directory)
     if path.exists():
-        mode = stat.S_IMODE(path.stat().st_mode)
-        if mode & 0o077:
-            raise ApiKeyError(f"{path} is readable by other users (mode {mode:o}); "
-                              f"run `chmod 600 {path}` or delete it to get a new key")
-        key = path.read_text().strip()
+        try:
+            mode = stat.S_IMODE(path.stat().st_mode)
+            if mode & 0o077:
+                raise ApiKeyError(f"the API key file {path} is readable by other users (mode {mode:o}): "
+                                  f"run `chmod 600 {path}` if nobody else could have read it, or delete it "
+                                  "to get a new key")
+            text = path.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ApiKeyError(f"the API key file {path} cannot be read: {exc}") from None
+        key = next((ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("#")), "")
         if key:
             return key
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)

@@ -38,13 +38,14 @@ def _optional(engine: EngineInfo, name: str) -> bool:
 
 
 def build_argv(engine: EngineInfo, settings: LaunchSettings, mode: PlanMode, model: Path, host: str, port: int,
-               *, vram_target: int | None = None, api_key: str | None = None,
+               *, vram_target: int | None = None, api_key_file: Path | None = None,
                extra: Sequence[str] = ()) -> list[str]:
     """The exact argument list that launches ``engine`` with ``settings`` in ``mode``.
 
     mode "window": opencoti's rolling KV window (``--kv-residency-mode window --vram-target MiB``,
     never with ``-kvu``; vram_target None = 0 = all free VRAM). mode "cpu": ``-ngl 0`` and, for a
-    llamafile, ``--gpu disable``.
+    llamafile, ``--gpu disable``. The API key is never an argument (every local user reads a command
+    line in ``ps``, docs/domain.md §6): ``api_key_file`` names the 0600 file that holds it.
     """
     if mode not in MODES:
         raise ArgvError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
@@ -90,21 +91,22 @@ def build_argv(engine: EngineInfo, settings: LaunchSettings, mode: PlanMode, mod
     if _optional(engine, "--metrics"):
         argv.append("--metrics")
     argv += ["--host", host, "--port", str(port)]
-    if api_key:
-        argv += ["--api-key", api_key]
+    if api_key_file is not None:
+        argv += ["--api-key-file", str(api_key_file)]
     argv += list(extra)
     return argv
 
 
 def argv_for_plan(engine: EngineInfo, plan: Plan, model: Path, host: str, port: int, *,
-                  api_key: str | None = None, extra: Sequence[str] = ()) -> list[str]:
+                  api_key_file: Path | None = None, extra: Sequence[str] = ()) -> list[str]:
     """``build_argv`` from a Plan (its launch settings, mode and VRAM target)."""
     return build_argv(engine, plan.launch, plan.mode, model, host, port, vram_target=plan.vram_target,
-                      api_key=api_key, extra=extra)
+                      api_key_file=api_key_file, extra=extra)
 
 
 def shell_line(argv: Sequence[str], *, hide_key: bool = True) -> str:
-    """One copyable shell line; the API key is masked unless ``hide_key`` is False."""
+    """One copyable shell line; a key given as ``--api-key KEY`` (an ``--engine-arg``) is masked unless
+    ``hide_key`` is False."""
     shown = list(argv)
     if hide_key:
         for i, a in enumerate(shown[:-1]):

@@ -8,6 +8,7 @@ timeout, and the answers are cached per binary (path, size, mtime) under the cac
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -38,14 +39,17 @@ PROBES: dict[str, tuple[str, ...]] = {
     "-ot": ("-ot", "blk\\.0\\.=CPU"),
     "--n-cpu-moe": ("--n-cpu-moe", "1"),
     "-lv": ("-lv", "4"),
+    # The handler opens the file while parsing (common/arg.cpp): /dev/null is an empty key list.
+    "--api-key-file": ("--api-key-file", os.devnull),
     **{f"-ctk {t}": ("-ctk", t) for t in KV_TYPES},
 }
 
 MISSING_MODEL = "/nonexistent-headroom-probe.gguf"
 PROBE_TIMEOUT_S = 15.0
 CACHE_FILE = "engine-capabilities.json"
-#: Bump when PROBES or the verdict rules change, so old cache entries are re-probed.
-CACHE_VERSION = 4
+#: Bump when the verdict rules change, so old cache entries are re-probed (a change to PROBES
+#: re-probes by itself: the stamp carries their digest).
+CACHE_VERSION = 2
 
 # common/arg.cpp, common_params_parse_ex:
 # error: invalid argument: --kv-residency-mode
@@ -112,10 +116,14 @@ def free_port(host: str = "127.0.0.1") -> int:
         return port
 
 
+#: The variable llama-server reads ``--api-key`` from (common/arg.cpp ``set_env("LLAMA_API_KEY")``).
+API_KEY_ENV = "LLAMA_API_KEY"
+
+
 def engine_env() -> dict[str, str]:
-    """The environment an engine runs with: ours minus ``LLAMA_ARG_*``, so the argv is the only
-    source of settings (llama.cpp reads every option from ``LLAMA_ARG_<NAME>`` too)."""
-    return {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_ARG_")}
+    """The environment an engine runs with: ours minus ``LLAMA_ARG_*`` and ``LLAMA_API_KEY``, so the
+    argv is the only source of settings (llama.cpp reads every option from ``LLAMA_ARG_<NAME>`` too)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_ARG_") and k != API_KEY_ENV}
 
 
 def probe_one(command: Sequence[str], args: Sequence[str], timeout: float = PROBE_TIMEOUT_S) -> ProbeResult:
@@ -139,9 +147,13 @@ def probe_all(command: Sequence[str], names: Sequence[str] | None = None, worker
     return Capabilities(dict(zip(todo, answers, strict=True)))
 
 
+def _probes_digest() -> str:
+    return hashlib.sha256(json.dumps(PROBES, sort_keys=True).encode()).hexdigest()[:12]
+
+
 def _stamp(path: Path) -> dict[str, Any]:
     st = path.stat()
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "v": CACHE_VERSION}
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "v": CACHE_VERSION, "probes": _probes_digest()}
 
 
 def _read_cache(file: Path) -> dict[str, Any]:

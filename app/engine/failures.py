@@ -9,6 +9,7 @@ before the generic ones ("failed to load model" follows most of them).
 from __future__ import annotations
 
 import re
+import signal
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -132,11 +133,31 @@ def classify_line(line: str) -> tuple[_Rule, re.Match[str]] | None:
     return None
 
 
-def classify(lines: Iterable[str], exit_code: int | None = None) -> Failure:
+def signal_name(exit_code: int) -> str:
+    """``-9`` (subprocess's "killed by signal 9") → ``"SIGKILL"``."""
+    try:
+        return signal.Signals(-exit_code).name
+    except ValueError:
+        return f"signal {-exit_code}"
+
+
+#: What a signal usually means for an engine that did not choose to exit.
+_SIGNAL_HINTS = {
+    "SIGKILL": "Something outside the engine killed it: a user, or the kernel's out-of-memory killer "
+               "(`journalctl -k` or `dmesg` names an out-of-memory kill).",
+    "SIGSEGV": "The engine crashed (a segmentation fault): an engine bug, or a damaged model file.",
+    "SIGABRT": "The engine aborted itself (a failed check inside llama.cpp).",
+}
+
+
+def classify(lines: Iterable[str], exit_code: int | None = None, *, serving_at: str | None = None,
+             served_for: float | None = None) -> Failure:
     """The most specific known failure in ``lines`` (an engine log), else a generic one.
 
     All lines are scanned and the rule that comes first in RULES wins, so "cudaMalloc failed" beats
-    the "failed to load model" that follows it a few lines later.
+    the "failed to load model" that follows it a few lines later. ``serving_at``: the engine had
+    been ready at that URL (for ``served_for`` seconds) when it ended, so it did not fail to start:
+    it stopped serving. A negative ``exit_code`` is a signal, said by name (-9: SIGKILL).
     """
     seq: Sequence[str] = list(lines)
     tail = tuple(seq[-TAIL_LINES:])
@@ -149,12 +170,33 @@ def classify(lines: Iterable[str], exit_code: int | None = None) -> Failure:
         if best is None or rank < best[0]:
             best = (rank, found[0], found[1], line)
     if best is None:
-        how = "stopped" if exit_code is None else f"exited with code {exit_code}"
-        last = next((t for t in reversed(seq) if t.strip()), "")
-        detail = f": {last.strip()}" if last else " without writing a log"
-        return Failure("exited", f"The engine {how} before it was ready{detail}", "", tail)
+        kind, how, hint = "exited", "stopped", ""
+        if exit_code is not None and exit_code < 0:
+            name = signal_name(exit_code)
+            kind, how, hint = "killed", f"was killed by {name}", _SIGNAL_HINTS.get(name, "")
+        elif exit_code is not None:
+            how = f"exited with code {exit_code}"
+        if serving_at is not None:  # it served: the log's last line is traffic, not a cause
+            since = f" (ready {served_for:.0f} s before)" if served_for is not None else ""
+            message = f"The engine {how} while serving at {serving_at}{since}."
+        else:
+            last = next((t for t in reversed(seq) if t.strip()), "")
+            detail = f": {last.strip()}" if last else " without writing a log"
+            message = f"The engine {how} before it was ready{detail}."
+        return Failure(kind, message + (f" {hint}" if hint else ""), "", tail)
     _, rule, m, line = best
     groups = {k: (v or "") for k, v in m.groupdict().items()}
     if "size" in groups:
         groups["size_mib"] = _mib(groups["size"])
     return Failure(rule.kind, rule.template.format(**groups), line.strip(), tail)
+
+
+def foreign_server(host: str, port: int, others: Sequence[str], *, shared: bool,
+                   tail: tuple[str, ...] = ()) -> Failure:
+    """Another server answers ``/health`` on the engine's port: it is not the engine Headroom started
+    (``shared``: both listen there, and a request may reach either)."""
+    who = ", ".join(others) or "another process"
+    how = (f"the engine listens on {host}:{port}, but so does {who}: a request could reach either"
+           if shared else f"{who} already answers there, not the engine Headroom started")
+    return Failure("port_in_use", f"The port is in use: {how}. Pick another port, or stop whatever holds it.",
+                   "", tail)

@@ -3,8 +3,9 @@
 The glue both ``headroom serve`` and the window use, so neither repeats the rules: the window mode
 needs the opencoti engine; an engine that lacks a flag the plan needs is refused before launch
 (app.engine.capabilities.refusal); beyond 127.0.0.1 only with the stored API key
-(app.engine.apikey); known engine issues for this model and engine (app.engine.advisories) are
-attached to the spec, and an "error" one refuses the launch.
+(app.engine.apikey), which the engine reads from its 0600 file, never from its command line; known
+engine issues for this model and engine (app.engine.advisories) are attached to the spec, and an
+"error" one refuses the launch.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 from app.engine import apikey
 from app.engine.advisories import Advisory, EngineVersion, Severity, advisories_for, parse_engine_version
 from app.engine.argv import argv_for_plan, shell_line
-from app.engine.capabilities import engine_env, free_port, refusal
+from app.engine.capabilities import API_KEY_ENV, engine_env, free_port, refusal
 from app.engine.check import PlanCheck, check_plan, fetch_props
 from app.engine.discover import EngineInfo, EngineOrigin, choose
 from app.engine.process import ServerProcess
@@ -42,6 +43,9 @@ class LaunchSpec:
     api_key: str | None
     env: dict[str, str] = field(default_factory=dict)
     advisories: tuple[Advisory, ...] = ()
+    #: The 0600 file the engine reads the key from (``--api-key-file``); None: no key, or the
+    #: key is in ``env`` (an engine without that flag).
+    api_key_file: Path | None = None
 
     @property
     def shell_line(self) -> str:
@@ -92,10 +96,26 @@ def prepare(plan: Plan, model: Path, engines: Sequence[EngineInfo], *, host: str
     errors = [a for a in found if a.severity == Severity.ERROR]
     if errors:
         raise LaunchRefused("; ".join(str(a) for a in errors))
-    key = apikey.load_or_create(key_dir) if require_key else apikey.key_for_host(host, key_dir)
+    try:
+        key = apikey.load_or_create(key_dir) if require_key else apikey.key_for_host(host, key_dir)
+    except apikey.ApiKeyError as exc:
+        raise LaunchRefused(str(exc)) from None
     chosen_port = port or free_port("127.0.0.1" if apikey.is_loopback(host) else host)
-    argv = argv_for_plan(engine, plan, model, host, chosen_port, api_key=key, extra=extra)
-    return LaunchSpec(engine, argv, host, chosen_port, key, {**engine_env(), **(env or {})}, found)
+    key_file, key_env = _key_passing(engine, key, apikey.key_path(key_dir))
+    argv = argv_for_plan(engine, plan, model, host, chosen_port, api_key_file=key_file, extra=extra)
+    return LaunchSpec(engine, argv, host, chosen_port, key, {**engine_env(), **(env or {}), **key_env}, found,
+                      key_file)
+
+
+def _key_passing(engine: EngineInfo, key: str | None, stored: Path) -> tuple[Path | None, dict[str, str]]:
+    """How the engine gets the key without a command line that shows it: ``--api-key-file`` on the
+    stored 0600 file, or, for an engine without that flag, the environment (``/proc/PID/environ`` is
+    readable by its owner only)."""
+    if key is None:
+        return None, {}
+    if engine.capabilities is None or engine.capabilities.accepts("--api-key-file"):
+        return stored, {}
+    return None, {API_KEY_ENV: key}
 
 
 def _why_not(engine: EngineInfo, plan: Plan) -> str | None:

@@ -12,6 +12,14 @@ grace period, then SIGKILL to the whole group. The engine must not outlive Headr
 - a PID file per engine under the cache directory names its owner; at the next start, engines
   whose owner is gone and whose command line still matches are killed (``reap_leftovers``).
 
+The pass-1 probe's child (app.probe) is tied to Headroom the same way: ``die_with_parent`` for its
+``preexec_fn``, ``record_child``/``forget_child`` for its PID file. The runtime folder (PID files,
+engine logs) is private: 0700, each file 0600.
+
+Ready means *this* engine answers: ``/health`` 200 counts only once the socket listening on the port
+belongs to the engine's own process (or its children), so another server already on the port is a
+port in use, never "serving".
+
 No Qt here: listeners are plain callables (the UI wraps them in signals).
 """
 
@@ -33,10 +41,12 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import IO, NoReturn
+from typing import IO, NamedTuple, NoReturn
+
+import psutil
 
 from app.engine.capabilities import engine_env
-from app.engine.failures import Failure, classify
+from app.engine.failures import Failure, classify, foreign_server
 from app.paths import cache_dir
 
 POLL_S = 0.25
@@ -65,13 +75,33 @@ Listener = Callable[[ServerStatus, str], None]
 #: The user's Stop arrived before the engine was ready (not a failure to investigate).
 STOPPED_EARLY = Failure("stopped", "The engine was stopped before it was ready.")
 
+#: The kinds of child a PID file may name (``<kind>-<pid>.json``): engines and pass-1 probes.
+CHILD_KINDS = ("engine", "probe")
+
 # One thread spawns every engine, and lives as long as Headroom (see the module docstring).
 _SPAWNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine-spawner")
 _LIVE: set[ServerProcess] = set()
+#: PIDs of the children this process recorded and still runs (engines and probes).
+_OWN: set[int] = set()
 
 
 def runtime_dir() -> Path:
     return cache_dir() / "running"
+
+
+def private_dir(folder: Path) -> Path:
+    """``folder``, created 0700 (and made 0700 if an older Headroom left it 0755)."""
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if folder.stat().st_mode & 0o077:
+        folder.chmod(0o700)
+    return folder
+
+
+def _private_file(path: Path) -> int:
+    """A file descriptor on ``path`` (created or truncated) that only its owner may read."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # an existing file keeps its old mode through O_CREAT
+    return fd
 
 
 def _load_prctl() -> Callable[..., int] | None:
@@ -96,6 +126,32 @@ def _pdeathsig_preexec(parent: int) -> Callable[[], None]:
     return preexec
 
 
+def die_with_parent() -> Callable[[], None]:
+    """A ``preexec_fn`` for a child that must not outlive this process: the kernel SIGKILLs it when
+    the spawning *thread* ends (Linux), so spawn from a thread that waits for the child."""
+    return _pdeathsig_preexec(os.getpid())
+
+
+def record_child(pid: int, argv: Sequence[str], kind: str = "engine", **extra: str) -> Path:
+    """Write the PID file that lets ``reap_leftovers`` kill ``pid`` once this process is gone."""
+    if kind not in CHILD_KINDS:
+        raise ValueError(f"kind must be one of {CHILD_KINDS}, not {kind!r}")
+    path = private_dir(runtime_dir()) / f"{kind}-{pid}.json"
+    with os.fdopen(_private_file(path), "w") as f:
+        f.write(json.dumps({"pid": pid, "owner": os.getpid(), "argv": list(argv), **extra}))
+    _OWN.add(pid)
+    return path
+
+
+def forget_child(record: Path | None) -> None:
+    """The child named by ``record`` has ended: remove its PID file."""
+    if record is None:
+        return
+    with contextlib.suppress(ValueError):
+        _OWN.discard(int(record.stem.rsplit("-", 1)[1]))
+    record.unlink(missing_ok=True)
+
+
 def pid_alive(pid: int) -> bool:
     """True for a running process (a zombie awaiting its reaper counts as gone)."""
     try:
@@ -115,10 +171,10 @@ def _cmdline(pid: int) -> list[str]:
 
 
 def reap_leftovers(directory: Path | None = None) -> list[int]:
-    """Kill engines a dead Headroom left behind (PID file, owner gone, cmdline still matches)."""
+    """Kill engines and probes a dead Headroom left behind (PID file, owner gone, cmdline still matches)."""
     killed: list[int] = []
     folder = directory or runtime_dir()
-    for pid_file in sorted(folder.glob("engine-*.json")):
+    for pid_file in sorted(p for kind in CHILD_KINDS for p in folder.glob(f"{kind}-*.json")):
         try:
             data = json.loads(pid_file.read_text())
             pid, owner, argv = int(data["pid"]), int(data["owner"]), list(data["argv"])
@@ -126,7 +182,7 @@ def reap_leftovers(directory: Path | None = None) -> list[int]:
             pid_file.unlink(missing_ok=True)
             continue
         if owner == os.getpid():
-            if any(server.pid == pid for server in _LIVE):
+            if pid in _OWN:
                 continue  # ours, running
         elif pid_alive(owner):
             continue  # another Headroom is still running it
@@ -136,6 +192,46 @@ def reap_leftovers(directory: Path | None = None) -> list[int]:
             killed.append(pid)
         pid_file.unlink(missing_ok=True)
     return killed
+
+
+class PortHolders(NamedTuple):
+    """Who listens on a TCP port: the engine (``ours``: it or a child of it) and anyone else whose
+    address overlaps (``others``, in words: ``"pid 123 (python3)"``)."""
+
+    ours: bool
+    others: tuple[str, ...]
+
+
+_WILDCARD = ("0.0.0.0", "::", "")
+
+
+def port_holders(port: int, pid: int) -> PortHolders | None:
+    """The listening sockets on ``port``, sorted into the engine's (``pid`` and its children) and the
+    rest; None when this system does not let us see them (then ``/health`` is all there is)."""
+    try:
+        conns = psutil.net_connections(kind="tcp")
+        family = {pid, *(c.pid for c in psutil.Process(pid).children(recursive=True))}
+    except (psutil.Error, OSError):
+        return None
+    listening = [c for c in conns if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port]
+    mine = {c.laddr.ip for c in listening if c.pid in family}
+    others: list[str] = []
+    for c in listening:
+        if c.pid in family:
+            continue
+        if mine and c.laddr.ip not in mine and c.laddr.ip not in _WILDCARD and not mine & set(_WILDCARD):
+            continue  # another address on the same port (127.0.0.2:P beside our 127.0.0.1:P)
+        others.append(_who(c.pid))
+    return PortHolders(bool(mine), tuple(dict.fromkeys(others)))
+
+
+def _who(pid: int | None) -> str:
+    if pid is None:
+        return "a process Headroom may not inspect"
+    try:
+        return f"pid {pid} ({psutil.Process(pid).name()})"
+    except psutil.Error:
+        return f"pid {pid}"
 
 
 def _prune_logs(folder: Path, keep: int = KEEP_LOGS) -> None:
@@ -173,6 +269,9 @@ class ServerProcess:
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._pid_file: Path | None = None
+        self._ready_at: float | None = None
+        #: Who else answered /health on our port while we waited (words; empty: nobody).
+        self._foreign: tuple[str, ...] = ()
 
     # -- observers -----------------------------------------------------------------------------
     def add_listener(self, listener: Listener) -> None:
@@ -223,9 +322,12 @@ class ServerProcess:
             self._fail(Failure("missing_binary", f"The engine {exe} {what}. Choose another engine or "
                                "run `headroom engine build`."))
         reap_leftovers()
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        if self.log_path.parent == runtime_dir():
+            private_dir(self.log_path.parent)
+        else:
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
         _prune_logs(self.log_path.parent)
-        log = open(self.log_path, "wb")  # noqa: SIM115 - closed by the reader thread
+        log = os.fdopen(_private_file(self.log_path), "wb")  # closed by the reader thread
         try:
             self._proc = _SPAWNER.submit(self._spawn).result()
         except OSError as exc:
@@ -249,10 +351,7 @@ class ServerProcess:
 
     def _write_pid_file(self) -> None:
         assert self._proc is not None
-        runtime_dir().mkdir(parents=True, exist_ok=True)
-        self._pid_file = runtime_dir() / f"engine-{self._proc.pid}.json"
-        self._pid_file.write_text(json.dumps({"pid": self._proc.pid, "owner": os.getpid(),
-                                              "argv": self.argv, "log": str(self.log_path)}))
+        self._pid_file = record_child(self._proc.pid, self.argv, "engine", log=str(self.log_path))
 
     def _read(self, proc: subprocess.Popen[bytes], log: IO[bytes]) -> None:
         """Copy the engine's output to the log file and the tail. Reads chunks, not lines, so a
@@ -312,9 +411,19 @@ class ServerProcess:
                 self._exited()
             code = self.health()
             if code == 200:
-                self._set(ServerStatus.READY, self.base_url)
-                return
-            if code == 503:
+                holders = port_holders(self.port, self._proc.pid)
+                if holders is None or (holders.ours and not holders.others):
+                    self._ready_at = time.monotonic()
+                    self._set(ServerStatus.READY, self.base_url)
+                    return
+                if holders.ours:  # both listen (SO_REUSEPORT): a request may reach either
+                    self.stop()
+                    self._fail(foreign_server(self.host, self.port, holders.others, shared=True,
+                                              tail=tuple(self.tail(12))))
+                # Someone else answered; the engine has not bound the port yet (or cannot): wait for
+                # it to listen, or to exit saying it could not bind.
+                self._foreign = holders.others
+            elif code == 503:
                 self._set(ServerStatus.LOADING, "loading the model")
             now = time.monotonic()
             with self._lock:
@@ -322,6 +431,8 @@ class ServerProcess:
             if now - started > timeout and silent > stall:
                 self.stop()
                 tail = tuple(self.tail(12))
+                if self._foreign:
+                    self._fail(foreign_server(self.host, self.port, self._foreign, shared=False, tail=tail))
                 self._fail(Failure("timeout", f"The engine was not ready after {now - started:.0f} s and "
                                    f"its log was silent for {silent:.0f} s; it was stopped.", "", tail))
             self._stopping.wait(POLL_S)
@@ -332,7 +443,13 @@ class ServerProcess:
         if self._reader is not None:
             self._reader.join(timeout=5.0)
         self._cleanup()
-        self._fail(classify(self.tail(), self.exit_code))
+        serving = self.status == ServerStatus.READY and self._ready_at is not None
+        served_for = time.monotonic() - self._ready_at if serving and self._ready_at is not None else None
+        failure = classify(self.tail(), self.exit_code, serving_at=self.base_url if serving else None,
+                           served_for=served_for)
+        if self._foreign and failure.kind == "port_in_use":  # say who holds it: it answered us
+            failure = foreign_server(self.host, self.port, self._foreign, shared=False, tail=failure.tail)
+        self._fail(failure)
 
     def check_alive(self) -> None:
         """Raise EngineFailed (classified) if a ready engine has died since."""
@@ -365,8 +482,7 @@ class ServerProcess:
         return self.exit_code
 
     def _cleanup(self) -> None:
-        if self._pid_file is not None:
-            self._pid_file.unlink(missing_ok=True)
+        forget_child(self._pid_file)
         _LIVE.discard(self)
 
     def __enter__(self) -> ServerProcess:

@@ -6,6 +6,8 @@
 - ``engine_pass1``: the opencoti llamafile measures itself: its window mode boots with a minimal
   window and logs ``two-pass — measured GPU compute buffer = N MiB`` (docs/domain.md §4). Start it, read
   that number, stop it.
+
+Both children die with Headroom (app.engine.process ``die_with_parent``), as the probe's does.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from app.engine.native_build import EngineBuild
+from app.engine.process import die_with_parent, forget_child, record_child
 from app.planner.logparse import LogParser, is_host_device, parse_fit_print
 from app.planner.measurement import DeviceMeasurement, Measurement
 from app.planner.settings import LaunchSettings
@@ -54,7 +57,8 @@ def fit_params_measure(build: EngineBuild, model: str | Path, settings: LaunchSe
     started = time.monotonic()
     try:
         proc = subprocess.run(fit_params_argv(build, path, settings), stdin=subprocess.DEVNULL,
-                              capture_output=True, text=True, errors="replace", timeout=timeout, check=False)
+                              capture_output=True, text=True, errors="replace", timeout=timeout, check=False,
+                              preexec_fn=die_with_parent())
     except subprocess.TimeoutExpired:
         raise MeasureError(f"llama-fit-params did not finish within {timeout:g} s") from None
     lines = proc.stderr.splitlines()
@@ -103,7 +107,8 @@ def engine_pass1(argv: Sequence[str], *, timeout: float = 180.0, env: dict[str, 
     started = time.monotonic()
     proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, errors="replace", env=env,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=die_with_parent())
+    record = record_child(proc.pid, list(argv), "probe")
     lines: queue.Queue[str | None] = queue.Queue()
     threading.Thread(target=_reader, args=(proc.stdout, lines), daemon=True).start()
     parser = LogParser()
@@ -130,6 +135,7 @@ def engine_pass1(argv: Sequence[str], *, timeout: float = 180.0, env: dict[str, 
             measured = parser.result().opencoti.measured_compute
     finally:
         stop_process(proc)
+        forget_child(record)
     buffers = parser.result()
     host = {d: b for d, b in buffers.compute.items() if is_host_device(d)}
     devices = (DeviceMeasurement(gpu, measured, 0, False),

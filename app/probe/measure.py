@@ -3,7 +3,8 @@
 ``measure(model, settings)`` runs ``app.probe.worker`` in a child process (llama.cpp
 aborts on a failed assertion; the app must survive), reads the llama.cpp log it streams back, and
 returns a ``Measurement``. A child that fails, hangs or aborts raises ``MeasureError`` carrying the
-last log lines and, where the cause is known, what to change.
+line that says why, the log lines up to it and, where the cause is known, what to change. The
+child dies with Headroom, as the engine does (app.engine.process: parent-death signal, PID file).
 
 Whose numbers: the probe measures with the backend llama-cpp-python was built for. ``gpu_caveat``
 says so when that is the CPU and the plan targets a GPU, and names the alternatives.
@@ -24,6 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from app.engine.native_build import EngineBuild, find_build
+from app.engine.process import die_with_parent, forget_child, reap_leftovers, record_child
 from app.planner.errors import PlannerError
 from app.planner.logparse import LogBuffers, is_host_device, parse_log
 from app.planner.measurement import DeviceMeasurement, Measurement
@@ -39,11 +41,13 @@ _APP_ROOT = str(Path(__file__).resolve().parent.parent.parent)
 
 
 class MeasureError(PlannerError):
-    """Pass 1 failed. ``hint`` says what to change (may be empty); ``log_tail`` is the last lines."""
+    """Pass 1 failed. ``hint`` says what to change (may be empty); ``log_tail`` is the last lines;
+    ``reason`` the one line that says why (a failed assertion, llama.cpp's own error), else the message."""
 
-    def __init__(self, message: str, *, hint: str = "", log_tail: Sequence[str] = ()) -> None:
+    def __init__(self, message: str, *, hint: str = "", log_tail: Sequence[str] = (), reason: str = "") -> None:
         self.hint = hint
         self.log_tail = tuple(log_tail)
+        self.reason = reason or message
         text = message + (f"\n{hint}" if hint else "")
         if self.log_tail:
             text += "\nlast log lines:\n  " + "\n  ".join(self.log_tail)
@@ -96,12 +100,53 @@ def last_lines(lines: Sequence[str], n: int = TAIL_LINES) -> list[str]:
     return keep[-n:]
 
 
+#: The lines that say why llama.cpp gave up, most telling first. The first pattern any line
+#: matches decides (its first such line); what follows an abort is its backtrace, not the cause.
+_REASONS: tuple[re.Pattern[str], ...] = (
+    # ggml/src/ggml.c, ggml_abort via GGML_ASSERT:
+    # /src/llama-model.cpp:1420: GGML_ASSERT(hparams.rope_scaling_type_train != LLAMA_ROPE_SCALING_TYPE_UNSPECIFIED) failed
+    re.compile(r"GGML_ASSERT\(.*\) failed"),
+    # a C assert(): python3: /src/llama.cpp:12: int f(): Assertion `x > 0' failed.
+    re.compile(r"Assertion .* failed"),
+    # ggml/src/ggml.c, ggml_abort (GGML_ABORT): "<file>:<line>: <message>", then the backtrace
+    # /src/llama-graph.cpp:123: fatal error
+    re.compile(r"^\S+\.(?:c|cc|cpp|cu|h|hpp):\d+: \S"),
+    # src/llama.cpp, llama_model_load:
+    # llama_model_load: error loading model: error loading model hyperparameters: invalid n_rot: 48, expected 16
+    re.compile(r"error loading model: .*"),
+    # src/llama-context.cpp / llama.cpp, llama_init_from_model:
+    # llama_init_from_model: failed to initialize the context: failed to allocate compute pp buffers
+    re.compile(r"failed to initialize the context: .*"),
+)
+
+
+def reason_index(lines: Sequence[str]) -> int | None:
+    """Where in ``lines`` llama.cpp said why it failed (see ``_REASONS``), or None."""
+    for regex in _REASONS:
+        for i, line in enumerate(lines):
+            if regex.search(line):
+                return i
+    return None
+
+
+def up_to_reason(lines: Sequence[str]) -> tuple[str, list[str]]:
+    """``(the reason line or "", the last log lines ending with it)``: an abort's backtrace (gdb's
+    frames, "No such file or directory" for each source it lacks) is dropped."""
+    i = reason_index(lines)
+    if i is None:
+        return "", last_lines(lines)
+    return lines[i].strip(), last_lines(lines[: i + 1])
+
+
 def _worker_env() -> dict[str, str]:
     from app.engine.libpath import ensure_llama_cpp_lib
 
     ensure_llama_cpp_lib()  # sets LLAMA_CPP_LIB_PATH in os.environ when the bindings need it
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_APP_ROOT, env.get("PYTHONPATH", "")) if p)
+    # ggml/src/ggml.c, ggml_print_backtrace: on an abort it attaches gdb to print the interpreter's
+    # frames (seconds, and dozens of lines after the one that says why); the probe needs the line.
+    env.setdefault("GGML_NO_BACKTRACE", "1")
     return env
 
 
@@ -122,9 +167,13 @@ def run_worker(model_path: Path, settings: LaunchSettings, *, timeout: float,
     """Run the child; return its result object and its log lines. Raises MeasureError, or
     MeasureCancelled (the child's process group killed) as soon as ``cancel`` is set."""
     request = json.dumps({"model": str(model_path), "settings": settings.to_json()})
+    reap_leftovers()  # probes (and engines) a killed Headroom left behind
+    # Tied to this thread, which waits for it: the kernel kills it if Headroom dies (even by
+    # SIGKILL), and its PID file lets the next Headroom reap it where that signal was lost.
     proc = subprocess.Popen(list(worker), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, errors="replace", env=_worker_env(),
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=die_with_parent())
+    record = record_child(proc.pid, list(worker), "probe")
     try:
         return _wait_worker(proc, request, timeout=timeout, cancel=cancel)
     except BaseException:  # Ctrl-C (or any failure here): the child has its own session, so kill it
@@ -132,6 +181,8 @@ def run_worker(model_path: Path, settings: LaunchSettings, *, timeout: float,
             _kill_group(proc)
             proc.communicate()
         raise
+    finally:
+        forget_child(record)
 
 
 def _wait_worker(proc: subprocess.Popen[str], request: str, *, timeout: float,
@@ -166,14 +217,17 @@ def _wait_worker(proc: subprocess.Popen[str], request: str, *, timeout: float,
             break
         except ValueError:
             continue
+    reason, tail = up_to_reason(lines)
     if proc.returncode < 0:
         sig = signal.Signals(-proc.returncode).name
         what = "aborted (a failed assertion)" if sig == "SIGABRT" else f"was killed by {sig}"
-        raise MeasureError(f"pass 1: the llama.cpp probe {what}; the app is unaffected",
-                           hint=failure_hint(lines), log_tail=last_lines(lines))
+        said = f": {reason}" if reason else ""
+        raise MeasureError(f"pass 1: the llama.cpp probe {what}{said}; the app is unaffected",
+                           hint=failure_hint(lines), log_tail=tail, reason=reason)
     if not result.get("ok"):
         error = str(result.get("error") or f"the probe exited with status {proc.returncode}")
-        raise MeasureError(f"pass 1 failed: {error}", hint=failure_hint([*lines, error]), log_tail=last_lines(lines))
+        raise MeasureError(f"pass 1 failed: {error}", hint=failure_hint([*lines, error]), log_tail=tail,
+                           reason=reason or error)
     return result, lines
 
 

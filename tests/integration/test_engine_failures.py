@@ -1,8 +1,11 @@
-"""Each way the real engine fails to start turns into its classified, actionable message."""
+"""Each way the real engine fails to start (or stops serving) turns into its classified, actionable message."""
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
+import time
 from pathlib import Path
 
 import pytest
@@ -87,3 +90,30 @@ def test_out_of_memory_at_load_names_the_buffer(engine: EngineInfo, tiny_model: 
     err = _start(argv, port)
     assert err.failure.kind == "oom", str(err)
     assert "the CPU buffer of 4096 MiB could not be allocated" in err.failure.message
+
+
+def test_an_engine_killed_while_serving_is_said_to_be_killed_by_sigkill(engine: EngineInfo, tiny_model: Path) -> None:
+    port = free_port()
+    server = ServerProcess(build_argv(engine, CPU, PlanMode.CPU, tiny_model, "127.0.0.1", port), "127.0.0.1", port)
+    try:
+        server.start()
+        server.wait_ready(timeout=120)
+        assert server.pid is not None
+        os.kill(server.pid, signal.SIGKILL)  # what the kernel's OOM killer (or a user) does
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                server.check_alive()
+            except EngineFailed as exc:
+                failure = exc.failure
+                break
+            assert time.monotonic() < deadline, "check_alive never noticed the dead engine"
+            time.sleep(0.1)
+    finally:
+        server.stop()
+    assert failure.kind == "killed"
+    assert f"was killed by SIGKILL while serving at http://127.0.0.1:{port}" in failure.message
+    assert "before it was ready" not in failure.message and "-9" not in failure.message
+    log = server.log_path.read_text()
+    assert failure.tail and all(line in log for line in failure.tail)  # the log's tail comes with it
+    assert "Last engine log lines" in str(failure)

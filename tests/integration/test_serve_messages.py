@@ -4,11 +4,13 @@ use), the context as ``plan`` writes it, the smoke result in words, and ``sessio
 
 from __future__ import annotations
 
+import http.server
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -69,3 +71,30 @@ def test_serve_says_each_thing_once_and_sessions_take_url_after_the_action(
     seen = capsys.readouterr()
     assert fork_rc == 2 and "a fork into 3 sessions needs 3 slots" in seen.err
     assert list_rc == 0 and "2 slots" in seen.out
+
+
+class _Healthy(http.server.BaseHTTPRequestHandler):
+    """Another server that says it is healthy to anyone who asks."""
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b'{"status":"ok"}')
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def test_another_server_answering_health_on_the_port_is_a_port_in_use(engine_build: EngineBuild,
+                                                                       tiny_model: Path) -> None:
+    foreign = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Healthy)
+    threading.Thread(target=foreign.serve_forever, daemon=True).start()
+    try:
+        port = foreign.server_address[1]
+        rc, out = _serve(tiny_model, "-c", "4096", "--port", str(port))
+    finally:
+        foreign.shutdown()
+        foreign.server_close()
+    assert rc == 1, out
+    assert "port is in use" in out.lower(), out
+    assert "serving at" not in out and "plan vs actual" not in out, out

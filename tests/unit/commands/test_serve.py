@@ -1,5 +1,6 @@
 """``headroom serve`` before anything starts: the advisories for the model on the engine it would use,
-and a model the planner does not model is refused after them (nothing is launched)."""
+and a model the planner does not model is refused after them (nothing is launched); so is a model
+whose pass 1 failed, and a key file others can read."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import pytest
 
 from app import cli
 from app.engine.native_build import EngineBuild
+from app.probe import cache as measure_cache
+from tests.fixtures import gguf_factory, shapes
 
 
 def test_glm5_next_with_shared_sessions_is_told_fixed_in_this_build_then_is_refused(
@@ -105,3 +108,33 @@ def test_smoke_with_one_slot_is_refused_before_launching(tiny_model: Path, capsy
     out, err = capsys.readouterr()
     assert "--smoke forks two shared sessions: it needs -np 2 or more" in err and "not -np 1" in err
     assert "engine: starting" not in out
+
+
+def test_a_model_whose_pass_1_failed_is_refused_with_the_failing_assertion(
+        engine_build: EngineBuild, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(measure_cache, "measurements_dir", lambda: tmp_path / "measurements")
+    model = gguf_factory.ensure(shapes.TINY_BAD_ROPE_SCALING)  # the probe aborts on a GGML_ASSERT
+    rc = cli.main(["serve", str(model), "-c", "4096"])
+    out, err = capsys.readouterr()
+    assert rc == 1, err
+    assert "headroom serve: refused: pass 1 failed" in err
+    assert ("GGML_ASSERT(hparams.rope_scaling_type_train != LLAMA_ROPE_SCALING_TYPE_UNSPECIFIED) failed"
+            in err.splitlines()[0])  # pass 1's reason, on the first line
+    assert "No such file or directory" not in err and "#0 " not in err  # not the backtrace after it
+    assert "command:" not in out and "engine: starting" not in out  # nothing launched
+
+
+def test_an_api_key_file_others_can_read_is_refused_in_words(
+        engine_build: EngineBuild, tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("HEADROOM_CONFIG_DIR", str(tmp_path))
+    key = tmp_path / "api_key"
+    key.write_text("a-key-the-user-wrote\n")
+    key.chmod(0o644)
+    rc = cli.main(["serve", str(tiny_model), "--no-measure", "-c", "4096", "--host", "0.0.0.0"])
+    out, err = capsys.readouterr()
+    assert rc == 2
+    assert err.startswith("headroom serve: refused: the API key file ") and "readable by other users" in err
+    assert f"chmod 600 {key}" in err and len(err.splitlines()) == 1
+    assert "engine: starting" not in out and "a-key-the-user-wrote" not in out + err

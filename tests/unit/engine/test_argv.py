@@ -74,11 +74,12 @@ def test_flags_a_probed_engine_lacks_are_left_out_only_when_optional() -> None:
     assert "--metrics" in argv and argv[argv.index("-lv") + 1] == "4"
 
 
-def test_api_key_and_extra_args_come_last_and_the_shell_line_hides_the_key() -> None:
+def test_the_key_file_and_extra_args_come_last_and_the_shell_line_hides_a_given_key() -> None:
     argv = build_argv(STOCK, LaunchSettings(), PlanMode.STOCK, Path("/m/my model.gguf"), "0.0.0.0", 8080,
-                      api_key="s3cret", extra=("--slot-save-path", "/tmp/slots"))
-    assert argv[argv.index("--api-key") + 1] == "s3cret"
-    assert argv[-2:] == ["--slot-save-path", "/tmp/slots"]
+                      api_key_file=Path("/home/u/.config/headroom/api_key"),
+                      extra=("--slot-save-path", "/tmp/slots", "--api-key", "s3cret"))
+    assert argv[argv.index("--api-key-file") + 1] == "/home/u/.config/headroom/api_key"
+    assert argv[-4:] == ["--slot-save-path", "/tmp/slots", "--api-key", "s3cret"]
     line = shell_line(argv)
     assert "s3cret" not in line
     assert "'/m/my model.gguf'" in line

@@ -120,3 +120,25 @@ def test_no_engine_at_all_says_what_would_help(mode: PlanMode, says: str, not_sa
     with pytest.raises(LaunchRefused) as err:
         prepare(_plan(mode, LaunchSettings()), MODEL, [], port=8080)
     assert says in str(err.value) and not_says not in str(err.value)
+
+
+def test_the_key_reaches_the_engine_by_file_or_by_its_environment_never_by_argument(tmp_path: Path) -> None:
+    plan = _plan(PlanMode.STOCK, LaunchSettings())
+    spec = prepare(plan, MODEL, [STOCK], host="0.0.0.0", port=8080, key_dir=tmp_path)
+    assert spec.api_key and spec.api_key_file == tmp_path / "api_key"
+    assert spec.argv[spec.argv.index("--api-key-file") + 1] == str(tmp_path / "api_key")
+    assert spec.api_key not in spec.argv and "LLAMA_API_KEY" not in spec.env
+    # an engine whose parser lacks --api-key-file reads LLAMA_API_KEY (common/arg.cpp), which only
+    # its owner can read in /proc/PID/environ
+    older = replace(STOCK, capabilities=_caps("--kv-residency-mode", "--vram-target", "--api-key-file"))
+    spec = prepare(plan, MODEL, [older], host="0.0.0.0", port=8080, key_dir=tmp_path)
+    assert "--api-key-file" not in spec.argv and spec.api_key not in spec.argv
+    assert spec.env["LLAMA_API_KEY"] == spec.api_key and spec.api_key_file is None
+
+
+def test_a_user_key_file_others_can_read_refuses_the_launch(tmp_path: Path) -> None:
+    (tmp_path / "api_key").write_text("mine\n")
+    (tmp_path / "api_key").chmod(0o644)
+    with pytest.raises(LaunchRefused, match=r"readable by other users.*chmod 600"):
+        prepare(_plan(PlanMode.STOCK, LaunchSettings()), MODEL, [STOCK], host="0.0.0.0", port=8080,
+                key_dir=tmp_path)

@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import http.server
+import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -83,3 +86,35 @@ def test_stop_escalates_to_sigkill_for_an_engine_ignoring_sigterm(tmp_path: Path
         time.sleep(0.02)
     assert server.stop(grace=0.5) == -9
     assert server.status == ServerStatus.STOPPED and not server.running()
+
+
+class _Healthy(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b'{"status":"ok"}')
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def test_another_server_answering_health_on_the_port_is_never_taken_for_the_engine(tmp_path: Path) -> None:
+    foreign = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Healthy)
+    threading.Thread(target=foreign.serve_forever, daemon=True).start()
+    port = foreign.server_address[1]
+    # an engine still loading, that has not bound its port (and never will)
+    server = ServerProcess([sys.executable, "-c", "import time; print('loading', flush=True); time.sleep(60)"],
+                           "127.0.0.1", port, log_path=tmp_path / "engine.log")
+    seen: list[ServerStatus] = []
+    server.add_listener(lambda s, d: seen.append(s))
+    try:
+        server.start()
+        with pytest.raises(EngineFailed) as err:
+            server.wait_ready(timeout=0.5, stall=1.0)
+    finally:
+        server.stop(grace=0.5)
+        foreign.shutdown()
+        foreign.server_close()
+    assert ServerStatus.READY not in seen
+    assert err.value.failure.kind == "port_in_use"
+    assert f"pid {os.getpid()}" in err.value.failure.message and "not the engine Headroom started" in str(err.value)

@@ -3,6 +3,9 @@ and the errors a user gets when it cannot measure: each says what to change, the
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import sys
 import threading
 import time
@@ -18,6 +21,8 @@ from app.planner.measurement import DeviceMeasurement, Measurement
 from app.planner.settings import LaunchSettings
 from app.planner.units import MiB
 from app.probe.measure import MeasureCancelled, MeasureError, gpu_caveat, measure
+
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_probe_measures_compute_and_kv(engine_build: EngineBuild, tiny_model: Path) -> None:
@@ -81,13 +86,20 @@ def test_a_worker_that_aborts_leaves_the_parent_running(tmp_path: Path, tiny_mod
 sys.stdin.read()
 sys.stderr.write("llama_context: constructing llama_context\\n")
 sys.stderr.write("/src/llama-graph.cpp:123: GGML_ASSERT(n_tokens > 0) failed\\n")
+# what ggml_print_backtrace's gdb prints after it (from a real abort of the probe)
+sys.stderr.write("warning: File \\"python3.11-gdb.py\\" auto-loading has been declined\\n")
+for n in range(20):
+    sys.stderr.write(f"{n}\\tPython/ceval.c: No such file or directory.\\n")
 sys.stderr.flush()
 os.abort()
 """)
     with pytest.raises(MeasureError) as err:
         measure(tiny_model, LaunchSettings(), worker=worker)
     assert "aborted" in str(err.value) and "the app is unaffected" in str(err.value)
-    assert err.value.log_tail[-1].endswith("GGML_ASSERT(n_tokens > 0) failed")
+    assert err.value.reason == "/src/llama-graph.cpp:123: GGML_ASSERT(n_tokens > 0) failed"
+    assert err.value.reason in str(err.value).splitlines()[0]  # said first, not buried in the tail
+    assert err.value.log_tail[-1] == err.value.reason  # the backtrace after it is dropped
+    assert "No such file or directory" not in str(err.value)
     assert "assertion" in err.value.hint
 
 
@@ -241,3 +253,47 @@ threading.Event().wait()
     while pid_alive(pid) and time.monotonic() < deadline:
         time.sleep(0.02)
     assert not pid_alive(pid)
+
+
+#: Python imports ``sitecustomize`` from PYTHONPATH at start-up, before running ``-m app.probe.worker``:
+#: this one holds the real worker there (nothing else changes), so the test kills Headroom while
+#: pass 1 is certainly running, however fast or slow the machine.
+HOLD_THE_WORKER = """import os, sys, threading
+if "app.probe.worker" in sys.orig_argv:
+    with open({marker!r}, "w") as f:
+        f.write(str(os.getpid()))
+    threading.Event().wait()
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=lambda s: s.name)
+def test_the_probe_dies_with_a_killed_headroom_measure(engine_build: EngineBuild, tiny_model: Path,
+                                                       tmp_path: Path, sig: signal.Signals) -> None:
+    hold = tmp_path / "hold"
+    hold.mkdir()
+    marker = tmp_path / "worker-pid"
+    (hold / "sitecustomize.py").write_text(HOLD_THE_WORKER.format(marker=str(marker)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(hold), str(ROOT)]))
+    headroom = subprocess.Popen([sys.executable, "-m", "app", "measure", str(tiny_model), "-c", "512", "--refresh"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=ROOT)
+    worker = 0
+    try:
+        deadline = time.monotonic() + 120
+        while not (marker.exists() and marker.read_text()):
+            assert headroom.poll() is None, "headroom measure ended before its probe started"
+            assert time.monotonic() < deadline, "the probe never started"
+            time.sleep(0.05)
+        worker = int(marker.read_text())
+        assert pid_alive(worker)
+        headroom.send_signal(sig)
+        headroom.wait(timeout=60)
+        deadline = time.monotonic() + 15
+        while pid_alive(worker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not pid_alive(worker), f"the pass-1 probe outlived headroom measure killed by {sig.name}"
+    finally:
+        if headroom.poll() is None:
+            headroom.kill()
+            headroom.wait()
+        if worker and pid_alive(worker):
+            os.kill(worker, signal.SIGKILL)
