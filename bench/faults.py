@@ -11,10 +11,10 @@ the engine build and the generated models are linked in from the real cache). Pe
   killed: must be 0;
 - secrets: places other users can read that hold the API key: every process's command line (what
   ``ps`` shows) and every file with the others-read bit under the cache and config directories;
-  must be 0 ("—" where no key is in play).
+  must be 0 ("—" where no key is in play). The downloads fault looks there for its HF_TOKEN, in the
+  run's own Hugging Face cache too.
 
 Exits 1 when a row has a process left, a secret found, or an outcome that is not the expected one.
-The downloads fault (issue 18 item 5) belongs to the hub; ``fault_download`` is its hook.
 """
 
 from __future__ import annotations
@@ -358,11 +358,94 @@ def fault_user_key_readable() -> Row:
         return Row(name, f"exit {rc}: {said}", ok, left, len(found))
 
 
-def fault_download() -> Row:
-    """Item 5 (downloads): the hub's fault. A hook: the hub's owner replaces this body with the
-    real run (e.g. a download cut off mid-file, then resumed) and its row."""
-    return Row("download interrupted (issue 18 item 5)", "not run here: app/hub's fault, see fault_download()",
-               None, None, None)
+#: The listed file of the downloads fault: the loadable tiny MoE, 13.3 MiB, more than one of
+#: huggingface_hub's 10 MiB download chunks, so the bound shows as bytes kept, not only as none.
+DOWNLOAD_REPO, DOWNLOAD_FILE = "acme/Tiny-MoE-GGUF", "Tiny-MoE-F32.gguf"
+#: What the flooding mirror streams for it: 1 GiB, some 77 times the listed size.
+FLOOD_BYTES = 1 << 30
+
+
+class DiskWatch:
+    """The biggest file under ``folder`` (the Hugging Face cache: ``blobs/*.incomplete``, ``blobs/*``,
+    ``snapshots/*``) seen while a run goes on, sampled every 20 ms and once more at the end, and whether
+    the key ``secret`` ever showed in a process's command line (``ps``) meanwhile."""
+
+    def __init__(self, folder: Path, secret: str) -> None:
+        self.folder, self.secret = folder, secret
+        self.peak, self.peak_file = 0, ""
+        self.in_cmdline: set[str] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        for dirpath, _dirs, files in os.walk(self.folder):
+            for name in files:
+                with contextlib.suppress(OSError):
+                    size = (Path(dirpath) / name).stat().st_size
+                    if size > self.peak:
+                        self.peak, self.peak_file = size, name
+
+    def _watch(self) -> None:
+        last_ps = 0.0
+        while not self._stop.wait(0.02):
+            self._sample()
+            if time.monotonic() - last_ps >= 0.5:
+                last_ps = time.monotonic()
+                self.in_cmdline |= set(world_readable_secrets(self.secret))
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        self._sample()
+
+
+def fault_download(announced: int | None) -> Row:
+    """Item 5: ``headroom serve hf:…`` against a Hub mirror whose GET sends 1 GiB for a file listed at
+    13.3 MiB, its length unannounced (``announced`` None: the body ends when the connection closes) or
+    announced in Content-Length (10^15). Refused with the hub's message; never more on disk than listed.
+    The Hub is tests/fixtures/fake_hub.py in this process, the Hugging Face cache private to the run
+    (HF_HOME, HF_HUB_CACHE), and an HF_TOKEN is set: the secrets column looks for it."""
+    from app.planner.units import Bytes
+    from tests.fixtures.fake_hub import FakeHub
+
+    how = "no length" if announced is None else f"Content-Length {announced}"
+    model = gguf_factory.ensure(shapes.TINY_MOE)
+    listed = model.stat().st_size
+    name = f"a Hub GET sends {Bytes(FLOOD_BYTES)} for {Bytes(listed)} listed ({how})"
+    with private_env() as env, FakeHub() as hub:
+        hub.add_repo(DOWNLOAD_REPO, {DOWNLOAD_FILE: model})
+        hub.flood(DOWNLOAD_REPO, DOWNLOAD_FILE, total=FLOOD_BYTES, length=announced)
+        hf_home = env.root / "huggingface"
+        hf_cache = hf_home / "hub"
+        token = "hf_" + os.urandom(16).hex()
+        variables = env.vars(HF_ENDPOINT=hub.url, HF_HOME=str(hf_home), HF_HUB_CACHE=str(hf_cache),
+                             HF_TOKEN=token)
+        variables.pop("HF_HUB_OFFLINE", None)
+        watch = DiskWatch(hf_home, token)
+        run = Serving(headroom("serve", f"hf:{DOWNLOAD_REPO}:F32", "--no-measure", "-c", "4096", env=variables))
+        run.serving.wait(SERVE_S)
+        if run.url():
+            run.proc.send_signal(signal.SIGTERM)
+        rc = run.wait()
+        watch.stop()
+        left = left_after(run.pids())
+        found = sorted(watch.in_cmdline | set(world_readable_secrets(token, env.cache, env.config, hf_home)))
+        said = run.said("headroom serve:", "Traceback")
+        snapshots = list(hf_cache.rglob("snapshots/*/*")) if hf_cache.exists() else []
+        launched = run.engine_pid is not None
+        words = (f"sent more than the listed {Bytes(listed)}" if announced is None
+                 else f"announced {Bytes(announced)}")
+        ok = (rc == 2 and words in said and watch.peak <= listed and not snapshots and not launched
+              and not any("Traceback" in ln for ln in run.lines))
+        peak = (f"at most {watch.peak} bytes ({watch.peak_file})" if watch.peak else "not one byte")
+        outcome = (f"exit {rc}: {said}; on disk {peak} of the listed {listed}; the Hub wrote "
+                   f"{Bytes(hub.served(DOWNLOAD_REPO, DOWNLOAD_FILE))} into the connection"
+                   + ("; a snapshot was linked" if snapshots else "")
+                   + ("; the engine was launched" if launched else "; nothing launched"))
+        if found:
+            outcome += "; the token found in " + ", ".join(found)
+        return Row(name, outcome, ok, left, len(found))
 
 
 def fault_pass1_failed() -> Row:
@@ -390,7 +473,8 @@ FAULTS: tuple[Callable[[], Row], ...] = (
     fault_engine_killed_while_serving,
     fault_api_key,
     fault_user_key_readable,
-    fault_download,
+    lambda: fault_download(None),
+    lambda: fault_download(10**15),
     fault_pass1_failed,
 )
 
