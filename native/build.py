@@ -7,7 +7,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.engine.native_build import main  # noqa: E402
+from app.engine.native_build import main
 
 if __name__ == "__main__":
     sys.exit(main())
