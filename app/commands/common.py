@@ -26,7 +26,7 @@ from typing import Any
 from app.planner.devices import Inventory
 from app.planner.gguf_model import ModelShape
 from app.planner.request import DEFAULT_SAFETY, MeasurementLookup, PlanRequest
-from app.planner.settings import ALL_LAYERS, KV_TYPES, LaunchSettings
+from app.planner.settings import ALL_LAYERS, DEFAULT_CACHE_RAM_MIB, KV_TYPES, LaunchSettings
 from app.planner.units import Bytes, parse_tokens
 
 
@@ -97,6 +97,9 @@ def add_launch_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-nkvo", "--nkvo", "--no-kv-offload", dest="no_kv_offload", action="store_true",
                    help="keep the KV cache in host memory")
     p.add_argument("--swa-full", dest="swa_full", action="store_true", help="full-size SWA cache")
+    p.add_argument("-cram", "--cache-ram", dest="cache_ram", type=int, default=DEFAULT_CACHE_RAM_MIB,
+                   metavar="MiB", help=f"the server's prompt cache in host RAM (default {DEFAULT_CACHE_RAM_MIB}, "
+                                       "llama-server's; -1 no limit, 0 off): planned and passed explicitly")
     p.add_argument("-ts", "--ts", "--tensor-split", dest="tensor_split", type=tensor_split, default=(),
                    metavar="N,N,...", help="layer shares per device in the engine's order (RPC workers first); "
                                           "default: the planner chooses them by the devices' budgets")
@@ -167,7 +170,8 @@ def settings_from_args(args: argparse.Namespace) -> LaunchSettings:
         n_parallel=args.n_parallel, kv_unified=args.kv_unified, swa_full=args.swa_full,
         n_ubatch=args.n_ubatch, n_batch=args.n_batch, flash_attn=args.flash_attn,
         n_gpu_layers=args.n_gpu_layers, offload_kqv=not args.no_kv_offload,
-        tensor_split=tuple(getattr(args, "tensor_split", ()) or ()))
+        tensor_split=tuple(getattr(args, "tensor_split", ()) or ()),
+        cache_ram_mib=getattr(args, "cache_ram", DEFAULT_CACHE_RAM_MIB))
 
 
 def context(text: str, model: str | Path) -> int:

@@ -191,7 +191,7 @@ def render(plan: Plan, title: str, fit: ContextFit, asked: LaunchSettings | None
         out += [f"    {p.replace('_', ' '):<16}{Bytes(getattr(g, p))!s:>12}   {g.sources.get(p, '')!s}" for p in parts]
     h = plan.host
     out.append(f"  host RAM  available {Bytes(h.available)} of {Bytes(h.total)}")
-    for p in ("weights_mapped", "kv_tail", "compute_pinned", "free"):
+    for p in ("weights_mapped", "kv_tail", "compute_pinned", "prompt_cache", "free"):
         out.append(f"    {p.replace('_', ' '):<16}{Bytes(getattr(h, p))!s:>12}   {h.sources.get(p, '')!s}")
     out.append(f"  KV window {format_tokens(plan.window_cells)} cells resident, "
                f"host tail {format_tokens(plan.tail_cells)} cells")

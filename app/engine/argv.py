@@ -25,7 +25,7 @@ MODES = tuple(PlanMode)
 
 #: Flags left out when a probed engine lacks them: they refine the launch but are not the plan
 #: (an engine without ``--fit`` never fits; without ``--metrics`` there is just no /metrics).
-OPTIONAL = ("--fit", "--metrics", "-lv")
+OPTIONAL = ("--fit", "--metrics", "-lv", "--cache-ram")
 
 
 class ArgvError(ValueError):
@@ -84,6 +84,8 @@ def build_argv(engine: EngineInfo, settings: LaunchSettings, mode: PlanMode, mod
         argv.append("-nkvo")
     if mode == PlanMode.WINDOW:
         argv += ["--kv-residency-mode", "window", "--vram-target", str((vram_target or 0) // MiB)]
+    if _optional(engine, "--cache-ram"):  # explicit, so the limit the plan holds back is the engine's
+        argv += ["--cache-ram", str(settings.cache_ram_mib)]
     if _optional(engine, "--fit"):
         argv += ["--fit", "off"]
     if _optional(engine, "-lv"):

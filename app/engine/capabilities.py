@@ -36,6 +36,7 @@ PROBES: dict[str, tuple[str, ...]] = {
     "--metrics": ("--metrics",),
     "--rpc": ("--rpc", "127.0.0.1:1"),
     "-ts": ("-ts", "1,1"),
+    "--cache-ram": ("--cache-ram", "0"),
     "-ot": ("-ot", "blk\\.0\\.=CPU"),
     "--n-cpu-moe": ("--n-cpu-moe", "1"),
     "-lv": ("-lv", "4"),

@@ -71,6 +71,8 @@ class CheckRow:
     def _fmt(self, v: int | None) -> str:
         if v is None:
             return "—"
+        if self.unit == "MiB limit":
+            return "no limit" if v == -1 else f"{v:,} MiB"
         return f"{v / MiB:,.2f} MiB" if self.unit == "bytes" else f"{v:,}"
 
     def cells(self) -> tuple[str, str, str, str, str, str]:
@@ -178,6 +180,9 @@ def check_plan(plan: Plan, log_lines: Iterable[str], *, snapshot: Snapshot | Non
             if dev == HOST and a is None and p == 0:
                 continue
             rows.append(CheckRow(dev, part, p, a))
+    if buffers.prompt_cache_mib is not None:  # a limit, not an allocation: it must be the planned one exactly
+        rows.append(CheckRow(HOST, "prompt cache", int(plan.launch.cache_ram_mib), buffers.prompt_cache_mib, 0,
+                             ActualSource.ENGINE_LOG, "MiB limit"))
     warnings = list(buffers.warnings)
     if snapshot is not None and snapshot.ok:
         for gpu_plan in plan.gpus:

@@ -35,6 +35,11 @@ _KV_LAYER_RE = re.compile(r"llama_kv_cache: layer\s+(?P<il>\d+): dev = (?P<dev>\
 # llama_prepare_model_devices: using device RPC0 (127.0.0.1:50052) (unknown id) - 24105 MiB free
 #                                                                     (src/llama.cpp:306)
 _USING_DEVICE_RE = re.compile(r"llama_prepare_model_devices: using device (?P<dev>\S+) \((?P<desc>.*?)\) \(")
+# srv    load_model: prompt cache is enabled, size limit: 8192 MiB     (tools/server/server-context.cpp:1336)
+# srv    load_model: prompt cache is enabled, size limit: no limit      (:1334)
+# srv    load_model: prompt cache is disabled - use `--cache-ram N` to enable it   (:1342)
+_PROMPT_CACHE_RE = re.compile(r"prompt cache is (?:enabled, size limit: (?:(?P<mib>\d+) MiB|(?P<none>no limit))"
+                              r"|(?P<off>disabled))")
 # llama_memory_recurrent:        CPU RS buffer size =    55.37 MiB    (src/llama-memory-recurrent.cpp:124)
 _RS_BUF_RE = re.compile(r"llama_memory_recurrent:\s+(?P<dev>\S+) RS buffer size =\s*(?P<mib>[0-9.]+) MiB")
 # llama_memory_recurrent: size =   55.37 MiB (     1 cells,  40 layers,  1 seqs  0 rs_seq), R (f32):    1.37 MiB, S (f32):   54.00 MiB, P (f32):    0.00 MiB
@@ -195,6 +200,8 @@ class LogBuffers:
     warnings: tuple[str, ...] = ()
     #: The devices the engine used, in order: (device name, description) — ``("RPC0", "127.0.0.1:50052")``.
     devices: tuple[tuple[str, str], ...] = ()
+    #: llama-server's prompt-cache limit as it logged it, MiB (-1 no limit, 0 off; None: not logged).
+    prompt_cache_mib: int | None = None
 
     def buffer_name(self, device: str) -> str:
         """The buffer name of a device named in a per-device line (``RPC1`` → ``RPC0[host:port]``):
@@ -235,6 +242,7 @@ class LogParser:
         self._matched = 0
         self._partial = ""
         self._devices: list[tuple[str, str]] = []
+        self._prompt_cache: int | None = None
 
     def feed_text(self, text: str) -> None:
         """Feed a chunk of log text that may end mid-line (the probe's log callback)."""
@@ -248,6 +256,10 @@ class LogParser:
         line = line.rstrip("\r\n")
         if _MODEL_START_RE.search(line):
             self._closed.add("model")
+            return
+        m = _PROMPT_CACHE_RE.search(line)
+        if m:
+            self._prompt_cache = int(m.group("mib")) if m.group("mib") else (-1 if m.group("none") else 0)
             return
         m = _USING_DEVICE_RE.search(line)
         if m:
@@ -368,6 +380,7 @@ class LogParser:
             recurrent=dict(self._rs), recurrent_lines=tuple(t for t, _ in self._rs_lines),
             recurrent_total=sum(b for _, b in self._rs_lines), breakdown=tuple(self._breakdown),
             opencoti=self._opencoti, matched=self._matched, devices=tuple(self._devices),
+            prompt_cache_mib=self._prompt_cache,
         )
         if expect_buffers and not out.has_buffers:
             out = replace(out, warnings=(NO_BUFFER_LINES,))

@@ -95,6 +95,8 @@ def _common_warnings(shape: ModelShape, settings: LaunchSettings, compute: Compu
     if caveat:
         w.append(caveat)
     n_ctx_seq = kv_per_layer(shape, settings).layout.ctx.n_ctx_seq
+    if settings.cache_ram_mib == -1:
+        w.append(words.UNLIMITED_PROMPT_CACHE)
     if settings.n_parallel > 1 and n_ctx_seq < SHORT_SLOT:
         w.append(words.short_slots(settings, n_ctx_seq))
     if n_ctx_seq > shape.n_ctx_train:

@@ -20,7 +20,8 @@ All sizes are bytes. A ``sources`` value is a :class:`~app.planner.sources.Sourc
 words in JSON (``str(source)``; ``Source.from_json`` reads it back). ``mode`` is a :class:`PlanMode`
 (a ``StrEnum``: its value is the JSON string). ``host.weights_repacked`` (added within version 1;
 absent = 0) is the part of ``host.weights_mapped`` that the CPU backend holds as a repacked copy
-(``CPU_REPACK``).
+(``CPU_REPACK``). ``host.prompt_cache`` (likewise; absent = 0) is the server's prompt-cache limit
+(``--cache-ram``), held back from ``free``.
 ``gpus[].driver_reserve`` (likewise; absent = 0) is the part of ``other_processes`` that no process
 holds: the driver's own reserve. ``gpus[].remote`` (absent = "") is an RPC worker's endpoint and
 ``gpus[].budget`` (absent = null) a device's own budget; ``network`` (absent = null) what crosses
@@ -112,6 +113,8 @@ class HostPlan:
     free: int
     sources: dict[str, Source] = field(default_factory=dict)
     weights_repacked: int = 0  # the part of weights_mapped that is the CPU backend's CPU_REPACK copy
+    #: llama-server's prompt cache (``--cache-ram``): host RAM it may fill over time, held back.
+    prompt_cache: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__} | {"sources": {k: v.to_json() for k, v in self.sources.items()}}

@@ -18,8 +18,9 @@ from app.planner.gguf_model import ModelShape
 from app.planner.kv import KvLayout, kv_layout
 from app.planner.measurement import Measurement
 from app.planner.plan_types import DevicePlan, HostPlan
-from app.planner.settings import LaunchSettings
+from app.planner.settings import DEFAULT_CACHE_RAM_MIB, LaunchSettings
 from app.planner.sources import Source, Sourced, SourceKind
+from app.planner.units import MiB
 from app.planner.weights import (
     DEFAULT_GPU_OVERHEAD,
     DEFAULT_GPU_OVERHEAD_SOURCE,
@@ -148,12 +149,16 @@ def stack(shape: ModelShape, inv: Inventory, settings: LaunchSettings, ws: Weigh
                      "safety": Source(SourceKind.GIVEN)},
             remote=g.endpoint if g.is_rpc else "", budget=g.budget))
     pinned = compute.host + output_buffer_bytes(shape, settings)
+    prompt_cache = max(settings.cache_ram_mib, 0) * MiB  # -1 (no limit) cannot be held back: a warning says so
     weights_src = Source(SourceKind.FROM_GGUF, words.repacked_detail(ws.repacked) if ws.repacked else "")
     from_os = Source(SourceKind.FROM_OS)
     host = HostPlan(
         total=inv.host.total, available=inv.host.available, weights_mapped=ws.host_weights, kv_tail=kv_host,
-        compute_pinned=pinned, free=inv.host.available - ws.host_weights - kv_host - pinned,
+        compute_pinned=pinned, free=inv.host.available - ws.host_weights - kv_host - pinned - prompt_cache,
         sources={"total": from_os, "available": from_os, "weights_mapped": weights_src,
-                 "kv_tail": Source(SourceKind.FROM_GGUF), "compute_pinned": compute.source},
+                 "kv_tail": Source(SourceKind.FROM_GGUF), "compute_pinned": compute.source,
+                 "prompt_cache": Source(SourceKind.GIVEN if settings.cache_ram_mib != DEFAULT_CACHE_RAM_MIB
+                                        else SourceKind.DEFAULT, words.prompt_cache_detail(settings.cache_ram_mib))},
+        prompt_cache=prompt_cache,
         weights_repacked=ws.repacked)
     return Stacked(tuple(gpus), host, ws.host_layers + kv_host, ws.prefill_host_weights + kv_host)

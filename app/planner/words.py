@@ -236,3 +236,15 @@ def experts_on_cpu_label(n: int) -> str:
 def experts_on_cpu_note(n_layer: int, n: int) -> str:
     return (f"the expert weights of the first {n} of {n_layer} layers in host RAM (a token reads only its "
             "experts' share); attention, dense weights and the KV resident")
+
+
+def prompt_cache_detail(cache_ram_mib: int) -> str:
+    if cache_ram_mib == -1:
+        return "--cache-ram -1: no limit, not held back"
+    if cache_ram_mib == 0:
+        return "--cache-ram 0: off"
+    return f"--cache-ram {cache_ram_mib}: the server's prompt cache may fill this much over time"
+
+
+UNLIMITED_PROMPT_CACHE = ("--cache-ram -1: the server's prompt cache has no limit and can fill host RAM hours "
+                          "after a launch that fit; give it a size (--cache-ram MiB)")

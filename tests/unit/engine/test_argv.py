@@ -26,7 +26,7 @@ def test_stock_launch_carries_every_planned_flag_and_fit_off() -> None:
     assert argv == [
         "/opt/llama/llama-server", "-m", "/models/qwen2-14b-1m.gguf", "-c", "524288", "-ngl", "999",
         "-fa", "on", "-ctk", "f16", "-ctv", "f16", "-ub", "512", "-b", "2048", "-np", "4", "-kvu",
-        "--fit", "off", "-lv", "4", "--metrics", "--host", "127.0.0.1", "--port", "18080",
+        "--cache-ram", "8192", "--fit", "off", "-lv", "4", "--metrics", "--host", "127.0.0.1", "--port", "18080",
     ]
 
 
@@ -37,7 +37,7 @@ def test_stock_host_kv_and_quantized_cache_and_partial_offload() -> None:
     assert argv[1:] == [
         "-m", str(MODEL), "-c", "131072", "-ngl", "40", "-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0",
         "-ub", "256", "-b", "1024", "-np", "1", "--swa-full", "-nkvo",
-        "--fit", "off", "-lv", "4", "--metrics", "--host", "127.0.0.1", "--port", "9000",
+        "--cache-ram", "8192", "--fit", "off", "-lv", "4", "--metrics", "--host", "127.0.0.1", "--port", "9000",
     ]
 
 

@@ -72,3 +72,14 @@ def test_the_layer_counts_in_the_models_terms() -> None:
     assert words.layers_on_cpu(48, 49) == "all 48 layers, the output layer"
     assert words.ngl_text(999) == "all" and words.ngl_text(20) == "20"
     assert words.host_short(512 * MiB, kv_tail=True) == "host RAM is short by 512 MiB for the KV tail"
+
+
+def test_the_prompt_cache_is_held_back_from_host_ram_and_named(qwen14b: ModelShape) -> None:
+    """llama-server's --cache-ram (8192 MiB unless given) fills host RAM over time: the plan holds it back."""
+    base = make_plan(qwen14b, h200(), LaunchSettings(n_ctx=8192, cache_ram_mib=0))
+    default = make_plan(qwen14b, h200(), LaunchSettings(n_ctx=8192))
+    assert default.host.prompt_cache == 8192 * 1024 * 1024
+    assert base.host.free - default.host.free == default.host.prompt_cache
+    assert "--cache-ram 8192" in str(default.host.sources["prompt_cache"])
+    unlimited = make_plan(qwen14b, h200(), LaunchSettings(n_ctx=8192, cache_ram_mib=-1))
+    assert unlimited.host.prompt_cache == 0 and any("no limit" in w for w in unlimited.warnings)

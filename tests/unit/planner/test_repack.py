@@ -110,6 +110,10 @@ def test_a_tied_output_on_the_cpu_is_repacked_from_the_embedding() -> None:
         repack_bytes(t.n_bytes) for t in s.tensors if t.ggml_type == Q4_K)
 
 
+#: The server's prompt cache off: these host budgets are about the weights and their repacked copy.
+NO_PROMPT_CACHE = LaunchSettings(n_ctx=4096, cache_ram_mib=0)
+
+
 def _host(gib: int = 64) -> HostMemory:
     return HostMemory(gib * GiB, gib * GiB)
 
@@ -118,7 +122,7 @@ def test_a_cpu_plan_counts_the_repacked_copy_in_host_ram(monkeypatch: pytest.Mon
     """The review's case: Gemma-3 12B Q4_K_M on CPU, 6956 MiB planned vs 11867 MiB the engine used."""
     monkeypatch.setattr(weights, "host_cpu_features", lambda: AVX2)
     s = read_shape(gguf_factory.ensure(shapes.GEMMA3_12B))
-    plan = make_plan(s, Inventory((), _host()), LaunchSettings(n_ctx=4096))
+    plan = make_plan(s, Inventory((), _host()), NO_PROMPT_CACHE)
     assert plan.mode == PlanMode.CPU
     assert round(plan.host.weights_mapped / MiB) == 11867
     assert round(plan.host.weights_repacked / MiB, 2) == 4910.62
@@ -133,9 +137,9 @@ def test_a_cpu_plan_that_only_fits_without_the_copy_is_refused(monkeypatch: pyte
     monkeypatch.setattr(weights, "host_cpu_features", lambda: AVX2)
     s = read_shape(gguf_factory.ensure(shapes.GEMMA3_12B))
     tight = HostMemory(10 * GiB, 10 * GiB)  # holds the 6.8 GiB file, not the file plus a 4.8 GiB copy
-    assert not make_plan(s, Inventory((), tight), LaunchSettings(n_ctx=4096)).feasible
+    assert not make_plan(s, Inventory((), tight), NO_PROMPT_CACHE).feasible
     monkeypatch.setattr(weights, "host_cpu_features", lambda: NO_REPACK)
-    assert make_plan(s, Inventory((), tight), LaunchSettings(n_ctx=4096)).feasible
+    assert make_plan(s, Inventory((), tight), NO_PROMPT_CACHE).feasible
 
 
 def test_a_gpu_plan_with_layers_on_the_host_repacks_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
