@@ -16,7 +16,7 @@ if [ "${1:-}" = "--uninstall" ]; then
   if [ -L "$BINDIR/headroom" ] && [ "$(readlink "$BINDIR/headroom")" = "$DEST/headroom" ]; then
     rm -f "$BINDIR/headroom"
   fi
-  [ "$HERE" = "$DEST" ] || rm -rf "$DEST"
+  rm -rf "$DEST"  # this script too, when it runs from there: bash keeps reading the open file
   echo "removed Headroom from $DEST (your caches, settings and models are kept)"
   exit 0
 fi

@@ -50,3 +50,18 @@ def test_pass_1s_child_runs_through_the_entry_point(tiny_model: Path, engine_bui
     result = json.loads(proc.stdout.splitlines()[-1])
     assert result["ok"] and result["bindings"] == "llama-cpp-python 0.3.36"
     assert "llama_kv_cache: size =" in proc.stderr
+
+
+def test_a_bundle_builds_its_engine_with_the_systems_pip(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """A bundle has no pip: Build engine… fetches the llama.cpp source with the system's python3, and
+    refuses --bindings (the bundle carries its own)."""
+    from app.cli import main as cli_main
+    from app.commands import engine
+
+    assert engine.pip_python() == sys.executable  # a checkout: its own venv
+    monkeypatch.setattr(sys, "frozen", True, raising=False)
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "headroom"))
+    assert engine.pip_python().endswith("python3")
+    assert cli_main(["engine", "build", "--bindings"]) == 2
+    assert "the bundle carries its own" in capsys.readouterr().err
