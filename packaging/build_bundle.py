@@ -143,9 +143,9 @@ def folder_size(folder: Path) -> int:
     return sum(p.lstat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
 
 
-def pack(bundle: Path, tarball: Path) -> None:
+def pack(bundle: Path, tarball: Path, level: int = 6) -> None:
     tmp = tarball.with_name(tarball.name + ".partial")
-    with tarfile.open(tmp, "w:gz", compresslevel=6) as tf:
+    with tarfile.open(tmp, "w:gz", compresslevel=level) as tf:
         tf.add(bundle, arcname=bundle.name)
     tmp.replace(tarball)
 
@@ -166,6 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=ROOT / "build" / "pyinstaller", help="PyInstaller's work folder")
     parser.add_argument("--no-engine", action="store_true", help="leave the engine out even when one is built")
     parser.add_argument("--no-tarball", action="store_true", help="only the folder")
+    parser.add_argument("--compresslevel", type=int, default=6, choices=range(1, 10), metavar="1-9",
+                        help="gzip level of the tarball (6: 97 MiB; tests/bundle uses 1: 106 MiB, 3x faster)")
     args = parser.parse_args(argv)
     dist: Path = args.dist.resolve()
     times: dict[str, float] = {}
@@ -193,15 +195,15 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_tarball:
         t = time.monotonic()
         tarball = dist / f"{NAME}-{__version__}-linux-{platform.machine()}.tar.gz"
-        pack(bundle, tarball)
+        pack(bundle, tarball, args.compresslevel)
         times["tarball_s"] = round(time.monotonic() - t, 1)
         report |= {"tarball": str(tarball), "tarball_bytes": tarball.stat().st_size}
     times["total_s"] = round(time.monotonic() - t0, 1)
     report["times"] = times
     (dist / "bundle-report.json").write_text(json.dumps(report, indent=2))
     mib = 1024 * 1024
-    _log(f"done in {times['total_s']:.0f} s: {bundle} ({report['bundle_bytes'] // mib} MiB)"
-         + (f", {report['tarball']} ({int(str(report['tarball_bytes'])) // mib} MiB)" if "tarball" in report else ""))
+    packed = f", {tarball} ({tarball.stat().st_size // mib} MiB)" if not args.no_tarball else ""
+    _log(f"done in {times['total_s']:.0f} s: {bundle} ({folder_size(bundle) // mib} MiB){packed}")
     return 0
 
 

@@ -47,7 +47,8 @@ def bundle(engine_build: EngineBuild) -> Bundle:
     else:
         started = time.monotonic()
         subprocess.run([sys.executable, str(ROOT / "packaging" / "build_bundle.py"), "--dist", str(OUT / "dist"),
-                        "--work", str(OUT / "work")], cwd=ROOT, check=True, timeout=BUILD_TIMEOUT_S)
+                        "--work", str(OUT / "work"), "--compresslevel", "1"], cwd=ROOT, check=True,
+                       timeout=BUILD_TIMEOUT_S)
         print(f"\n[bundle] built in {time.monotonic() - started:.0f} s", flush=True)
         folder = OUT / "dist" / "headroom"
     report = json.loads((folder.parent / "bundle-report.json").read_text())
