@@ -118,6 +118,27 @@ def test_the_window_starts_under_xvfb(bundle: Bundle, tmp_path: Path) -> None:
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_the_first_start_with_nothing_configured_opens_the_guide(bundle: Bundle, tmp_path: Path) -> None:
+    """Plain `headroom` (what the menu entry runs) in an empty home, on a virtual display: the window
+    and the first-run guide over it, as the X server lists its windows (xwininfo)."""
+    xvfb_run = shutil.which("xvfb-run")
+    assert xvfb_run is not None and shutil.which("xwininfo"), "./dev setup installs xvfb and x11-utils"
+    windows = tmp_path / "windows.txt"
+    script = (f'"{bundle.exe}" & app=$!\n'
+              'for _ in $(seq 120); do\n'  # up to 2 minutes for the window and the guide to be mapped
+              f'  xwininfo -root -tree > "{windows}"\n'
+              f'  grep -q \'"Welcome to Headroom"\' "{windows}" && break\n'
+              '  sleep 1\n'
+              'done\n'
+              'kill $app; wait $app\n')
+    proc = subprocess.run([xvfb_run, "-a", "-s", "-screen 0 1600x1000x24", "bash", "-c", script], cwd=tmp_path,
+                          env=user_env(tmp_path), capture_output=True, text=True, timeout=TIMEOUT_S,
+                          stdin=subprocess.DEVNULL)
+    listed = windows.read_text()
+    assert '"Welcome to Headroom"' in listed, proc.stderr[-2000:]
+    assert '"Headroom"' in listed  # the main window behind it
+
+
 def test_the_tarball_installs_for_the_user_and_uninstalls(bundle: Bundle, tmp_path: Path) -> None:
     assert bundle.tarball is not None and bundle.tarball.is_file()
     with tarfile.open(bundle.tarball) as tf:
