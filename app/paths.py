@@ -1,11 +1,15 @@
 """Where Headroom keeps things: the XDG base directories, each with a ``HEADROOM_*_DIR`` override.
 
 Standard library only (native/build.py imports it before any virtual environment exists).
+
+A bundle (packaging/, PyInstaller) uses the same directories: nothing is written beside the bundle,
+which may be read-only. ``bundle_dir()`` says where the bundle is, for what it carries (its engine).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 
@@ -30,3 +34,11 @@ def config_dir() -> Path:
 def data_dir() -> Path:
     """Engines the user keeps with Headroom (HEADROOM_DATA_DIR; XDG_DATA_HOME)."""
     return _xdg("HEADROOM_DATA_DIR", "XDG_DATA_HOME", (".local", "share"))
+
+
+def bundle_dir() -> Path | None:
+    """The folder of the bundle Headroom runs from (its executable's), or None for a checkout or an
+    installed wheel. Read-only to Headroom: caches, settings and data stay in the directories above."""
+    if not getattr(sys, "frozen", False):
+        return None
+    return Path(sys.executable).resolve().parent

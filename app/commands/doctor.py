@@ -118,6 +118,7 @@ def collect() -> dict[str, Any]:
         "pyside6": _pyside(),
         "llama_cpp_python": _llama_cpp(),
         "cache_dir": str(paths.cache_dir()),
+        "bundle": None if paths.bundle_dir() is None else str(paths.bundle_dir()),
         "hub": _hub(),
     }
     try:
@@ -145,6 +146,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(_line("Headroom", report["headroom"]))
     print(_line("Python", report["python"]))
+    if report["bundle"]:
+        print(_line("Bundle", f"{report['bundle']} (read-only: caches and settings stay in your directories)"))
     qt = report["pyside6"]
     print(_line("PySide6", qt["version"] if qt["ok"] else qt["reason"]))
     lc = report["llama_cpp_python"]
@@ -164,7 +167,8 @@ def run(args: argparse.Namespace) -> int:
         print(_line("Engines", "none found (run `headroom engine build`)"))
     for e in engines:
         what = f" ({e['llama_cpp']})" if e.get("llama_cpp") else ""
-        print(_line("Engine", f"{e.get('kind', '?')} {e.get('version', '')}{what} at {e.get('path', '?')}"))
+        where = f" ({e['source']})" if e.get("source") else ""
+        print(_line("Engine", f"{e.get('kind', '?')} {e.get('version', '')}{what} at {e.get('path', '?')}{where}"))
     print(_hub_line(report["hub"]))
     print(_line("Cache", report["cache_dir"]))
     return 0

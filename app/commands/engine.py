@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 from typing import Any
 
+from app import paths
 from app.commands.common import exit_status, positive_int
 from app.engine import native_build
 
@@ -26,8 +28,20 @@ def register(sub: Any) -> None:
     w.set_defaults(func=run_where)
 
 
+def pip_python() -> str:
+    """The interpreter whose pip fetches the llama.cpp source (once): this one; in a bundle, which
+    has neither Python nor pip of its own, the system's ``python3``."""
+    if paths.bundle_dir() is None:
+        return sys.executable
+    return shutil.which("python3") or "python3"
+
+
 def run_build(args: argparse.Namespace) -> int:
-    argv = ["--python", sys.executable]
+    if args.bindings and paths.bundle_dir() is not None:
+        print("headroom engine build: --bindings installs llama-cpp-python into a Python; the bundle "
+              "carries its own", file=sys.stderr)
+        return 2
+    argv = ["--python", pip_python()]
     if args.jobs:
         argv += ["--jobs", str(args.jobs)]
     if args.bindings:

@@ -1,8 +1,9 @@
 """Find the engines on this machine and say what each one is.
 
 Where: the engine the user chose (a path), ``llamafile`` and ``llama-server`` on PATH, llamafiles
-in ``~/.llamafile`` and the app data directory, and the engine Headroom built
-(``app.engine.native_build.find_build()``). What: stock llama-server, Mozilla llamafile (its
+in ``~/.llamafile`` and the app data directory, the engine Headroom built
+(``app.engine.native_build.find_build()``) and, in a bundle, the engine beside it
+(``native_build.bundled_build()``). What: stock llama-server, Mozilla llamafile (its
 server needs ``--server`` first) or the opencoti llamafile (it accepts ``--kv-residency-mode``,
 found by probing); version and llama.cpp commit from ``--version``.
 """
@@ -41,6 +42,7 @@ class EngineOrigin(StrEnum):
     LLAMAFILE_DIR = "~/.llamafile"
     DATA_DIR = "data dir"
     HEADROOM_BUILD = "headroom build"  # app.engine.native_build
+    BUNDLE = "bundle"  # the engine a bundle carries beside its executable (packaging/)
 
 
 KINDS = tuple(EngineKind)
@@ -191,9 +193,12 @@ def candidates(chosen: Path | None = None) -> list[Candidate]:
     for folder, origin in ((Path.home() / ".llamafile", EngineOrigin.LLAMAFILE_DIR),
                            (data_dir() / "engines", EngineOrigin.DATA_DIR), (data_dir(), EngineOrigin.DATA_DIR)):
         found += [Candidate(p, origin) for p in _llamafiles_in(folder)]
-    build = native_build.find_build()
+    build = native_build.find_build(bundled=False)
     if build is not None:
         found.append(Candidate(build.server, EngineOrigin.HEADROOM_BUILD))
+    shipped = native_build.bundled_build()
+    if shipped is not None:
+        found.append(Candidate(shipped.server, EngineOrigin.BUNDLE))
     seen: set[Path] = set()
     unique: list[Candidate] = []
     for c in found:

@@ -22,6 +22,10 @@ tree has no git metadata for ``--version`` to name.
 The same build provides ``libllama.so`` for llama-cpp-python (installed with
 ``-DLLAMA_BUILD=OFF`` and pointed here through ``LLAMA_CPP_LIB_PATH``), so llama.cpp is
 compiled once.
+
+A bundle (packaging/build_bundle.py) carries a copy of a build beside its executable,
+``<bundle>/engine/{build.json,build/bin/...}``, its stamp's ``bin_dir`` relative to the stamp:
+``find_build`` falls back to it when the user's cache has no build.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from app.engine.engine_patches import UNPATCHED, PatchSeries, engine_label, patch_series, patched_source
-from app.paths import cache_dir
+from app.paths import bundle_dir, cache_dir
 
 #: The llama-cpp-python release Headroom pins (pyproject.toml says the same).
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
@@ -54,6 +58,8 @@ COMMIT_FILE = "HEADROOM_LLAMA_COMMIT"
 #: The build number the sdist's shallow git gives (``rev-list --count HEAD`` = 1), so a tree
 #: built from ``--source`` prints the same ``--version`` line as one built from the sdist.
 SDIST_BUILD_NUMBER = 1
+#: The folder of a bundle that holds its copy of the engine (packaging/build_bundle.py).
+BUNDLE_ENGINE_DIR = "engine"
 
 
 @dataclass(frozen=True)
@@ -187,12 +193,15 @@ def build_dir(commit: str, backend: str, series: PatchSeries = UNPATCHED) -> Pat
 
 
 def _read_stamp(stamp: Path) -> EngineBuild | None:
+    """The build a ``build.json`` describes; a relative ``bin_dir`` (a bundle's copy) is taken from
+    the stamp's folder."""
     try:
         data = json.loads(stamp.read_text())
         for key in ("patches", "fixes"):
             data[key] = tuple(data.get(key, ()))
+        data["bin_dir"] = str(stamp.parent / data["bin_dir"])  # an absolute bin_dir stays as it is
         return EngineBuild(**data)
-    except (OSError, ValueError, TypeError, AttributeError):
+    except (OSError, ValueError, TypeError, AttributeError, KeyError):
         return None
 
 
@@ -207,9 +216,21 @@ def build_of(server: Path) -> EngineBuild | None:
     return build
 
 
-def find_build(backend: str | None = None, series: PatchSeries | None = None) -> EngineBuild | None:
+def bundled_build() -> EngineBuild | None:
+    """The engine the bundle Headroom runs from carries (``<bundle>/engine``), or None (a checkout,
+    or a bundle made without an engine)."""
+    root = bundle_dir()
+    if root is None:
+        return None
+    build = _read_stamp(root / BUNDLE_ENGINE_DIR / "build.json")
+    return build if build is not None and build.server.is_file() else None
+
+
+def find_build(backend: str | None = None, series: PatchSeries | None = None, *,
+               bundled: bool = True) -> EngineBuild | None:
     """A finished build of ``series`` (default: Headroom's current patch series) in the cache, the
-    CUDA one preferred, or None. Never builds. ``series=UNPATCHED``: the vendored tree as it is."""
+    CUDA one preferred, else (``bundled``) the bundle's own engine of that series, or None. Never
+    builds. ``series=UNPATCHED``: the vendored tree as it is."""
     want = (series if series is not None else patch_series()).digest
     root = cache_dir() / "engines"
     candidates = sorted(root.glob("llama.cpp-*/build.json"))
@@ -221,7 +242,12 @@ def find_build(backend: str | None = None, series: PatchSeries | None = None) ->
         if build.server.is_file() and (backend is None or build.backend == backend):
             builds.append(build)
     builds.sort(key=lambda b: (b.backend != "cuda", b.commit))
-    return builds[0] if builds else None
+    if builds:
+        return builds[0]
+    shipped = bundled_build() if bundled else None
+    if shipped is not None and shipped.series == want and backend in (None, shipped.backend):
+        return shipped
+    return None
 
 
 def cmake_args(backend: str, commit: str | None = None) -> list[str]:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from app.planner.plan import Plan
 from app.planner.units import Bytes, parse_tokens
+from app.ui import first_run
 from app.ui.main_window import MainWindow, app_icon
 from app.ui.qt import QApplication, QTimer
 
@@ -30,12 +31,15 @@ def make_app(argv: list[str] | None = None) -> QApplication:
 
 
 def open_first(window: MainWindow, model: Path | None, demo: bool) -> bool:
-    """The model given, else the last one, else the demo (so the picture is never empty). False when
-    the model given could not be opened (the window then shows why)."""
+    """The model given, else the first-run guide when nothing is configured, else the last model,
+    else the demo (so the picture is never empty). False when the model given could not be opened
+    (the window then shows why), or the guide is open (no model yet)."""
     if demo:
         return window.open_demo()
     if model is not None:
         return window.open_model(model)
+    if first_run.offer(window) is not None:
+        return False
     last = Path(window.state.last_model) if window.state.last_model else None
     if last is None or not last.is_file() or not window.open_model(last):
         return window.open_demo()

@@ -12,7 +12,7 @@ from app.engine.discover import KINDS, EngineInfo, EngineKind, EngineOrigin, can
 
 def test_the_kinds_and_origins_are_the_words_shown_for_an_engine() -> None:
     assert KINDS == ("llama-server", "llamafile", "opencoti")
-    assert [o.value for o in EngineOrigin] == ["settings", "PATH", "~/.llamafile", "data dir", "headroom build"]
+    assert [o.value for o in EngineOrigin] == ["settings", "PATH", "~/.llamafile", "data dir", "headroom build", "bundle"]
     info = EngineInfo(EngineKind.OPENCOTI, "/x/opencoti.llamafile", "0.10.5", "abc", EngineOrigin.LLAMAFILE_DIR)
     assert f"{info.kind} {info.version} ({info.commit}) — {info.source}" == \
         "opencoti 0.10.5 (abc) — ~/.llamafile"

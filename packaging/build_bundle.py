@@ -1,0 +1,211 @@
+"""Build Headroom's one-folder bundle and its tarball: ``./dev bundle`` (README, "Install").
+
+Steps, each timed:
+
+1. PyInstaller runs packaging/headroom.spec: ``dist/headroom/headroom`` and ``dist/headroom/_internal``.
+2. The engine native/ built (``native_build.find_build``), when there is one, is copied beside the
+   executable: ``dist/headroom/engine/build/bin/{llama-server,llama-fit-params,ggml-rpc-server,lib*.so*}``
+   and ``engine/build.json`` with a relative ``bin_dir``. CMake linked the binaries with the build
+   folder as RUNPATH; each copy's RUNPATH becomes ``$ORIGIN``, so the engine runs wherever the
+   bundle is unpacked.
+3. The desktop files (resources/: entry, icons, GGUF MIME type) and the two install scripts go in:
+   ``install.sh`` (packaging/install-bundle.sh) and ``install-desktop.sh``.
+4. ``dist/headroom-<version>-linux-<machine>.tar.gz`` is packed, and ``dist/bundle-report.json``
+   says the sizes and the times (bench/bench_bundle.py reads it).
+
+Run with the checkout's venv (``./dev bundle`` installs PyInstaller into it first):
+``.venv/bin/python packaging/build_bundle.py [--dist DIR] [--no-engine] [--no-tarball]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import struct
+import subprocess
+import sys
+import tarfile
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from app import __version__  # noqa: E402
+from app.engine import native_build  # noqa: E402
+
+SPEC = ROOT / "packaging" / "headroom.spec"
+NAME = "headroom"
+#: What the bundle's engine folder keeps of a build's bin/: the binaries Headroom runs and the
+#: libraries they (and llama-cpp-python) load. The batched bench is a test tool.
+ENGINE_BINARIES = native_build.BINARIES
+SKIP_LIBS = ("libllama-batched-bench-impl.so",)
+#: ELF: the dynamic section's tags for the string table and the library search paths.
+_DT_NULL, _DT_STRTAB, _DT_RPATH, _DT_RUNPATH = 0, 5, 15, 29
+_PT_LOAD, _PT_DYNAMIC = 1, 2
+
+
+def _log(msg: str) -> None:
+    print(f"[bundle] {msg}", flush=True)
+
+
+def set_runpath(path: Path, new: str = "$ORIGIN") -> str | None:
+    """Rewrite the RUNPATH (or RPATH) of the 64-bit little-endian ELF file at ``path`` in place to
+    ``new``, which must not be longer than the old one (its string is overwritten, the rest padded
+    with NULs). Returns the old value, or None for a file that is not such an ELF or has no path."""
+    data = bytearray(path.read_bytes())
+    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        return None
+    phoff = struct.unpack_from("<Q", data, 0x20)[0]
+    phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
+    loads: list[tuple[int, int, int]] = []
+    dynamic: tuple[int, int] | None = None
+    for i in range(phnum):
+        p_type, _flags, offset, vaddr, _paddr, filesz = struct.unpack_from("<IIQQQQ", data, phoff + i * phentsize)
+        if p_type == _PT_LOAD:
+            loads.append((vaddr, offset, filesz))
+        elif p_type == _PT_DYNAMIC:
+            dynamic = (offset, filesz)
+    if dynamic is None:
+        return None
+    strtab: int | None = None
+    paths: list[int] = []
+    for j in range(dynamic[1] // 16):
+        tag, value = struct.unpack_from("<qQ", data, dynamic[0] + 16 * j)
+        if tag == _DT_NULL:
+            break
+        if tag == _DT_STRTAB:
+            strtab = value
+        elif tag in (_DT_RPATH, _DT_RUNPATH):
+            paths.append(value)
+    if strtab is None or not paths:
+        return None
+    base = next((off + strtab - va for va, off, size in loads if va <= strtab < va + size), None)
+    if base is None:
+        raise ValueError(f"{path}: the dynamic string table is outside every loaded segment")
+    old = ""
+    encoded = new.encode()
+    for rel in paths:
+        start = base + rel
+        end = data.index(b"\0", start)
+        old = data[start:end].decode("utf-8", "replace")
+        if len(encoded) > end - start:
+            raise ValueError(f"{path}: RUNPATH {old!r} is shorter than {new!r}")
+        data[start:end] = encoded + b"\0" * (end - start - len(encoded))
+    path.write_bytes(data)
+    return old
+
+
+def _engine_files(bin_dir: Path) -> Iterator[Path]:
+    for name in ENGINE_BINARIES:
+        yield bin_dir / name
+    for lib in sorted(bin_dir.glob("lib*.so*")):
+        if lib.name not in SKIP_LIBS:
+            yield lib
+
+
+def place_engine(build: native_build.EngineBuild, dest: Path) -> native_build.EngineBuild:
+    """Copy ``build`` into ``dest`` (a bundle's ``engine`` folder) with ``$ORIGIN`` RUNPATHs and a
+    stamp whose ``bin_dir`` is relative; returns the copy as ``native_build`` reads it."""
+    shutil.rmtree(dest, ignore_errors=True)
+    bin_dir = dest / "build" / "bin"
+    bin_dir.mkdir(parents=True)
+    for src in _engine_files(Path(build.bin_dir)):
+        target = bin_dir / src.name
+        if src.is_symlink():  # libllama.so -> libllama.so.0 -> libllama.so.0.5.0: kept as links
+            target.symlink_to(os.readlink(src))
+            continue
+        shutil.copy2(src, target)
+        set_runpath(target)
+    stamp = replace(build, bin_dir=str(bin_dir.relative_to(dest)))
+    (dest / "build.json").write_text(json.dumps(asdict(stamp), indent=2))
+    copy = native_build._read_stamp(dest / "build.json")
+    assert copy is not None
+    return copy
+
+
+def add_desktop_files(bundle: Path) -> None:
+    res = bundle / "resources"
+    res.mkdir(exist_ok=True)
+    for name in ("headroom.desktop", "headroom.svg", "gguf-mime.xml"):
+        shutil.copy2(ROOT / "resources" / name, res / name)
+    shutil.copytree(ROOT / "resources" / "icons", res / "icons", dirs_exist_ok=True)
+    shutil.copy2(ROOT / "packaging" / "install-bundle.sh", bundle / "install.sh")
+    shutil.copy2(ROOT / "packaging" / "install-desktop.sh", bundle / "install-desktop.sh")
+
+
+def folder_size(folder: Path) -> int:
+    return sum(p.lstat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def pack(bundle: Path, tarball: Path, level: int = 6) -> None:
+    tmp = tarball.with_name(tarball.name + ".partial")
+    with tarfile.open(tmp, "w:gz", compresslevel=level) as tf:
+        tf.add(bundle, arcname=bundle.name)
+    tmp.replace(tarball)
+
+
+def run_pyinstaller(dist: Path, work: Path) -> None:
+    try:
+        import PyInstaller  # noqa: F401
+    except ImportError:
+        raise SystemExit("[bundle] PyInstaller is not installed in this venv: run ./dev bundle "
+                         "(it installs .[bundle]), or pip install -e '.[bundle]'") from None
+    subprocess.run([sys.executable, "-m", "PyInstaller", "--noconfirm", "--log-level", "WARN",
+                    "--distpath", str(dist), "--workpath", str(work), str(SPEC)], cwd=ROOT, check=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dist", type=Path, default=ROOT / "dist", help="where the bundle and tarball go")
+    parser.add_argument("--work", type=Path, default=ROOT / "build" / "pyinstaller", help="PyInstaller's work folder")
+    parser.add_argument("--no-engine", action="store_true", help="leave the engine out even when one is built")
+    parser.add_argument("--no-tarball", action="store_true", help="only the folder")
+    parser.add_argument("--compresslevel", type=int, default=6, choices=range(1, 10), metavar="1-9",
+                        help="gzip level of the tarball (6: 97 MiB; tests/bundle uses 1: 106 MiB, 3x faster)")
+    args = parser.parse_args(argv)
+    dist: Path = args.dist.resolve()
+    times: dict[str, float] = {}
+    t0 = time.monotonic()
+    _log(f"PyInstaller: {SPEC.relative_to(ROOT)} -> {dist / NAME}")
+    run_pyinstaller(dist, args.work.resolve())
+    times["pyinstaller_s"] = round(time.monotonic() - t0, 1)
+    bundle = dist / NAME
+    build = None if args.no_engine else native_build.find_build(bundled=False)
+    t = time.monotonic()
+    if build is not None:
+        copy = place_engine(build, bundle / native_build.BUNDLE_ENGINE_DIR)
+        _log(f"engine: {build.label} ({build.backend}) from {build.bin_dir}, RUNPATH $ORIGIN")
+        engine = {"label": copy.label, "backend": copy.backend, "from": build.bin_dir}
+    else:
+        _log("engine: none built (run `headroom engine build` first to carry one); the bundle will "
+             "look for one, or build one, at first run")
+        engine = None
+    add_desktop_files(bundle)
+    times["engine_and_files_s"] = round(time.monotonic() - t, 1)
+    report: dict[str, object] = {
+        "version": __version__, "bundle": str(bundle), "bundle_bytes": folder_size(bundle),
+        "engine": engine, "python": platform.python_version(), "machine": platform.machine(),
+    }
+    if not args.no_tarball:
+        t = time.monotonic()
+        tarball = dist / f"{NAME}-{__version__}-linux-{platform.machine()}.tar.gz"
+        pack(bundle, tarball, args.compresslevel)
+        times["tarball_s"] = round(time.monotonic() - t, 1)
+        report |= {"tarball": str(tarball), "tarball_bytes": tarball.stat().st_size}
+    times["total_s"] = round(time.monotonic() - t0, 1)
+    report["times"] = times
+    (dist / "bundle-report.json").write_text(json.dumps(report, indent=2))
+    mib = 1024 * 1024
+    packed = f", {tarball} ({tarball.stat().st_size // mib} MiB)" if not args.no_tarball else ""
+    _log(f"done in {times['total_s']:.0f} s: {bundle} ({folder_size(bundle) // mib} MiB){packed}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,170 @@
+"""The bundle as a desktop user gets it: no Python, no checkout, an empty home. It reports its own
+engine, measures pass 1 and serves through it, opens its window under Xvfb, installs from the
+tarball into the user's directories, and never writes beside itself."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.bundle.conftest import Bundle, user_env
+from tests.unit.packaging.test_resources import desktop_entry, validate
+
+TIMEOUT_S = 300  # one command of the bundle on 2 busy cores, generously
+
+
+def _files(folder: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(folder)): (p.lstat().st_size, p.lstat().st_mtime_ns) for p in folder.rglob("*")}
+
+
+@pytest.fixture(autouse=True)
+def nothing_written_beside_the_bundle(bundle: Bundle) -> Iterator[None]:
+    before = _files(bundle.folder)
+    yield
+    assert _files(bundle.folder) == before
+
+
+def _run(bundle: Bundle, home: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(bundle.exe), *args], cwd=home, env=user_env(home, **env), capture_output=True,
+                          text=True, timeout=TIMEOUT_S, stdin=subprocess.DEVNULL)
+
+
+def _line(text: str, label: str) -> str:
+    return next(ln for ln in text.splitlines() if ln.startswith(label))
+
+
+def test_doctor_inside_the_bundle_reports_its_engine(bundle: Bundle, tmp_path: Path) -> None:
+    proc = _run(bundle, tmp_path, "doctor")
+    assert proc.returncode == 0, proc.stderr
+    bin_dir = bundle.folder / "engine" / "build" / "bin"
+    engine = _line(proc.stdout, "Engine")
+    assert engine.endswith(f"(llama.cpp 0c1e57098 + 2 Headroom patches) at {bin_dir}/llama-server (bundle)")
+    assert f"library from {bin_dir}" in _line(proc.stdout, "llama-cpp-python")  # pass 1 loads that same build
+    assert _line(proc.stdout, "Python").endswith(f"({bundle.exe})")  # no interpreter of the machine's
+    assert str(bundle.folder) in _line(proc.stdout, "Bundle")
+    assert _line(proc.stdout, "Cache").endswith(str(tmp_path / ".cache" / "headroom"))
+
+
+def test_pass_1_runs_in_a_child_of_the_bundle(bundle: Bundle, tmp_path: Path, tiny_model: Path) -> None:
+    proc = _run(bundle, tmp_path, "measure", str(tiny_model), "--ctx", "4096")
+    assert proc.returncode == 0, proc.stderr
+    assert "measured by llama-cpp-python 0.3.36 no_alloc probe (CPU, llama.cpp 0c1e57098)" in proc.stdout
+    assert "llama_kv_cache: size =    1.00 MiB (  4096 cells" in proc.stdout
+    assert list((tmp_path / ".cache" / "headroom" / "measurements").glob("*.json"))  # cached in the user's cache
+
+
+def test_the_bundle_serves_with_its_engine_and_the_plan_holds(bundle: Bundle, tmp_path: Path, tiny_model: Path) -> None:
+    proc = subprocess.Popen([str(bundle.exe), "serve", str(tiny_model), "--ctx", "4096", "-np", "2", "-kvu", "--smoke"],
+                            cwd=tmp_path, env=user_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, stdin=subprocess.DEVNULL)
+    seen: list[str] = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:  # ends when the engine is up and the smoke test is done, or it exits
+            seen.append(line)
+            if line.startswith("serving at"):
+                break
+        assert any(ln.startswith("serving at") for ln in seen), "".join(seen)
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=TIMEOUT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    out = "".join(seen) + rest
+    assert f"({bundle.folder}/engine/build/bin/llama-server)" in out
+    assert "The engine allocated what the plan said" in out
+    assert "smoke: ok — both shared sequences produced tokens" in out
+    assert "engine stopped" in out
+
+
+def test_what_the_bundle_starts_gets_the_users_library_path(bundle: Bundle, tmp_path: Path) -> None:
+    """PyInstaller puts the bundle's libraries first in LD_LIBRARY_PATH; an engine (here a tiny script
+    on PATH that notes what it got) must run with the user's value instead."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    seen = tmp_path / "seen"
+    spy = bin_dir / "llama-server"
+    spy.write_text(f'#!/bin/sh\necho "${{LD_LIBRARY_PATH-unset}}" >> {seen}\n'
+                   'echo "version: 1 (build 1, commit 0c1e570)"\n')
+    spy.chmod(0o755)
+    proc = _run(bundle, tmp_path, "doctor", PATH=f"{bin_dir}:/usr/bin:/bin", LD_LIBRARY_PATH="/opt/user-libs")
+    assert proc.returncode == 0, proc.stderr
+    assert f"at {spy} (PATH)" in proc.stdout
+    assert set(seen.read_text().split()) == {"/opt/user-libs"}
+
+
+def test_only_headrooms_own_children_run_through_minus_m(bundle: Bundle, tmp_path: Path) -> None:
+    proc = _run(bundle, tmp_path, "-m", "os")
+    assert proc.returncode == 2 and "runs only Headroom's own child processes" in proc.stderr
+
+
+def test_the_window_starts_under_xvfb(bundle: Bundle, tmp_path: Path) -> None:
+    xvfb_run = shutil.which("xvfb-run")
+    assert xvfb_run is not None, "xvfb-run is missing: ./dev setup installs xvfb"
+    shot = tmp_path / "window.png"
+    proc = subprocess.run([xvfb_run, "-a", "-s", "-screen 0 1600x1000x24", str(bundle.exe), "gui", "--demo",
+                           "--screenshot", str(shot)], cwd=tmp_path, env=user_env(tmp_path), capture_output=True,
+                          text=True, timeout=TIMEOUT_S, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr
+    assert "mode=window n_ctx=524288 feasible=True" in proc.stdout  # the demo's plan, on the xcb platform
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_first_start_with_nothing_configured_opens_the_guide(bundle: Bundle, tmp_path: Path) -> None:
+    """Plain `headroom` (what the menu entry runs) in an empty home, on a virtual display: the window
+    and the first-run guide over it, as the X server lists its windows (xwininfo)."""
+    xvfb_run = shutil.which("xvfb-run")
+    assert xvfb_run is not None and shutil.which("xwininfo"), "./dev setup installs xvfb and x11-utils"
+    windows = tmp_path / "windows.txt"
+    script = (f'"{bundle.exe}" & app=$!\n'
+              'for _ in $(seq 120); do\n'  # up to 2 minutes for the window and the guide to be mapped
+              f'  xwininfo -root -tree > "{windows}"\n'
+              f'  grep -q \'"Welcome to Headroom"\' "{windows}" && break\n'
+              '  sleep 1\n'
+              'done\n'
+              'kill $app; wait $app\n')
+    proc = subprocess.run([xvfb_run, "-a", "-s", "-screen 0 1600x1000x24", "bash", "-c", script], cwd=tmp_path,
+                          env=user_env(tmp_path), capture_output=True, text=True, timeout=TIMEOUT_S,
+                          stdin=subprocess.DEVNULL)
+    listed = windows.read_text()
+    assert '"Welcome to Headroom"' in listed, proc.stderr[-2000:]
+    assert '"Headroom"' in listed  # the main window behind it
+
+
+def test_the_tarball_installs_for_the_user_and_uninstalls(bundle: Bundle, tmp_path: Path) -> None:
+    assert bundle.tarball is not None and bundle.tarball.is_file()
+    with tarfile.open(bundle.tarball) as tf:
+        tf.extractall(tmp_path / "unpacked", filter="tar")
+    home = tmp_path / "home"
+    home.mkdir()
+    env = user_env(home)
+    installed = subprocess.run(["bash", str(tmp_path / "unpacked" / "headroom" / "install.sh")], env=env,
+                               capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert installed.returncode == 0, installed.stderr
+    app_dir = home / ".local" / "share" / "headroom" / "app"
+    link = home / ".local" / "bin" / "headroom"
+    assert link.resolve() == app_dir / "headroom"
+    entry = home / ".local" / "share" / "applications" / "headroom.desktop"
+    assert desktop_entry(entry)["Exec"] == f"{app_dir}/headroom gui %f"
+    assert validate(entry).returncode == 0
+    assert (home / ".local" / "share" / "icons" / "hicolor" / "256x256" / "apps" / "headroom.png").is_file()
+    assert (home / ".local" / "share" / "mime" / "packages" / "headroom-gguf.xml").is_file()
+    shutil.rmtree(tmp_path / "unpacked")  # the installed copy stands alone
+    doctor = subprocess.run([str(link), "doctor"], cwd=home, env=env, capture_output=True, text=True,
+                            timeout=TIMEOUT_S)
+    assert doctor.returncode == 0, doctor.stderr
+    assert f"at {app_dir}/engine/build/bin/llama-server (bundle)" in _line(doctor.stdout, "Engine")
+
+    removed = subprocess.run(["bash", str(app_dir / "install.sh"), "--uninstall"], env=env, capture_output=True,
+                             text=True, timeout=TIMEOUT_S)
+    assert removed.returncode == 0, removed.stderr
+    assert not app_dir.exists() and not os.path.lexists(link) and not entry.exists()
+    assert (home / ".cache" / "headroom").is_dir()  # the user's caches are theirs to keep

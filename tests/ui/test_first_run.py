@@ -1,0 +1,120 @@
+"""The first run with nothing configured: a guide (an engine, then a model) over the window instead of
+an empty picture; shown once; every way out leaves a plan on screen."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from app.engine.discover import EngineOrigin
+from app.engine.native_build import EngineBuild
+from app.ui import demo, first_run
+from app.ui.application import open_first
+from app.ui.first_run import FirstRunGuide
+from app.ui.main_window import MainWindow
+from app.ui.state import UiState
+
+ENGINES_S = 120_000  # discovery probes each engine's flags: generous on 2 busy cores
+
+
+@pytest.fixture
+def user(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A user who never ran Headroom: empty settings and an empty library, in tmp_path."""
+    monkeypatch.setenv("HEADROOM_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.setenv("HEADROOM_DATA_DIR", str(tmp_path / "data"))
+    return tmp_path
+
+
+def _window(qtbot, user: Path) -> MainWindow:
+    w = MainWindow(state=UiState(), persist=True, state_file=user / "gui-state.json", read_host=lambda: None)
+    qtbot.addWidget(w)
+    w.show()
+    return w
+
+
+@pytest.fixture
+def window(qtbot, user: Path) -> Iterator[MainWindow]:
+    w = _window(qtbot, user)
+    yield w
+    w.close()
+
+
+def _guide(window: MainWindow) -> FirstRunGuide:
+    guide = window.findChild(FirstRunGuide)
+    assert isinstance(guide, FirstRunGuide)
+    return guide
+
+
+def test_nothing_configured_opens_the_guide_with_the_engine_found(window, qtbot, engine_build: EngineBuild) -> None:
+    assert open_first(window, None, demo=False) is False
+    guide = _guide(window)
+    assert guide.isVisible() and window.model_path is None
+    assert guide.engine_status.text() == first_run.LOOKING
+    with qtbot.waitSignal(window.launch.enginesFound, timeout=ENGINES_S):
+        window.launch.discover()
+    text = guide.engine_status.text()
+    assert text.startswith("✓ llama-server") and "llama.cpp 0c1e57098 + 2 Headroom patches" in text
+    assert not guide.builder.isVisible()
+    assert guide.library.isHidden() and "is empty" in guide.library_note.text()
+
+
+def test_the_demo_closes_the_guide_plans_and_the_guide_is_not_shown_again(window, qtbot, user) -> None:
+    open_first(window, None, demo=False)
+    guide = _guide(window)
+    with qtbot.waitSignal(window.planned):
+        guide.demo_button.click()
+    assert window.model_path == demo.demo_model_path() and not guide.isVisible()
+    assert first_run.done_marker().is_file()
+    again = _window(qtbot, user)  # the next start: the demo (nothing else is configured), no guide
+    with qtbot.waitSignal(again.planned):
+        assert open_first(again, None, demo=False)
+    assert again.findChild(FirstRunGuide) is None
+    again.close()
+
+
+def test_a_model_from_the_library_opens_from_the_guide(window, qtbot, user, tiny_model: Path) -> None:
+    repo = user / "data" / "models" / "acme" / "Tiny-GGUF"
+    repo.mkdir(parents=True)
+    shutil.copy(tiny_model, repo / "tiny-Q8_0.gguf")
+    (repo / "big-Q4_K_M-00001-of-00002.gguf").write_bytes(b"")
+    (repo / "big-Q4_K_M-00002-of-00002.gguf").write_bytes(b"")  # a later part: not a model of its own
+    (repo / "half.gguf.part").write_bytes(b"")  # an unfinished download
+    open_first(window, None, demo=False)
+    guide = _guide(window)
+    names = [guide.library.item(r, 0).text() for r in range(guide.library.rowCount())]  # type: ignore[union-attr]
+    assert sorted(names) == ["big-Q4_K_M-00001-of-00002.gguf", "tiny-Q8_0.gguf"]
+    row = names.index("tiny-Q8_0.gguf")
+    with qtbot.waitSignal(window.planned):
+        guide.open_library_row(row)
+    assert window.model_path == repo / "tiny-Q8_0.gguf" and not guide.isVisible()
+    assert window.state.last_model == str(repo / "tiny-Q8_0.gguf")  # remembered: next time, no guide
+
+
+def test_no_engine_offers_a_build_and_a_chosen_file(window, qtbot, user, engine_build: EngineBuild) -> None:
+    open_first(window, None, demo=False)
+    guide = _guide(window)
+    window.launch.set_engines([])  # what discovery answers on a machine with no engine at all
+    assert guide.engine_status.text() == first_run.NONE_FOUND
+    assert guide.builder.isVisible() and guide.builder.button.isEnabled()
+    not_engine = user / "notes.txt"
+    not_engine.write_text("hello")
+    with qtbot.waitSignal(window.launch.enginesFound, timeout=ENGINES_S):
+        guide.use_engine(not_engine)
+    assert guide.engine_status.text().startswith(f"{not_engine} is not an engine Headroom can run")
+    with qtbot.waitSignal(window.launch.enginesFound, timeout=ENGINES_S):
+        guide.use_engine(engine_build.server)
+    assert guide.engine_status.text().startswith("✓ llama-server")
+    assert f"{EngineOrigin.SETTINGS}: {engine_build.server}" in guide.engine_status.text()
+    assert window.current.engine is not None and Path(window.current.engine.path) == engine_build.server
+
+
+def test_closing_the_guide_without_a_model_opens_the_demo(window, qtbot) -> None:
+    open_first(window, None, demo=False)
+    guide = _guide(window)
+    with qtbot.waitSignal(window.planned):
+        guide.close_button.click()
+    assert window.model_path == demo.demo_model_path()
+    assert first_run.done_marker().is_file()
