@@ -30,12 +30,15 @@ def register(sub: Any) -> None:
 
 def _ctx(text: str) -> str:
     """``--ctx`` checked before Qt starts (a bad value would otherwise abort the window)."""
+    from app.planner.settings import context_problem
     from app.planner.units import parse_tokens
 
     try:
-        parse_tokens(text)
+        problem = context_problem(parse_tokens(text))
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
     return text
 
 

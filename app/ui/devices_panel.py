@@ -16,6 +16,7 @@ from app.ui.qt import (
     QHBoxLayout,
     QLabel,
     QProgressBar,
+    Qt,
     QVBoxLayout,
     QWidget,
     Signal,
@@ -43,6 +44,7 @@ class MemoryCard(QFrame):
         super().__init__(parent)
         self.setFrameShape(QFrame.Shape.StyledPanel)
         self.title = QLabel()
+        self.title.setTextFormat(Qt.TextFormat.RichText)
         self.bar = QProgressBar()
         self.bar.setRange(0, 1000)
         self.bar.setTextVisible(False)
@@ -74,6 +76,7 @@ class DevicesPanel(QWidget):
         self.notice = QLabel()
         self.notice.setObjectName("driverNotice")
         self.notice.setWordWrap(True)
+        self.notice.setTextFormat(Qt.TextFormat.RichText)
         self.simulate = QComboBox()
         self.simulate.setAccessibleName("Simulated GPU")
         self.simulate.setToolTip("Plan for a GPU you do not have")

@@ -116,6 +116,7 @@ class LaunchPanel(QWidget):
         self.advice_label = QLabel()
         self.advice_label.setObjectName("engineAdvice")
         self.advice_label.setWordWrap(True)
+        self.advice_label.setTextFormat(Qt.TextFormat.RichText)  # escaped HTML (app.ui.launch_panel.advice_html)
         self.advice_label.setVisible(False)
         self.builder = EngineBuilder()
         self.builder.setVisible(False)

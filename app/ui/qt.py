@@ -43,6 +43,7 @@ from PySide6.QtGui import (
     QPalette,
     QPen,
     QPixmap,
+    QStandardItemModel,
 )
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -87,7 +88,7 @@ __all__ = [
     "QMenu", "QMessageBox", "QMimeData", "QMouseEvent", "QObject", "QPaintEvent", "QPainter",
     "QPalette", "QPen", "QPixmap", "QPlainTextEdit", "QPoint", "QPointF", "QProgressBar",
     "QPushButton", "QRectF", "QScrollArea", "QSize", "QSizePolicy", "QSlider", "QSpinBox",
-    "QSplitter", "QStatusBar", "QTableWidget", "QTableWidgetItem", "QThread", "QTimer", "QToolButton", "QToolTip", "QUrl",
+    "QSplitter", "QStandardItemModel", "QStatusBar", "QTableWidget", "QTableWidgetItem", "QThread", "QTimer", "QToolButton", "QToolTip", "QUrl",
     "QVBoxLayout", "QWidget", "Qt", "Signal", "Slot",
 ]
 

@@ -27,6 +27,7 @@ from app.ui.qt import (
     QPlainTextEdit,
     QPushButton,
     QSpinBox,
+    Qt,
     QTimer,
     QVBoxLayout,
     QWidget,
@@ -81,6 +82,8 @@ class SessionsPanel(QGroupBox):
         self.result = QLabel()
         self.result.setWordWrap(True)
         self.result.setObjectName("sessionResult")
+        for label in (self.advisories, self.result):  # escaped HTML, even a one-part text without a tag
+            label.setTextFormat(Qt.TextFormat.RichText)
         row1 = QHBoxLayout()
         row1.addWidget(self.prompt, 1)
         row1.addWidget(self.k)
