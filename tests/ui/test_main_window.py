@@ -6,6 +6,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
+from app.planner import words
 from app.planner.gguf_model import read_shape
 from app.planner.plan import Plan, make_plan
 from app.planner.plan_types import PlanMode
