@@ -56,6 +56,8 @@ if TYPE_CHECKING:
     from app.planner.plan import Alternative, ContextFit, Plan
     from app.ui.window_state import WindowState
 
+#: The parts that are other programs' memory (read when the plan was made, not live).
+OTHER_KEYS = ("other", "other_processes")
 #: The parts' names stay importable from here (the tests and the screenshot use them).
 __all__ = ["GPU_PARTS", "HOST_PARTS", "BudgetView", "DeviceRow", "Segment", "StackedBar", "legend_entries"]
 
@@ -171,7 +173,9 @@ class DeviceRow(QWidget):
         self.title.setText(f"<b>{title}</b> — {Bytes(total)}"
                            + (f" · VRAM target {Bytes(target)} (dashed line)" if target else ""))
         self.bar.set_data(total, segments, over, target)
-        parts = [f"{s.label.lower()} {Bytes(s.size)}" for s in segments if s.size > 0]
+        # "when planned": the devices panel above shows the same memory live, a moment later
+        parts = [f"{s.label.lower()} {Bytes(s.size)}" + (" when planned" if s.key in OTHER_KEYS else "")
+                 for s in segments if s.size > 0]
         shown_free = f"free {Bytes(free)}" if free >= 0 else f"<span style='color:{RED}'>short {Bytes(-free)}</span>"
         self.caption.setText(" · ".join([*parts, shown_free]))
 
@@ -338,12 +342,12 @@ class BudgetView(QWidget):
         self._ensure_rows(len(plan.gpus))
         shown: list[Segment] = []
         for row, dp in zip(self.rows, plan.gpus, strict=True):
-            segs = device_segments(dp)
+            segs = device_segments(dp, window=plan.mode == PlanMode.WINDOW)
             shown += segs
             row.show_device(f"{dp.name}: {dp.label}", int(dp.total), segs, int(dp.free),
                             over=int(dp.free) < 0, target=plan.vram_target)
         hp = plan.host
-        segs = host_segments(hp, no_gpu=not plan.gpus)
+        segs = host_segments(hp, no_gpu=not plan.gpus, window=plan.mode == PlanMode.WINDOW)
         shown += segs
         self.host_row.show_device("Host RAM", int(hp.total), segs, int(hp.free), over=int(hp.free) < 0)
         self.legend.setText(_legend(shown))

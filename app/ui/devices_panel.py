@@ -61,7 +61,7 @@ class MemoryCard(QFrame):
         used = max(0, total - free)
         self.title.setText(title)
         self.bar.setValue(round(1000 * used / total) if total else 0)
-        self.caption.setText(f"used {Bytes(used)} · free {Bytes(free)} of {Bytes(total)}")
+        self.caption.setText(f"used {Bytes(used)} now · free {Bytes(free)} of {Bytes(total)}")
         self.setToolTip(tooltip)
         self.setAccessibleDescription(f"{title}: {self.caption.text()}")
 

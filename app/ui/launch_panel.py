@@ -17,15 +17,18 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from app.engine import check_report
 from app.engine.advisories import Advisory, Severity
 from app.engine.argv import ArgvError, shell_line
-from app.engine.check import PlanCheck, describe
+from app.engine.check import PlanCheck
 from app.engine.discover import EngineInfo, discover_engines
 from app.engine.launch import LaunchRefused, advisories, prepare
 from app.engine.process import ServerStatus
 from app.engine.running import LaunchedEngine
 from app.hub.preview import preview_refusal
 from app.planner.plan import Plan
+from app.ui.check_view import CheckView
+from app.ui.demo import DEMO_LAUNCH
 from app.ui.engine_builder import EngineBuilder
 from app.ui.hub_button import PREVIEW_LAUNCH
 from app.ui.qt import (
@@ -67,6 +70,7 @@ class LaunchPanel(QWidget):
     enginesFound = Signal(list)
     checked = Signal(object)  # PlanCheck: plan vs what the engine allocated
     adviceChanged = Signal(list)  # list[Advisory]: the engine advisories for the plan and engine now
+    runStarted = Signal(str)  # the command line of a launch (the console starts a fresh log)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -118,6 +122,8 @@ class LaunchPanel(QWidget):
         self.advice_label.setWordWrap(True)
         self.advice_label.setTextFormat(Qt.TextFormat.RichText)  # escaped HTML (app.ui.launch_panel.advice_html)
         self.advice_label.setVisible(False)
+        # Plan vs actual as a table; the window shows it with the plan (check_view), the panel fills it.
+        self.check_view = CheckView()
         self.builder = EngineBuilder()
         self.builder.setVisible(False)
         self.builder.logLines.connect(self.logLines)
@@ -151,6 +157,10 @@ class LaunchPanel(QWidget):
         self._flush.timeout.connect(self._flush_lines)
         self._flush.start()
 
+    def check_table(self) -> QWidget:
+        """Plan vs actual as a table, for the window to show with the plan."""
+        return self.check_view
+
     def pinned_controls(self) -> QWidget:
         """Launch / Stop and the endpoint, for the window to pin where they never scroll away."""
         return self._controls
@@ -164,10 +174,11 @@ class LaunchPanel(QWidget):
         def planned(plan: Plan) -> None:
             model = state.model
             if model is not None:
-                self.set_plan(plan, None if model.preview else model.path, model.shape.arch,
-                              not_launchable=PREVIEW_LAUNCH if model.preview else "")
+                why = PREVIEW_LAUNCH if model.preview else DEMO_LAUNCH if model.demo else ""
+                self.set_plan(plan, None if model.preview else model.path, model.shape.arch, not_launchable=why)
 
         state.planChanged.connect(planned)
+        state.modelChanged.connect(lambda _m: self.forget_last_run() if self._engine is None else None)
         state.noPlan.connect(lambda why: self.set_no_plan(f"the settings give no plan ({why})"))
 
     # ---- engines -------------------------------------------------------------------------------
@@ -255,8 +266,10 @@ class LaunchPanel(QWidget):
         engine_run.add_line_listener(self._queue_line)
         self._engine = engine_run
         self.check.clear()
-        self.check.setToolTip("")
+        self.check.setStyleSheet("")
+        self.check_view.clear()
         self._show_command(shell_line(spec.argv), "Command line:")
+        self.runStarted.emit(shell_line(spec.argv))
         self.launch_button.setEnabled(False)
         self.stop_button.setEnabled(True)
         self.progress.setVisible(True)
@@ -293,10 +306,14 @@ class LaunchPanel(QWidget):
 
     def _show_check(self, check: object) -> None:
         assert isinstance(check, PlanCheck)
-        colour = "" if check.ok else "color: #c77800;"
-        self.check.setStyleSheet(colour)
-        self.check.setText(describe(check))
-        self.check.setToolTip(f"<pre>{check.table()}</pre>")
+        running = self._engine
+        plan = running.plan if running is not None else self._plan
+        if plan is None:
+            return
+        cpu_run = check_report.ran_on_cpu(check, plan)  # not a failure: nothing on a GPU to compare
+        self.check.setStyleSheet("" if check.ok or cpu_run else "color: #c77800;")
+        self.check.setText(check_report.summary(check, plan))
+        self.check_view.show_check(check, plan)
         self.checked.emit(check)
 
     def _failed(self, message: str) -> None:
@@ -329,10 +346,19 @@ class LaunchPanel(QWidget):
             self.check.setText(f"Last run (stopped): {self.check.text()}")
         if self.command.text():
             self._show_command(self.command.text(), "Last run (stopped), command line:")
+        self.check_view.mark_last_run()
         self._enable_launch()
         if self._state is not None:
             self._state.set_running(None)
         self.engineStopped.emit()
+
+    def forget_last_run(self) -> None:
+        """Another model: the last run's command line and check were about the model before."""
+        for w in (self.command, self.command_caption):
+            w.clear()
+            w.setVisible(False)
+        self.check.clear()
+        self.check_view.clear()
 
     def _show_command(self, line: str, caption: str) -> None:
         self.command.setText(line)

@@ -43,6 +43,7 @@ from PySide6.QtGui import (
     QPalette,
     QPen,
     QPixmap,
+    QResizeEvent,
     QStandardItemModel,
 )
 from PySide6.QtWidgets import (
@@ -87,7 +88,7 @@ __all__ = [
     "QHBoxLayout", "QHeaderView", "QHelpEvent", "QIcon", "QImage", "QKeySequence", "QLabel", "QLineEdit", "QMainWindow",
     "QMenu", "QMessageBox", "QMimeData", "QMouseEvent", "QObject", "QPaintEvent", "QPainter",
     "QPalette", "QPen", "QPixmap", "QPlainTextEdit", "QPoint", "QPointF", "QProgressBar",
-    "QPushButton", "QRectF", "QScrollArea", "QSize", "QSizePolicy", "QSlider", "QSpinBox",
+    "QPushButton", "QRectF", "QResizeEvent", "QScrollArea", "QSize", "QSizePolicy", "QSlider", "QSpinBox",
     "QSplitter", "QStandardItemModel", "QStatusBar", "QTableWidget", "QTableWidgetItem", "QThread", "QTimer", "QToolButton", "QToolTip", "QUrl",
     "QVBoxLayout", "QWidget", "Qt", "Signal", "Slot",
 ]

@@ -99,7 +99,7 @@ def test_at_1024x700_launch_stop_and_the_plan_pane_are_all_in_view(window, shape
     assert not window.left_scroll.horizontalScrollBar().isVisible()
     form = window.left_scroll.widget()
     assert form.width() >= form.minimumSizeHint().width()  # the form is not cut off at the right
-    top, bottom = window.centralWidget().sizes()  # the engine log and sessions take the lesser part
+    top, bottom = window.vsplit.sizes()  # the engine log and sessions take the lesser part
     assert top >= 0.7 * (top + bottom)
     # the option notes wrap at sentence width, not one word per line
     note = next(lab for lab in window.budget.options.findChildren(QLabel) if lab.text().startswith("every KV"))
