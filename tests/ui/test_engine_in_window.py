@@ -181,7 +181,7 @@ def test_the_picture_stays_on_the_running_plan_and_session_texts_outlive_the_eng
 
 @pytest.mark.engine
 def test_pass_1_on_the_cpu_says_gpu_compute_is_still_estimated_once(window, tiny_model, qtbot):
-    window.devices.simulate.setCurrentText("H200")
+    window.devices.choose_simulated("H200")
     assert window.open_model(tiny_model)
     with qtbot.waitSignal(window.measured, timeout=120_000):
         qtbot.mouseClick(window.measure.button, LEFT)

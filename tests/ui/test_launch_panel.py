@@ -66,7 +66,7 @@ OPENCOTI = EngineInfo(EngineKind.OPENCOTI, "/opt/llamafile/opencoti.llamafile", 
 
 
 def test_engine_advisories_show_with_their_action_before_launch(window, shape_model, qtbot):
-    window.devices.simulate.setCurrentText("RTX 4090")  # the window mode needs a GPU to plan for
+    window.devices.choose_simulated("RTX 4090")  # the window mode needs a GPU to plan for
     window.launch.set_engines([OPENCOTI])
     assert window.open_model(shape_model(LLAMA8B))
     window.settings.set_context(192 * 1024)
@@ -86,7 +86,7 @@ def test_engine_advisories_show_with_their_action_before_launch(window, shape_mo
 
 
 def test_an_error_advisory_refuses_the_launch_with_its_message(window, tiny_model, qtbot):
-    window.devices.simulate.setCurrentText("RTX 4090")
+    window.devices.choose_simulated("RTX 4090")
     window.launch.set_engines([OPENCOTI])
     window.settings.set_engine_window(True)
     assert window.open_model(tiny_model)
@@ -146,7 +146,7 @@ def test_build_progress_lines():
 
 
 def test_launch_is_not_offered_for_a_plan_that_does_not_fit(window, shape_model, qtbot):
-    window.devices.simulate.setCurrentText("RTX 4090")
+    window.devices.choose_simulated("RTX 4090")
     assert window.open_model(shape_model(QWEN14_1M))
     window.settings.set_engine_window(True)
     window.settings.context.entry.setText("1M")

@@ -39,7 +39,7 @@ def test_no_driver_is_said_plainly_and_planning_still_works(window, shape_model,
 
 def test_slider_replans_to_the_planners_numbers(window, shape_model, qtbot):
     path = shape_model(LLAMA8B)
-    window.devices.simulate.setCurrentText("RTX 4090")
+    window.devices.choose_simulated("RTX 4090")
     assert window.open_model(path)
     assert "simulated" in window.budget.rows[0].title.text()
     seen = []
@@ -59,7 +59,7 @@ def test_slider_replans_to_the_planners_numbers(window, shape_model, qtbot):
 
 
 def test_typed_context_and_tooltips_name_their_source(window, shape_model, qtbot):
-    window.devices.simulate.setCurrentText("RTX 4090")
+    window.devices.choose_simulated("RTX 4090")
     assert window.open_model(shape_model(LLAMA8B))
     with qtbot.waitSignal(window.planned) as sig:
         window.settings.context.entry.setText("24k")
@@ -74,7 +74,7 @@ def test_typed_context_and_tooltips_name_their_source(window, shape_model, qtbot
 
 
 def test_infeasible_plan_is_red_with_the_reason_and_a_way_out(window, shape_model, qtbot):
-    window.devices.simulate.setCurrentText("RTX 4090")
+    window.devices.choose_simulated("RTX 4090")
     window.settings.set_engine_window(True)  # the rolling window: the tail must fit in host RAM
     assert window.open_model(shape_model(LLAMA8B))
     with qtbot.waitSignal(window.planned) as sig:
@@ -95,7 +95,7 @@ def test_infeasible_plan_is_red_with_the_reason_and_a_way_out(window, shape_mode
 
 
 def test_stock_plan_that_moved_away_from_the_settings_says_so(window, shape_model, qtbot):
-    window.devices.simulate.setCurrentText("RTX 4090")
+    window.devices.choose_simulated("RTX 4090")
     assert window.open_model(shape_model(LLAMA8B))
     with qtbot.waitSignal(window.planned) as sig:
         window.settings.context.set_value(512 * K, emit=True)
@@ -110,7 +110,7 @@ def test_stock_plan_that_moved_away_from_the_settings_says_so(window, shape_mode
 
 
 def test_largest_context_that_fits_is_shown_and_usable(window, shape_model, qtbot):
-    window.devices.simulate.setCurrentText("RTX 4090")
+    window.devices.choose_simulated("RTX 4090")
     assert window.open_model(shape_model(LLAMA8B))
     fit = window.current.fit
     assert fit is not None
