@@ -115,6 +115,7 @@ class DevicesPanel(QWidget):
         top.addWidget(self.simulate)
         top.addWidget(self.spec)
         top.addWidget(self.spec_error, 1)
+        top.addStretch(1)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         lay.addLayout(top)

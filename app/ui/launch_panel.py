@@ -19,7 +19,9 @@ from typing import Any
 
 from app.engine import check_report
 from app.engine.advisories import Advisory, Severity
+from app.engine.apikey import ApiKeyError
 from app.engine.argv import ArgvError, shell_line
+from app.engine.capabilities import port_is_free
 from app.engine.check import PlanCheck
 from app.engine.discover import EngineInfo, discover_engines
 from app.engine.launch import LaunchRefused, advisories, prepare
@@ -44,10 +46,10 @@ from app.ui.qt import (
     QWidget,
     Signal,
 )
+from app.ui.server_panel import ServerSettings
 from app.ui.window_state import WindowState
 from app.ui.workers import TaskThread
 
-HOST = "127.0.0.1"
 NO_MODEL = "Open a model first: there is nothing to launch yet"
 #: How an advisory reads before launch (severity -> colour); "error" refuses the launch.
 ADVICE_COLOUR = {Severity.ERROR: "#d62728", Severity.WARNING: "#c77800", Severity.INFO: ""}
@@ -75,6 +77,9 @@ class LaunchPanel(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._state: WindowState | None = None
+        #: Where the engine listens (the server panel's settings) and where its API key is kept.
+        self._server: Callable[[], ServerSettings] = ServerSettings
+        self._key_dir: Path | None = None
         self.engines: list[EngineInfo] = []
         self._engine: LaunchedEngine | None = None  # starting or running
         self._plan: Plan | None = None
@@ -156,6 +161,10 @@ class LaunchPanel(QWidget):
         self._flush.setInterval(LOG_FLUSH_MS)
         self._flush.timeout.connect(self._flush_lines)
         self._flush.start()
+
+    def use_server(self, settings: Callable[[], ServerSettings], key_dir: Path | None) -> None:
+        """Where launches listen: ``settings()`` at each launch; the API key kept in ``key_dir``."""
+        self._server, self._key_dir = settings, key_dir
 
     def check_table(self) -> QWidget:
         """Plan vs actual as a table, for the window to show with the plan."""
@@ -255,10 +264,16 @@ class LaunchPanel(QWidget):
         if refused is not None:
             self._failed(f"Cannot launch this plan: {refused}")
             return
+        server = self._server()
+        if server.port and not port_is_free(server.host, server.port):
+            self._failed(f"port {server.port} on {server.host} is in use by another program: choose another "
+                         "port under Server (or stop what holds it)")
+            return
         try:
-            spec = prepare(plan, model, [engine], host=HOST, arch=self._arch or None,
+            spec = prepare(plan, model, [engine], host=server.host, port=server.port or None,
+                           require_key=server.needs_key, key_dir=self._key_dir, arch=self._arch or None,
                            unlaunchable=preview_refusal)
-        except (LaunchRefused, ArgvError) as exc:
+        except (LaunchRefused, ArgvError, ApiKeyError) as exc:
             self._failed(f"Cannot launch this plan: {exc}")
             return
         engine_run = LaunchedEngine(plan, spec)

@@ -19,6 +19,7 @@ from app.planner.plan import Plan
 from app.planner.settings import default_context
 from app.planner.units import MiB
 from app.ui import demo
+from app.ui import profile as profile_module
 from app.ui.budget_view import BudgetView
 from app.ui.console import Console
 from app.ui.context_control import tokens_text
@@ -30,6 +31,7 @@ from app.ui.launch_panel import LaunchPanel
 from app.ui.live_replan import LiveReplan
 from app.ui.measure_bar import MeasureBar
 from app.ui.planning import inventory_for, real_inventory
+from app.ui.profile import Profile
 from app.ui.qt import (
     QAction,
     QByteArray,
@@ -51,6 +53,7 @@ from app.ui.qt import (
     QWidget,
     Signal,
 )
+from app.ui.server_panel import ServerPanel, ServerSettings
 from app.ui.sessions_panel import SessionsPanel
 from app.ui.settings_panel import SettingsPanel
 from app.ui.state import UiState, load_state, save_state
@@ -157,10 +160,16 @@ class MainWindow(QMainWindow):
         self.measure = MeasureBar()
         self.measure.failed.connect(lambda msg: self.show_error(f"Pass 1 failed: {msg}"))
         self.launch = LaunchPanel(self)
+        self.server = ServerPanel()
+        try:
+            self.server.set_settings(ServerSettings.from_json(self.state.server or {}))
+        except ValueError:
+            self.server.set_settings(ServerSettings())  # a hand-edited state file: the defaults
+        self.launch.use_server(self.server.settings, self.server.key_folder())
         # Small screens: the form scrolls up and down only; Measure, Launch / Stop and the endpoint
         # never scroll away (a footer under the form).
         left_w, self.left_scroll = form_with_footer(
-            [self.model_label, open_row, self.settings, self.measure, self.launch],
+            [self.model_label, open_row, self.settings, self.server, self.measure, self.launch],
             [self.measure.pinned_controls(), self.launch.pinned_controls()], max_width=480)
         self.devices = DevicesPanel()
         self.devices.set_simulated_choice(self.state.simulated_gpus[0] if self.state.simulated_gpus else "")
@@ -242,6 +251,16 @@ class MainWindow(QMainWindow):
         demo_act.triggered.connect(self.open_demo)
         file_menu.addAction(demo_act)
         file_menu.addSeparator()
+        save_profile = QAction("&Save launch profile…", self)
+        save_profile.setShortcut(QKeySequence.StandardKey.Save)
+        save_profile.triggered.connect(self.choose_profile_to_save)
+        file_menu.addAction(save_profile)
+        open_profile = QAction("Open launch &profile…", self)
+        open_profile.triggered.connect(self.choose_profile_to_open)
+        file_menu.addAction(open_profile)
+        self.recent_profiles_menu = file_menu.addMenu("Recent launch pro&files")
+        self._fill_recent_profiles()
+        file_menu.addSeparator()
         quit_act = QAction("&Quit", self)
         quit_act.setShortcut(QKeySequence.StandardKey.Quit)
         quit_act.triggered.connect(self.close)
@@ -254,6 +273,82 @@ class MainWindow(QMainWindow):
             act.triggered.connect(lambda _c=False, p=path: self.open_model(Path(p)))
             self.recent_menu.addAction(act)
         self.recent_menu.setEnabled(bool(self.state.recent))
+
+    def _fill_recent_profiles(self) -> None:
+        self.recent_profiles_menu.clear()
+        for path in self.state.recent_profiles:
+            act = QAction(path, self)
+            act.triggered.connect(lambda _c=False, p=path: self.open_profile(Path(p)))
+            self.recent_profiles_menu.addAction(act)
+        self.recent_profiles_menu.setEnabled(bool(self.state.recent_profiles))
+
+    # ---- launch profiles -----------------------------------------------------------------------
+    def profile(self) -> Profile | None:
+        """The model, settings and server now, as a launch profile (None before a model is open)."""
+        model = self.current.model
+        if model is None:
+            return None
+        current = self.current.settings
+        return Profile(str(model.path), self.settings.settings(), self.settings.wants_window(),
+                       current.safety // MiB, (current.vram_target or 0) // MiB,
+                       self.devices.simulated_choice(), self.server.settings())
+
+    def choose_profile_to_save(self) -> None:
+        if self.current.model is None:
+            self.show_error("Open a model first: a launch profile holds a model and its settings")
+            return
+        start = Path(self.state.recent_profiles[0]).parent if self.state.recent_profiles else Path.home()
+        name = f"{self.current.model.path.stem}{profile_module.SUFFIX}"
+        path, _f = QFileDialog.getSaveFileName(self, "Save the launch profile", str(start / name),
+                                               f"Launch profiles (*{profile_module.SUFFIX})")
+        if path:
+            self.save_profile(Path(path))
+
+    def save_profile(self, path: Path) -> bool:
+        profile = self.profile()
+        if profile is None:
+            return False
+        try:
+            profile_module.save_profile(profile, path)
+        except OSError as exc:
+            self.show_error(f"Cannot save the launch profile to {path}: {exc.strerror or exc}")
+            return False
+        self.state.remember_profile(str(path))
+        self._fill_recent_profiles()
+        self.statusBar().showMessage(f"Launch profile saved: {path}", 10_000)
+        return True
+
+    def choose_profile_to_open(self) -> None:
+        start = Path(self.state.recent_profiles[0]).parent if self.state.recent_profiles else Path.home()
+        path, _f = QFileDialog.getOpenFileName(self, "Open a launch profile", str(start),
+                                               f"Launch profiles (*{profile_module.SUFFIX});;JSON (*.json)")
+        if path:
+            self.open_profile(Path(path))
+
+    def open_profile(self, path: Path) -> bool:
+        """Open the profile's model with its settings, planning options and server. A profile that
+        cannot be used (or whose model cannot be read) changes nothing and says why."""
+        try:
+            profile = profile_module.load_profile(path)
+            self.current.read_model(Path(profile.model))  # before anything changes
+        except ValueError as exc:
+            self.show_error(f"Cannot open the launch profile: {exc}")
+            return False
+        except (PlannerError, OSError) as exc:
+            self.show_error(f"Cannot open the launch profile {path.name}: its model {profile.model}: {exc}")
+            return False
+        self._before_demo = None  # the profile says which card and placement
+        self.devices.set_simulated_choice(profile.simulated)
+        self.set_simulated(profile.simulated, replan=False)
+        self.settings.set_engine_window(profile.engine_window)
+        self.settings.set_margins(profile.safety_mib, profile.vram_target_mib)
+        self.server.set_settings(profile.server)
+        if not self.open_model(Path(profile.model)):
+            return False
+        self.settings.set_settings(profile.launch)
+        self.state.remember_profile(str(path))
+        self._fill_recent_profiles()
+        return True
 
     # ---- model ---------------------------------------------------------------------------------
     def choose_model(self) -> None:
@@ -419,10 +514,17 @@ class MainWindow(QMainWindow):
         if self.persist:
             self.state.geometry = bytes(self.saveGeometry().toHex().data()).decode()
             settings = self.current.settings
-            self.state.settings = settings.launch.to_json()
+            model = self.current.model
+            if self._before_demo is None:
+                self.state.engine_window = self.settings.wants_window()
+                if not (model is not None and model.demo):  # the demo's 512k is not the user's setting
+                    self.state.settings = self.settings.settings().to_json()
+            else:  # closed on the demo: what it changed is not remembered
+                simulated, self.state.engine_window = self._before_demo
+                self.state.simulated_gpus = [simulated] if simulated else []
             self.state.safety_mib = settings.safety // MiB
-            self.state.engine_window = settings.engine_window
             self.state.vram_target_mib = (settings.vram_target or 0) // MiB
+            self.state.server = self.server.settings().to_json()
             engine = self.current.engine
             self.state.engine_path = engine.path if engine is not None else self.state.engine_path
             save_state(self.state, self.state_file)

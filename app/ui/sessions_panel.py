@@ -58,6 +58,7 @@ class SessionsPanel(QGroupBox):
         self.log_tail: Callable[[], list[str]] | None = None
         self.sessions: dict[str, Session] = {}
         self.store: SessionStore | None = None  # the engine's (None: no engine; the texts stay shown)
+        self.api_key: str | None = None  # the running engine's
         self._tasks: set[TaskThread] = set()
         self._pieces: dict[str, str] = {}
         self._lock = threading.Lock()
@@ -117,6 +118,7 @@ class SessionsPanel(QGroupBox):
 
         def ready(url: str) -> None:
             engine, running = state.running_engine, state.running
+            self.api_key = engine.api_key if engine is not None else None
             self.set_engine(url, engine.log_tail if engine is not None else None,
                             running.launch.n_parallel if running is not None else 1)
 
@@ -189,7 +191,7 @@ class SessionsPanel(QGroupBox):
     def fork(self) -> None:
         free = (f"s{i}" for i in range(1, 10_000) if f"s{i}" not in self.sessions)
         names = [next(free) for _ in range(self.k.value())]
-        prompt, client = self.prompt.text(), EngineClient(self.base_url)
+        prompt, client = self.prompt.text(), EngineClient(self.base_url, self.api_key)
         self._busy(f"Forking into {', '.join(names)}…")
         self._run(lambda _c: fork(client, prompt, names, Sampling(N_PREDICT),
                                   on_piece=lambda i, piece: self._piece(names[i], piece)))
@@ -199,15 +201,15 @@ class SessionsPanel(QGroupBox):
         name, store = self.chosen.currentText(), self.store
         if name not in self.sessions or store is None:
             return
-        prompt, client = self.prompt.text(), EngineClient(self.base_url)
+        prompt, client = self.prompt.text(), EngineClient(self.base_url, self.api_key)
         self._busy(f"Continuing {name}…")
         self._run(lambda _c: turn(client, store, name, prompt, Sampling(N_PREDICT),
                                   on_piece=lambda _i, piece: self._piece(name, piece)))
 
     def smoke(self) -> None:
-        url, tail = self.base_url, self.log_tail
+        url, tail, key = self.base_url, self.log_tail, self.api_key
         self._busy("Running the shared-sequence smoke test…")
-        self._run(lambda _c: run_smoke(url, log_tail=tail))
+        self._run(lambda _c: run_smoke(url, key, log_tail=tail))
 
     # ---- results -------------------------------------------------------------------------------
     def _piece(self, name: str, piece: str) -> None:  # any thread
