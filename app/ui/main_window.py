@@ -66,7 +66,7 @@ RESOURCES = Path(__file__).resolve().parent.parent.parent / "resources"
 #: The plan and the form keep at least this share of the height; the log and sessions the rest, and
 #: everything past PLAN_HEIGHT px (a tall screen: the plan does not need more, the sessions do).
 PLAN_SHARE = 0.7
-PLAN_HEIGHT = 720
+PLAN_HEIGHT = 640
 
 
 def app_icon() -> QIcon:
