@@ -53,6 +53,7 @@ class MemoryCard(QFrame):
         self.bar.setTextVisible(False)
         self.bar.setMaximumHeight(10)
         self.caption = QLabel()
+        self.caption.setWordWrap(True)  # two cards side by side fit a 1024-wide window
         lay = QVBoxLayout(self)
         lay.setContentsMargins(6, 4, 6, 4)
         lay.setSpacing(2)
@@ -95,10 +96,11 @@ class DevicesPanel(QWidget):
         self.simulate.currentIndexChanged.connect(self._on_simulate)
         # A card of any size, typed as the CLI's --gpu takes it.
         self.spec = QLineEdit()
-        self.spec.setPlaceholderText("or type: MyCard:12GiB")
+        self.spec.setPlaceholderText("or type NAME:12GiB")
         self.spec.setAccessibleName("Simulated GPU (typed)")
         self.spec.setToolTip(SIMULATE_TIP)
-        self.spec.setMaximumWidth(160)
+        self.spec.setMinimumWidth(self.spec.fontMetrics().horizontalAdvance("or type NAME:12GiB") + 16)
+        self.spec.setMaximumWidth(180)
         self.spec.returnPressed.connect(self._typed)
         self.spec_error = QLabel()
         self.spec_error.setObjectName("gpuSpecError")

@@ -21,7 +21,7 @@ from app.engine import check_report
 from app.engine.advisories import Advisory, Severity
 from app.engine.apikey import ApiKeyError
 from app.engine.argv import ArgvError, shell_line
-from app.engine.capabilities import port_is_free
+from app.engine.capabilities import port_is_free, refusal
 from app.engine.check import PlanCheck
 from app.engine.discover import EngineInfo, discover_engines
 from app.engine.launch import LaunchRefused, advisories, prepare
@@ -221,12 +221,17 @@ class LaunchPanel(QWidget):
         """``not_launchable``: why this model cannot be launched at all (a header-only preview); the
         Launch button stays off and says so, whatever the plan."""
         self._plan, self._model, self._arch = plan, model, arch
-        self._not_launchable = not_launchable
-        self._enable_launch()
         engine = self.engine()
+        # A plan the chosen engine cannot run (a flag it does not accept): said now, not at Launch.
+        cannot = refusal(engine.capabilities, plan.launch, plan.mode) if engine and engine.capabilities else None
+        self._not_launchable = not_launchable or (f"The engine chosen cannot launch this plan: {cannot}"
+                                                  if cannot else "")
+        self._enable_launch()
         self._advice = advisories(plan, engine, arch) if engine is not None and arch else []
-        self.advice_label.setText("<br>".join(advice_html(a) for a in self._advice))
-        self.advice_label.setVisible(bool(self._advice))
+        lines = [f"<span style='color:{ADVICE_COLOUR[Severity.ERROR]}'>{ADVICE_SIGN[Severity.ERROR]} "
+                 f"{escape(self._not_launchable)}</span>"] if cannot and not not_launchable else []
+        self.advice_label.setText("<br>".join(lines + [advice_html(a) for a in self._advice]))
+        self.advice_label.setVisible(bool(lines or self._advice))
         self.adviceChanged.emit(list(self._advice))
 
     def set_no_plan(self, reason: str) -> None:

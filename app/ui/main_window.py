@@ -66,7 +66,7 @@ RESOURCES = Path(__file__).resolve().parent.parent.parent / "resources"
 #: The plan and the form keep at least this share of the height; the log and sessions the rest, and
 #: everything past PLAN_HEIGHT px (a tall screen: the plan does not need more, the sessions do).
 PLAN_SHARE = 0.7
-PLAN_HEIGHT = 640
+PLAN_HEIGHT = 700
 
 
 def app_icon() -> QIcon:
@@ -210,8 +210,8 @@ class MainWindow(QMainWindow):
         bottom = QSplitter(Qt.Orientation.Horizontal)
         bottom.addWidget(self.console)
         bottom.addWidget(self.sessions)
-        bottom.setStretchFactor(0, 3)
-        bottom.setStretchFactor(1, 2)
+        bottom.setStretchFactor(0, 1)  # the log wraps; the sessions' controls need their width
+        bottom.setStretchFactor(1, 1)
         # The form has the whole height on the left (it never scrolls at 1280×860); on the right the
         # plan takes the upper part and the log and sessions the rest (more of it on a tall screen).
         vsplit = PlanSplit()

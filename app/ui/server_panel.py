@@ -102,7 +102,7 @@ class ServerPanel(QGroupBox):
         self.key.setReadOnly(True)
         self.key.setEchoMode(QLineEdit.EchoMode.Password)
         self.key.setAccessibleName("API key")
-        self.key.setPlaceholderText("none needed on 127.0.0.1")
+        self.key.setPlaceholderText("not needed")
         self.show_key = QPushButton("Show")
         self.show_key.setCheckable(True)
         self.show_key.toggled.connect(self._show_key)

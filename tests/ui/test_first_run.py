@@ -85,7 +85,7 @@ def test_a_gpu_plan_run_on_the_cpu_shows_its_table_and_says_why_it_cannot_be_che
     assert "?" not in cells and "OFF" not in cells
     assert {r[5] for r in view.rows} <= {check_report.OK, check_report.DIFFERS, check_report.NOT_LOGGED,
                                           check_report.NOT_PLANNED}
-    assert len(view.rows) == len(check.rows) and check_report.LEGEND == view.legend.text()
+    assert len(view.rows) == len(check.rows) and view.legend.text() == check_report.LEGEND
     assert view.legend.isVisible() and view.summary.isVisible()
     command = window.launch.command.text()
     qtbot.waitUntil(lambda: window.console.text().count("\n") > 5, timeout=10_000)

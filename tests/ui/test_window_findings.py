@@ -217,7 +217,9 @@ def test_at_1920x1080_the_extra_height_goes_to_the_log_and_sessions(window, qtbo
     plan_860, log_860 = window.vsplit.sizes()
     show_at(window, qtbot, 1920, 1080)
     plan_1080, log_1080 = window.vsplit.sizes()
-    assert plan_1080 <= PLAN_HEIGHT and log_1080 - log_860 > plan_1080 - plan_860
+    assert plan_860 < plan_1080 <= PLAN_HEIGHT  # the plan up to what it needs, no more …
+    assert log_1080 == window.vsplit.height() - window.vsplit.handleWidth() - PLAN_HEIGHT  # … the rest below
+    assert log_1080 - log_860 >= 100
     assert not window.left_scroll.verticalScrollBar().isVisible()  # the form is never cut at this size
 
 
@@ -249,3 +251,21 @@ def test_plan_for_offers_8_to_16_gb_cards_and_takes_a_typed_size(window, tiny_mo
     error = window.devices.spec_error
     assert seen(error) and "give a unit" in error.text()
     assert window.plan is before and window.devices.simulated_choice() == "MyCard:12GiB"
+
+
+def test_a_plan_the_chosen_engine_cannot_run_is_said_before_launch(window, tiny_model, qtbot):
+    from app.engine.capabilities import PROBES, Capabilities, ProbeResult
+
+    results = {name: ProbeResult("accepted") for name in PROBES}
+    results["-ctk bf16"] = ProbeResult("rejected", "error while handling argument \"-ctk\": Unsupported cache type")
+    old = replace(STOCK, capabilities=Capabilities(results))
+    window.launch.set_engines([old])
+    assert window.open_model(tiny_model)
+    assert window.launch.launch_button.isEnabled()
+    window.settings.type_k.setCurrentText("bf16")  # this engine build does not take it
+    panel = window.launch
+    assert window.plan is not None and not panel.launch_button.isEnabled()
+    assert "cannot launch this plan" in panel.launch_button.toolTip() and "-ctk bf16" in panel.launch_button.toolTip()
+    assert panel.advice_label.isVisible() and "-ctk bf16" in shown_text(panel.advice_label)
+    window.settings.type_k.setCurrentText("f16")
+    assert panel.launch_button.isEnabled() and panel.launch_button.toolTip() == ""
