@@ -222,7 +222,6 @@ class MainWindow(QMainWindow):
         top.addWidget(left_w)
         top.addWidget(vsplit)
         top.setStretchFactor(1, 1)
-        top.setChildrenCollapsible(False)
         self.setCentralWidget(top)
 
     def _bind(self) -> None:

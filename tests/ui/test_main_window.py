@@ -135,7 +135,7 @@ def test_remembers_geometry_last_model_and_settings(qtbot, tmp_path, shape_model
     w = MainWindow(state=UiState(), persist=True, state_file=state_file)
     qtbot.addWidget(w)
     w.show()
-    w.resize(720, 640)
+    w.resize(1000, 660)  # above the minimum (the form beside the plan, the sessions under it)
     size = (w.width(), w.height())
     assert w.open_model(path)
     w.settings.context.set_value(96 * K, emit=True)
