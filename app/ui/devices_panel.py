@@ -48,6 +48,7 @@ class MemoryCard(QFrame):
         self.setFrameShape(QFrame.Shape.StyledPanel)
         self.title = QLabel()
         self.title.setTextFormat(Qt.TextFormat.RichText)
+        self.title.setWordWrap(True)
         self.bar = QProgressBar()
         self.bar.setRange(0, 1000)
         self.bar.setTextVisible(False)
@@ -86,7 +87,7 @@ class DevicesPanel(QWidget):
         self.simulate.setToolTip(SIMULATE_TIP)
         # As wide as a card's name and size, not as the longest pair ("2 × RTX PRO 6000 · 96.0 GiB each").
         self.simulate.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
-        self.simulate.setMinimumContentsLength(20)
+        self.simulate.setMinimumContentsLength(14)
         self.simulate.addItem(REAL_GPUS, "")
         cards = cards_by_memory()
         for card, total in cards:
@@ -96,10 +97,10 @@ class DevicesPanel(QWidget):
         self.simulate.currentIndexChanged.connect(self._on_simulate)
         # A card of any size, typed as the CLI's --gpu takes it.
         self.spec = QLineEdit()
-        self.spec.setPlaceholderText("or type NAME:12GiB")
+        self.spec.setPlaceholderText("or NAME:SIZE")
         self.spec.setAccessibleName("Simulated GPU (typed)")
         self.spec.setToolTip(SIMULATE_TIP)
-        self.spec.setMinimumWidth(self.spec.fontMetrics().horizontalAdvance("or type NAME:12GiB") + 16)
+        self.spec.setMinimumWidth(self.spec.fontMetrics().horizontalAdvance("or NAME:SIZE") + 16)
         self.spec.setMaximumWidth(180)
         self.spec.returnPressed.connect(self._typed)
         self.spec_error = QLabel()
