@@ -25,17 +25,30 @@ def register(sub: Any) -> None:
     p.add_argument("--screenshot", type=Path, default=None, metavar="PATH",
                    help="save a PNG of the window after the first plan (or the error shown instead), then "
                         "exit: 0 for a picture of a plan, 1 when no plan could be made")
+    p.add_argument("--size", type=_size, default=None, metavar="WxH",
+                   help="with --screenshot: the window's size in pixels (default 1400x900)")
     p.set_defaults(func=run)
+
+
+def _size(text: str) -> tuple[int, int]:
+    """``--size 1280x800``: a window size, checked before Qt starts."""
+    w, sep, h = text.lower().partition("x")
+    if not sep or not w.isdigit() or not h.isdigit() or not (320 <= int(w) <= 8192 and 240 <= int(h) <= 8192):
+        raise argparse.ArgumentTypeError(f"not a window size: {text!r} (try 1280x800)")
+    return int(w), int(h)
 
 
 def _ctx(text: str) -> str:
     """``--ctx`` checked before Qt starts (a bad value would otherwise abort the window)."""
+    from app.planner.settings import context_problem
     from app.planner.units import parse_tokens
 
     try:
-        parse_tokens(text)
+        problem = context_problem(parse_tokens(text))
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
     return text
 
 
@@ -67,4 +80,8 @@ def run(args: argparse.Namespace) -> int:
             return 2
     from app.ui.application import run_gui  # Qt only when the window is wanted
 
-    return run_gui(model=model, demo=args.demo, ctx=args.ctx, screenshot=args.screenshot)
+    if args.size is not None and args.screenshot is None:
+        print("headroom gui: --size is for --screenshot (the window itself opens at its remembered size)",
+              file=sys.stderr)
+        return 2
+    return run_gui(model=model, demo=args.demo, ctx=args.ctx, screenshot=args.screenshot, size=args.size)

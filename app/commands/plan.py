@@ -102,10 +102,11 @@ def _engine_for(plan: Plan) -> tuple[EngineInfo | None, str]:
         return choose(engines, plan.mode), str(exc)
 
 
-def _advisories(launch: LaunchSettings, mode: PlanMode, engine: EngineInfo | None, arch: str) -> list[Advisory]:
+def _advisories(launch: LaunchSettings, mode: PlanMode, engine: EngineInfo | None, arch: str, *,
+                spills: bool = True) -> list[Advisory]:
     from app.engine.launch import launch_advisories
 
-    return [] if engine is None else launch_advisories(launch, mode, engine, arch)
+    return [] if engine is None else launch_advisories(launch, mode, engine, arch, spills=spills)
 
 
 def _not_modelled(args: argparse.Namespace, arch: str, message: str) -> int:
@@ -146,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
     if pass1.failure:
         print(f"headroom plan: pass 1 failed, compute buffers estimated: {pass1.failure}", file=sys.stderr)
     engine, no_engine = _engine_for(plan)
-    advs = _advisories(plan.launch, plan.mode, engine, shape.arch)
+    advs = _advisories(plan.launch, plan.mode, engine, shape.arch, spills=plan.tail_cells > 0)
     if args.json:
         print(json.dumps(plan.to_json() | {
             "model": str(shape.path), "header_only": preview_origin(shape.path) is not None, "arch": shape.arch, "max_context": fit.to_json(),
@@ -193,10 +194,15 @@ def render(plan: Plan, title: str, fit: ContextFit, asked: LaunchSettings | None
     out.append(f"  host RAM  available {Bytes(h.available)} of {Bytes(h.total)}")
     for p in ("weights_mapped", "kv_tail", "compute_pinned", "prompt_cache", "free"):
         out.append(f"    {p.replace('_', ' '):<16}{Bytes(getattr(h, p))!s:>12}   {h.sources.get(p, '')!s}")
-    out.append(f"  KV window {format_tokens(plan.window_cells)} cells resident, "
-               f"host tail {format_tokens(plan.tail_cells)} cells")
-    out.append(f"  largest context: {format_tokens(fit.resident)} fully resident, "
-               f"{format_tokens(fit.with_tail)} with a host tail (trained {format_tokens(fit.n_ctx_train)})")
+    out.append(f"  {words.kv_placement(plan)}")
+    trained = f"trained {format_tokens(fit.n_ctx_train)}"
+    if not plan.gpus:
+        out.append(f"  largest context: {format_tokens(fit.resident)} in host RAM ({trained})")
+    elif plan.mode is PlanMode.WINDOW and fit.with_tail > fit.resident:
+        out.append(f"  largest context: {format_tokens(fit.resident)} fully resident, "
+                   f"{format_tokens(fit.with_tail)} with a host tail ({trained})")
+    else:
+        out.append(f"  largest context: {format_tokens(fit.resident)} fully resident ({trained})")
     if plan.alternatives and len(plan.alternatives) > 1:
         width = max(14, *(len(a.label) + 1 for a in plan.alternatives))
         out.append("  alternatives (host side of one turn, app/planner/cost.py: bytes read per token, "

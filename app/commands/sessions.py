@@ -100,19 +100,29 @@ def _explain(exc: EngineError) -> str:
 
 
 class _Printer:
-    """Streams pieces to stdout; with several sessions, a ``[name]`` header when the speaker changes."""
+    """One session's reply streams to stdout as it comes; several sessions' replies come interleaved,
+    a token at a time, so they are held and each printed whole at the end (``_finish``), with a
+    progress line on stderr while they arrive (on a terminal)."""
 
     def __init__(self, names: list[str]) -> None:
         self.names = names
-        self.last: int | None = None
+        self.tokens = [0] * len(names)
 
     def __call__(self, index: int, piece: str) -> None:
-        if len(self.names) > 1 and index != self.last:
-            name = self.names[index] if index < len(self.names) else str(index)
-            sys.stdout.write(f"\n[{name}] ")
-        self.last = index
-        sys.stdout.write(piece)
-        sys.stdout.flush()
+        if len(self.names) == 1:
+            sys.stdout.write(piece)
+            sys.stdout.flush()
+            return
+        if 0 <= index < len(self.tokens):
+            self.tokens[index] += 1
+        if sys.stderr.isatty():
+            counts = ", ".join(f"{n} {t}" for n, t in zip(self.names, self.tokens, strict=True))
+            sys.stderr.write(f"\rreceiving: {counts} pieces")
+            sys.stderr.flush()
+
+    def done(self) -> None:
+        if len(self.names) > 1 and sys.stderr.isatty():
+            sys.stderr.write("\n")
 
 
 def _check_url(url: str | None) -> str:
@@ -180,14 +190,18 @@ def _sampling(args: argparse.Namespace) -> ops.Sampling:
     return ops.Sampling(args.n_predict, args.temperature, args.seed)
 
 
-def _finish(store: SessionStore, result: ops.TurnResult) -> int:
-    """Save whatever arrived first, then report."""
-    store.put(*result.sessions)
-    print()
+def _finish(result: ops.TurnResult, printer: _Printer) -> int:
+    """Report a turn (its sessions are stored already): several sessions' replies one after another,
+    each whole; then per session its slot, its length and what the engine reused."""
+    printer.done()
+    if len(result.sessions) > 1:
+        for s, comp in zip(result.sessions, result.completions, strict=True):
+            print(f"[{s.name}] (slot {s.slot}){comp.text}\n")
+    else:
+        print()
     for s in result.sessions:
-        reused = result.cached_tokens.get(s.name)
-        extra = f", {reused} prompt tokens reused from the cache" if reused is not None else ""
-        print(f"session {s.name}: slot {s.slot}, {len(s.text)} chars{extra}")
+        reuse = result.reuse(s.name)
+        print(f"session {s.name}: slot {s.slot}, {len(s.text)} chars" + (f"; {reuse}" if reuse else ""))
     if result.proof is not None:
         print(result.proof)
     if result.error:
@@ -197,11 +211,10 @@ def _finish(store: SessionStore, result: ops.TurnResult) -> int:
 
 
 def _send(client: EngineClient, store: SessionStore, args: argparse.Namespace) -> int:
-    session = store.get(args.name)
-    if args.action == "continue" and session is None:
-        raise ValueError(f"no session {args.name!r} for {client.base_url} (see: list)")
-    result = ops.send(client, session, args.name, _prompt(args.prompt), _sampling(args), _Printer([args.name]))
-    return _finish(store, result)
+    printer = _Printer([args.name])
+    result = ops.turn(client, store, args.name, _prompt(args.prompt), _sampling(args), printer,
+                      new=args.action == "send")
+    return _finish(result, printer)
 
 
 def _fork(client: EngineClient, store: SessionStore, args: argparse.Namespace) -> int:
@@ -213,8 +226,10 @@ def _fork(client: EngineClient, store: SessionStore, args: argparse.Namespace) -
         names = [f"s{i + 1}" for i in range(k)]
     if len(names) != k:
         raise ValueError(f"--k {k} but {len(names)} names given")
-    result = ops.fork(client, _prompt(args.prompt), names, _sampling(args), _Printer(names))
-    return _finish(store, result)
+    printer = _Printer(names)
+    result = ops.fork(client, _prompt(args.prompt), names, _sampling(args), printer)
+    ops.keep(store, result)  # whatever arrived, before anything is printed
+    return _finish(result, printer)
 
 
 def _slot_file(client: EngineClient, store: SessionStore, args: argparse.Namespace) -> int:

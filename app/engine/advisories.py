@@ -169,9 +169,10 @@ def _fixed_here(arch: str, fixes: list[Fix], engine: str) -> Advisory:
 
 def advisories_for(arch: str, engine_commit: str | None, engine_build_number: int | None,
                    n_parallel: int, kv_unified: bool, window_mode: bool,
-                   patched: tuple[str, ...] = ()) -> list[Advisory]:
+                   patched: tuple[str, ...] = (), *, spills: bool = True) -> list[Advisory]:
     """Known issues for serving ``arch`` with these settings on this engine (empty: none known).
-    ``patched``: the ``Fix.name`` values the engine carries as Headroom patches (its build stamp)."""
+    ``patched``: the ``Fix.name`` values the engine carries as Headroom patches (its build stamp).
+    ``spills``: the window has a host tail (False: every cell resident, nothing spills)."""
     out: list[Advisory] = []
     shared = n_parallel > 1
     engine = _engine_words(engine_commit, engine_build_number)
@@ -181,7 +182,7 @@ def advisories_for(arch: str, engine_commit: str | None, engine_build_number: in
             "opencoti's window keeps a per-sequence device window and cannot run on one unified pool",
             "drop -kvu (each slot then gets n_ctx/-np cells and forks copy instead of sharing), "
             "or serve in stock mode to share one pool"))
-    if window_mode and shared:
+    if window_mode and shared and spills:
         out.append(Advisory(
             "window-no-prefix-reuse", Severity.INFO, "spilled window: no prompt-cache reuse",
             "while the window spills to the host tail, context shift and prompt-cache reuse are off",

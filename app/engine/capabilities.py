@@ -121,6 +121,19 @@ def free_port(host: str = "127.0.0.1") -> int:
 API_KEY_ENV = "LLAMA_API_KEY"
 
 
+def port_is_free(host: str, port: int) -> bool:
+    """Whether an engine could bind ``host:port`` now (llama-server's "couldn't bind HTTP server
+    socket", said before launch instead)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a port left in TIME_WAIT is free
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
 def engine_env() -> dict[str, str]:
     """The environment an engine runs with: ours minus ``LLAMA_ARG_*`` and ``LLAMA_API_KEY``, so the
     argv is the only source of settings (llama.cpp reads every option from ``LLAMA_ARG_<NAME>`` too)."""

@@ -63,17 +63,18 @@ def engine_placement(engine: EngineInfo) -> EngineVersion:
     return EngineVersion(build, commit)
 
 
-def launch_advisories(launch: LaunchSettings, mode: PlanMode, engine: EngineInfo, arch: str) -> list[Advisory]:
+def launch_advisories(launch: LaunchSettings, mode: PlanMode, engine: EngineInfo, arch: str, *,
+                      spills: bool = True) -> list[Advisory]:
     """Known engine issues for serving ``arch`` with ``launch`` on ``engine`` (no plan needed, so a
-    model the planner does not model still gets them)."""
+    model the planner does not model still gets them). ``spills``: a window plan's host tail is not 0."""
     build, commit = engine_placement(engine)
     return advisories_for(arch, commit, build, launch.n_parallel, launch.kv_unified, mode == PlanMode.WINDOW,
-                          patched=engine.fixes)
+                          patched=engine.fixes, spills=spills)
 
 
 def advisories(plan: Plan, engine: EngineInfo, arch: str) -> list[Advisory]:
     """Known engine issues for this plan's launch of an ``arch`` model on ``engine``."""
-    return launch_advisories(plan.launch, plan.mode, engine, arch)
+    return launch_advisories(plan.launch, plan.mode, engine, arch, spills=plan.tail_cells > 0)
 
 
 def prepare(plan: Plan, model: Path, engines: Sequence[EngineInfo], *, host: str = "127.0.0.1",

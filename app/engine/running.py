@@ -39,6 +39,11 @@ class RunningEngine(Protocol):
         """Its process, once spawned (NVML attributes its GPU memory to it)."""
         ...
 
+    @property
+    def api_key(self) -> str | None:
+        """The key its clients must send (None: it wants none)."""
+        ...
+
     def log_tail(self, n: int | None = None) -> list[str]:
         """Its last log lines (all those kept when ``n`` is None)."""
         ...
@@ -75,6 +80,10 @@ class LaunchedEngine:
     @property
     def pid(self) -> int | None:
         return self._server.pid
+
+    @property
+    def api_key(self) -> str | None:
+        return self.spec.api_key
 
     def log_tail(self, n: int | None = None) -> list[str]:
         return self._server.tail(n)

@@ -33,6 +33,15 @@ def _nominal(name: str, aliases: tuple[str, ...], gib: int) -> Card:
 
 
 CARDS: tuple[Card, ...] = (
+    _nominal("NVIDIA GeForce RTX 3060", ("RTX 3060", "3060"), 12),
+    _nominal("NVIDIA GeForce RTX 3070", ("RTX 3070", "3070"), 8),
+    _nominal("NVIDIA GeForce RTX 3080", ("RTX 3080", "3080"), 10),
+    _nominal("NVIDIA GeForce RTX 4060", ("RTX 4060", "4060"), 8),
+    _nominal("NVIDIA GeForce RTX 4070", ("RTX 4070", "4070"), 12),
+    _nominal("NVIDIA GeForce RTX 4070 Ti SUPER", ("RTX 4070 Ti SUPER", "4070 Ti SUPER", "4070TiS"), 16),
+    _nominal("NVIDIA GeForce RTX 5070", ("RTX 5070", "5070"), 12),
+    _nominal("NVIDIA GeForce RTX 5080", ("RTX 5080", "5080"), 16),
+    _nominal("NVIDIA RTX A4000", ("A4000", "RTX A4000"), 16),
     _nominal("NVIDIA GeForce RTX 3090", ("RTX 3090", "3090"), 24),
     _nominal("NVIDIA GeForce RTX 4080", ("RTX 4080", "4080"), 16),
     _nominal("NVIDIA GeForce RTX 4090", ("RTX 4090", "4090"), 24),
@@ -62,6 +71,11 @@ _BY_KEY: dict[str, Card] = {_key(alias): card for card in CARDS for alias in (ca
 def known_cards() -> list[str]:
     """The names users can type, one per card, for help texts and error messages."""
     return [card.aliases[0] for card in CARDS]
+
+
+def cards_by_memory() -> list[tuple[str, int]]:
+    """(name users type, memory) for every card, smallest first (for a list to pick from)."""
+    return sorted(((card.aliases[0], card.total) for card in CARDS), key=lambda c: c[1])
 
 
 def find_card(name: str) -> Card:

@@ -28,6 +28,26 @@ DEFAULT_CACHE_RAM_MIB = 8192
 #: Sentinel for "offload every layer" (llama-server ``-ngl 999`` / ``all``).
 ALL_LAYERS = 999
 
+#: The largest ``-c`` llama-server takes: common/arg.cpp parses it with ``std::stoi`` into an ``int``.
+MAX_CONTEXT = 2**31 - 1
+#: The context a newly opened model starts with, when it was trained for at least this much.
+DEFAULT_CONTEXT = 32 * 1024
+
+
+def context_problem(n_ctx: int) -> str:
+    """Why ``n_ctx`` cannot be a launch's context ('' when it can)."""
+    if n_ctx < 1:
+        return f"a context must be at least 1 token, not {n_ctx:,}"
+    if n_ctx > MAX_CONTEXT:
+        return f"{n_ctx:,} tokens is more than llama-server's -c takes (at most {MAX_CONTEXT:,})"
+    return ""
+
+
+def default_context(n_ctx_train: int) -> int:
+    """The context a newly opened model starts with: DEFAULT_CONTEXT, or less when the model was
+    trained for less (its training context then); DEFAULT_CONTEXT when the model does not say."""
+    return min(DEFAULT_CONTEXT, n_ctx_train) if n_ctx_train > 0 else DEFAULT_CONTEXT
+
 
 @dataclass(frozen=True)
 class LaunchSettings:
@@ -70,6 +90,8 @@ class LaunchSettings:
             raise ValueError(f"flash_attn must be on, off or auto, not {self.flash_attn!r}")
         if self.n_ctx < 1 or self.n_parallel < 1 or self.n_ubatch < 1 or self.n_batch < 1:
             raise ValueError("n_ctx, n_parallel, n_ubatch and n_batch must be positive")
+        if self.n_ctx > MAX_CONTEXT:
+            raise ValueError(context_problem(self.n_ctx))
         if self.n_gpu_layers < 0:
             raise ValueError("n_gpu_layers must be >= 0")
         if any(t < 0 for t in self.tensor_split) or (self.tensor_split and not any(self.tensor_split)):

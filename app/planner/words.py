@@ -11,7 +11,7 @@ when the plan launches otherwise than asked) is made here too, from the plan's f
 from __future__ import annotations
 
 from app.planner.measurement import Measurement, gpu_caveat
-from app.planner.plan_types import AlternativeKind, Plan
+from app.planner.plan_types import AlternativeKind, Plan, PlanMode
 from app.planner.settings import ALL_LAYERS, LaunchSettings
 from app.planner.sources import Source, SourceKind
 from app.planner.units import Bytes, format_tokens
@@ -177,6 +177,89 @@ def unplanned_warning(reason: str) -> str:
             "so nothing was sized or will be checked")
 
 
+# ---- What the KV cache holds where (the CLI's KV line, the window's numbers under the bars) ------
+
+
+def _share(part: int, whole: int) -> str:
+    return f"{part / max(whole, 1):.0%}"
+
+
+def kv_placement(plan: Plan) -> str:
+    """Where the plan puts the KV cache, in the words of its mode: a CPU plan has no window, a stock
+    plan moves whole layers' KV (it has no position window either), a window plan has a resident
+    window and maybe a host tail."""
+    cells = plan.window_cells + plan.tail_cells
+    if plan.mode is PlanMode.CPU or not plan.gpus:
+        return f"KV cache: all {format_tokens(cells)} cells in host RAM (no GPU)"
+    if plan.mode is PlanMode.WINDOW:
+        if plan.tail_cells == 0:
+            return f"KV window: all {format_tokens(cells)} cells resident on the GPU, no host tail"
+        return (f"KV window: {format_tokens(plan.window_cells)} cells resident on the GPU "
+                f"({_share(plan.window_cells, cells)}), host tail {format_tokens(plan.tail_cells)} cells "
+                f"in host RAM ({_share(plan.tail_cells, cells)})")
+    on_gpu, on_host = sum(int(g.kv_resident) for g in plan.gpus), int(plan.host.kv_tail)
+    if not plan.launch.offload_kqv:
+        return f"KV cache: all {format_tokens(cells)} cells in host RAM (-nkvo)"
+    if on_host == 0:
+        return f"KV cache: all {format_tokens(cells)} cells on the GPU"
+    if on_gpu == 0:
+        return f"KV cache: all {format_tokens(cells)} cells in host RAM, with every layer on the CPU"
+    return (f"KV cache by layer: {Bytes(on_gpu)} on the GPU, {Bytes(on_host)} in host RAM "
+            "(the KV of the layers on the CPU)")
+
+
+# ---- The window's verdict on a plan ------------------------------------------------------------
+
+FITS = "Fits"
+DOES_NOT_FIT = "Does not fit"
+NO_PLAN = "No plan"
+NO_GPU_FITS = "no GPU, every layer runs from host RAM"
+#: A host-traffic figure the planner did not work out (an options row) — not "none", which is 0.
+NOT_PRICED = "not priced"
+NO_HOST_TRAFFIC = "none"
+#: The largest context when there is nothing to say it for.
+NO_LARGEST = "none (no plan)"
+
+
+DOES_NOT_FIT_AS_SET = "Does not fit as set"
+
+
+def planned_instead(label: str) -> str:
+    return f"planned instead: {label}"
+
+
+def window_drops_kvu(n_parallel: int) -> str:
+    """Why a window plan launches without -kvu (not "does not fit": the engine cannot do both)."""
+    return (f"the rolling KV window cannot be combined with -kvu: each of the {n_parallel} slots gets "
+            "its own cache")
+
+
+def window_not_offered(engine_kind: str | None) -> str:
+    """Why the window does not offer the rolling KV window placement (the engine cannot do it)."""
+    if engine_kind is None:
+        return "the rolling KV window needs the opencoti engine, and no engine was found"
+    return f"the rolling KV window needs the opencoti engine; the engine chosen is {engine_kind}"
+
+
+#: Why -kvu is greyed while the window plans for the rolling KV window.
+KVU_NOT_WITH_WINDOW = "the rolling KV window cannot be combined with -kvu: each slot gets its own cache"
+
+
+def host_traffic(per_token: int | None) -> str:
+    """What the host reads per decoded token, as an options row says it."""
+    return NOT_PRICED if per_token is None else NO_HOST_TRAFFIC if per_token == 0 else f"{Bytes(per_token)}"
+
+
+def largest_where(plan: Plan, fit_resident: int, fit_tail: int, engine_window: bool) -> tuple[int, str, bool]:
+    """The largest context to offer for ``plan`` and where it lives: (tokens, words, with a tail).
+    "with a host tail" only when the tail buys more than the fully resident context."""
+    if not plan.gpus:
+        return fit_resident, "in host RAM", False
+    if engine_window and fit_tail > fit_resident:
+        return fit_tail, "with a host tail", True
+    return fit_resident, "fully on GPU", False
+
+
 # ---- Around a plan (the CLI) ----------------------------------------------------------------------
 
 
@@ -189,8 +272,13 @@ def changed(plan: Plan, asked: LaunchSettings) -> str:
     """The first line when the plan launches otherwise than asked ('' when it launches as asked):
     "512k DOES NOT FIT as asked (CUDA0 short 87.3 GiB); planned instead: -c 49,664"."""
     launch = plan.launch
-    if launch.with_(rpc=asked.rpc, tensor_split=asked.tensor_split) == asked:
-        return ""  # the devices (--rpc) and the split the planner chose (-ts) are not a change
+    asked = asked.with_(rpc=launch.rpc, tensor_split=launch.tensor_split)  # the devices and the planner's split
+    if launch == asked:                                                       # (--rpc, -ts) are not a change
+        return ""
+    if plan.mode is PlanMode.CPU and launch == asked.with_(n_gpu_layers=0):
+        return "no GPU: planned for the CPU (-ngl 0)"  # not a change the settings forced: the only way
+    if plan.mode is PlanMode.WINDOW and launch == asked.with_(kv_unified=False):
+        return window_drops_kvu(asked.n_parallel)
     instead = []
     chosen = next((a for a in plan.alternatives if a.chosen), None)
     if chosen is not None and chosen.kind in (AlternativeKind.KV_HOST_LAYERS, AlternativeKind.EXPERTS_ON_CPU):

@@ -7,7 +7,9 @@ with each child (children get seeds ``seed+1``, ``seed+2``, …). The K results 
 each tagged with ``index`` 0..K−1 and its ``id_slot``. ``n_cmpl`` is hard-limited to ``-np``.
 
 Continuing re-sends the session's whole text pinned to its slot with ``cache_prompt``; the
-engine reuses the common prefix and decodes only the new tokens.
+engine reuses the common prefix and decodes only the new tokens. ``turn`` is that path with the
+session store around it — the one way the CLI's ``sessions continue`` and the window continue a
+session — and ``TurnResult.reuse`` says what the engine reported for it.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from app.sessions.client import (
     StreamOutcome,
 )
 from app.sessions.metrics import Counters
-from app.sessions.store import Session, check_name
+from app.sessions.store import Session, SessionStore, check_name
 
 #: llama.cpp's LLAMA_DEFAULT_SEED (include/llama.h): "pick a random seed".
 RANDOM_SEED = 0xFFFFFFFF
@@ -99,10 +101,33 @@ class TurnResult:
     error: str | None = None
     proof: SharingProof | None = None
     cached_tokens: dict[str, int] = field(default_factory=dict)  # session → prompt tokens reused
+    #: session → the slot it held before this turn, and the slot the request was pinned to (-1: none).
+    slot_before: dict[str, int | None] = field(default_factory=dict)
+    pinned: dict[str, int] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
         return self.error is None
+
+    def reuse(self, name: str) -> str | None:
+        """What the engine reported for session ``name``'s prompt in this turn: how much of it came
+        from its cache, how much it evaluated, on which slot — and, when that is not the session's
+        own slot, why (None for a session this turn did not send a prompt for). Without the name:
+        the caller says whose it is."""
+        i = next((i for i, s in enumerate(self.sessions) if s.name == name), None)
+        if i is None or name not in self.cached_tokens or i >= len(self.completions):
+            return None
+        comp = self.completions[i]
+        line = (f"{comp.prompt_cached:,} of {comp.prompt_tokens:,} prompt tokens reused from the cache, "
+                f"{comp.prompt_processed:,} evaluated")
+        if comp.slot is not None:
+            line += f" (slot {comp.slot})"
+        own = self.slot_before.get(name)
+        if own is not None and comp.slot is not None and comp.slot != own and self.pinned.get(name, -1) < 0:
+            line += (f"; its own slot {own} held nothing any more (llama-server empties a forked session's slot "
+                     "when its reply ends, and with -kvu moves idle slots to its host prompt cache), so the engine "
+                     "chose the slot with the longest matching prefix")
+        return line
 
 
 def _counters(client: EngineClient) -> Counters | None:
@@ -155,7 +180,33 @@ def send(client: EngineClient, session: Session | None, name: str, prompt: str,
         complete=outcome.error is None and comp.finished,
         origin=session.origin if session else "",
     )
-    return TurnResult([updated], [comp], _error(outcome, [name]), None, {name: comp.prompt_cached})
+    return TurnResult([updated], [comp], _error(outcome, [name]), None, {name: comp.prompt_cached},
+                      {name: session.slot if session is not None else None}, {name: slot})
+
+
+def turn(client: EngineClient, store: SessionStore, name: str, prompt: str, sampling: Sampling = Sampling(),
+         on_piece: PieceCallback | None = None, *, new: bool = False) -> TurnResult:
+    """Continue session ``name`` of ``store`` (``new``: or start it) with ``prompt`` through ``send``,
+    and store what came back — text received before a failure included. ValueError for a session
+    the store does not have (unless ``new``)."""
+    session = store.get(name)
+    if session is None and not new:
+        raise ValueError(f"no session {name!r} for {client.base_url} (see: list)")
+    result = send(client, session, name, prompt, sampling, on_piece)
+    keep(store, result)
+    return result
+
+
+def keep(store: SessionStore, result: TurnResult) -> None:
+    """Store a turn's (or a fork's) sessions. A session that held a slot one of them now has holds it
+    no more: it is not pinned there next time (the engine then finds its text by prefix, or in its
+    host prompt cache)."""
+    taken = {s.slot for s in result.sessions if s.slot is not None}
+    names = {s.name for s in result.sessions}
+    for other in store.sessions.values():
+        if other.name not in names and other.slot in taken:
+            other.slot = None
+    store.put(*result.sessions)
 
 
 def fork(client: EngineClient, prompt: str, names: list[str], sampling: Sampling = Sampling(),

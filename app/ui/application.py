@@ -16,6 +16,8 @@ SCREENSHOT_SETTLE_MS = 300
 #: The longest the screenshot waits for the first plan (or the error in its place) and the engine
 #: list; past it, the window is saved as it is and the exit code says something was missing (ms).
 SCREENSHOT_DEADLINE_MS = 60_000
+#: The window's size in a screenshot unless ``--size`` says otherwise (width, height).
+SCREENSHOT_SIZE = (1400, 900)
 
 
 def make_app(argv: list[str] | None = None) -> QApplication:
@@ -62,11 +64,12 @@ class Screenshot:
     """``--screenshot``: save the window once the first plan (or the error shown instead of one)
     and the engine list are on screen, then quit. Exit code 0 only for a saved picture of a plan."""
 
-    def __init__(self, app: QApplication, window: MainWindow, path: Path) -> None:
+    def __init__(self, app: QApplication, window: MainWindow, path: Path,
+                 size: tuple[int, int] = SCREENSHOT_SIZE) -> None:
         self.app, self.window, self.path = app, window, path
         self.waiting = {"picture", "engines"}
         self.done = False
-        window.resize(1400, 900)
+        window.resize(*size)
         window.planned.connect(lambda _p: self.shown("picture"))
         window.errorShown.connect(lambda _m: self.shown("picture"))  # a plan will not come
         window.launch.enginesFound.connect(lambda _e: self.shown("engines"))
@@ -101,10 +104,10 @@ class Screenshot:
 
 
 def run_gui(*, model: Path | None = None, demo: bool = False, ctx: str | None = None,
-            screenshot: Path | None = None) -> int:
+            screenshot: Path | None = None, size: tuple[int, int] | None = None) -> int:
     app = make_app()
     window = MainWindow(persist=screenshot is None)
-    shot = Screenshot(app, window, screenshot) if screenshot is not None else None
+    shot = Screenshot(app, window, screenshot, size or SCREENSHOT_SIZE) if screenshot is not None else None
     window.show()
     if open_first(window, model, demo) and ctx:
         window.settings.set_context(parse_tokens(ctx))

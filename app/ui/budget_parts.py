@@ -49,7 +49,7 @@ def source_text(source: Source) -> str:
 
 #: What each legend entry means (the legend's tooltip).
 PART_TIPS = {
-    "Other apps": "memory other programs hold now",
+    "Other apps": "memory other programs held when the plan was made (the devices above show it now)",
     "Weights": "the model's tensors on this device",
     "Compute": "the engine's scratch buffer for one batch (measured by pass 1, else estimated)",
     "KV window": "the KV cache cells kept on the GPU",
@@ -58,7 +58,9 @@ PART_TIPS = {
     "Driver reserve": "memory the driver keeps for itself; no program can use it",
     "Mapped weights": "weights read from the file in host RAM (the layers not on a GPU)",
     "KV host tail": "the KV cache cells beyond the GPU window, in host RAM",
-    "KV cache": "the whole KV cache, in host RAM (no GPU)",
+    "KV cache": "the KV cache: on a GPU, the cells of its layers; without a GPU, the whole cache in host RAM",
+    "KV of CPU layers": "the KV cache of the layers that run on the CPU (stock llama.cpp keeps a layer's KV "
+                        "with the layer)",
     "Pinned compute": "page-locked host memory the GPU copies through when it computes on host layers",
 }
 
@@ -76,9 +78,16 @@ class Segment:
         return f"{self.label}: {Bytes(self.size)}\n{self.source}"
 
 
-def device_segments(dp: DevicePlan) -> list[Segment]:
+#: The KV parts' labels where the plan has no position window (stock llama.cpp: whole layers).
+STOCK_KV_LABELS = {"kv_resident": "KV cache", "kv_tail": "KV of CPU layers"}
+
+
+def device_segments(dp: DevicePlan, *, window: bool = True) -> list[Segment]:
+    """``window``: the plan has a position window (else its GPU KV is just "KV cache")."""
     segs = []
     for key, label, color in GPU_PARTS:
+        if not window:
+            label = STOCK_KV_LABELS.get(key, label)
         source = source_text(dp.sources.get(key, DEFAULT_SOURCES.get(key, UNLABELLED)))
         size = int(getattr(dp, key))
         if key == "other_processes" and dp.driver_reserve > 0:
@@ -93,13 +102,16 @@ def device_segments(dp: DevicePlan) -> list[Segment]:
     return segs
 
 
-def host_segments(hp: HostPlan, *, no_gpu: bool = False) -> list[Segment]:
-    """``no_gpu``: the KV cache has no GPU part, so it is the whole cache, not a "tail"."""
+def host_segments(hp: HostPlan, *, no_gpu: bool = False, window: bool = True) -> list[Segment]:
+    """``no_gpu``: the KV cache has no GPU part, so it is the whole cache, not a "tail"; ``window``:
+    the host KV is a window's tail (else the KV of the layers on the CPU)."""
     segs = [Segment("other", "Other apps", max(0, int(hp.total) - int(hp.available)), HOST_PARTS[0][2],
                     source_text(hp.sources.get("other", DEFAULT_SOURCES["other"])))]
     for key, label, color in HOST_PARTS[1:]:
         if key == "kv_tail" and no_gpu:
             label = "KV cache"
+        elif not window:
+            label = STOCK_KV_LABELS.get(key, label)
         segs.append(Segment(key, label, int(getattr(hp, key)), color,
                             source_text(hp.sources.get(key, DEFAULT_SOURCES.get(key, UNLABELLED)))))
     return segs

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from html import escape
 from typing import TYPE_CHECKING
 
+from app.planner import words
 from app.planner.plan_types import PlanMode
 from app.planner.settings import LaunchSettings
 from app.planner.units import Bytes
@@ -55,6 +56,8 @@ if TYPE_CHECKING:
     from app.planner.plan import Alternative, ContextFit, Plan
     from app.ui.window_state import WindowState
 
+#: The parts that are other programs' memory (read when the plan was made, not live).
+OTHER_KEYS = ("other", "other_processes")
 #: The parts' names stay importable from here (the tests and the screenshot use them).
 __all__ = ["GPU_PARTS", "HOST_PARTS", "BudgetView", "DeviceRow", "Segment", "StackedBar", "legend_entries"]
 
@@ -156,6 +159,8 @@ class DeviceRow(QWidget):
         self.bar = StackedBar()
         self.caption = QLabel()
         self.caption.setWordWrap(True)
+        for label in (self.title, self.caption):  # escaped HTML, even when it has no tag (one part)
+            label.setTextFormat(Qt.TextFormat.RichText)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 4, 0, 4)
         lay.setSpacing(2)
@@ -168,7 +173,9 @@ class DeviceRow(QWidget):
         self.title.setText(f"<b>{title}</b> — {Bytes(total)}"
                            + (f" · VRAM target {Bytes(target)} (dashed line)" if target else ""))
         self.bar.set_data(total, segments, over, target)
-        parts = [f"{s.label.lower()} {Bytes(s.size)}" for s in segments if s.size > 0]
+        # "when planned": the devices panel above shows the same memory live, a moment later
+        parts = [f"{s.label.lower()} {Bytes(s.size)}" + (" when planned" if s.key in OTHER_KEYS else "")
+                 for s in segments if s.size > 0]
         shown_free = f"free {Bytes(free)}" if free >= 0 else f"<span style='color:{RED}'>short {Bytes(-free)}</span>"
         self.caption.setText(" · ".join([*parts, shown_free]))
 
@@ -185,26 +192,29 @@ class Verdict:
 
 def verdict(plan: Plan, requested: LaunchSettings | None, fit: ContextFit | None) -> Verdict:
     if not plan.feasible:
+        head = f"<b>{words.DOES_NOT_FIT}</b>: {escape(plan.reason)}"
         alt = best_alternative(plan)
         if alt is not None:
-            return Verdict(f"<b>Does not fit</b>: {escape(plan.reason)}", RED,
-                           f"Use instead: {alternative_text(alt)}",
-                           alt.launch)
+            return Verdict(head, RED, f"Use instead: {alternative_text(alt)}", alt.launch)
         n_fit = (fit.with_tail if plan.mode == PlanMode.WINDOW else fit.resident) if fit else 0
         if n_fit > 0:
-            return Verdict(f"<b>Does not fit</b>: {escape(plan.reason)}", RED,
-                           f"Use the largest context that fits: {tokens_text(n_fit)}",
+            return Verdict(head, RED, f"Use the largest context that fits: {tokens_text(n_fit)}",
                            plan.launch.with_(n_ctx=n_fit))
-        return Verdict(f"<b>Does not fit</b>: {escape(plan.reason)}", RED)
+        return Verdict(head, RED)
     if requested is not None and not plan.gpus and requested.with_(n_gpu_layers=0) == plan.launch:
         # No GPU to plan for: running on the CPU is the only way, not a change the user must apply.
-        return Verdict(f"<b>Fits</b> — {plan.mode} mode: no GPU, every layer runs from host RAM", "")
+        return Verdict(f"<b>{words.FITS}</b> — {plan.mode} mode: {words.NO_GPU_FITS}", "")
+    if requested is not None and plan.mode == PlanMode.WINDOW and requested.with_(kv_unified=False) == plan.launch \
+            and requested != plan.launch:
+        # Not "does not fit": the window engine cannot run one unified pool at all.
+        return Verdict(f"<b>{words.FITS}</b> — {plan.mode} mode, {escape(words.window_drops_kvu(plan.launch.n_parallel))}",
+                       AMBER)
     if requested is not None and plan.launch != requested:
         chosen = next((a for a in plan.alternatives if a.chosen), None)
         label = alternative_text(chosen) if chosen else plan.reason
-        return Verdict(f"<b>Does not fit as set</b>; planned instead: {escape(label)}", AMBER,
+        return Verdict(f"<b>{words.DOES_NOT_FIT_AS_SET}</b>; {escape(words.planned_instead(label))}", AMBER,
                        f"Apply: {chosen.label if chosen else 'planned settings'}", plan.launch)
-    return Verdict(f"<b>Fits</b> — {plan.mode} mode" + (f": {escape(plan.reason)}" if plan.reason else ""), "")
+    return Verdict(f"<b>{words.FITS}</b> — {plan.mode} mode" + (f": {escape(plan.reason)}" if plan.reason else ""), "")
 
 
 #: What the plan pane says before any model is open.
@@ -253,6 +263,10 @@ class BudgetView(QWidget):
         self.options = OptionsView()
         self.options.setVisible(False)
         self.options.settingsChosen.connect(self.settingsChosen)
+        # Each of these shows escaped HTML; said so, because Qt guesses "plain" for a text without a
+        # tag in its first line (one warning with an apostrophe showed "backend&#x27;s").
+        for label in (self.running, self.notice, self.verdict, self.window_numbers, self.warnings, self.legend):
+            label.setTextFormat(Qt.TextFormat.RichText)
         self.rows: list[DeviceRow] = []
         self.host_row = DeviceRow()
         self.host_row.setVisible(False)  # no empty bar before a model
@@ -328,12 +342,12 @@ class BudgetView(QWidget):
         self._ensure_rows(len(plan.gpus))
         shown: list[Segment] = []
         for row, dp in zip(self.rows, plan.gpus, strict=True):
-            segs = device_segments(dp)
+            segs = device_segments(dp, window=plan.mode == PlanMode.WINDOW)
             shown += segs
             row.show_device(f"{dp.name}: {dp.label}", int(dp.total), segs, int(dp.free),
                             over=int(dp.free) < 0, target=plan.vram_target)
         hp = plan.host
-        segs = host_segments(hp, no_gpu=not plan.gpus)
+        segs = host_segments(hp, no_gpu=not plan.gpus, window=plan.mode == PlanMode.WINDOW)
         shown += segs
         self.host_row.show_device("Host RAM", int(hp.total), segs, int(hp.free), over=int(hp.free) < 0)
         self.legend.setText(_legend(shown))
@@ -368,13 +382,8 @@ class BudgetView(QWidget):
 
 
 def window_text(plan: Plan) -> str:
-    """The resident window and the host tail, in cells and as a share of the context."""
-    n_ctx = max(plan.launch.n_ctx, 1)
-    if not plan.gpus:
-        return f"No GPU: the whole KV cache, <b>{plan.tail_cells:,}</b> cells, is in host RAM"
-    return (f"Resident KV window: <b>{plan.window_cells:,}</b> cells ({plan.window_cells / n_ctx:.0%} of "
-            f"{tokens_text(plan.launch.n_ctx)} tokens) · host tail: <b>{plan.tail_cells:,}</b> cells "
-            f"({plan.tail_cells / n_ctx:.0%})")
+    """Where the KV cache lives, in the words of the plan's mode (app.planner.words)."""
+    return escape(words.kv_placement(plan))
 
 
 def plan_line(plan: Plan) -> str:

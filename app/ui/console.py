@@ -20,8 +20,17 @@ class Console(QPlainTextEdit):
         self.setAccessibleName("Engine log")
 
     def append_lines(self, lines: list[str]) -> None:
+        bar = self.verticalScrollBar()
+        follow = bar.value() >= bar.maximum() - 2  # at the end: stay there (scrolled up: stay put)
         for line in lines:
             self.appendPlainText(line.rstrip("\n"))
+        if follow:
+            bar.setValue(bar.maximum())
+
+    def start_run(self, command: str) -> None:
+        """A new launch: the last run's log goes (its file keeps it), this one starts at the top."""
+        self.clear()
+        self.appendPlainText(f"$ {command}")
 
     def text(self) -> str:
         return self.toPlainText()

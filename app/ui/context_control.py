@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import math
 
+from app.planner import words
+from app.planner.settings import context_problem
 from app.planner.units import format_tokens, parse_tokens
 from app.ui.qt import QHBoxLayout, QLabel, QLineEdit, QPushButton, QSlider, Qt, QVBoxLayout, QWidget, Signal
 
@@ -59,7 +61,7 @@ class ContextControl(QWidget):
         self.error.setWordWrap(True)  # its own line: beside the fits button it was cut off
         self.error.setStyleSheet("color: #d62728;")
         self.error.setVisible(False)
-        self.fits = QPushButton("largest that fits: –")
+        self.fits = QPushButton(f"largest that fits: {words.NO_LARGEST}")
         self.fits.setFlat(True)
         self.fits.setEnabled(False)
         self.fits.setToolTip("Click to use the largest context that fits fully on the GPUs")
@@ -100,7 +102,7 @@ class ContextControl(QWidget):
         """``capped``: why ``n_ctx`` is where the search stopped, not the memory (then "≥ n_ctx")."""
         self._fits_value = n_ctx
         if n_ctx is None:
-            self.fits.setText(f"largest that fits: {note or '–'}")
+            self.fits.setText(f"largest that fits: {note or words.NO_LARGEST}")
             self.fits.setEnabled(False)
         else:
             self.fits.setText(f"largest that fits: {'≥ ' if capped else ''}{tokens_text(n_ctx)}"
@@ -125,6 +127,9 @@ class ContextControl(QWidget):
         was_invalid = bool(self.invalid)
         try:
             value = parse_tokens(self.entry.text())
+            problem = context_problem(value)  # a bound, before any plan or Qt int sees it
+            if problem:
+                raise ValueError(problem)
         except ValueError as exc:
             self._say(str(exc))
             self.contextChanged.emit(self._value)  # the settings are now invalid: the window says so

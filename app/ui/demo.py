@@ -22,6 +22,12 @@ DEMO_VERSION = 1
 #: The simulated card the demo plans for (gpu_table: nominal 24 GiB).
 DEMO_GPU = "RTX 4090"
 DEMO_CONTEXT = 512 * 1024
+#: What the window says while the demo is open (a banner over the plan; the link opens a model).
+DEMO_BANNER = ("<b>Demo</b>: the shape of Qwen2.5-7B-Instruct-1M (no weights) on a simulated RTX 4090, to show "
+               "how planning works. It cannot be launched: <a href='open'>open a model of your own</a> "
+               "(File ▸ Open model…) to launch one.")
+#: Why Launch is off for the demo (the button's tooltip).
+DEMO_LAUNCH = "The demo model has no weights (a shape to plan with): open a model of your own to launch it"
 
 # Qwen2.5-7B-Instruct-1M (config.json of the Hugging Face release).
 _ARCH = "qwen2"

@@ -8,14 +8,16 @@ the inventory planned for from the window state (``bind``).
 from __future__ import annotations
 
 from app.planner.devices import GpuDevice, HostMemory, Inventory, Snapshot
-from app.planner.gpu_table import known_cards
+from app.planner.gpu_table import cards_by_memory, parse_spec
 from app.planner.units import Bytes
 from app.ui.qt import (
     QComboBox,
     QFrame,
     QHBoxLayout,
     QLabel,
+    QLineEdit,
     QProgressBar,
+    Qt,
     QVBoxLayout,
     QWidget,
     Signal,
@@ -24,6 +26,8 @@ from app.ui.window_state import WindowState
 
 #: The simulated-GPU choice meaning "use the real inventory".
 REAL_GPUS = "Real GPUs (NVML)"
+SIMULATE_TIP = ("Plan for a GPU you do not have: pick a card, or type one as --gpu takes it "
+                "(a name from the list, or NAME:SIZE such as MyCard:12GiB) and press Enter")
 
 
 def _processes_tooltip(gpu_name: str, procs: list[tuple[int, str, int, bool]], known: bool) -> str:
@@ -43,11 +47,14 @@ class MemoryCard(QFrame):
         super().__init__(parent)
         self.setFrameShape(QFrame.Shape.StyledPanel)
         self.title = QLabel()
+        self.title.setTextFormat(Qt.TextFormat.RichText)
+        self.title.setWordWrap(True)
         self.bar = QProgressBar()
         self.bar.setRange(0, 1000)
         self.bar.setTextVisible(False)
         self.bar.setMaximumHeight(10)
         self.caption = QLabel()
+        self.caption.setWordWrap(True)  # two cards side by side fit a 1024-wide window
         lay = QVBoxLayout(self)
         lay.setContentsMargins(6, 4, 6, 4)
         lay.setSpacing(2)
@@ -59,7 +66,7 @@ class MemoryCard(QFrame):
         used = max(0, total - free)
         self.title.setText(title)
         self.bar.setValue(round(1000 * used / total) if total else 0)
-        self.caption.setText(f"used {Bytes(used)} · free {Bytes(free)} of {Bytes(total)}")
+        self.caption.setText(f"used {Bytes(used)} now · free {Bytes(free)} of {Bytes(total)}")
         self.setToolTip(tooltip)
         self.setAccessibleDescription(f"{title}: {self.caption.text()}")
 
@@ -74,21 +81,43 @@ class DevicesPanel(QWidget):
         self.notice = QLabel()
         self.notice.setObjectName("driverNotice")
         self.notice.setWordWrap(True)
+        self.notice.setTextFormat(Qt.TextFormat.RichText)
         self.simulate = QComboBox()
         self.simulate.setAccessibleName("Simulated GPU")
-        self.simulate.setToolTip("Plan for a GPU you do not have")
+        self.simulate.setToolTip(SIMULATE_TIP)
+        # As wide as a card's name and size, not as the longest pair ("2 × RTX PRO 6000 · 96.0 GiB each").
+        self.simulate.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.simulate.setMinimumContentsLength(14)
         self.simulate.addItem(REAL_GPUS, "")
-        for card in known_cards():
-            self.simulate.addItem(card, card)
-        for card in known_cards():  # a split across two cards (resolve_gpus takes "A,B")
-            self.simulate.addItem(f"2 × {card}", f"{card},{card}")
+        cards = cards_by_memory()
+        for card, total in cards:
+            self.simulate.addItem(f"{card} · {Bytes(total)}", card)
+        for card, total in cards:  # a split across two cards (resolve_gpus takes "A,B")
+            self.simulate.addItem(f"2 × {card} · {Bytes(total)} each", f"{card},{card}")
         self.simulate.currentIndexChanged.connect(self._on_simulate)
+        # A card of any size, typed as the CLI's --gpu takes it.
+        self.spec = QLineEdit()
+        self.spec.setPlaceholderText("or NAME:SIZE")
+        self.spec.setAccessibleName("Simulated GPU (typed)")
+        self.spec.setToolTip(SIMULATE_TIP)
+        self.spec.setMinimumWidth(self.spec.fontMetrics().horizontalAdvance("or NAME:SIZE") + 16)
+        self.spec.setMaximumWidth(180)
+        self.spec.returnPressed.connect(self._typed)
+        self.spec_error = QLabel()
+        self.spec_error.setObjectName("gpuSpecError")
+        self.spec_error.setStyleSheet("color: #d62728;")
+        self.spec_error.setTextFormat(Qt.TextFormat.PlainText)
+        self.spec_error.setVisible(False)
         self.cards: list[MemoryCard] = []
         self.host_card = MemoryCard()
         self._cards_box = QHBoxLayout()
         top = QHBoxLayout()
-        top.addWidget(QLabel("Plan for:"))
+        plan_for = QLabel("Pla&n for:")
+        plan_for.setBuddy(self.simulate)
+        top.addWidget(plan_for)
         top.addWidget(self.simulate)
+        top.addWidget(self.spec)
+        top.addWidget(self.spec_error, 1)
         top.addStretch(1)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
@@ -107,14 +136,56 @@ class DevicesPanel(QWidget):
     def simulated_choice(self) -> str:
         return str(self.simulate.currentData() or "")
 
+    def choose_simulated(self, name: str) -> bool:
+        """Pick ``name`` as the user would (a card of the list, "A,B" for two, or a ``NAME:SIZE``
+        spec); ``simulationChanged`` follows. False, with the reason shown, for a spec it cannot use."""
+        self.spec.setText(name)
+        return self._typed()
+
     def set_simulated_choice(self, name: str) -> None:
+        """Show ``name`` (a card of the list, or a ``NAME:SIZE`` spec: added to the list)."""
         self.simulate.blockSignals(True)
         idx = self.simulate.findData(name) if name else 0
+        if idx < 0 and name:
+            self.simulate.addItem(name, name)
+            idx = self.simulate.count() - 1
         self.simulate.setCurrentIndex(max(idx, 0))
         self.simulate.blockSignals(False)
+        self._say("")
 
     def _on_simulate(self, _i: int) -> None:
+        self._say("")
         self.simulationChanged.emit(self.simulated_choice())
+
+    def _typed(self) -> bool:
+        """Enter in the field: a card of the list by its name, else a ``NAME:SIZE`` spec as the CLI's
+        ``--gpu`` takes it (added to the list); anything else is said beside the field and changes
+        nothing."""
+        text = self.spec.text().strip()
+        key = text.lower()
+        for i in range(self.simulate.count()):
+            if key in (self.simulate.itemText(i).lower(), str(self.simulate.itemData(i) or "").lower()):
+                self._choose(i)
+                return True
+        try:
+            for part in text.split(","):  # "A,B": two cards, as --gpu takes them
+                parse_spec(part)
+        except ValueError as exc:
+            self._say(str(exc))
+            return False
+        self.simulate.addItem(text, text)
+        self._choose(self.simulate.count() - 1)
+        return True
+
+    def _choose(self, index: int) -> None:
+        self.spec.clear()
+        self._say("")
+        self.simulate.setCurrentIndex(index)  # emits simulationChanged when it is another choice
+
+    def _say(self, message: str) -> None:
+        self.spec_error.setText(message)
+        self.spec_error.setToolTip(message)
+        self.spec_error.setVisible(bool(message))
 
     def _ensure_cards(self, n: int) -> None:
         while len(self.cards) < n:

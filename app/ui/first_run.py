@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.engine.discover import EngineInfo
-from app.hub.download import models_dir
+from app.hub.cache import hub_cache
 from app.paths import config_dir
 from app.ui.engine_builder import EngineBuilder
 from app.ui.qt import (
@@ -60,9 +60,9 @@ def wanted(window: MainWindow) -> bool:
 
 
 def library_models(root: Path | None = None) -> list[Path]:
-    """GGUF models in Headroom's library (the Hub downloads folder), newest first; a split model by
-    its first part; unfinished downloads (``.part``) left out."""
-    folder = root if root is not None else models_dir()
+    """GGUF models in the Hugging Face cache (where Headroom, `hf download` and llama.cpp's `-hf` put them), newest first; a split model by
+    its first part; unfinished downloads (``.incomplete`` blobs have no .gguf name) left out."""
+    folder = root if root is not None else hub_cache()
     if not folder.is_dir():
         return []
     found = [p for p in folder.rglob("*.gguf") if p.is_file() and not _LATER_PART.search(p.name)]
@@ -124,7 +124,7 @@ class FirstRunGuide(QDialog):
         self.library.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
         self.library.setSelectionBehavior(QTableWidget.SelectionBehavior.SelectRows)
         self.library.cellDoubleClicked.connect(lambda row, _col: self.open_library_row(row))
-        folder = library if library is not None else models_dir()
+        folder = library if library is not None else hub_cache()
         self.models = library_models(folder)
         for path in self.models:
             row = self.library.rowCount()

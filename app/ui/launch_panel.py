@@ -17,15 +17,20 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from app.engine import check_report
 from app.engine.advisories import Advisory, Severity
+from app.engine.apikey import ApiKeyError
 from app.engine.argv import ArgvError, shell_line
-from app.engine.check import PlanCheck, describe
+from app.engine.capabilities import port_is_free, refusal
+from app.engine.check import PlanCheck
 from app.engine.discover import EngineInfo, discover_engines
 from app.engine.launch import LaunchRefused, advisories, prepare
 from app.engine.process import ServerStatus
 from app.engine.running import LaunchedEngine
 from app.hub.preview import preview_refusal
 from app.planner.plan import Plan
+from app.ui.check_view import CheckView
+from app.ui.demo import DEMO_LAUNCH
 from app.ui.engine_builder import EngineBuilder
 from app.ui.hub_button import PREVIEW_LAUNCH
 from app.ui.qt import (
@@ -41,10 +46,10 @@ from app.ui.qt import (
     QWidget,
     Signal,
 )
+from app.ui.server_panel import ServerSettings
 from app.ui.window_state import WindowState
 from app.ui.workers import TaskThread
 
-HOST = "127.0.0.1"
 NO_MODEL = "Open a model first: there is nothing to launch yet"
 #: How an advisory reads before launch (severity -> colour); "error" refuses the launch.
 ADVICE_COLOUR = {Severity.ERROR: "#d62728", Severity.WARNING: "#c77800", Severity.INFO: ""}
@@ -67,10 +72,14 @@ class LaunchPanel(QWidget):
     enginesFound = Signal(list)
     checked = Signal(object)  # PlanCheck: plan vs what the engine allocated
     adviceChanged = Signal(list)  # list[Advisory]: the engine advisories for the plan and engine now
+    runStarted = Signal(str)  # the command line of a launch (the console starts a fresh log)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._state: WindowState | None = None
+        #: Where the engine listens (the server panel's settings) and where its API key is kept.
+        self._server: Callable[[], ServerSettings] = ServerSettings
+        self._key_dir: Path | None = None
         self.engines: list[EngineInfo] = []
         self._engine: LaunchedEngine | None = None  # starting or running
         self._plan: Plan | None = None
@@ -116,7 +125,10 @@ class LaunchPanel(QWidget):
         self.advice_label = QLabel()
         self.advice_label.setObjectName("engineAdvice")
         self.advice_label.setWordWrap(True)
+        self.advice_label.setTextFormat(Qt.TextFormat.RichText)  # escaped HTML (app.ui.launch_panel.advice_html)
         self.advice_label.setVisible(False)
+        # Plan vs actual as a table; the window shows it with the plan (check_view), the panel fills it.
+        self.check_view = CheckView()
         self.builder = EngineBuilder()
         self.builder.setVisible(False)
         self.builder.logLines.connect(self.logLines)
@@ -150,6 +162,14 @@ class LaunchPanel(QWidget):
         self._flush.timeout.connect(self._flush_lines)
         self._flush.start()
 
+    def use_server(self, settings: Callable[[], ServerSettings], key_dir: Path | None) -> None:
+        """Where launches listen: ``settings()`` at each launch; the API key kept in ``key_dir``."""
+        self._server, self._key_dir = settings, key_dir
+
+    def check_table(self) -> QWidget:
+        """Plan vs actual as a table, for the window to show with the plan."""
+        return self.check_view
+
     def pinned_controls(self) -> QWidget:
         """Launch / Stop and the endpoint, for the window to pin where they never scroll away."""
         return self._controls
@@ -163,10 +183,11 @@ class LaunchPanel(QWidget):
         def planned(plan: Plan) -> None:
             model = state.model
             if model is not None:
-                self.set_plan(plan, None if model.preview else model.path, model.shape.arch,
-                              not_launchable=PREVIEW_LAUNCH if model.preview else "")
+                why = PREVIEW_LAUNCH if model.preview else DEMO_LAUNCH if model.demo else ""
+                self.set_plan(plan, None if model.preview else model.path, model.shape.arch, not_launchable=why)
 
         state.planChanged.connect(planned)
+        state.modelChanged.connect(lambda _m: self.forget_last_run() if self._engine is None else None)
         state.noPlan.connect(lambda why: self.set_no_plan(f"the settings give no plan ({why})"))
 
     # ---- engines -------------------------------------------------------------------------------
@@ -200,12 +221,17 @@ class LaunchPanel(QWidget):
         """``not_launchable``: why this model cannot be launched at all (a header-only preview); the
         Launch button stays off and says so, whatever the plan."""
         self._plan, self._model, self._arch = plan, model, arch
-        self._not_launchable = not_launchable
-        self._enable_launch()
         engine = self.engine()
+        # A plan the chosen engine cannot run (a flag it does not accept): said now, not at Launch.
+        cannot = refusal(engine.capabilities, plan.launch, plan.mode) if engine and engine.capabilities else None
+        self._not_launchable = not_launchable or (f"The engine chosen cannot launch this plan: {cannot}"
+                                                  if cannot else "")
+        self._enable_launch()
         self._advice = advisories(plan, engine, arch) if engine is not None and arch else []
-        self.advice_label.setText("<br>".join(advice_html(a) for a in self._advice))
-        self.advice_label.setVisible(bool(self._advice))
+        lines = [f"<span style='color:{ADVICE_COLOUR[Severity.ERROR]}'>{ADVICE_SIGN[Severity.ERROR]} "
+                 f"{escape(self._not_launchable)}</span>"] if cannot and not not_launchable else []
+        self.advice_label.setText("<br>".join(lines + [advice_html(a) for a in self._advice]))
+        self.advice_label.setVisible(bool(lines or self._advice))
         self.adviceChanged.emit(list(self._advice))
 
     def set_no_plan(self, reason: str) -> None:
@@ -243,10 +269,16 @@ class LaunchPanel(QWidget):
         if refused is not None:
             self._failed(f"Cannot launch this plan: {refused}")
             return
+        server = self._server()
+        if server.port and not port_is_free(server.host, server.port):
+            self._failed(f"port {server.port} on {server.host} is in use by another program: choose another "
+                         "port under Server (or stop what holds it)")
+            return
         try:
-            spec = prepare(plan, model, [engine], host=HOST, arch=self._arch or None,
+            spec = prepare(plan, model, [engine], host=server.host, port=server.port or None,
+                           require_key=server.needs_key, key_dir=self._key_dir, arch=self._arch or None,
                            unlaunchable=preview_refusal)
-        except (LaunchRefused, ArgvError) as exc:
+        except (LaunchRefused, ArgvError, ApiKeyError) as exc:
             self._failed(f"Cannot launch this plan: {exc}")
             return
         engine_run = LaunchedEngine(plan, spec)
@@ -254,8 +286,10 @@ class LaunchPanel(QWidget):
         engine_run.add_line_listener(self._queue_line)
         self._engine = engine_run
         self.check.clear()
-        self.check.setToolTip("")
+        self.check.setStyleSheet("")
+        self.check_view.clear()
         self._show_command(shell_line(spec.argv), "Command line:")
+        self.runStarted.emit(shell_line(spec.argv))
         self.launch_button.setEnabled(False)
         self.stop_button.setEnabled(True)
         self.progress.setVisible(True)
@@ -292,10 +326,14 @@ class LaunchPanel(QWidget):
 
     def _show_check(self, check: object) -> None:
         assert isinstance(check, PlanCheck)
-        colour = "" if check.ok else "color: #c77800;"
-        self.check.setStyleSheet(colour)
-        self.check.setText(describe(check))
-        self.check.setToolTip(f"<pre>{check.table()}</pre>")
+        running = self._engine
+        plan = running.plan if running is not None else self._plan
+        if plan is None:
+            return
+        cpu_run = check_report.ran_on_cpu(check, plan)  # not a failure: nothing on a GPU to compare
+        self.check.setStyleSheet("" if check.ok or cpu_run else "color: #c77800;")
+        self.check.setText(check_report.summary(check, plan))
+        self.check_view.show_check(check, plan)
         self.checked.emit(check)
 
     def _failed(self, message: str) -> None:
@@ -328,10 +366,19 @@ class LaunchPanel(QWidget):
             self.check.setText(f"Last run (stopped): {self.check.text()}")
         if self.command.text():
             self._show_command(self.command.text(), "Last run (stopped), command line:")
+        self.check_view.mark_last_run()
         self._enable_launch()
         if self._state is not None:
             self._state.set_running(None)
         self.engineStopped.emit()
+
+    def forget_last_run(self) -> None:
+        """Another model: the last run's command line and check were about the model before."""
+        for w in (self.command, self.command_caption):
+            w.clear()
+            w.setVisible(False)
+        self.check.clear()
+        self.check_view.clear()
 
     def _show_command(self, line: str, caption: str) -> None:
         self.command.setText(line)

@@ -16,8 +16,10 @@ from app.engine.discover import EngineInfo, EngineKind
 from app.planner.devices import HostMemory, Inventory, Poller, Snapshot, host_memory
 from app.planner.errors import PlannerError
 from app.planner.plan import Plan
+from app.planner.settings import default_context
 from app.planner.units import MiB
 from app.ui import demo
+from app.ui import profile as profile_module
 from app.ui.budget_view import BudgetView
 from app.ui.console import Console
 from app.ui.context_control import tokens_text
@@ -29,6 +31,7 @@ from app.ui.launch_panel import LaunchPanel
 from app.ui.live_replan import LiveReplan
 from app.ui.measure_bar import MeasureBar
 from app.ui.planning import inventory_for, real_inventory
+from app.ui.profile import Profile
 from app.ui.qt import (
     QAction,
     QByteArray,
@@ -42,6 +45,7 @@ from app.ui.qt import (
     QLabel,
     QMainWindow,
     QPushButton,
+    QResizeEvent,
     QScrollArea,
     QSplitter,
     Qt,
@@ -49,6 +53,7 @@ from app.ui.qt import (
     QWidget,
     Signal,
 )
+from app.ui.server_panel import ServerPanel, ServerSettings
 from app.ui.sessions_panel import SessionsPanel
 from app.ui.settings_panel import SettingsPanel
 from app.ui.state import UiState, load_state, save_state
@@ -58,8 +63,39 @@ from app.ui.workers import PollWorker
 RESOURCES = Path(__file__).resolve().parent.parent.parent / "resources"
 
 
+#: The plan and the form keep at least this share of the height; the log and sessions the rest, and
+#: everything past PLAN_HEIGHT px (a tall screen: the plan does not need more, the sessions do).
+PLAN_SHARE = 0.7
+PLAN_HEIGHT = 700
+
+
 def app_icon() -> QIcon:
     return QIcon(str(RESOURCES / "headroom.svg"))
+
+
+def split_sizes(total: int) -> tuple[int, int]:
+    """(plan, log and sessions) for a column ``total`` px tall."""
+    bottom = max(int(total * (1 - PLAN_SHARE)), total - PLAN_HEIGHT)
+    return total - bottom, bottom
+
+
+class PlanSplit(QSplitter):
+    """The plan over the log and sessions, sized by ``split_sizes`` whenever it is resized — until
+    the user drags the handle (then it is theirs)."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(Qt.Orientation.Vertical, parent)
+        self.automatic = True
+        self.setChildrenCollapsible(False)  # a squeezed sessions pane drew its status over its text
+        self.splitterMoved.connect(self._moved)
+
+    def _moved(self, _pos: int, _index: int) -> None:
+        self.automatic = False
+
+    def resizeEvent(self, e: QResizeEvent) -> None:
+        super().resizeEvent(e)
+        if self.automatic and self.count() == 2:
+            self.setSizes(list(split_sizes(self.height() - self.handleWidth())))
 
 
 class MainWindow(QMainWindow):
@@ -83,6 +119,8 @@ class MainWindow(QMainWindow):
                                     self.real_inventory)
         self.current = WindowState(inv, reason, self)
         self.hub_dialog: HubDialog | None = None
+        #: What the demo changed (the simulated card, the placement asked for), put back for a real model.
+        self._before_demo: tuple[str, bool] | None = None
         self._build()
         self._bind()
         self._menus()
@@ -122,46 +160,69 @@ class MainWindow(QMainWindow):
         self.measure = MeasureBar()
         self.measure.failed.connect(lambda msg: self.show_error(f"Pass 1 failed: {msg}"))
         self.launch = LaunchPanel(self)
+        self.server = ServerPanel()
+        try:
+            self.server.set_settings(ServerSettings.from_json(self.state.server or {}))
+        except ValueError:
+            self.server.set_settings(ServerSettings())  # a hand-edited state file: the defaults
+        self.launch.use_server(self.server.settings, self.server.key_folder())
         # Small screens: the form scrolls up and down only; Measure, Launch / Stop and the endpoint
         # never scroll away (a footer under the form).
         left_w, self.left_scroll = form_with_footer(
-            [self.model_label, open_row, self.error, self.settings, self.measure, self.launch],
+            [self.model_label, open_row, self.settings, self.server, self.measure, self.launch],
             [self.measure.pinned_controls(), self.launch.pinned_controls()], max_width=480)
         self.devices = DevicesPanel()
         self.devices.set_simulated_choice(self.state.simulated_gpus[0] if self.state.simulated_gpus else "")
         self.devices.simulationChanged.connect(self.set_simulated)
         self.budget = BudgetView()
         self.budget.settingsChosen.connect(self.settings.set_settings)
+        self.demo_banner = QLabel(demo.DEMO_BANNER)
+        self.demo_banner.setObjectName("demoBanner")
+        self.demo_banner.setWordWrap(True)
+        self.demo_banner.setTextFormat(Qt.TextFormat.RichText)
+        self.demo_banner.setStyleSheet("background: #fff3cd; color: #5c4400; border: 1px solid #c77800; padding: 6px;")
+        self.demo_banner.linkActivated.connect(lambda _link: self.choose_model())
+        self.demo_banner.setVisible(False)
+        plan_page = QWidget()  # plan vs actual (once an engine ran) over the budget picture
+        plan_col = QVBoxLayout(plan_page)
+        plan_col.setContentsMargins(0, 0, 0, 0)
+        plan_col.addWidget(self.launch.check_table())
+        plan_col.addWidget(self.budget, 1)
         self.plan_scroll = QScrollArea()
         self.plan_scroll.setWidgetResizable(True)
-        self.plan_scroll.setWidget(self.budget)
+        self.plan_scroll.setWidget(plan_page)
         # The plan pane wraps instead of scrolling sideways (bars' free end, warnings, option notes).
         self.plan_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         mid = QVBoxLayout()
+        mid.addWidget(self.demo_banner)
         mid.addWidget(self.devices)
+        # Errors go here, over the plan they are about: in the form they pushed every setting down.
+        mid.addWidget(self.error)
         mid.addWidget(self.plan_scroll, 1)
         mid_w = QWidget()
         mid_w.setLayout(mid)
-        top = QSplitter(Qt.Orientation.Horizontal)
-        top.addWidget(left_w)
-        top.addWidget(mid_w)
-        top.setStretchFactor(1, 1)
         self.console = Console()
         self.launch.logLines.connect(self.console.append_lines)
-        self.sessions = SessionsPanel()
+        self.launch.runStarted.connect(self.console.start_run)
+        # A window with a state file of its own (a test's) keeps its sessions beside it, not in the CLI's store.
+        self.sessions = SessionsPanel(store_root=self.state_file.parent if self.state_file else None)
         self.launch.adviceChanged.connect(self.sessions.set_advisories)
         bottom = QSplitter(Qt.Orientation.Horizontal)
         bottom.addWidget(self.console)
         bottom.addWidget(self.sessions)
-        bottom.setStretchFactor(0, 3)
-        bottom.setStretchFactor(1, 2)
-        vsplit = QSplitter(Qt.Orientation.Vertical)
-        vsplit.addWidget(top)
+        bottom.setStretchFactor(0, 1)  # the log wraps; the sessions' controls need their width
+        bottom.setStretchFactor(1, 1)
+        # The form has the whole height on the left (it never scrolls at 1280×860); on the right the
+        # plan takes the upper part and the log and sessions the rest (more of it on a tall screen).
+        vsplit = PlanSplit()
+        vsplit.addWidget(mid_w)
         vsplit.addWidget(bottom)
-        vsplit.setStretchFactor(0, 4)
-        vsplit.setStretchFactor(1, 1)
-        vsplit.setSizes([780, 180])  # the plan and the form first; the log and sessions get what is left
-        self.setCentralWidget(vsplit)
+        self.vsplit = vsplit
+        top = QSplitter(Qt.Orientation.Horizontal)
+        top.addWidget(left_w)
+        top.addWidget(vsplit)
+        top.setStretchFactor(1, 1)
+        self.setCentralWidget(top)
 
     def _bind(self) -> None:
         """Every panel onto the one state; the window itself says what happened in its own words."""
@@ -189,6 +250,16 @@ class MainWindow(QMainWindow):
         demo_act.triggered.connect(self.open_demo)
         file_menu.addAction(demo_act)
         file_menu.addSeparator()
+        save_profile = QAction("&Save launch profile…", self)
+        save_profile.setShortcut(QKeySequence.StandardKey.Save)
+        save_profile.triggered.connect(self.choose_profile_to_save)
+        file_menu.addAction(save_profile)
+        open_profile = QAction("Open launch &profile…", self)
+        open_profile.triggered.connect(self.choose_profile_to_open)
+        file_menu.addAction(open_profile)
+        self.recent_profiles_menu = file_menu.addMenu("Recent launch pro&files")
+        self._fill_recent_profiles()
+        file_menu.addSeparator()
         quit_act = QAction("&Quit", self)
         quit_act.setShortcut(QKeySequence.StandardKey.Quit)
         quit_act.triggered.connect(self.close)
@@ -201,6 +272,82 @@ class MainWindow(QMainWindow):
             act.triggered.connect(lambda _c=False, p=path: self.open_model(Path(p)))
             self.recent_menu.addAction(act)
         self.recent_menu.setEnabled(bool(self.state.recent))
+
+    def _fill_recent_profiles(self) -> None:
+        self.recent_profiles_menu.clear()
+        for path in self.state.recent_profiles:
+            act = QAction(path, self)
+            act.triggered.connect(lambda _c=False, p=path: self.open_profile(Path(p)))
+            self.recent_profiles_menu.addAction(act)
+        self.recent_profiles_menu.setEnabled(bool(self.state.recent_profiles))
+
+    # ---- launch profiles -----------------------------------------------------------------------
+    def profile(self) -> Profile | None:
+        """The model, settings and server now, as a launch profile (None before a model is open)."""
+        model = self.current.model
+        if model is None:
+            return None
+        current = self.current.settings
+        return Profile(str(model.path), self.settings.settings(), self.settings.wants_window(),
+                       current.safety // MiB, (current.vram_target or 0) // MiB,
+                       self.devices.simulated_choice(), self.server.settings())
+
+    def choose_profile_to_save(self) -> None:
+        if self.current.model is None:
+            self.show_error("Open a model first: a launch profile holds a model and its settings")
+            return
+        start = Path(self.state.recent_profiles[0]).parent if self.state.recent_profiles else Path.home()
+        name = f"{self.current.model.path.stem}{profile_module.SUFFIX}"
+        path, _f = QFileDialog.getSaveFileName(self, "Save the launch profile", str(start / name),
+                                               f"Launch profiles (*{profile_module.SUFFIX})")
+        if path:
+            self.save_profile(Path(path))
+
+    def save_profile(self, path: Path) -> bool:
+        profile = self.profile()
+        if profile is None:
+            return False
+        try:
+            profile_module.save_profile(profile, path)
+        except OSError as exc:
+            self.show_error(f"Cannot save the launch profile to {path}: {exc.strerror or exc}")
+            return False
+        self.state.remember_profile(str(path))
+        self._fill_recent_profiles()
+        self.statusBar().showMessage(f"Launch profile saved: {path}", 10_000)
+        return True
+
+    def choose_profile_to_open(self) -> None:
+        start = Path(self.state.recent_profiles[0]).parent if self.state.recent_profiles else Path.home()
+        path, _f = QFileDialog.getOpenFileName(self, "Open a launch profile", str(start),
+                                               f"Launch profiles (*{profile_module.SUFFIX});;JSON (*.json)")
+        if path:
+            self.open_profile(Path(path))
+
+    def open_profile(self, path: Path) -> bool:
+        """Open the profile's model with its settings, planning options and server. A profile that
+        cannot be used (or whose model cannot be read) changes nothing and says why."""
+        try:
+            profile = profile_module.load_profile(path)
+            self.current.read_model(Path(profile.model))  # before anything changes
+        except ValueError as exc:
+            self.show_error(f"Cannot open the launch profile: {exc}")
+            return False
+        except (PlannerError, OSError) as exc:
+            self.show_error(f"Cannot open the launch profile {path.name}: its model {profile.model}: {exc}")
+            return False
+        self._before_demo = None  # the profile says which card and placement
+        self.devices.set_simulated_choice(profile.simulated)
+        self.set_simulated(profile.simulated, replan=False)
+        self.settings.set_engine_window(profile.engine_window)
+        self.settings.set_margins(profile.safety_mib, profile.vram_target_mib)
+        self.server.set_settings(profile.server)
+        if not self.open_model(Path(profile.model)):
+            return False
+        self.settings.set_settings(profile.launch)
+        self.state.remember_profile(str(path))
+        self._fill_recent_profiles()
+        return True
 
     # ---- model ---------------------------------------------------------------------------------
     def choose_model(self) -> None:
@@ -218,26 +365,58 @@ class MainWindow(QMainWindow):
         self.hub_dialog.activateWindow()
 
     def open_demo(self) -> bool:
+        """The demo: a simulated 24 GB card, the rolling KV window where the engine can do it, 512k.
+        Opening a real model afterwards puts the card and the placement back."""
+        model = self.current.model
+        if self._before_demo is None and not (model is not None and model.demo):
+            self._before_demo = (self.devices.simulated_choice(), self.settings.wants_window())
         self.devices.set_simulated_choice(demo.DEMO_GPU)
         self.set_simulated(demo.DEMO_GPU, replan=False)
         self.settings.set_engine_window(True)
         self.settings.set_context(demo.DEMO_CONTEXT)
-        return self.open_model(demo.ensure_demo_model(), remember=False)
+        return self.open_model(demo.ensure_demo_model(), remember=False, is_demo=True)
 
-    def open_model(self, path: Path, *, remember: bool = True) -> bool:
-        """Read the model's shape (header only: fast) and plan. False, with a message, if unusable."""
+    def open_model(self, path: Path, *, remember: bool = True, is_demo: bool = False) -> bool:
+        """Read the model's shape (header only: fast) and plan. False, with a message, if unusable.
+
+        Another model than the one before starts at a context within its training
+        (``default_context``): the last model's 512k is no setting for a model trained for 8k."""
         try:
-            self.current.open_model(path)
+            model = self.current.read_model(path, demo=is_demo)
         except (PlannerError, OSError) as exc:
             reason = str(exc)  # the reader's message usually names the file already
             self.show_error(f"Cannot use {reason if reason.startswith(path.name) else f'{path.name}: {reason}'}")
             return False
+        if not is_demo:
+            new = self._is_another_model(path)
+            self._leave_demo()
+            if new:
+                self.settings.set_context(default_context(model.shape.n_ctx_train))
+        self.current.use_model(model)
         if remember:
             self.state.remember_model(str(path))
             self._fill_recent()
         return True
 
+    def _is_another_model(self, path: Path) -> bool:
+        """``path`` is not the model the settings are for: the one open, else the one they were saved
+        with (none open, none saved: the settings are the user's own, kept)."""
+        model = self.current.model
+        if model is not None:
+            return model.path != path or model.demo
+        return bool(self.state.last_model) and self.state.last_model != str(path)
+
+    def _leave_demo(self) -> None:
+        if self._before_demo is None:
+            return
+        simulated, window = self._before_demo
+        self._before_demo = None
+        self.devices.set_simulated_choice(simulated)
+        self.set_simulated(simulated, replan=False)
+        self.settings.set_engine_window(window)
+
     def _show_model(self, model: OpenModel) -> None:
+        self.demo_banner.setVisible(model.demo)
         shape = model.shape
         self.model_label.setText(f"{model_title(model.path)}<br>{shape.arch}, {shape.n_layer} layers, "
                                  f"trained for {tokens_text(shape.n_ctx_train)} tokens")
@@ -334,10 +513,17 @@ class MainWindow(QMainWindow):
         if self.persist:
             self.state.geometry = bytes(self.saveGeometry().toHex().data()).decode()
             settings = self.current.settings
-            self.state.settings = settings.launch.to_json()
+            model = self.current.model
+            if self._before_demo is None:
+                self.state.engine_window = self.settings.wants_window()
+                if not (model is not None and model.demo):  # the demo's 512k is not the user's setting
+                    self.state.settings = self.settings.settings().to_json()
+            else:  # closed on the demo: what it changed is not remembered
+                simulated, self.state.engine_window = self._before_demo
+                self.state.simulated_gpus = [simulated] if simulated else []
             self.state.safety_mib = settings.safety // MiB
-            self.state.engine_window = settings.engine_window
             self.state.vram_target_mib = (settings.vram_target or 0) // MiB
+            self.state.server = self.server.settings().to_json()
             engine = self.current.engine
             self.state.engine_path = engine.path if engine is not None else self.state.engine_path
             save_state(self.state, self.state_file)

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from app.planner import words
 from app.planner.settings import LaunchSettings
-from app.planner.units import Bytes
 from app.ui.context_control import tokens_text
 from app.ui.qt import QGridLayout, QGroupBox, QLabel, QPushButton, Qt, QWidget, Signal
 
@@ -92,8 +92,7 @@ class _Row:
         self.label.setText(row.label + (" (planned)" if row.current else ""))
         self.fits.setText("fits" if row.fits else "does not fit")
         self.fits.setStyleSheet(f"color: {GREEN if row.fits else RED};")
-        self.cost.setText("–" if row.host_per_token is None else
-                          "none" if row.host_per_token == 0 else str(Bytes(row.host_per_token)))
+        self.cost.setText(words.host_traffic(row.host_per_token))
         self.note.setText(row.note)
         self.use.setAccessibleName(f"Use {row.label}")
         self.use.setEnabled(row.fits and not row.current)

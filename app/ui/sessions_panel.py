@@ -3,7 +3,10 @@ continue any of them, run the shared-sequence smoke test, and see the known-issu
 
 All HTTP runs in ``TaskThread``s (app.sessions is plain Python); streamed pieces are queued and
 shown ten times a second. Bound to the window state (``bind``), it works on the running engine once
-it is ready, and is cleared when it is gone.
+it is ready. Sessions are kept in the CLI's session store for the engine's URL (app.sessions.store),
+and continued through the CLI's own path (``app.sessions.fork.turn``), so ``headroom sessions --url …``
+sees and continues the same sessions; when the engine stops their text stays on screen (their KV
+cache is gone with it).
 """
 
 from __future__ import annotations
@@ -11,13 +14,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from html import escape
+from pathlib import Path
 from typing import Any
 
 from app.engine.advisories import Advisory, Severity
 from app.sessions.client import EngineClient
-from app.sessions.fork import Sampling, TurnResult, fork, send
+from app.sessions.fork import Sampling, TurnResult, fork, keep, turn
 from app.sessions.smoke import SmokeResult, run_smoke
-from app.sessions.store import Session
+from app.sessions.store import Session, SessionStore
 from app.ui.qt import (
     QComboBox,
     QGroupBox,
@@ -27,6 +31,7 @@ from app.ui.qt import (
     QPlainTextEdit,
     QPushButton,
     QSpinBox,
+    Qt,
     QTimer,
     QVBoxLayout,
     QWidget,
@@ -44,12 +49,16 @@ class SessionsPanel(QGroupBox):
     smokeDone = Signal(object)  # SmokeResult
     failed = Signal(str)
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, parent: QWidget | None = None, *, store_root: Path | None = None) -> None:
+        """``store_root``: where the session store lives (None: the cache directory, as for the CLI)."""
         super().__init__("Shared sessions", parent)
+        self.store_root = store_root
         self.base_url = ""
         self.n_slots = 1
         self.log_tail: Callable[[], list[str]] | None = None
         self.sessions: dict[str, Session] = {}
+        self.store: SessionStore | None = None  # the engine's (None: no engine; the texts stay shown)
+        self.api_key: str | None = None  # the running engine's
         self._tasks: set[TaskThread] = set()
         self._pieces: dict[str, str] = {}
         self._lock = threading.Lock()
@@ -57,7 +66,8 @@ class SessionsPanel(QGroupBox):
         self.advisories.setWordWrap(True)
         self.advisories.setObjectName("advisories")
         self.prompt = QLineEdit()
-        self.prompt.setPlaceholderText("Prompt to fork (or to continue the chosen session)")
+        self.prompt.setPlaceholderText("Prompt to fork or continue")
+        self.prompt.setToolTip("A prompt to fork into sessions, or to continue the chosen session with")
         self.prompt.setAccessibleName("Session prompt")
         self.k = QSpinBox()
         self.k.setRange(2, 64)
@@ -67,6 +77,8 @@ class SessionsPanel(QGroupBox):
         self.fork_button.clicked.connect(self.fork)
         self.chosen = QComboBox()
         self.chosen.setAccessibleName("Session")
+        self.chosen.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.chosen.setMinimumContentsLength(4)
         self.chosen.currentIndexChanged.connect(self._show_chosen)
         self.continue_button = QPushButton("Contin&ue")
         self.continue_button.clicked.connect(self.continue_chosen)
@@ -76,23 +88,31 @@ class SessionsPanel(QGroupBox):
         self.smoke_button.clicked.connect(self.smoke)
         self.text = QPlainTextEdit()
         self.text.setReadOnly(True)
-        self.text.setMaximumHeight(120)
-        self.text.setMinimumHeight(36)  # a short window gives the plan the height, not this pane
+        self.text.setAccessibleName("Session text")
+        # Three lines at least, however short the window (at 1280×860 it had two); a taller one gives
+        # it the rest.
+        self.text.setMinimumHeight(self.text.fontMetrics().lineSpacing() * 3 + 12)
         self.result = QLabel()
         self.result.setWordWrap(True)
         self.result.setObjectName("sessionResult")
+        for label in (self.advisories, self.result):  # escaped HTML, even a one-part text without a tag
+            label.setTextFormat(Qt.TextFormat.RichText)
+        # The prompt has a row of its own (beside the buttons a narrow pane cut it to a few letters).
         row1 = QHBoxLayout()
         row1.addWidget(self.prompt, 1)
-        row1.addWidget(self.k)
-        row1.addWidget(self.fork_button)
         row2 = QHBoxLayout()
-        row2.addWidget(self.chosen, 1)
-        row2.addWidget(self.continue_button)
+        row2.addWidget(self.fork_button)
+        row2.addWidget(self.k)
+        row2.addStretch(1)
         row2.addWidget(self.smoke_button)
+        row3 = QHBoxLayout()
+        row3.addWidget(self.chosen, 1)
+        row3.addWidget(self.continue_button)
         lay = QVBoxLayout(self)
         lay.addWidget(self.advisories)
         lay.addLayout(row1)
         lay.addLayout(row2)
+        lay.addLayout(row3)
         lay.addWidget(self.text)
         lay.addWidget(self.result)
         self._flush = QTimer(self)
@@ -106,6 +126,7 @@ class SessionsPanel(QGroupBox):
 
         def ready(url: str) -> None:
             engine, running = state.running_engine, state.running
+            self.api_key = engine.api_key if engine is not None else None
             self.set_engine(url, engine.log_tail if engine is not None else None,
                             running.launch.n_parallel if running is not None else 1)
 
@@ -121,14 +142,13 @@ class SessionsPanel(QGroupBox):
         self.advisories.setVisible(bool(items))
 
     def set_engine(self, base_url: str, log_tail: Callable[[], list[str]] | None, n_slots: int = 1) -> None:
-        """The running engine ("" when none): the controls work only while one is up. Sessions live in
-        the engine's KV cache: when it stops (or another one starts) they are cleared, and it says so."""
+        """The running engine ("" when none): the controls work only while one is up. A session's KV
+        cache lives in the engine: when it stops the texts stay on screen (and in the store), and a
+        new engine continues them by evaluating their text again."""
         new_engine = base_url != self.base_url
-        gone = sorted(self.sessions) if new_engine else []
-        if gone:
-            self.sessions.clear()
-            self.chosen.clear()
-            self.text.clear()
+        gone = sorted(self.sessions) if new_engine and not base_url else []
+        if new_engine and base_url:
+            self._open_store(base_url)
         self.base_url, self.log_tail, self.n_slots = base_url, log_tail, n_slots
         self.k.setMaximum(max(2, n_slots))
         self.prompt.setEnabled(bool(base_url))
@@ -136,38 +156,68 @@ class SessionsPanel(QGroupBox):
         for w in (self.fork_button, self.smoke_button, self.k):  # a fork needs a slot per session
             w.setEnabled(bool(base_url) and n_slots >= 2)
         if gone:
-            self.result.setText(f"Engine stopped: its sessions ({', '.join(gone)}) are gone with its KV cache. "
-                                "Launch again and fork to start new ones.")
+            self.store = None
+            self.result.setText(escape(
+                f"Engine stopped: the text of {', '.join(gone)} is kept; their KV cache went with the engine. "
+                "Launch again to continue them (the engine then evaluates each text again)."))
         elif not base_url:
-            self.result.setText("Launch the engine with 2 or more parallel sessions to fork.")
+            if not self.sessions:
+                self.result.setText("Launch the engine with 2 or more parallel sessions to fork.")
         elif n_slots >= 2 and new_engine:  # (a result shown later stays: this runs after each turn)
             self.result.setText(f"Engine ready: type a prompt and fork it into up to {n_slots} sessions.")
-        elif n_slots < 2:
+        elif n_slots < 2 and new_engine:
             self.result.setText(f"This engine has {n_slots} slot: to fork, stop it, set Parallel sessions "
                                 "to 2 or more and launch again.")
 
+    def _open_store(self, base_url: str) -> None:
+        """The store for a new engine's URL: the sessions shown before (a stopped engine's) and those
+        stored for this URL, none pinned to a slot (a new engine process holds none of them)."""
+        try:
+            store = SessionStore(base_url, self.store_root)
+        except ValueError as exc:  # an unreadable file: say so, keep the texts shown
+            self.result.setText(f"<span style='color:#d62728'>{escape(str(exc))}</span>")
+            self.store = None
+            return
+        for s in [*store.sessions.values(), *self.sessions.values()]:
+            s.slot = None
+        store.sessions = {**store.sessions, **self.sessions}
+        self.store = store
+        self._show_sessions(store.sessions)
+
+    def _show_sessions(self, sessions: dict[str, Session], current: str | None = None) -> None:
+        self.sessions = dict(sessions)
+        name = current or self.chosen.currentText()
+        self.chosen.blockSignals(True)
+        self.chosen.clear()
+        self.chosen.addItems(list(self.sessions))
+        if name in self.sessions:
+            self.chosen.setCurrentText(name)
+        self.chosen.blockSignals(False)
+        self._show_chosen()
+
     # ---- actions -------------------------------------------------------------------------------
     def fork(self) -> None:
-        names = [f"s{len(self.sessions) + i + 1}" for i in range(self.k.value())]
-        prompt, client = self.prompt.text(), EngineClient(self.base_url)
+        free = (f"s{i}" for i in range(1, 10_000) if f"s{i}" not in self.sessions)
+        names = [next(free) for _ in range(self.k.value())]
+        prompt, client = self.prompt.text(), EngineClient(self.base_url, self.api_key)
         self._busy(f"Forking into {', '.join(names)}…")
         self._run(lambda _c: fork(client, prompt, names, Sampling(N_PREDICT),
                                   on_piece=lambda i, piece: self._piece(names[i], piece)))
 
     def continue_chosen(self) -> None:
-        name = self.chosen.currentText()
-        session = self.sessions.get(name)
-        if session is None:
+        """The chosen session, continued as ``headroom sessions continue`` does (``turn``)."""
+        name, store = self.chosen.currentText(), self.store
+        if name not in self.sessions or store is None:
             return
-        prompt, client = self.prompt.text(), EngineClient(self.base_url)
+        prompt, client = self.prompt.text(), EngineClient(self.base_url, self.api_key)
         self._busy(f"Continuing {name}…")
-        self._run(lambda _c: send(client, session, name, prompt, Sampling(N_PREDICT),
+        self._run(lambda _c: turn(client, store, name, prompt, Sampling(N_PREDICT),
                                   on_piece=lambda _i, piece: self._piece(name, piece)))
 
     def smoke(self) -> None:
-        url, tail = self.base_url, self.log_tail
+        url, tail, key = self.base_url, self.log_tail, self.api_key
         self._busy("Running the shared-sequence smoke test…")
-        self._run(lambda _c: run_smoke(url, log_tail=tail))
+        self._run(lambda _c: run_smoke(url, key, log_tail=tail))
 
     # ---- results -------------------------------------------------------------------------------
     def _piece(self, name: str, piece: str) -> None:  # any thread
@@ -187,17 +237,19 @@ class SessionsPanel(QGroupBox):
             self.result.setText(escape(str(result) + (f" — {result.sharing}" if result.sharing else "")))
             self.smokeDone.emit(result)
         elif isinstance(result, TurnResult) and self.base_url:  # not from an engine since stopped
-            for s in result.sessions:
-                if s.name not in self.sessions:
-                    self.chosen.addItem(s.name)
-                self.sessions[s.name] = s
+            store = self.store
+            if store is not None:
+                if result.proof is not None:  # a fork (a continuation was stored by ``turn``)
+                    keep(store, result)
+                sessions = store.sessions
+            else:
+                sessions = {**self.sessions, **{s.name: s for s in result.sessions}}
+            self._show_sessions(sessions, result.sessions[0].name)
             parts = [escape(str(result.proof))] if result.proof is not None else []
-            parts += [f"{n}: {c} prompt tokens reused" for n, c in result.cached_tokens.items()]
+            parts += [escape(f"{s.name}: {line}") for s in result.sessions if (line := result.reuse(s.name))]
             if result.error:
                 parts.append(f"<span style='color:#d62728'>{escape(result.error)}</span>")
             self.result.setText("<br>".join(parts))
-            self.chosen.setCurrentText(result.sessions[0].name)
-            self._show_chosen()
             self.turnDone.emit(result)
         self.set_engine(self.base_url, self.log_tail, self.n_slots)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from app.planner import words
 from app.planner.settings import ALL_LAYERS, KV_TYPES, LaunchSettings
 from app.planner.units import MiB
 from app.ui.context_control import ContextControl, K
@@ -21,6 +22,7 @@ from app.ui.qt import (
     QHBoxLayout,
     QLabel,
     QSpinBox,
+    QStandardItemModel,
     Qt,
     QWidget,
     Signal,
@@ -32,10 +34,24 @@ if TYPE_CHECKING:
     from app.planner.plan import ContextFit, Plan
 
 KV_MODES = ("stock llama.cpp (whole layers)", "rolling KV window (opencoti)")
+KV_MODE_TIP = ("Stock llama.cpp moves whole layers to the host; the opencoti engine keeps a resident window "
+               "of recent positions on the GPU and the tail in host RAM")
 UBATCH_VALUES = (64, 128, 256, 512, 1024, 2048, 4096)
 #: The Engine combo's placeholder while engines are being looked for, and when none was found.
 LOOKING = "looking for engines…"
 NONE_FOUND = "no engine found — Build engine…"
+
+
+def window_refusal(engines: list[EngineInfo] | None, engine: EngineInfo | None) -> str:
+    """Why the rolling KV window is not offered for ``engine`` ('' : it is; also while the engines
+    are still being looked for, when nothing can be launched yet)."""
+    from app.engine.discover import EngineKind
+
+    if engines is None:
+        return ""
+    if engine is None:
+        return words.window_not_offered(None)
+    return "" if engine.kind == EngineKind.OPENCOTI else words.window_not_offered(str(engine.kind))
 
 
 def _row(*widgets: QWidget) -> QWidget:
@@ -116,8 +132,10 @@ class SettingsPanel(QWidget):
         self.kv_mode = QComboBox()
         self.kv_mode.addItems(KV_MODES)
         self.kv_mode.setAccessibleName("KV placement")
-        self.kv_mode.setToolTip("Stock llama.cpp moves whole layers to the host; the opencoti engine keeps a "
-                                "resident window of recent positions on the GPU and the tail in host RAM")
+        self.kv_mode.setToolTip(KV_MODE_TIP)
+        self._wants_window = False  # what the user (or the demo) asked for; shown only where it can run
+        self._window_refused = ""  # why the chosen engine cannot realise the window ("" : it can)
+        self._kvu_wanted = False  # -kvu as set, kept while the window greys it
         self.engine = QComboBox()
         self.engine.setAccessibleName("Engine")
         self.engine.setToolTip("The engine to launch, with its detected kind and version")
@@ -142,8 +160,10 @@ class SettingsPanel(QWidget):
         form.addRow(engine_label)  # the combo gets the whole width: "kind version (commit) — source"
         form.addRow(self.engine)
         self.context.contextChanged.connect(lambda _v: self.changed.emit())
-        for combo in (self.type_k, self.type_v, self.n_ubatch, self.flash_attn, self.kv_mode):
+        for combo in (self.type_k, self.type_v, self.n_ubatch, self.flash_attn):
             combo.currentIndexChanged.connect(lambda _i: self.changed.emit())
+        self.kv_mode.currentIndexChanged.connect(self._placement_chosen)
+        self.kv_unified.toggled.connect(self._kvu_toggled)
         self.engine.setPlaceholderText(LOOKING)
         self.engine.currentIndexChanged.connect(self._engine_chosen)
         for spin in (self.n_parallel, self.safety, self.vram_target, self.n_gpu_layers):
@@ -154,10 +174,11 @@ class SettingsPanel(QWidget):
         self.set_settings(self._base)
 
     def settings(self) -> LaunchSettings:
-        """The widgets' values over the last settings set (fields without a widget kept)."""
+        """The widgets' values over the last settings set (fields without a widget kept). In window
+        mode -kvu is off: that engine cannot do it (the box is greyed, its setting kept)."""
         return self._base.with_(
             n_ctx=self.context.value(), type_k=self.type_k.currentText(), type_v=self.type_v.currentText(),
-            n_parallel=self.n_parallel.value(), kv_unified=self.kv_unified.isChecked(),
+            n_parallel=self.n_parallel.value(), kv_unified=self.kv_unified.isChecked() and not self.engine_window(),
             n_ubatch=int(self.n_ubatch.currentText()), flash_attn=self.flash_attn.currentText(),
             n_gpu_layers=self.n_gpu_layers.value(), offload_kqv=not self.nkvo.isChecked())
 
@@ -172,7 +193,8 @@ class SettingsPanel(QWidget):
         self.type_k.setCurrentText(s.type_k)
         self.type_v.setCurrentText(s.type_v)
         self.n_parallel.setValue(s.n_parallel)
-        self.kv_unified.setChecked(s.kv_unified)
+        self._kvu_wanted = s.kv_unified
+        self.kv_unified.setChecked(s.kv_unified and not self.engine_window())
         if str(s.n_ubatch) not in [self.n_ubatch.itemText(i) for i in range(self.n_ubatch.count())]:
             self.n_ubatch.addItem(str(s.n_ubatch))
         self.n_ubatch.setCurrentText(str(s.n_ubatch))
@@ -187,8 +209,54 @@ class SettingsPanel(QWidget):
         """True when planning for the rolling KV window (opencoti) instead of stock placement."""
         return self.kv_mode.currentIndex() == 1
 
+    def wants_window(self) -> bool:
+        """The placement asked for (kept while the chosen engine cannot realise it)."""
+        return self._wants_window
+
     def set_engine_window(self, on: bool) -> None:
-        self.kv_mode.setCurrentIndex(1 if on else 0)
+        """Ask for the rolling KV window (or not); shown only while the chosen engine can realise it."""
+        self._wants_window = on
+        self._show_placement()
+
+    def refuse_window(self, why: str) -> None:
+        """``why`` the chosen engine cannot realise the rolling KV window ('' : it can). The choice is
+        greyed with the reason, and the plan falls back to stock placement until an engine can."""
+        self._window_refused = why
+        model = self.kv_mode.model()
+        assert isinstance(model, QStandardItemModel)  # a QComboBox's own model
+        item = model.item(1)
+        item.setEnabled(not why)
+        item.setText(KV_MODES[1] if not why else f"{KV_MODES[1]} — not with this engine")
+        item.setToolTip(why or KV_MODE_TIP)
+        self.kv_mode.setToolTip(f"{KV_MODE_TIP}.\nNot offered now: {why}" if why else KV_MODE_TIP)
+        self._show_placement()
+
+    def _show_placement(self) -> None:
+        want = 1 if self._wants_window and not self._window_refused else 0
+        if self.kv_mode.currentIndex() != want:
+            self.kv_mode.blockSignals(True)
+            self.kv_mode.setCurrentIndex(want)
+            self.kv_mode.blockSignals(False)
+            self._placement_changed()
+
+    def _placement_chosen(self, index: int) -> None:
+        """The user picked a placement in the combo."""
+        self._wants_window = index == 1
+        self._placement_changed()
+
+    def _placement_changed(self) -> None:
+        window = self.engine_window()
+        self.kv_unified.blockSignals(True)
+        self.kv_unified.setChecked(self._kvu_wanted and not window)
+        self.kv_unified.blockSignals(False)
+        self.kv_unified.setEnabled(not window)
+        self.kv_unified.setToolTip(f"{TIPS['kvu']}\nNot offered now: {words.KVU_NOT_WITH_WINDOW}" if window
+                                   else TIPS["kvu"])
+        self.changed.emit()
+
+    def _kvu_toggled(self, on: bool) -> None:
+        if self.kv_unified.isEnabled():
+            self._kvu_wanted = on
 
     def set_context(self, n_ctx: int) -> None:
         """Show ``n_ctx`` in the context field (as if typed)."""
@@ -222,8 +290,9 @@ class SettingsPanel(QWidget):
         self.changed.connect(lambda: state.set_settings(self.plan_settings()))
         self.engineChosen.connect(state.choose_engine)
         state.planChanged.connect(lambda plan: self._show_fit(plan, state.fit, state.settings.engine_window))
-        state.noPlan.connect(lambda _why: self.context.set_largest_fit(None, "– (no plan)"))
+        state.noPlan.connect(lambda _why: self.context.set_largest_fit(None, words.NO_LARGEST))
         state.enginesChanged.connect(self.show_engines)
+        state.engineChosen.connect(lambda engine: self.refuse_window(window_refusal(state.engines, engine)))
         state.set_settings(self.plan_settings())
 
     def _show_fit(self, plan: Plan, fit: ContextFit | None, engine_window: bool) -> None:
@@ -231,11 +300,9 @@ class SettingsPanel(QWidget):
 
         if fit is None:
             return
-        tail = bool(plan.gpus) and engine_window
-        where = "in host RAM" if not plan.gpus else "with a host tail" if tail else "fully on GPU"
+        n_ctx, where, tail = words.largest_where(plan, fit.resident, fit.with_tail, engine_window)
         capped = fit.tail_capped if tail else fit.resident_capped  # the search stopped, not the memory
-        self.context.set_largest_fit((fit.with_tail if tail else fit.resident) or None, where,
-                                     capped=cap_text(fit) if capped else "")
+        self.context.set_largest_fit(n_ctx or None, where, capped=cap_text(fit) if capped else "")
 
     # ---- engines -------------------------------------------------------------------------------
     def show_engines(self, engines: list[EngineInfo] | None) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 from app.paths import cache_dir
 from app.planner.settings import LaunchSettings
 
-#: How many recent models the File menu lists.
+#: How many recent models (and launch profiles) the File menu lists.
 MAX_RECENT = 8
 
 
@@ -35,6 +35,8 @@ class UiState:
     vram_target_mib: int = 0  # 0 = all free VRAM
     engine_path: str = ""
     engine_window: bool = False  # plan for the opencoti rolling KV window
+    server: dict[str, Any] = field(default_factory=dict)  # ServerSettings.to_json(): host, port, key
+    recent_profiles: list[str] = field(default_factory=list)  # launch profiles saved or opened
 
     def launch_settings(self) -> LaunchSettings:
         try:
@@ -45,6 +47,9 @@ class UiState:
     def remember_model(self, path: str) -> None:
         self.last_model = path
         self.recent = [path, *[p for p in self.recent if p != path]][:MAX_RECENT]
+
+    def remember_profile(self, path: str) -> None:
+        self.recent_profiles = [path, *[p for p in self.recent_profiles if p != path]][:MAX_RECENT]
 
 
 def load_state(path: Path | None = None) -> UiState:

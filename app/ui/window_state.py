@@ -13,6 +13,8 @@ Signals (the argument's type after the colon):
 - ``inventoryChanged``: Inventory, str — the devices planned for, and why there are no real GPUs
 - ``measurementChanged``: Measurement | None — pass 1 ran (None: forgotten with a new model)
 - ``enginesChanged``: list[EngineInfo] | None — the engines found (None: still looking)
+- ``engineChosen``: EngineInfo | None — the engine Launch would use changed (sent before the re-plan,
+  so a panel can first drop what that engine cannot do)
 - ``planChanged``: Plan — a new plan for the settings now (``fit``: its largest contexts)
 - ``noPlan``: str — the settings give no plan, and why
 - ``runningChanged``: Plan | None — an engine was launched with this plan (None: it is gone)
@@ -45,6 +47,8 @@ class OpenModel:
     shape: ModelShape
     #: "<repo>/<file>" of a header-only copy from the Hub: planned and measured, never launched.
     preview: str | None = None
+    #: The built-in demo (app.ui.demo): a shape with no weights, for planning only.
+    demo: bool = False
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,7 @@ class WindowState(QObject):
     inventoryChanged = Signal(object, str)
     measurementChanged = Signal(object)
     enginesChanged = Signal(object)
+    engineChosen = Signal(object)
     planChanged = Signal(object)
     noPlan = Signal(str)
     runningChanged = Signal(object)
@@ -89,16 +94,25 @@ class WindowState(QObject):
         self._planner = Planner(overhead_path)
 
     # ---- inputs --------------------------------------------------------------------------------
-    def open_model(self, path: Path) -> OpenModel:
-        """Read the GGUF header (PlannerError or OSError if it is not a usable model), forget the
-        last pass 1, plan."""
+    @staticmethod
+    def read_model(path: Path, *, demo: bool = False) -> OpenModel:
+        """Read the GGUF header (PlannerError or OSError if it is not a usable model); nothing changes."""
         from app.planner.gguf_model import read_shape
 
-        model = OpenModel(path, read_shape(path), preview_name(path))
+        return OpenModel(path, read_shape(path), preview_name(path), demo)
+
+    def open_model(self, path: Path, *, demo: bool = False) -> OpenModel:
+        """Read the GGUF header (PlannerError or OSError if it is not a usable model), then
+        ``use_model``."""
+        model = self.read_model(path, demo=demo)
+        self.use_model(model)
+        return model
+
+    def use_model(self, model: OpenModel) -> None:
+        """A model read by ``read_model``: forget the last pass 1, plan."""
         self.measurement, self.measured_for = None, None
         self.set_model(model)
         self.measurementChanged.emit(None)
-        return model
 
     def set_model(self, model: OpenModel) -> None:
         self.model = model
@@ -133,11 +147,16 @@ class WindowState(QObject):
         self.engines = engines
         self.engine = engines[0] if engines else None
         self.enginesChanged.emit(engines)
+        self.engineChosen.emit(self.engine)
         self.replan()  # the engine advisories are for the chosen engine
 
     def choose_engine(self, index: int) -> None:
         engines = self.engines or []
-        self.engine = engines[index] if 0 <= index < len(engines) else None
+        engine = engines[index] if 0 <= index < len(engines) else None
+        if engine is self.engine:
+            return
+        self.engine = engine
+        self.engineChosen.emit(engine)
         self.replan()
 
     # ---- the running engine --------------------------------------------------------------------

@@ -110,10 +110,13 @@ def test_cli_fork_continue_list_and_refusals(engine: RunningServer, tmp_path: Pa
     assert main([*base, "fork", DOCUMENT, "--k", "3", "--names", "x,y,z", "--n-predict", "8", "--seed", "5"]) == 0
     out = capsys.readouterr().out
     assert "prompt evaluated once, shared by 3" in out
-    assert all(f"[{n}] " in out for n in "xyz"), out
+    stored = SessionStore(engine.base_url).sessions
+    for n in "xyz":  # each session's reply whole, under one header: not a line per token, interleaved
+        reply = stored[n].text[len(DOCUMENT):]
+        assert out.count(f"[{n}] ") == 1 and f"[{n}] (slot {stored[n].slot}){reply}\n" in out, out
     assert main([*base, "continue", "y", " And then?", "--n-predict", "4"]) == 0
     out = capsys.readouterr().out
-    assert "session y: slot" in out and "prompt tokens reused from the cache" in out
+    assert "session y: slot" in out and "prompt tokens reused from the cache" in out and " evaluated" in out
     assert main([*base, "list"]) == 0
     out = capsys.readouterr().out
     assert "engine at" in out and "4 slots" in out

@@ -23,6 +23,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.qt_log_ignore(OFFSCREEN_NOISE))
 
 
+@pytest.fixture(autouse=True)
+def own_config_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The API key and anything else a window keeps in the config directory: this test's, never the user's."""
+    folder = tmp_path / "config"
+    monkeypatch.setenv("HEADROOM_CONFIG_DIR", str(folder))
+    return folder
+
+
 @pytest.fixture
 def window(qtbot, tmp_path: Path) -> Iterator[MainWindow]:
     # Host RAM held still: on a shared box psutil's reading moves by GiBs between polls, and a live

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from app.planner.plan_types import PlanMode
-from app.planner.units import Bytes, GiB
+from app.planner.units import Bytes, GiB, format_tokens
 from app.ui.budget_view import GPU_PARTS, HOST_PARTS, legend_entries
 from app.ui.qt import (
     QApplication,
@@ -28,7 +28,7 @@ LLAMA8B = "llama-3.1-8b-instruct-q4_k_m"
 
 
 def _planned(window, shape_model, qtbot):
-    window.devices.simulate.setCurrentText("RTX 4090")
+    window.devices.choose_simulated("RTX 4090")
     with qtbot.waitSignal(window.planned) as sig:
         assert window.open_model(shape_model(LLAMA8B))
     return sig.args[0]
@@ -103,12 +103,12 @@ def test_without_a_gpu_the_cpu_plan_reads_as_fitting(no_gpu_window, shape_model,
     assert "host tail" not in w.budget.window_numbers.text()
     assert "kv host tail" not in w.budget.host_row.caption.text()
     assert f"kv cache {Bytes(plan.host.kv_tail)}" in w.budget.host_row.caption.text()
-    assert f"{plan.tail_cells:,}" in w.budget.window_numbers.text()
+    assert w.budget.window_numbers.text() == f"KV cache: all {format_tokens(plan.tail_cells)} cells in host RAM (no GPU)"
     assert w.launch.launch_button.isEnabled()
 
 
 def test_token_counts_carry_thousands_separators(window, shape_model, qtbot):
-    window.devices.simulate.setCurrentText("RTX 4090")
+    window.devices.choose_simulated("RTX 4090")
     assert window.open_model(shape_model(QWEN14_1M))
     assert "trained for 1,010,000 tokens" in window.model_label.text()
     window.settings.set_engine_window(True)
@@ -122,7 +122,7 @@ def test_token_counts_carry_thousands_separators(window, shape_model, qtbot):
 
 
 def test_a_simulated_cards_reserve_is_not_called_other_apps(window, shape_model):
-    window.devices.simulate.setCurrentText("H200")
+    window.devices.choose_simulated("H200")
     assert window.open_model(shape_model(LLAMA8B))
     reserve = window.plan.gpus[0].other_processes if window.plan else 0
     assert reserve > 0  # the recorded H200: the driver keeps 615 MiB
@@ -133,7 +133,7 @@ def test_a_simulated_cards_reserve_is_not_called_other_apps(window, shape_model)
 
 
 def test_the_vram_target_is_drawn_on_the_bar(window, shape_model, qtbot):
-    window.devices.simulate.setCurrentText("H200")
+    window.devices.choose_simulated("H200")
     assert window.open_model(shape_model(LLAMA8B))
     with qtbot.waitSignal(window.planned):
         window.settings.vram_target.setValue(40 * 1024)
@@ -158,6 +158,6 @@ def test_the_legend_names_only_the_parts_on_the_bars(no_gpu_window, shape_model,
     assert "Mapped weights" in text and "KV cache" in text
     assert "Overhead" not in text and "Safety" not in text and "KV window" not in text
     with qtbot.waitSignal(w.planned):
-        w.devices.simulate.setCurrentText("H200")
+        w.devices.choose_simulated("H200")
     text = w.budget.legend.text()
     assert "Driver reserve" in text and "Weights" in text and "Overhead" in text

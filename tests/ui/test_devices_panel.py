@@ -39,7 +39,7 @@ def test_simulated_card_is_marked_and_real_snapshots_do_not_overwrite_it(qtbot, 
     nvml = FakeNvml(state="torch_ctx")
     w = MainWindow(state=UiState(), persist=False, state_file=tmp_path / "s.json", nvml=nvml)
     qtbot.addWidget(w)
-    w.devices.simulate.setCurrentText("RTX 4090")
+    w.devices.choose_simulated("RTX 4090")
     assert "simulated" in w.devices.cards[0].title.text()
     with qtbot.waitSignal(w.poll.polled, timeout=5_000):
         pass
@@ -51,7 +51,7 @@ def test_two_simulated_cards_plan_a_split_and_are_remembered(no_gpu_window, shap
     window = no_gpu_window
     assert window.open_model(shape_model(QWEN14_1M))
     with qtbot.waitSignal(window.planned) as sig:
-        window.devices.simulate.setCurrentText("2 × H200")
+        window.devices.choose_simulated("H200,H200")  # as --gpu takes two
     plan = sig.args[0]
     assert [g.name for g in plan.gpus] == ["CUDA0", "CUDA1"]
     assert all(g.weights > 0 for g in plan.gpus)  # the weights are split over both
@@ -59,6 +59,7 @@ def test_two_simulated_cards_plan_a_split_and_are_remembered(no_gpu_window, shap
     assert "simulated GPUs below" in window.devices.notice.text()
     again = MainWindow(state=window.state, persist=False, state_file=tmp_path / "again.json")
     qtbot.addWidget(again)
-    assert again.devices.simulate.currentText() == "2 × H200"
+    assert again.devices.simulated_choice() == "H200,H200"
+    assert again.devices.simulate.currentText().startswith("2 × H200")
     assert len(again.current.inventory.gpus) == 2
     again.close()

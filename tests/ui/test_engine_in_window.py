@@ -138,8 +138,8 @@ def test_settings_the_engine_rejects_show_both_messages(window, tiny_model, engi
 
 
 @pytest.mark.engine
-def test_the_picture_stays_on_the_running_plan_and_sessions_go_with_the_engine(window, tiny_model,
-                                                                               engine_build, qtbot):
+def test_the_picture_stays_on_the_running_plan_and_session_texts_outlive_the_engine(window, tiny_model,
+                                                                                    engine_build, qtbot):
     with qtbot.waitSignal(window.launch.enginesFound, timeout=120_000) as found:
         window.launch.discover()
     window.settings.engine.setCurrentIndex([e.path for e in found.args[0]].index(str(engine_build.server)))
@@ -170,14 +170,18 @@ def test_the_picture_stays_on_the_running_plan_and_sessions_go_with_the_engine(w
     assert note.isHidden()
     assert window.budget.plan is window.plan and window.plan.launch.n_ctx == 8 * K  # now the new settings
     assert window.launch.launch_button.isEnabled()
-    assert window.sessions.chosen.count() == 0 and window.sessions.text.toPlainText() == ""
-    assert "Engine stopped" in window.sessions.result.text() and "s1, s2" in window.sessions.result.text()
-    assert not window.sessions.continue_button.isEnabled()
+    texts = {s.name: s.text for s in done.args[0].sessions}
+    panel = window.sessions
+    assert panel.chosen.count() == 2  # stopping the engine keeps what the sessions said
+    assert "\n".join(panel.text.toPlainText().splitlines()) == "\n".join(texts[panel.chosen.currentText()].splitlines())
+    assert "Engine stopped" in panel.result.text() and "s1, s2" in panel.result.text()
+    assert "KV cache went with the engine" in panel.result.text()
+    assert not panel.continue_button.isEnabled() and not panel.fork_button.isEnabled()
 
 
 @pytest.mark.engine
 def test_pass_1_on_the_cpu_says_gpu_compute_is_still_estimated_once(window, tiny_model, qtbot):
-    window.devices.simulate.setCurrentText("H200")
+    window.devices.choose_simulated("H200")
     assert window.open_model(tiny_model)
     with qtbot.waitSignal(window.measured, timeout=120_000):
         qtbot.mouseClick(window.measure.button, LEFT)

@@ -103,7 +103,7 @@ def test_host_ram_moving_less_than_the_threshold_does_not_replan(qtbot, tmp_path
 def test_a_simulated_gpu_plan_follows_the_real_host_ram(qtbot, tmp_path, shape_model):
     w, feed = _cpu_window(qtbot, tmp_path, shape_model)
     with qtbot.waitSignal(w.planned):
-        w.devices.simulate.setCurrentText("RTX 4090")
+        w.devices.choose_simulated("RTX 4090")
     feed.base = w.current.inventory.host  # choosing the card read psutil again
     before = _plan(w)
     assert before.gpus and before.gpus[0].simulated

@@ -28,7 +28,7 @@ def seen(w: QWidget) -> bool:
 
 
 def plan_gemma_on_h200(window: MainWindow, shape_model) -> None:
-    window.devices.simulate.setCurrentText("H200")
+    window.devices.choose_simulated("H200")
     assert window.open_model(shape_model(GEMMA))
     window.settings.type_k.setCurrentText("q8_0")
     window.settings.type_v.setCurrentText("q8_0")
@@ -83,7 +83,7 @@ def show_at(window: MainWindow, qtbot, width: int, height: int) -> None:
 
 
 def test_at_1024x700_launch_stop_and_the_plan_pane_are_all_in_view(window, shape_model, qtbot):
-    window.devices.simulate.setCurrentText("RTX 4090")
+    window.devices.choose_simulated("RTX 4090")
     assert window.open_model(shape_model(QWEN14_1M))
     with qtbot.waitSignal(window.planned):
         window.settings.context.set_value(1 << 20, emit=True)  # long warnings, a long verdict, options
@@ -99,7 +99,7 @@ def test_at_1024x700_launch_stop_and_the_plan_pane_are_all_in_view(window, shape
     assert not window.left_scroll.horizontalScrollBar().isVisible()
     form = window.left_scroll.widget()
     assert form.width() >= form.minimumSizeHint().width()  # the form is not cut off at the right
-    top, bottom = window.centralWidget().sizes()  # the engine log and sessions take the lesser part
+    top, bottom = window.vsplit.sizes()  # the engine log and sessions take the lesser part
     assert top >= 0.7 * (top + bottom)
     # the option notes wrap at sentence width, not one word per line
     note = next(lab for lab in window.budget.options.findChildren(QLabel) if lab.text().startswith("every KV"))
@@ -126,7 +126,7 @@ def test_every_jargon_setting_and_legend_entry_explains_itself(window, shape_mod
                     (s.safety, "free"), (s.vram_target, "VRAM"), (s.n_parallel, "requests")):
         assert word in w.toolTip(), w.accessibleName()
     assert "DOMAIN" not in window.sessions.smoke_button.toolTip()
-    window.devices.simulate.setCurrentText("H200")
+    window.devices.choose_simulated("H200")
     with qtbot.waitSignal(window.planned):
         assert window.open_model(shape_model(GEMMA))
     tip = window.budget.legend.toolTip()
@@ -137,7 +137,7 @@ def test_every_jargon_setting_and_legend_entry_explains_itself(window, shape_mod
 
 
 def test_a_largest_context_at_the_search_cap_says_more_fits(window, tiny_model, qtbot):
-    window.devices.simulate.setCurrentText("H200")
+    window.devices.choose_simulated("H200")
     with qtbot.waitSignal(window.planned):
         assert window.open_model(tiny_model)
     fits = window.settings.context.fits
@@ -169,7 +169,7 @@ def test_options_table_lists_largest_contexts_and_applies_one(window, qtbot):
 
 
 def test_options_table_lists_the_planners_alternatives(window, shape_model, qtbot):
-    window.devices.simulate.setCurrentText("RTX 4090")
+    window.devices.choose_simulated("RTX 4090")
     window.settings.context.set_value(1024 * 1024)
     with qtbot.waitSignal(window.planned) as sig:
         assert window.open_model(shape_model(LLAMA8B))

@@ -48,6 +48,7 @@ class FakeEngine:
         self.status = ServerStatus.READY
         self.url = "http://127.0.0.1:1"
         self.pid: int | None = 4242
+        self.api_key: str | None = None
 
     def log_tail(self, n: int | None = None) -> list[str]:
         return []

@@ -28,7 +28,7 @@ def test_plan_table_names_every_part(capsys: pytest.CaptureFixture[str]) -> None
                "--gpu", "Small:8GiB"])
     out = capsys.readouterr().out
     assert rc in (0, 1)
-    for words in ("CUDA0", "weights", "kv resident", "overhead", "safety", "host RAM", "KV window",
+    for words in ("CUDA0", "weights", "kv resident", "overhead", "safety", "host RAM", "KV cache",
                   "largest context", "alternatives"):
         assert words in out
 

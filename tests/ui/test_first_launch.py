@@ -1,0 +1,172 @@
+"""Issue 20 with the real engine (the CPU build, a tiny model): a first run that serves, plan vs
+actual for a GPU plan that ran on the CPU, what a new run and another model clear, the server's
+port, and Continue going the CLI's way and saying what the engine said."""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import urllib.request
+
+import pytest
+
+from app.cli import main
+from app.engine import check_report
+from app.engine.capabilities import free_port
+from app.planner.plan_types import PlanMode
+from app.ui import demo
+from app.ui.application import open_first
+from app.ui.qt import QApplication, Qt
+
+LEFT = Qt.MouseButton.LeftButton
+# llama-server's slot timing line (tools/server/server-context.cpp, print_timing):
+# slot print_timing: id  2 | task 27 | prompt eval time =       2.66 ms /    51 tokens (...)
+PROMPT_EVAL = re.compile(r"prompt eval time =\s+[\d.]+ ms /\s+(\d+) tokens")
+
+
+def _launch(window, qtbot) -> str:
+    with qtbot.waitSignal(window.launch.engineReady, timeout=120_000) as ready:
+        qtbot.mouseClick(window.launch.launch_button, LEFT)
+    return str(ready.args[0])
+
+
+def _stop(window, qtbot) -> None:
+    with qtbot.waitSignal(window.launch.engineStopped, timeout=30_000):
+        qtbot.mouseClick(window.launch.stop_button, LEFT)
+
+
+def _engines(window, qtbot) -> None:
+    with qtbot.waitSignal(window.launch.enginesFound, timeout=120_000):
+        window.launch.discover()
+
+
+@pytest.mark.engine
+def test_first_run_demo_then_a_real_model_launches_with_nothing_else_touched(window, tiny_model, engine_build,
+                                                                              qtbot):
+    assert window.state.last_model == "" and window.state.settings == {}  # a fresh config
+    with qtbot.waitSignal(window.planned):
+        open_first(window, None, demo=False)  # what `headroom` opens first on a fresh machine
+    assert window.model_path == demo.demo_model_path() and not window.demo_banner.isHidden()
+    _engines(window, qtbot)  # as the window does at start
+    assert not window.launch.launch_button.isEnabled()  # the demo has no weights
+    with qtbot.waitSignal(window.planned) as sig:
+        assert window.open_model(tiny_model)  # File ▸ Open model…
+    plan = sig.args[0]
+    assert plan.feasible and plan.launch.n_ctx <= 4096  # within the model's training, not the demo's 512k
+    assert window.launch.launch_button.isEnabled(), window.launch.launch_button.toolTip()
+    url = _launch(window, qtbot)
+    with urllib.request.urlopen(url + "/health", timeout=5) as resp:
+        assert resp.status == 200
+    with urllib.request.urlopen(window.server.settings().base_url() + "/models", timeout=5) as resp:
+        assert resp.status == 200 and json.loads(resp.read())["data"]  # the base URL the panel shows works
+    assert "healthy" in window.launch.status.text()
+    _stop(window, qtbot)
+
+
+@pytest.mark.engine
+def test_a_gpu_plan_run_on_the_cpu_shows_its_table_and_says_why_it_cannot_be_checked(window, tiny_model,
+                                                                                    tiny_chat_model,
+                                                                                    engine_build, qtbot):
+    _engines(window, qtbot)
+    window.settings.engine.setCurrentIndex(window.settings.engine.findData(str(engine_build.server)))
+    window.devices.choose_simulated("RTX 4090")
+    assert window.open_model(tiny_model)
+    assert window.plan is not None and window.plan.mode == PlanMode.STOCK
+    with qtbot.waitSignal(window.launch.checked, timeout=120_000) as checked:
+        qtbot.mouseClick(window.launch.launch_button, LEFT)
+    check = checked.args[0]
+    view = window.launch.check_table()
+    qtbot.waitUntil(view.isVisible)
+    assert view.summary.text().startswith("This launch ran on the CPU: the GPU plan cannot be checked here")
+    assert window.launch.check.text() == view.summary.text() and "#c77800" not in window.launch.check.styleSheet()
+    cells = [c for row in view.rows for c in row]
+    assert ("CUDA0", "weights") in [(r[0], r[1]) for r in view.rows] and "host" in [r[0] for r in view.rows]
+    assert "?" not in cells and "OFF" not in cells
+    assert {r[5] for r in view.rows} <= {check_report.OK, check_report.DIFFERS, check_report.NOT_LOGGED,
+                                          check_report.NOT_PLANNED}
+    assert len(view.rows) == len(check.rows) and view.legend.text() == check_report.LEGEND
+    assert view.legend.isVisible() and view.summary.isVisible()
+    command = window.launch.command.text()
+    qtbot.waitUntil(lambda: window.console.text().count("\n") > 5, timeout=10_000)
+    bar = window.console.verticalScrollBar()
+    assert bar.value() == bar.maximum()  # the log follows the engine
+    _stop(window, qtbot)
+    assert view.isVisible() and "last run" in view.title()
+    # a second run starts a fresh log, at the top, with its own command
+    window.server.port.setValue(free_port())
+    _launch(window, qtbot)
+    text = window.console.text()
+    assert text.startswith(f"$ {window.launch.command.text()}") and text.count("$ ") == 1
+    assert window.launch.command.text() != command  # (another port)
+    _stop(window, qtbot)
+    # another model: the last run's command line and check were about the one before
+    assert window.open_model(tiny_chat_model)
+    assert window.launch.command.isHidden() and window.launch.command.text() == ""
+    assert not view.isVisible() and window.launch.check.text() == ""
+
+
+@pytest.mark.engine
+def test_the_port_is_the_one_set_and_a_busy_one_is_said_before_launch(window, tiny_model, engine_build, qtbot):
+    _engines(window, qtbot)
+    window.settings.engine.setCurrentIndex(window.settings.engine.findData(str(engine_build.server)))
+    assert window.open_model(tiny_model)
+    port = free_port()
+    window.server.port.setValue(port)
+    assert window.server.url.text() == f"http://127.0.0.1:{port}/v1"
+    url = _launch(window, qtbot)
+    assert url == f"http://127.0.0.1:{port}" and f"--port {port}" in window.launch.command.text()
+    _stop(window, qtbot)
+    assert window.server.settings().port == port  # the same port next time
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        window.server.port.setValue(busy)
+        with qtbot.waitSignal(window.launch.launchFailed) as failed:
+            qtbot.mouseClick(window.launch.launch_button, LEFT)
+    assert f"port {busy} on 127.0.0.1 is in use" in failed.args[0]
+    assert window.current.running_engine is None and window.launch.launch_button.isEnabled()
+
+
+@pytest.mark.engine
+def test_continue_goes_the_clis_way_and_reports_what_the_engine_logged(window, tiny_model, engine_build, qtbot,
+                                                                        tmp_path, monkeypatch, capsys):
+    _engines(window, qtbot)
+    window.settings.engine.setCurrentIndex(window.settings.engine.findData(str(engine_build.server)))
+    window.settings.n_parallel.setValue(3)
+    window.settings.kv_unified.setChecked(True)
+    assert window.open_model(tiny_model)
+    url = _launch(window, qtbot)
+    panel = window.sessions
+    panel.prompt.setText("Once upon a time")
+    panel.k.setValue(3)
+    with qtbot.waitSignal(panel.turnDone, timeout=120_000) as forked:
+        qtbot.mouseClick(panel.fork_button, LEFT)
+    assert forked.args[0].ok and "prompt evaluated once, shared by 3" in panel.result.text()
+    panel.chosen.setCurrentText("s2")
+    panel.prompt.setText(" and then")
+    before = len(window.current.running_engine.log_tail())
+    with qtbot.waitSignal(panel.turnDone, timeout=120_000) as cont:
+        qtbot.mouseClick(panel.continue_button, LEFT)
+    comp = cont.args[0].completions[0]
+    qtbot.waitUntil(lambda: any(PROMPT_EVAL.search(x) for x in window.current.running_engine.log_tail()[before:]),
+                    timeout=10_000)
+    logged = [int(m.group(1)) for x in window.current.running_engine.log_tail()[before:]
+              if (m := PROMPT_EVAL.search(x))]
+    assert logged == [comp.prompt_processed]  # what the window reports is what the engine logged
+    said = panel.result.text()
+    assert (f"s2: {comp.prompt_cached:,} of {comp.prompt_tokens:,} prompt tokens reused from the cache, "
+            f"{comp.prompt_processed:,} evaluated (slot {comp.slot})") in said
+    assert comp.prompt_cached + comp.prompt_processed == comp.prompt_tokens
+    # the CLI sees the window's sessions and continues one the same way
+    monkeypatch.setenv("HEADROOM_CACHE_DIR", str(tmp_path))  # where this window keeps its session store
+    capsys.readouterr()
+    assert main(["sessions", "--url", url, "list"]) == 0
+    listed = capsys.readouterr().out
+    assert all(f"  {n} " in listed for n in ("s1", "s2", "s3")) and "2 turn(s)" in listed
+    assert main(["sessions", "--url", url, "continue", "s3", " and later", "--n-predict", "4"]) == 0
+    assert "session s3: slot" in capsys.readouterr().out
+    _stop(window, qtbot)
+    QApplication.processEvents()
+    assert panel.chosen.count() == 3  # the texts stay after the engine is gone
