@@ -7,6 +7,7 @@ both sides read this one dataclass. Defaults mirror llama-server's, not the C AP
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import asdict, dataclass, replace
 from typing import Any
@@ -138,7 +139,8 @@ class LaunchSettings:
         return replace(self, **changes)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        """Plain JSON values (tuples as lists, as they read back from a file)."""
+        return json.loads(json.dumps(asdict(self)))
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> LaunchSettings:

@@ -16,15 +16,18 @@ from app.ui.application import open_first
 from app.ui.first_run import FirstRunGuide
 from app.ui.main_window import MainWindow
 from app.ui.state import UiState
+from tests.fixtures.fake_hub import own_hf_cache
 
 ENGINES_S = 120_000  # discovery probes each engine's flags: generous on 2 busy cores
 
 
 @pytest.fixture
 def user(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A user who never ran Headroom: empty settings and an empty library, in tmp_path."""
+    """A user who never ran Headroom: empty settings and an empty library (their own, empty Hugging
+    Face cache), in tmp_path."""
     monkeypatch.setenv("HEADROOM_CONFIG_DIR", str(tmp_path / "config"))
     monkeypatch.setenv("HEADROOM_DATA_DIR", str(tmp_path / "data"))
+    own_hf_cache(monkeypatch, tmp_path)
     return tmp_path
 
 
@@ -76,12 +79,15 @@ def test_the_demo_closes_the_guide_plans_and_the_guide_is_not_shown_again(window
 
 
 def test_a_model_from_the_library_opens_from_the_guide(window, qtbot, user, tiny_model: Path) -> None:
-    repo = user / "data" / "models" / "acme" / "Tiny-GGUF"
+    # the Hugging Face cache's layout: snapshots/<commit>/ holds the files, blobs/ the bytes
+    repo = user / "hf-cache" / "models--acme--Tiny-GGUF" / "snapshots" / ("0" * 40)
     repo.mkdir(parents=True)
     shutil.copy(tiny_model, repo / "tiny-Q8_0.gguf")
     (repo / "big-Q4_K_M-00001-of-00002.gguf").write_bytes(b"")
     (repo / "big-Q4_K_M-00002-of-00002.gguf").write_bytes(b"")  # a later part: not a model of its own
-    (repo / "half.gguf.part").write_bytes(b"")  # an unfinished download
+    blobs = user / "hf-cache" / "models--acme--Tiny-GGUF" / "blobs"
+    blobs.mkdir()
+    (blobs / ("a" * 64 + ".incomplete")).write_bytes(b"")  # an unfinished download
     open_first(window, None, demo=False)
     guide = _guide(window)
     names = [guide.library.item(r, 0).text() for r in range(guide.library.rowCount())]  # type: ignore[union-attr]
