@@ -51,7 +51,9 @@ def _retype(key: str, vtype: int, value: object) -> Callable[[Header], None]:
 
 
 def _drop(key: str) -> Callable[[Header], None]:
-    return lambda h: h.kvs.pop(h.index(key))
+    def drop(h: Header) -> None:
+        h.kvs.pop(h.index(key))
+    return drop
 
 
 CASES: dict[str, tuple[Callable[[Header], None], str]] = {
