@@ -132,8 +132,8 @@ def check_metadata(fields: dict[str, Any], types: dict[str, int], arch: str) -> 
             raise PlannerError(f"key {key!r} is {_type_name(vtype)}, but llama.cpp reads it as {_type_name(want)}")
     for suffix in (*TRUNK_REQUIRED, *REQUIRED_ARCH_KEYS.get(arch, ())):
         if f"{arch}.{suffix}" not in fields:
-            raise PlannerError(f"missing required key {arch}.{suffix!s} (llama.cpp: key not found in model)")
-    _check_tokenizer(fields, types)
+            raise PlannerError(f"missing required key {arch}.{suffix} (llama.cpp: key not found in model)")
+    _check_tokenizer(fields)
 
 
 def _check_per_layer(key: str, value: Any, vtype: int, n_layer: int, exact_length: bool) -> None:
@@ -149,7 +149,7 @@ def _check_per_layer(key: str, value: Any, vtype: int, n_layer: int, exact_lengt
                            "(or one value per layer)")
 
 
-def _check_tokenizer(fields: dict[str, Any], types: dict[str, int]) -> None:
+def _check_tokenizer(fields: dict[str, Any]) -> None:
     model = fields.get("tokenizer.ggml.model")
     if model is None:
         raise PlannerError("missing required key tokenizer.ggml.model (llama.cpp: key not found in model)")
@@ -207,7 +207,7 @@ def _tensor_names(arch: str) -> tuple[frozenset[str], frozenset[str]] | None:
     return frozenset(top), frozenset(layer)
 
 
-_BLK = re.compile(r"^blk\.(\d+)\.(.+)$")
+_BLK = re.compile(r"^blk\.(0|[1-9][0-9]*)\.(.+)$")  # llama.cpp names layers "blk.%d."
 
 
 def _base(name: str) -> str:
