@@ -5,7 +5,9 @@
 The launch flags (both llama-server's and Headroom's spellings) are app/commands/common.py's.
 
 ``--with probe`` (default) runs the llama-cpp-python no_alloc probe through the on-disk cache;
-``--with fit-params`` asks the engine build's own ``llama-fit-params -fitp on``.
+``--with fit-params`` measures as ``llama-fit-params`` does, in the engine build's own libllama (its
+backend), but with llama-server's context parameters: the binary itself reserves logits for a whole
+ubatch and takes no ``-kvu`` (app/probe/fit_params.py).
 
 SIGTERM stops it as Ctrl-C does; killed outright, its child dies with it (app.engine.process).
 """
@@ -39,7 +41,8 @@ def register(sub: Any) -> None:
     p.add_argument("--rpc", default=None, metavar="HOST:PORT[,...]",
                    help="measure with these ggml-rpc-server workers' devices too, as the engine will use them")
     p.add_argument("--with", dest="method", choices=("probe", "fit-params"), default="probe",
-                   help="probe: llama-cpp-python no_alloc (default); fit-params: the engine's llama-fit-params")
+                   help="probe: llama-cpp-python no_alloc (default); fit-params: llama-fit-params' method in the "
+                        "engine build's library, with llama-server's context parameters")
     p.add_argument("--refresh", action="store_true", help="measure again even when cached")
     p.add_argument("--timeout", type=seconds, default=60.0, help="seconds before the probe is stopped")
     p.add_argument("--json", action="store_true", help="print JSON")
@@ -62,8 +65,8 @@ def _measure(args: argparse.Namespace, settings: LaunchSettings) -> tuple[Measur
     if args.method == "fit-params":
         from app.probe.fit_params import fit_params_measure
 
-        if engine is None or not engine.fit_params.is_file():
-            raise PlannerError("no engine build with llama-fit-params: run `headroom engine build` first")
+        if engine is None:
+            raise PlannerError("no engine build: run `headroom engine build` first")
         return fit_params_measure(engine, args.model, settings, timeout=args.timeout), False, None
     m, hit = measure_cached(args.model, settings, timeout=args.timeout, refresh=args.refresh)
     targets_gpu = settings.n_gpu_layers > 0

@@ -158,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
             "advisories": [vars(a) for a in advs]}, indent=2))
         return 0 if plan.feasible else 1
     origin = preview_origin(shape.path)
-    title = f"{shape.name} ({shape.arch}, {shape.n_layer} layers)"
+    title = f"{words.printable(shape.name)} ({shape.arch}, {shape.n_layer} layers)"  # general.name: a stranger's text
     if origin is not None:
         title += f" — planned from the header of hf:{origin.repo}/{origin.path} (not downloaded)"
     print(render(plan, title, fit, settings))

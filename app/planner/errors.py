@@ -1,5 +1,7 @@
 """Errors the planner raises. Every message names the problem a user can act on."""
 
+from app.planner.words import printable
+
 
 class PlannerError(Exception):
     """A model, setting or measurement the planner cannot use; the message says why."""
@@ -10,4 +12,5 @@ class NotModelled(PlannerError):
 
     def __init__(self, arch: str, detail: str = "") -> None:
         self.arch = arch
-        super().__init__(f"not modelled: {arch}" + (f" ({detail})" if detail else ""))
+        # ``arch`` is the file's general.architecture: printed with its control characters escaped.
+        super().__init__(f"not modelled: {printable(arch)}" + (f" ({detail})" if detail else ""))

@@ -3,7 +3,9 @@
 Mirrors how the engine reads them: ``llama_model_base::load_hparams`` (src/llama-model.cpp) for the
 common keys, each architecture's ``load_arch_hparams`` (src/models/<arch>.cpp) for SWA and MLA.
 Only the header and the tensor table are read (:mod:`app.planner.gguf_reader`), never the weights.
-Split GGUFs (``name-00001-of-00003.gguf``) are read as one model.
+Split GGUFs (``name-00001-of-00003.gguf``) are read as one model. A file the engine's loader would
+refuse (a key of the wrong type, hyper-parameters that contradict the tensors ...) is refused here,
+naming the problem (:mod:`app.planner.gguf_checks`), instead of being planned.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from app.planner.errors import NotModelled, PlannerError
+from app.planner.gguf_checks import LLAMA_MAX_LAYERS, check_hparams, check_metadata, check_tensors
 from app.planner.gguf_reader import GGUFArray, GGUFHeader, TensorInfo, read_header
 
 #: Architectures whose memory the planner models (a plain or iSWA KV cache, MLA through
@@ -166,6 +169,7 @@ def shape_from_headers(headers: list[GGUFHeader]) -> ModelShape:
         raise PlannerError(f"{first.path.name}: no general.architecture key")
     if arch not in MODELLED_ARCHS:
         raise NotModelled(arch)
+    _checked(first, check_metadata, f, first.field_types, arch)
     expected = _uint(f, "split.count", 1)
     if expected != len(headers):
         raise PlannerError(f"{first.path.name}: split.count says {expected} files, found {len(headers)}")
@@ -174,14 +178,15 @@ def shape_from_headers(headers: list[GGUFHeader]) -> ModelShape:
         return f"{arch}.{suffix}"
 
     n_layer = _uint(f, k("block_count"))
-    if not 0 < n_layer <= 512:  # LLAMA_MAX_LAYERS
+    if not 0 < n_layer <= LLAMA_MAX_LAYERS:  # load_hparams: GGML_ASSERT(n_layer_all > 0 && ... <= LLAMA_MAX_LAYERS)
         raise PlannerError(f"{arch}.block_count {n_layer} is out of range")
     n_embd = _uint(f, k("embedding_length"))
     n_head = _per_layer(f, k("attention.head_count"), n_layer, 0)
     n_head_kv = _per_layer(f, k("attention.head_count_kv"), n_layer, n_head[0]) \
         if k("attention.head_count_kv") in f else n_head
-    if n_head[0] == 0:
-        raise NotModelled(arch, "no attention heads")
+    if n_head[0] == 0:  # every modelled architecture has attention heads (a recurrent layer: no KV heads)
+        raise PlannerError(f"{first.path.name}: {arch}.attention.head_count is 0 (layer 0), but a {arch} model "
+                           "has attention heads")
     # load_hparams: head size defaults to n_embd / n_head(0), overridden by key_length/value_length.
     head_k = _uint(f, k("attention.key_length"), n_embd // n_head[0])
     head_v = _uint(f, k("attention.value_length"), n_embd // n_head[0])
@@ -213,7 +218,7 @@ def shape_from_headers(headers: list[GGUFHeader]) -> ModelShape:
     tokens = f.get("tokenizer.ggml.tokens")
     n_vocab = _uint(f, k("vocab_size"), tokens.count if isinstance(tokens, GGUFArray) else 0)
     tensors = tuple(t for h in headers for t in h.tensors)
-    return ModelShape(
+    shape = ModelShape(
         path=first.path, arch=arch, name=str(f.get("general.name", first.path.stem)),
         n_layer=n_layer, n_layer_nextn=_uint(f, k("nextn_predict_layers"), 0), n_embd=n_embd,
         n_head=n_head, n_head_kv=n_head_kv, head_dim_k=head_k, head_dim_v=head_v,
@@ -224,6 +229,17 @@ def shape_from_headers(headers: list[GGUFHeader]) -> ModelShape:
         n_vocab=n_vocab, recr_layers=recr, n_embd_r=n_embd_r, n_embd_s=n_embd_s, tensors=tensors, file_size=sum(h.file_size for h in headers),
         files=tuple(h.path for h in headers),
     )
+    _checked(first, check_hparams, shape)
+    _checked(first, check_tensors, shape, f)
+    return shape
+
+
+def _checked(header: GGUFHeader, check: Any, *args: Any) -> None:
+    """Run one of gguf_checks' rules; its refusal names the file, as the reader's do."""
+    try:
+        check(*args)
+    except PlannerError as e:
+        raise PlannerError(f"{header.path.name}: {e}") from None
 
 
 def _swa_layers(f: dict[str, Any], key: str, n_layer: int, default_pattern: int) -> tuple[bool, ...]:

@@ -6,13 +6,24 @@ only each array's element type and count (small numeric arrays, e.g. per-layer h
 
 Bounded: every count and length is checked against the bytes that remain before anything is read
 or allocated, so a hostile file raises :class:`PlannerError` naming the problem, never a
-``MemoryError``, a hang or a struct error. Layout mirrors ggml/src/gguf.cpp (``gguf_init_from_file_impl``).
-The ``gguf`` package is used for its constants only.
+``MemoryError``, a hang or a struct error. Only a regular file is opened, without blocking (a FIFO
+or a device is refused before a byte is read).
+
+Strict where llama.cpp is: ggml/src/gguf.cpp (``gguf_init_from_reader``, which
+``gguf_init_from_file`` runs) refuses an empty key, a duplicate key or tensor name, a tensor name of
+``GGML_MAX_NAME`` (64) bytes or more, a ``general.alignment`` that is not a power-of-two UINT32, more
+than 2^30 array elements or string bytes, and any tensor whose data does not start exactly where the
+previous one ended, padded to the alignment (so tensors that overlap, leave a gap or are out of
+order); src/llama-model-loader.h (``llama_tensor_weight``) refuses data past the end of the file.
+This reader refuses the same files, each with its own sentence. The ``gguf`` package is used for its
+constants only.
 """
 
 from __future__ import annotations
 
 import mmap
+import os
+import stat
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +38,10 @@ GGUF_MAGIC = b"GGUF"
 MAX_DIMS = 4
 #: ggml/src/gguf.cpp GGUF_DEFAULT_ALIGNMENT
 DEFAULT_ALIGNMENT = 32
+#: ggml/include/ggml.h GGML_MAX_NAME: a tensor name must be shorter (gguf.cpp refuses it otherwise).
+MAX_NAME = 64
+#: ggml/src/gguf.cpp GGUF_MAX_ARRAY_ELEMENTS and GGUF_MAX_STRING_LENGTH (both 1024*1024*1024).
+MAX_ARRAY_ELEMENTS = MAX_STRING_LENGTH = 1 << 30
 #: Numeric arrays up to this many elements are kept (per-layer head counts, SWA patterns ...).
 KEEP_ARRAY_MAX = 4096
 
@@ -133,6 +148,8 @@ class _Cursor:
 
     def string(self, what: str) -> str:
         n = self.u64(f"{what} length")
+        if n > MAX_STRING_LENGTH:  # gguf.cpp: "string length ... exceeds maximum"
+            raise self.fail(f"{what} is {n} bytes long (llama.cpp's limit is {MAX_STRING_LENGTH})")
         self.need(n, what)
         raw: bytes = self.buf[self.pos:self.pos + n]
         self.pos += n
@@ -167,6 +184,8 @@ class _Cursor:
         if vtype == GGUFValueType.ARRAY:
             etype = self.u32(f"array type of {key!r}")
             count = self.u64(f"array length of {key!r}")
+            if count > MAX_ARRAY_ELEMENTS:  # gguf.cpp gguf_reader::read(std::vector<T>&, n)
+                raise self.fail(f"array {key!r} has {count} elements (llama.cpp's limit is {MAX_ARRAY_ELEMENTS})")
             if etype == GGUFValueType.STRING:
                 self.skip_strings(count, f"array {key!r}")
                 return GGUFArray(etype, count)
@@ -184,17 +203,37 @@ class _Cursor:
 
 
 def read_header(path: str | Path, split: int = 0) -> GGUFHeader:
-    """Read one GGUF file's metadata and tensor table. Raises PlannerError for anything malformed."""
+    """Read one GGUF file's metadata and tensor table. Raises PlannerError for anything malformed,
+    and for anything that is not a regular file (a FIFO would block the read forever)."""
     p = Path(path)
     try:
-        with p.open("rb") as f:
-            size = p.stat().st_size
-            if size < 24:
-                raise PlannerError(f"{p.name}: not a GGUF file: only {size} bytes")
-            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-                return _parse(mm, p, size, split)
+        # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer (forever).
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
         raise PlannerError(f"{p}: cannot read: {e.strerror or e}") from None
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise PlannerError(f"{p}: cannot read: Is a directory")
+        if not stat.S_ISREG(st.st_mode):
+            raise PlannerError(f"{p}: not a regular file ({_file_kind(st.st_mode)}): a model must be a GGUF file")
+        size = st.st_size
+        if size < 24:
+            raise PlannerError(f"{p.name}: not a GGUF file: only {size} bytes")
+        with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as mm:
+            return _parse(mm, p, size, split)
+    except OSError as e:
+        raise PlannerError(f"{p}: cannot read: {e.strerror or e}") from None
+    finally:
+        os.close(fd)
+
+
+def _file_kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a plain file"
 
 
 def parse_prefix(prefix: bytes, name: str, size: int) -> GGUFHeader | None:
@@ -230,8 +269,10 @@ def _parse(mm: Any, path: Path, size: int, split: int) -> GGUFHeader:
 
     fields: dict[str, Any] = {}
     types: dict[str, int] = {}
-    for _ in range(n_kv):
+    for i in range(n_kv):
         key = cur.string("metadata key")
+        if not key:  # gguf.cpp: "key %d is empty"
+            raise cur.fail(f"metadata key {i} is empty")
         vtype = cur.u32(f"type of {key!r}")
         if key in fields:
             raise cur.fail(f"duplicate key {key!r}")
@@ -239,13 +280,20 @@ def _parse(mm: Any, path: Path, size: int, split: int) -> GGUFHeader:
         types[key] = vtype
 
     alignment = fields.get("general.alignment", DEFAULT_ALIGNMENT)
+    if "general.alignment" in types and types["general.alignment"] != GGUFValueType.UINT32:
+        # gguf.cpp: "key 'general.alignment' must be of type u32"
+        raise cur.fail(f"general.alignment is {_type_name(types['general.alignment'])}, llama.cpp requires UINT32")
     if not isinstance(alignment, int) or isinstance(alignment, bool) or alignment <= 0 \
             or alignment & (alignment - 1):
         raise cur.fail(f"general.alignment {alignment!r} is not a power of two")
 
     infos: list[tuple[str, tuple[int, ...], int, int]] = []
     for _ in range(n_tensors):
+        at = cur.pos
         name = cur.string("tensor name")
+        if cur.pos - at - 8 >= MAX_NAME:  # gguf.cpp: "tensor name %d is too long"
+            raise cur.fail(f"tensor name {name[:80]!r} is {cur.pos - at - 8} bytes long "
+                           f"(llama.cpp allows at most {MAX_NAME - 1})")
         n_dims = cur.u32(f"dimension count of {name!r}")
         if n_dims > MAX_DIMS:
             raise cur.fail(f"tensor {name!r} has {n_dims} dimensions (at most {MAX_DIMS})")
@@ -257,8 +305,11 @@ def _parse(mm: Any, path: Path, size: int, split: int) -> GGUFHeader:
         infos.append((name, shape, ggml_type, offset))
 
     data_offset = -(-cur.pos // alignment) * alignment
+    if infos and data_offset > size:  # gguf.cpp: "failed to seek to beginning of data section"
+        raise cur.fail(f"the data section would start at byte {data_offset}, past the end of the file")
     tensors: list[TensorInfo] = []
     names: set[str] = set()
+    expected = 0  # gguf.cpp: each tensor starts where the previous one ended, padded to the alignment
     for name, shape, ggml_type, offset in infos:
         if name in names:
             raise cur.fail(f"duplicate tensor {name!r}")
@@ -268,12 +319,35 @@ def _parse(mm: Any, path: Path, size: int, split: int) -> GGUFHeader:
             raise cur.fail(f"tensor {name!r} has an impossible shape {shape}")
         if shape and shape[0] % block:
             raise cur.fail(f"tensor {name!r}: row of {shape[0]} is not a multiple of block size {block}")
-        if offset % alignment:
-            raise cur.fail(f"tensor {name!r}: offset {offset} is not aligned to {alignment}")
+        if offset != expected:
+            raise cur.fail(_misplaced(name, offset, expected, alignment, first=not tensors))
         n_bytes = tensor_nbytes(ggml_type, shape)
         start = data_offset + offset
         if start + n_bytes > size:
             raise cur.fail(f"tensor {name!r} ({n_bytes} bytes at {start}) runs past the end of the file")
         tensors.append(TensorInfo(name, shape, ggml_type, start, n_bytes, split))
+        expected = offset + -(-n_bytes // alignment) * alignment
 
     return GGUFHeader(path, version, size, alignment, data_offset, fields, types, tuple(tensors))
+
+
+def _misplaced(name: str, offset: int, expected: int, alignment: int, *, first: bool) -> str:
+    """Why a tensor's data offset is not the one llama.cpp requires (gguf.cpp: "tensor '%s' has
+    offset %" PRIu64 ", expected %zu")."""
+    if first:
+        why = "the first tensor's data must start the data section"
+    elif offset < expected:
+        why = "it overlaps the tensor before it (or the tensors are out of order)"
+    elif offset % alignment:
+        why = f"it is not aligned to {alignment}"
+    else:
+        why = f"it leaves a gap of {offset - expected} bytes after the tensor before it (or the tensors are out of order)"
+    return (f"tensor {name!r} starts at data offset {offset}, but llama.cpp requires {expected} "
+            f"(where the previous tensor ends, padded to {alignment}): {why}")
+
+
+def _type_name(vtype: int) -> str:
+    try:
+        return GGUFValueType(vtype).name
+    except ValueError:
+        return f"type {vtype}"

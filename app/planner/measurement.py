@@ -73,15 +73,16 @@ class Measurement:
 
 def gpu_caveat(measurement: Measurement, *, targets_gpu: bool, fit_params_tool: str | None = None) -> str | None:
     """A sentence for the plan and the UI when the numbers come from another backend than the plan's.
-    ``fit_params_tool``: the engine's llama-fit-params executable's name, offered as a way to measure."""
+    ``fit_params_tool``: the engine build's llama-fit-params, when there is one: its build's library
+    is offered as a way to measure (app/probe/fit_params.py)."""
     if not targets_gpu or any(not d.host for d in measurement.devices):
         return None
     options = ["install a CUDA build of llama-cpp-python "
                '(CMAKE_ARGS="-DGGML_CUDA=on" pip install --force-reinstall --no-cache-dir llama-cpp-python==0.3.36; '
                "`headroom doctor` shows which build you have)"]
     if fit_params_tool is not None:
-        options.insert(0, f"measure with the engine's own `{fit_params_tool} -fitp on` "
-                          "(headroom measure --with fit-params; it cannot express -kvu)")
+        options.insert(0, "measure with the engine build's own library, as llama-fit-params does but with "
+                          "llama-server's context parameters (headroom measure --with fit-params)")
     return (f"Pass 1 measured with the {measurement.backend} backend (llama-cpp-python here cannot offload "
             f"to a GPU): its compute buffer is the {measurement.backend} backend's, not the GPU's, so a plan "
             "for GPUs estimates their compute buffers. For GPU numbers, " + " or ".join(options) + ".")

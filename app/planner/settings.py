@@ -140,7 +140,8 @@ class LaunchSettings:
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON values (tuples as lists, as they read back from a file)."""
-        return json.loads(json.dumps(asdict(self)))
+        data: dict[str, Any] = json.loads(json.dumps(asdict(self)))
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> LaunchSettings:

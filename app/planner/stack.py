@@ -13,7 +13,7 @@ from functools import lru_cache
 
 from app.planner import words
 from app.planner.devices import Inventory
-from app.planner.estimate import estimate_compute
+from app.planner.estimate import cuda_fit_gap, estimate_compute
 from app.planner.gguf_model import ModelShape
 from app.planner.kv import KvLayout, kv_layout
 from app.planner.measurement import Measurement
@@ -102,7 +102,9 @@ def compute_for(shape: ModelShape, inv: Inventory, settings: LaunchSettings,
     est = estimate_compute(shape, settings, ctx_kv.ctx)
     if not names:
         return Compute({}, est.cpu, Source(SourceKind.ESTIMATED))
-    return Compute(dict.fromkeys(names, est.gpu), est.host, Source(SourceKind.ESTIMATED))
+    # The CUDA terms were fitted to one H200's pass 1: outside those launches the number says so.
+    return Compute(dict.fromkeys(names, est.gpu), est.host, Source(SourceKind.ESTIMATED,
+                                                                  words.cuda_gap(cuda_fit_gap(shape, settings))))
 
 
 def stack(shape: ModelShape, inv: Inventory, settings: LaunchSettings, ws: WeightSplit, kvp: KvPerLayer,

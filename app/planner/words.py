@@ -16,6 +16,19 @@ from app.planner.settings import ALL_LAYERS, LaunchSettings
 from app.planner.sources import Source, SourceKind
 from app.planner.units import Bytes, format_tokens
 
+# ---- Text from a model file (general.name, general.architecture: written by strangers) ----------
+
+
+def printable(text: str) -> str:
+    """``text`` safe to print on a terminal or in a log: every character that is not printable
+    (ESC and the other C0/C1 controls, DEL, bidirectional overrides and other format characters,
+    unpaired surrogates) as its Python escape (``\\x1b``, ``\\u202e``); printable text unchanged.
+    A model's ``general.name`` can carry ANSI sequences that would otherwise recolour, retitle or
+    clear the user's terminal."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
 # ---- Where a plan does not fit (Plan.reason, an Alternative's note) ----------------------------
 
 
@@ -108,11 +121,18 @@ def compute_source_warning(source: Source, measurement: Measurement | None) -> s
                 f"pass 1 measured {', '.join(d.name for d in measurement.devices)}, not these GPUs: "
                 "compute buffers are an estimate")
     if source.kind is SourceKind.ESTIMATED:
-        return "compute buffers are an estimate: run pass 1 (headroom measure) for measured numbers"
+        return (f"compute buffers are an estimate{f' ({source.detail})' if source.detail else ''}: "
+                "run pass 1 (headroom measure) for measured numbers")
     if source.kind is SourceKind.MEASURED_ELSEWHERE:
         return (f"compute buffers were pass 1 for other settings at {source.detail}: run pass 1 again "
                 "for this launch (headroom measure) before trusting them")
     return None
+
+
+def cuda_gap(gap: str) -> str:
+    """The detail of a CUDA compute estimate for a launch outside its fit (app/planner/estimate.py
+    ``cuda_fit_gap``); "" inside it."""
+    return f"never compared with CUDA {gap}" if gap else ""
 
 
 def short_slots(settings: LaunchSettings, n_ctx_seq: int) -> str:

@@ -1,8 +1,15 @@
-"""Pass 1 by the engine's own binaries, for when the llama-cpp-python probe cannot speak for it.
+"""Pass 1 by the engine build itself, for when the llama-cpp-python probe's library cannot speak for it.
 
-- ``fit_params_measure``: the stock engine's ``llama-fit-params -fitp on`` prints what it would
-  allocate per device (model, context, compute MiB) with that build's backend, e.g. CUDA when
-  llama-cpp-python here is a CPU build. It does not accept ``-kvu`` (docs/domain.md §1).
+- ``fit_params_measure`` (``headroom measure --with fit-params``): what llama-fit-params measures,
+  the way it measures it — common/fit.cpp loads the model with ``no_alloc`` and load mode NONE and
+  creates a context in the engine build's own libllama, with that build's backend (CUDA when
+  llama-cpp-python here carries a CPU library of its own) — but with llama-server's context
+  parameters. The llama-fit-params binary itself cannot give the server's numbers: its context keeps
+  the default ``n_outputs_max = n_batch`` and so reserves the output layer's logits for every token
+  of a ubatch (n_vocab × n_ubatch × 4 bytes: 2058 MiB against the server's 113.08 MiB for a
+  262k-vocabulary model at ``-ub 2048``), and it takes no ``-kvu`` (docs/domain.md §1, §6). So the
+  probe's child runs on the engine build's libllama (``LLAMA_CPP_LIB_PATH``), with the server's
+  ``n_outputs_max`` and ``kv_unified`` (app/probe/worker.py ``context_values``).
 - ``engine_pass1``: the opencoti llamafile measures itself: its window mode boots with a minimal
   window and logs ``two-pass — measured GPU compute buffer = N MiB`` (docs/domain.md §4). Start it, read
   that number, stop it.
@@ -20,61 +27,30 @@ import subprocess
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from app.engine.native_build import EngineBuild
 from app.engine.process import die_with_parent, forget_child, record_child
-from app.planner.logparse import LogParser, is_host_device, parse_fit_print
+from app.planner.logparse import LogParser, is_host_device
 from app.planner.measurement import DeviceMeasurement, Measurement
 from app.planner.settings import LaunchSettings
-from app.planner.units import MiB
-from app.probe.measure import MeasureError, failure_hint, last_lines
-
-KVU_WARNING = ("llama-fit-params cannot express -kvu: it measured a per-slot (non-unified) cache, "
-               "so the compute and context figures are for that layout, not the planned unified one")
-TRUNCATED = "llama-fit-params prints whole MiB (rounded down): each figure may be up to 1 MiB low"
-
-
-def fit_params_argv(build: EngineBuild, model: Path, settings: LaunchSettings) -> list[str]:
-    """The same launch as llama-server's, minus ``-kvu`` (not accepted by llama-fit-params)."""
-    argv = [str(build.fit_params), "-m", str(model), "-fitp", "on",
-            "-c", str(settings.n_ctx), "-np", str(settings.n_parallel),
-            "-b", str(settings.n_batch), "-ub", str(settings.n_ubatch), "-fa", settings.flash_attn,
-            "-ctk", settings.type_k, "-ctv", settings.type_v, "-ngl", str(settings.n_gpu_layers)]
-    if settings.swa_full:
-        argv.append("--swa-full")
-    if not settings.offload_kqv:
-        argv.append("-nkvo")
-    return argv
+from app.probe.measure import MeasureError, failure_hint, last_lines, measure
 
 
 def fit_params_measure(build: EngineBuild, model: str | Path, settings: LaunchSettings, *,
                        timeout: float = 120.0) -> Measurement:
-    """Run ``llama-fit-params -fitp on`` for this launch. Raises MeasureError."""
+    """llama-fit-params' measurement of this launch with llama-server's context parameters, in the
+    engine build's own library. Raises MeasureError."""
     path = Path(model)
     if not path.is_file():
         raise MeasureError(f"model file not found: {path}", hint="Check the path.")
-    started = time.monotonic()
-    try:
-        proc = subprocess.run(fit_params_argv(build, path, settings), stdin=subprocess.DEVNULL,
-                              capture_output=True, text=True, errors="replace", timeout=timeout, check=False,
-                              preexec_fn=die_with_parent())
-    except subprocess.TimeoutExpired:
-        raise MeasureError(f"llama-fit-params did not finish within {timeout:g} s") from None
-    lines = proc.stderr.splitlines()
-    rows = parse_fit_print(proc.stdout)
-    if proc.returncode != 0 or not rows:
-        raise MeasureError(f"llama-fit-params failed (exit status {proc.returncode})",
-                           hint=failure_hint(lines), log_tail=last_lines(lines))
-    devices = tuple(DeviceMeasurement(r.name, r.compute * MiB, r.context * MiB, is_host_device(r.name))
-                    for r in rows)
-    gpus = sorted({re.sub(r"\d+$", "", r.name) for r in rows if not is_host_device(r.name)})
-    warnings = [TRUNCATED]
-    if settings.kv_unified and settings.n_parallel > 1:
-        warnings.insert(0, KVU_WARNING)
-    return Measurement(devices, "+".join(gpus) or "CPU", build.commit, round(time.monotonic() - started, 3),
-                       f"{build.fit_params.name} -fitp on ({build.backend} build)",
-                       kv_total=sum(r.context for r in rows) * MiB, warnings=tuple(warnings), launch=settings)
+    if not any(Path(build.bin_dir).glob("libllama.*")):
+        raise MeasureError(f"the engine build in {build.bin_dir} has no libllama",
+                           hint="Rebuild it: headroom engine build.")
+    measured = measure(path, settings, timeout=timeout, lib_dir=build.bin_dir)
+    return replace(measured, source=f"the engine build's libllama ({build.backend}): llama-fit-params' no_alloc "
+                                    "load with llama-server's context parameters")
 
 
 def _reader(stream: object, lines: queue.Queue[str | None]) -> None:

@@ -138,11 +138,13 @@ def up_to_reason(lines: Sequence[str]) -> tuple[str, list[str]]:
     return lines[i].strip(), last_lines(lines[: i + 1])
 
 
-def _worker_env() -> dict[str, str]:
+def _worker_env(lib_dir: str | None = None) -> dict[str, str]:
     from app.engine.libpath import ensure_llama_cpp_lib
 
     ensure_llama_cpp_lib()  # sets LLAMA_CPP_LIB_PATH in os.environ when the bindings need it
     env = dict(os.environ)
+    if lib_dir is not None:  # this libllama, whatever llama-cpp-python carries (app/probe/fit_params.py)
+        env["LLAMA_CPP_LIB_PATH"] = lib_dir
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_APP_ROOT, env.get("PYTHONPATH", "")) if p)
     # ggml/src/ggml.c, ggml_print_backtrace: on an abort it attaches gdb to print the interpreter's
     # frames (seconds, and dozens of lines after the one that says why); the probe needs the line.
@@ -162,16 +164,17 @@ CANCEL_POLL_S = 0.05
 
 
 def run_worker(model_path: Path, settings: LaunchSettings, *, timeout: float,
-               worker: Sequence[str] = WORKER,
-               cancel: threading.Event | None = None) -> tuple[dict[str, object], list[str]]:
-    """Run the child; return its result object and its log lines. Raises MeasureError, or
-    MeasureCancelled (the child's process group killed) as soon as ``cancel`` is set."""
+               worker: Sequence[str] = WORKER, cancel: threading.Event | None = None,
+               lib_dir: str | None = None) -> tuple[dict[str, object], list[str]]:
+    """Run the child (on ``lib_dir``'s libllama when given); return its result object and its log
+    lines. Raises MeasureError, or MeasureCancelled (the child's process group killed) as soon as
+    ``cancel`` is set."""
     request = json.dumps({"model": str(model_path), "settings": settings.to_json()})
     reap_leftovers()  # probes (and engines) a killed Headroom left behind
     # Tied to this thread, which waits for it: the kernel kills it if Headroom dies (even by
     # SIGKILL), and its PID file lets the next Headroom reap it where that signal was lost.
     proc = subprocess.Popen(list(worker), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, errors="replace", env=_worker_env(),
+                            stderr=subprocess.PIPE, text=True, errors="replace", env=_worker_env(lib_dir),
                             start_new_session=True, preexec_fn=die_with_parent())
     record = record_child(proc.pid, list(worker), "probe")
     try:
@@ -270,14 +273,15 @@ def measurement_from_log(buffers: LogBuffers, *, backend: str, commit: str, seco
 
 
 def measure(model_path: str | Path, settings: LaunchSettings, *, timeout: float = 60.0,
-            worker: Sequence[str] = WORKER, cancel: threading.Event | None = None) -> Measurement:
-    """Pass 1 for this exact launch. Raises MeasureError (a PlannerError) when it cannot, and
-    MeasureCancelled promptly (the child killed) once ``cancel`` is set."""
+            worker: Sequence[str] = WORKER, cancel: threading.Event | None = None,
+            lib_dir: str | None = None) -> Measurement:
+    """Pass 1 for this exact launch (in ``lib_dir``'s libllama when given). Raises MeasureError (a
+    PlannerError) when it cannot, and MeasureCancelled promptly (the child killed) once ``cancel`` is set."""
     path = Path(model_path)
     if not path.is_file():
         raise MeasureError(f"model file not found: {path}", hint="Check the path.")
     started = time.monotonic()
-    result, lines = run_worker(path, settings, timeout=timeout, worker=worker, cancel=cancel)
+    result, lines = run_worker(path, settings, timeout=timeout, worker=worker, cancel=cancel, lib_dir=lib_dir)
     buffers = parse_log("\n".join(lines))
     if not buffers.compute:
         raise MeasureError("pass 1 ran but llama.cpp printed no compute buffer size",

@@ -11,6 +11,7 @@ big shapes get one start each at a small context, and their page cache is droppe
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -23,7 +24,7 @@ import pytest
 from app.engine.argv import build_argv
 from app.engine.discover import EngineInfo, EngineKind, EngineOrigin
 from app.engine.native_build import EngineBuild
-from app.planner.logparse import LogBuffers, parse_log
+from app.planner.logparse import LogBuffers, parse_fit_print, parse_log
 from app.planner.plan_types import PlanMode
 from app.planner.settings import LaunchSettings
 from app.planner.units import MiB
@@ -118,3 +119,39 @@ def test_probe_matches_server_on_shape(engine_build: EngineBuild, shape_model: C
         assert_same_compute(engine_build, model, settings, tmp_path)
     finally:
         pagecache.drop(model)  # give back what the server's MAP_POPULATE faulted in
+
+
+#: Issue 17, §1: "within max(1 %, 64 MiB)" of the server's compute.
+def fit_params_tolerance(size: int) -> float:
+    return max(0.01 * size, 64 * MiB)
+
+
+def test_measure_with_fit_params_gives_the_servers_compute_for_a_large_vocabulary(
+        engine_build: EngineBuild, shape_model: Callable[[str], Path], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Gemma 3 270M (262,144 tokens) at ``-c 8192 -ub 2048 -b 2048``: the llama-fit-params binary
+    reserves logits for all 2048 tokens of a ubatch (2 GiB here, docs/domain.md §6), llama-server for
+    its one slot; ``headroom measure --with fit-params`` gives the server's number."""
+    from app.cli import main
+
+    model = shape_model("gemma-3-270m-it-q8_0")
+    settings = LaunchSettings(n_ctx=8192, n_ubatch=2048, n_batch=2048)
+    try:
+        assert main(["measure", str(model), "-c", "8192", "-ub", "2048", "-b", "2048", "--with", "fit-params",
+                     "--json"]) == 0
+        measured = {d["name"]: d["compute"] for d in json.loads(capsys.readouterr().out)["measurement"]["devices"]
+                    if d["compute"]}
+        server = server_buffers(engine_build, model, settings, tmp_path / "server.log").compute
+        assert set(measured) == set(server), (measured, server)
+        for dev, size in server.items():
+            assert abs(measured[dev] - size) <= fit_params_tolerance(size), (
+                f"{dev}: --with fit-params {measured[dev] / MiB:.2f} MiB, llama-server {size / MiB:.2f} MiB")
+        # What the binary itself prints (whole MiB, the host row): the logits of a whole ubatch more.
+        out = subprocess.run([str(engine_build.fit_params), "-m", str(model), "-fitp", "on", "-c", "8192",
+                              "-ub", "2048", "-b", "2048", "-np", "1", "-fa", "on", "-ngl", "999"],
+                             capture_output=True, text=True, timeout=300, check=True).stdout
+        binary = sum(r.compute for r in parse_fit_print(out)) * MiB
+        logits = 262144 * 2048 * 4
+        assert binary - sum(server.values()) >= 0.9 * logits, (binary / MiB, sum(server.values()) / MiB)
+    finally:
+        pagecache.drop(model)

@@ -10,7 +10,8 @@ import pytest
 
 from app.planner.errors import NotModelled, PlannerError
 from app.planner.gguf_model import read_shape
-from tests.fixtures import gguf_factory, shapes
+from tests.fixtures import gguf_factory, shapes, tables
+from tests.fixtures.quant import uniform
 
 
 def test_qwen2_14b_shape_as_the_engine_prints_it() -> None:
@@ -51,16 +52,26 @@ def test_tensor_layers_and_sizes_add_up_to_the_file() -> None:
 
 
 def _write(path: Path, arch: str, *, split: tuple[int, int] | None = None, tensors: int = 2) -> None:
+    """A tiny llama llama.cpp's loader accepts (``tensors`` layers), its tensors spread over the parts
+    of a split set; metadata-only except for the tensor table (no data is read)."""
     w = gguf.GGUFWriter(str(path), arch)
     w.add_context_length(2048)
     w.add_embedding_length(64)
     w.add_block_count(tensors)
+    w.add_feed_forward_length(128)
     w.add_head_count(4)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_tokenizer_model("llama")
+    w.add_token_list([f"<t{i}>" for i in range(300)])
     if split is not None:
         w.add_uint16("split.no", split[0])
         w.add_uint16("split.count", split[1])
-    for i in range(tensors):
-        w.add_tensor(f"blk.{i}.attn_q.weight", np.zeros((64, 64), dtype=np.float32))
+    table = tables.llama_like(uniform(gguf.GGMLQuantizationType.F32), n_layer=tensors, n_embd=64, n_head=4,
+                              n_head_kv=4, n_ff=128, n_vocab=300)
+    part, parts = split if split is not None else (0, 1)
+    for i, t in enumerate(table):
+        if i % parts == part:
+            w.add_tensor(t.name, np.zeros(tuple(reversed(t.shape)), dtype=np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -72,7 +83,7 @@ def test_split_gguf_reads_as_one_model(tmp_path: Path) -> None:
         _write(tmp_path / f"m-{i + 1:05d}-of-00003.gguf", "llama", split=(i, 3))
     s = read_shape(tmp_path / "m-00001-of-00003.gguf")
     assert len(s.files) == 3
-    assert len(s.tensors) == 6 and {t.split for t in s.tensors} == {0, 1, 2}
+    assert len(s.tensors) == 21 and {t.split for t in s.tensors} == {0, 1, 2}
     assert s.file_size == sum(p.stat().st_size for p in tmp_path.iterdir())
 
 

@@ -137,7 +137,7 @@ def test_cpu_numbers_for_a_gpu_plan_carry_a_caveat(engine_build: EngineBuild) ->
     cpu = Measurement((DeviceMeasurement("CPU", 8 * MiB, 4 * MiB, True),), "CPU", "x", 0.1)
     text = gpu_caveat(cpu, targets_gpu=True, engine=engine_build)
     assert text is not None
-    assert "llama-fit-params -fitp on" in text and "-kvu" in text
+    assert "headroom measure --with fit-params" in text and "llama-server's context parameters" in text
     assert 'CMAKE_ARGS="-DGGML_CUDA=on"' in text
     assert gpu_caveat(cpu, targets_gpu=False) is None
     cuda = Measurement((DeviceMeasurement("CUDA0", 600 * MiB, 0, False),), "CUDA", "x", 1.2)

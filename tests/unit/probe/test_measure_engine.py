@@ -1,5 +1,6 @@
 """Pass 1 by the engine itself: the opencoti two-pass number (replayed by a small fake executable,
-since no opencoti binary runs here) and the stock build's own llama-fit-params (real)."""
+since no opencoti binary runs here) and the stock build's own library, measured as llama-fit-params
+measures (real)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ import pytest
 from app.engine.native_build import EngineBuild
 from app.planner.settings import LaunchSettings
 from app.planner.units import MiB
-from app.probe.fit_params import KVU_WARNING, engine_pass1, fit_params_argv, fit_params_measure
-from app.probe.measure import MeasureError
+from app.probe.fit_params import engine_pass1, fit_params_measure
+from app.probe.measure import MeasureError, measure
 
 OPENCOTI = Path(__file__).resolve().parents[2] / "fixtures" / "opencoti"
 
@@ -63,19 +64,12 @@ def test_an_engine_that_exits_before_measuring(tmp_path: Path) -> None:
     assert err.value.log_tail == ("error: invalid argument: --kv-residency-mode",)
 
 
-def test_fit_params_argv_is_the_launch_without_kvu(engine_build: EngineBuild, tiny_model: Path) -> None:
-    s = LaunchSettings(n_ctx=131072, n_parallel=4, kv_unified=True, type_k="q8_0", type_v="q8_0",
-                       n_ubatch=2048, offload_kqv=False)
-    argv = fit_params_argv(engine_build, tiny_model, s)
-    assert argv[:5] == [str(engine_build.fit_params), "-m", str(tiny_model), "-fitp", "on"]
-    for flag, value in (("-c", "131072"), ("-np", "4"), ("-ub", "2048"), ("-ctk", "q8_0"), ("-fa", "on")):
-        assert argv[argv.index(flag) + 1] == value
-    assert "-nkvo" in argv and "-kvu" not in argv
-
-
-def test_fit_params_measures_with_the_engine_build(engine_build: EngineBuild, tiny_model: Path) -> None:
-    m = fit_params_measure(engine_build, tiny_model, LaunchSettings(n_ctx=8192, n_parallel=4, kv_unified=True))
-    (host,) = m.devices  # a CPU build: everything on the host row
-    assert host.name == "Host" and host.host and host.compute > 0
-    assert m.warnings[0] == KVU_WARNING
-    assert m.llama_commit == engine_build.commit
+def test_fit_params_measures_in_the_engine_builds_library_with_the_servers_context(
+        engine_build: EngineBuild, tiny_model: Path) -> None:
+    """A unified 4-slot cache, which the llama-fit-params binary cannot express (it takes no -kvu)."""
+    s = LaunchSettings(n_ctx=8192, n_parallel=4, kv_unified=True)
+    m = fit_params_measure(engine_build, tiny_model, s)
+    assert m.llama_commit == engine_build.commit  # the build's own libllama measured
+    assert "the engine build's libllama" in m.source
+    assert m.kv_lines == measure(tiny_model, s).kv_lines  # the same unified cache the probe sizes
+    assert "4/1 seqs" in m.kv_lines[0] and "8192 cells" in m.kv_lines[0]  # 4 slots in one unified stream
