@@ -23,13 +23,12 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.commands.common import rpc_query_server
 from app.engine.argv import build_argv
 from app.engine.capabilities import engine_env, free_port
 from app.engine.discover import EngineInfo, EngineKind, EngineOrigin
 from app.engine.native_build import EngineBuild, find_build
 from app.engine.process import ServerProcess
-from app.engine.rpc import add_workers, query_workers
+from app.engine.rpc import add_workers, query_workers, rpc_query_server
 from app.planner.cost import HOST_BANDWIDTH, TURN_PROMPT, TURN_REPLY
 from app.planner.devices import resolve_gpus, with_budgets
 from app.planner.gguf_model import read_shape

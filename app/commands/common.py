@@ -195,7 +195,7 @@ def inventory_from_args(args: argparse.Namespace, *, quiet: bool = False) -> Inv
 
     inventory = resolve_gpus(list(args.gpu))
     if getattr(args, "rpc", None):
-        from app.engine.rpc import add_workers, parse_endpoints, query_workers
+        from app.engine.rpc import add_workers, parse_endpoints, query_workers, rpc_query_server
 
         endpoints = parse_endpoints(args.rpc)
         readings = query_workers(rpc_query_server(), endpoints)
@@ -205,21 +205,6 @@ def inventory_from_args(args: argparse.Namespace, *, quiet: bool = False) -> Inv
                 print(f"RPC worker {endpoint} did not answer: {why}; planning without it", file=sys.stderr)
     budgets = getattr(args, "device_budgets", None) or {}
     return with_budgets(inventory, budgets) if budgets else inventory
-
-
-def rpc_query_server() -> Path:
-    """A llama-server that can talk to RPC workers: the engine Headroom built, else the first one
-    found. ValueError when there is none."""
-    from app.engine.discover import EngineKind, discover_engines
-    from app.engine.native_build import find_build
-
-    build = find_build()
-    if build is not None and build.server.is_file():
-        return build.server
-    for engine in discover_engines(probe=False):
-        if engine.kind == EngineKind.LLAMA_SERVER:
-            return Path(engine.path)
-    raise ValueError("--rpc needs an engine to ask the workers with: run `headroom engine build`")
 
 
 def plan_request(args: argparse.Namespace, shape: ModelShape, inventory: Inventory,

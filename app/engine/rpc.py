@@ -171,3 +171,32 @@ def rpc_server_binary(bin_dir: str | os.PathLike[str]) -> Path:
         raise WorkerError(f"no ggml-rpc-server in {bin_dir}: build the engine with `headroom engine build` "
                           "(it is built with -DGGML_RPC=ON)")
     return path
+
+
+def rpc_query_server() -> Path:
+    """A llama-server that can talk to RPC workers: the engine Headroom built, else the first one
+    found. ValueError when there is none."""
+    from app.engine.discover import EngineKind, discover_engines
+    from app.engine.native_build import find_build
+
+    build = find_build()
+    if build is not None and build.server.is_file():
+        return build.server
+    for engine in discover_engines(probe=False):
+        if engine.kind == EngineKind.LLAMA_SERVER:
+            return Path(engine.path)
+    raise ValueError("RPC workers need an engine to ask them with: run `headroom engine build`")
+
+
+def describe_workers(readings: Sequence[WorkerReading]) -> str:
+    """One line per worker for the window: its devices and free memory, or why it did not answer."""
+    lines = []
+    n = 0
+    for r in readings:
+        if not r.devices:
+            lines.append(f"{r.endpoint} did not answer: {r.error}; planned without it")
+            continue
+        for d in r.devices:
+            lines.append(f"RPC{n} on {r.endpoint}: {d.free // MiB:,} MiB free of {d.total // MiB:,} MiB")
+            n += 1
+    return "\n".join(lines)

@@ -201,6 +201,8 @@ def verdict(plan: Plan, requested: LaunchSettings | None, fit: ContextFit | None
             return Verdict(head, RED, f"Use the largest context that fits: {tokens_text(n_fit)}",
                            plan.launch.with_(n_ctx=n_fit))
         return Verdict(head, RED)
+    if requested is not None:  # the RPC workers (--rpc) and the planner's split (-ts) are not a change
+        requested = requested.with_(rpc=plan.launch.rpc, tensor_split=plan.launch.tensor_split)
     if requested is not None and not plan.gpus and requested.with_(n_gpu_layers=0) == plan.launch:
         # No GPU to plan for: running on the CPU is the only way, not a change the user must apply.
         return Verdict(f"<b>{words.FITS}</b> — {plan.mode} mode: {words.NO_GPU_FITS}", "")

@@ -22,6 +22,7 @@ from app.ui.qt import (
     QWidget,
     Signal,
 )
+from app.ui.rpc_workers import WorkersRow
 from app.ui.window_state import WindowState
 
 #: The simulated-GPU choice meaning "use the real inventory".
@@ -109,6 +110,7 @@ class DevicesPanel(QWidget):
         self.spec_error.setTextFormat(Qt.TextFormat.PlainText)
         self.spec_error.setVisible(False)
         self.cards: list[MemoryCard] = []
+        self._gpus: tuple[GpuDevice, ...] = ()
         self.host_card = MemoryCard()
         self._cards_box = QHBoxLayout()
         top = QHBoxLayout()
@@ -122,6 +124,8 @@ class DevicesPanel(QWidget):
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         lay.addLayout(top)
+        self.workers = WorkersRow()
+        lay.addWidget(self.workers)
         lay.addWidget(self.notice)
         row = QHBoxLayout()
         row.addLayout(self._cards_box)
@@ -209,6 +213,7 @@ class DevicesPanel(QWidget):
         self._ensure_cards(len(inv.gpus))
         for card, gpu in zip(self.cards, inv.gpus, strict=True):
             self._show_gpu(card, gpu)
+        self._gpus = inv.gpus
         self.show_host(inv.host)
 
     @staticmethod
@@ -218,6 +223,8 @@ class DevicesPanel(QWidget):
         tip = _processes_tooltip(gpu.name, procs, gpu.processes_known)
         if gpu.simulated:
             tip = f"{gpu.name}: simulated — {gpu.source or 'no real device'}"
+        elif gpu.is_rpc:
+            tip = f"{gpu.device_name}: a device of the RPC worker {gpu.endpoint} ({gpu.source})"
         card.show_memory(title, gpu.total, gpu.free, tip)
 
     def show_host(self, host: HostMemory) -> None:
@@ -229,6 +236,15 @@ class DevicesPanel(QWidget):
         if snap.host is not None:
             self.show_host(snap.host)
         if self.simulated_choice() or not snap.ok:
+            return
+        if any(g.is_rpc for g in self._gpus):  # the workers' cards stay; the local GPUs' follow NVML
+            samples = {s.index: s for s in snap.gpus}
+            for card, g in zip(self.cards, self._gpus, strict=True):
+                live = None if g.is_rpc else samples.get(g.index)
+                if live is not None:
+                    procs = [(p.pid, p.name, p.used, p.is_engine) for p in live.processes]
+                    card.show_memory(f"<b>CUDA{live.index}</b> {live.name}", live.total, live.free,
+                                     _processes_tooltip(live.name, procs, live.processes_known))
             return
         self._ensure_cards(len(snap.gpus))
         for card, s in zip(self.cards, snap.gpus, strict=True):

@@ -50,7 +50,7 @@ def _refreshed_gpus(inv: Inventory, snap: Snapshot, margin: int) -> tuple[tuple[
     moved = False
     gpus = []
     for g in inv.gpus:
-        s = samples.get(g.index)
+        s = None if g.is_rpc else samples.get(g.index)  # a worker's device: not this machine's NVML
         if s is None or s.total != g.total:  # a different card list: leave it to "Real GPUs"
             gpus.append(g)
             continue

@@ -9,6 +9,7 @@ and signals.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 
@@ -174,6 +175,10 @@ class MainWindow(QMainWindow):
         self.devices = DevicesPanel()
         self.devices.set_simulated_choice(self.state.simulated_gpus[0] if self.state.simulated_gpus else "")
         self.devices.simulationChanged.connect(self.set_simulated)
+        self.devices.workers.readingsChanged.connect(self._workers_answered)
+        if self.state.rpc_workers:  # remembered: asked again in the background
+            self.devices.workers.set_endpoints(self.state.rpc_workers)
+            self.devices.workers.connect_workers()
         self.budget = BudgetView()
         self.budget.settingsChosen.connect(self.settings.set_settings)
         self.demo_banner = QLabel(demo.DEMO_BANNER)
@@ -461,7 +466,7 @@ class MainWindow(QMainWindow):
     def set_simulated(self, name: str, *, replan: bool = True) -> None:
         if not name:
             self.real_inventory = real_inventory(self.nvml)
-        inv, reason = inventory_for(name, self.real_inventory)
+        inv, reason = inventory_for(name, self.real_inventory, self.devices.workers.readings)
         self.state.simulated_gpus = [name] if name else []
         self.current.set_inventory(inv, reason, replan=replan)
 
@@ -469,9 +474,15 @@ class MainWindow(QMainWindow):
         """A live re-plan waits while the user drags the context or the planned engine runs."""
         return self.settings.dragging() or self.current.running_engine is not None
 
+    def _workers_answered(self, readings: object) -> None:
+        """The RPC workers answered (or the list was emptied): remember them, plan with their devices."""
+        self.state.rpc_workers = list(self.devices.workers.endpoints()) if readings else []
+        self.set_simulated(self.devices.simulated_choice())
+
     def _apply_live(self, inv: Inventory) -> None:
         if not any(g.simulated for g in inv.gpus):  # simulated cards: only their host RAM is live
-            self.real_inventory = inv
+            # (this machine's part: the workers' devices are added again from their readings)
+            self.real_inventory = replace(inv, gpus=inv.local_gpus, dead_workers=())
         self.current.set_inventory(inv)
 
     def replan(self) -> None:
@@ -505,6 +516,7 @@ class MainWindow(QMainWindow):
         self.poll.stop()
         self.poll.wait()
         self.poller.close()
+        self.devices.workers.wait()
         self.sessions.shutdown()
         self.launch.shutdown()
         self.measure.shutdown()

@@ -9,9 +9,11 @@ as given; then the alternative it chose). No Qt.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
+from app.engine.rpc import WorkerReading, add_workers
 from app.planner.devices import Inventory, resolve_gpus
 from app.planner.gguf_model import ModelShape
 from app.planner.plan import ContextFit, Plan
@@ -63,10 +65,16 @@ def real_inventory(nvml: ModuleType | None = None) -> Inventory:
     return resolve_gpus(["auto"], nvml)
 
 
-def inventory_for(simulated: str, real: Inventory) -> tuple[Inventory, str]:
-    """The planning inventory: the real one, or one simulated card (no NVML call). Returns it and
-    the reason the machine has no real GPU ("" when it has some)."""
+def inventory_for(simulated: str, real: Inventory,
+                  workers: Sequence[WorkerReading] = ()) -> tuple[Inventory, str]:
+    """The planning inventory: the real one, or one simulated card (no NVML call), with the RPC
+    workers' devices in front when there are some. Returns it and the reason the machine has no
+    real GPU ("" when it has some)."""
     if not simulated:
-        return real, real.reason
-    sim = resolve_gpus([simulated])
-    return sim, real.reason if not real.gpus else ""
+        inv, reason = real, real.reason
+    else:
+        inv, reason = resolve_gpus([simulated]), real.reason if not real.gpus else ""
+    if workers:
+        inv = add_workers(inv, workers)
+        reason = reason if not inv.gpus else ""
+    return inv, reason

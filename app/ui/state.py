@@ -35,6 +35,7 @@ class UiState:
     vram_target_mib: int = 0  # 0 = all free VRAM
     engine_path: str = ""
     engine_window: bool = False  # plan for the opencoti rolling KV window
+    rpc_workers: list[str] = field(default_factory=list)  # ggml-rpc-server addresses, asked again at start
     server: dict[str, Any] = field(default_factory=dict)  # ServerSettings.to_json(): host, port, key
     recent_profiles: list[str] = field(default_factory=list)  # launch profiles saved or opened
 
