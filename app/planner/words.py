@@ -224,6 +224,11 @@ def kv_placement(plan: Plan) -> str:
         return f"KV cache: all {format_tokens(cells)} cells on the GPU"
     if on_gpu == 0:
         return f"KV cache: all {format_tokens(cells)} cells in host RAM, with every layer on the CPU"
+    n_layer = (plan.kv.caches[0].get("layers", 0) if plan.kv and plan.kv.caches else 0) or 0
+    if plan.kv_host_layers and n_layer:
+        resident = n_layer - plan.kv_host_layers
+        return (f"KV cache by layer: {resident} of {n_layer} layers resident ({Bytes(on_gpu)}), host tail "
+                f"{plan.kv_host_layers} layer(s) in host RAM ({Bytes(on_host)}), all {format_tokens(cells)} cells each")
     return (f"KV cache by layer: {Bytes(on_gpu)} on the GPU, {Bytes(on_host)} in host RAM "
             "(the KV of the layers on the CPU)")
 
