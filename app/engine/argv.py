@@ -72,10 +72,10 @@ def build_argv(engine: EngineInfo, settings: LaunchSettings, mode: PlanMode, mod
     ]
     if settings.tensor_split:  # in the engine's device order: the workers' devices first
         argv += ["-ts", ",".join(str(t) for t in settings.tensor_split)]
+    if settings.n_cpu_moe:  # before -ot: the engine applies the first override that matches
+        argv += ["--n-cpu-moe", str(settings.n_cpu_moe)]
     if settings.tensor_overrides:
         argv += ["-ot", settings.override_text()]
-    if settings.n_cpu_moe:
-        argv += ["--n-cpu-moe", str(settings.n_cpu_moe)]
     if settings.kv_unified:
         argv.append("-kvu")
     if settings.swa_full:

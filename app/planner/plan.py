@@ -314,6 +314,18 @@ def kv_host_launch(shape: ModelShape, inv: Inventory, settings: LaunchSettings, 
                           tensor_overrides=(*settings.tensor_overrides, (f"blk\\.({layers})\\.", inv.gpus[0].engine_name)))
 
 
+def _smaller_kv(settings: LaunchSettings) -> LaunchSettings | None:
+    """The same launch with a q8_0 KV cache, when the cache is wider than that (a quantized V needs
+    flash attention: docs/domain.md §1); None otherwise."""
+    wide = ("f32", "f16", "bf16")
+    if settings.type_k not in wide and settings.type_v not in wide:
+        return None
+    if settings.flash_attn == "off":
+        return None
+    return settings.with_(type_k="q8_0" if settings.type_k in wide else settings.type_k,
+                          type_v="q8_0" if settings.type_v in wide else settings.type_v)
+
+
 def _fewest_moved(shape: ModelShape, inv: Inventory, settings: LaunchSettings, kind: AlternativeKind,
                   pass1: Pass1, safety: int, vram_target: int | None,
                   overhead: int | None) -> Alternative | None:
@@ -322,26 +334,36 @@ def _fewest_moved(shape: ModelShape, inv: Inventory, settings: LaunchSettings, k
     (or when it does not apply: layers already moved, KV already on the host, a dense model)."""
     if settings.n_gpu_layers <= shape.n_layer or not settings.offload_kqv or settings.tensor_overrides:
         return None
-    if kind is AlternativeKind.EXPERTS_ON_CPU and not shape.n_expert:
+    if kind in (AlternativeKind.EXPERTS_ON_CPU, AlternativeKind.BOTH) and not shape.n_expert:
         return None
+    if kind is AlternativeKind.BOTH and _fits_as(shape, inv, settings.with_(n_cpu_moe=shape.n_layer), pass1, safety,
+                                                  vram_target, overhead):
+        return None  # the experts alone do it: EXPERTS_ON_CPU prices that
 
     def launch(n: int) -> LaunchSettings:
         if kind is AlternativeKind.KV_HOST_LAYERS:
             return kv_host_launch(shape, inv, settings, n)
+        if kind is AlternativeKind.BOTH:  # every layer's experts on the CPU, and the KV of the first n
+            return kv_host_launch(shape, inv, settings.with_(n_cpu_moe=shape.n_layer), n)
         return settings.with_(n_cpu_moe=n)
 
     def ok(n: int) -> bool:
         return _fits_as(shape, inv, launch(n), pass1, safety, vram_target, overhead)
 
     lo, hi = 1, shape.n_layer if kind is AlternativeKind.EXPERTS_ON_CPU else shape.n_layer - 1
+    if kind is AlternativeKind.BOTH:
+        lo = 1
     if hi < lo or not ok(hi):
         return None
     while lo < hi:  # more layers moved never needs more on the devices
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if ok(mid) else (mid + 1, hi)
-    label, note = ((words.kv_host_layers_label(lo), words.kv_host_layers_note(shape.n_layer, lo))
-                   if kind is AlternativeKind.KV_HOST_LAYERS else
-                   (words.experts_on_cpu_label(lo), words.experts_on_cpu_note(shape.n_layer, lo)))
+    if kind is AlternativeKind.KV_HOST_LAYERS:
+        label, note = words.kv_host_layers_label(lo), words.kv_host_layers_note(shape.n_layer, lo)
+    elif kind is AlternativeKind.BOTH:
+        label, note = words.both_label(shape.n_layer, lo), words.both_note(shape.n_layer, lo)
+    else:
+        label, note = words.experts_on_cpu_label(lo), words.experts_on_cpu_note(shape.n_layer, lo)
     return _priced(shape, inv, launch(lo), kind, label, note, pass1, safety, vram_target, overhead).alternative
 
 
@@ -360,7 +382,7 @@ def _stock_plan(shape: ModelShape, inv: Inventory, settings: LaunchSettings, pas
                     words.as_set_note(shape.n_layer, settings), *args)
     options = [first.alternative]
     if not first.alternative.feasible:
-        for kind in (AlternativeKind.KV_HOST_LAYERS, AlternativeKind.EXPERTS_ON_CPU):
+        for kind in (AlternativeKind.KV_HOST_LAYERS, AlternativeKind.EXPERTS_ON_CPU, AlternativeKind.BOTH):
             found = _fewest_moved(shape, inv, settings, kind, *args)
             if found is not None:
                 options.append(found)
@@ -374,14 +396,24 @@ def _stock_plan(shape: ModelShape, inv: Inventory, settings: LaunchSettings, pas
             options.append(_priced(shape, inv, settings.with_(n_gpu_layers=ALL_LAYERS, offload_kqv=False),
                                    AlternativeKind.KV_ON_HOST, words.KV_ON_HOST_LABEL, words.KV_ON_HOST_NOTE,
                                    *args).alternative)
+        smaller = _smaller_kv(settings)
+        if smaller is not None:
+            try:
+                options.append(_priced(shape, inv, smaller, AlternativeKind.SMALLER_KV_TYPE,
+                                       words.smaller_kv_label(smaller), words.SMALLER_KV_NOTE, *args).alternative)
+            except PlannerError:  # a type this model cannot use (a head size q8_0 does not divide): not offered
+                pass
         fit = max_context(shape, inv, settings, measurement=measurement, safety=safety,
                           vram_target=vram_target, overhead=overhead).resident
         if fit >= CTX_PAD:
             options.append(_priced(shape, inv, settings.with_(n_ctx=fit), AlternativeKind.SHORTER_CONTEXT,
                                    words.shorter_context_label(fit), words.shorter_context_note(fit),
                                    *args).alternative)
-    keep_ctx = [a for a in options if a.feasible and a.launch.n_ctx == settings.n_ctx]
-    shorter = [a for a in options if a.feasible and a.launch.n_ctx != settings.n_ctx]
+    # A shorter context or a smaller KV type changes what the model can do or computes: offered,
+    # chosen only when nothing that keeps both fits.
+    keep_ctx = [a for a in options if a.feasible and a.launch.n_ctx == settings.n_ctx
+                and a.kind is not AlternativeKind.SMALLER_KV_TYPE]
+    shorter = [a for a in options if a.feasible and a not in keep_ctx]
     # The cheapest turn (app/planner/cost.py) at the asked context; else the shorter context.
     best = min(keep_ctx, key=lambda a: a.turn_s) if keep_ctx else (shorter[0] if shorter else options[0])
     alts = tuple(replace(a, chosen=a is best) for a in options)

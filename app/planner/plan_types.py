@@ -68,6 +68,8 @@ class AlternativeKind(Enum):
     AS_SET = "as set"  # the settings as given
     KV_HOST_LAYERS = "KV host layers"  # the KV of the first layers in host RAM, all weights resident (-ngl + -ot)
     EXPERTS_ON_CPU = "experts on CPU"  # the expert weights of the first layers in host RAM (--n-cpu-moe)
+    BOTH = "experts on CPU and KV host layers"  # every layer's experts on the CPU, and the KV of the first layers
+    SMALLER_KV_TYPE = "smaller KV type"  # a q8_0 KV cache instead of a wider one (changes what is computed)
     FEWER_LAYERS = "fewer layers"  # the fewest layers moved to the host (-ngl)
     KV_ON_HOST = "KV on the host"  # the whole KV cache in host RAM (-nkvo)
     SHORTER_CONTEXT = "shorter context"  # the largest context that is fully resident (-c)

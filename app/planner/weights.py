@@ -173,11 +173,12 @@ FFN_EXPS_REGEX = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps"
 
 
 def buffer_overrides(settings: LaunchSettings) -> tuple[tuple[str, str], ...]:
-    r"""Every tensor-buffer override the engine will apply, in its order: ``-ot`` as given, then
-    ``--n-cpu-moe N``'s (one ``blk\.i\.ffn_…_exps`` → CPU per layer ``i < N``). The first match wins
+    r"""Every tensor-buffer override the engine will apply, in its order (the argv passes
+    ``--n-cpu-moe`` before ``-ot``, so the experts stay on the CPU): ``--n-cpu-moe N``'s (one
+    ``blk\.i\.ffn_…_exps`` → CPU per layer ``i < N``), then ``-ot`` as given. The first match wins
     (src/llama-model.cpp ``load_tensors``: ``regex_search`` over the list, ``break`` on a match)."""
     moe = tuple((f"blk\\.{i}{FFN_EXPS_REGEX}", "CPU") for i in range(settings.n_cpu_moe))
-    return settings.tensor_overrides + moe
+    return moe + settings.tensor_overrides
 
 
 def resolve_overrides(settings: LaunchSettings, names: Sequence[str]) -> tuple[Override, ...]:

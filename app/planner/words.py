@@ -361,3 +361,20 @@ def prompt_cache_detail(cache_ram_mib: int) -> str:
 
 UNLIMITED_PROMPT_CACHE = ("--cache-ram -1: the server's prompt cache has no limit and can fill host RAM hours "
                           "after a launch that fit; give it a size (--cache-ram MiB)")
+
+
+def both_label(n_layer: int, n: int) -> str:
+    return f"--n-cpu-moe {n_layer} + KV of {n} layer(s) on host"
+
+
+def both_note(n_layer: int, n: int) -> str:
+    return (f"every layer's expert weights in host RAM, and the KV of layers 0–{n - 1} ({n} of {n_layer}); "
+            "attention and dense weights of the rest resident")
+
+
+def smaller_kv_label(settings: LaunchSettings) -> str:
+    return f"-ctk {settings.type_k} -ctv {settings.type_v}"
+
+
+SMALLER_KV_NOTE = ("a smaller KV cache type, everything resident: it changes the numbers the model computes "
+                   "(offered, chosen only when nothing else fits)")

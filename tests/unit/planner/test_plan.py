@@ -12,7 +12,7 @@ from app.engine.discover import EngineInfo, EngineKind, EngineOrigin
 from app.planner.devices import GpuDevice, HostMemory, Inventory
 from app.planner.gguf_model import ModelShape
 from app.planner.measurement import DeviceMeasurement, Measurement
-from app.planner.plan import make_plan, max_context
+from app.planner.plan import AlternativeKind, make_plan, max_context
 from app.planner.plan_types import PlanMode
 from app.planner.settings import ALL_LAYERS, LaunchSettings
 from app.planner.units import GiB, MiB
@@ -78,9 +78,13 @@ def test_stock_engine_that_does_not_fit_prices_alternatives(qwen14b: ModelShape)
     assert any(lbl.startswith("-c ") for lbl in labels)
     chosen = [a for a in plan.alternatives if a.chosen]
     assert len(chosen) == 1 and chosen[0].feasible and plan.feasible
-    # The chosen one keeps the asked context and is the cheapest per token of those that do.
-    keep = [a for a in plan.alternatives if a.feasible and a.launch.n_ctx == LONG.n_ctx]
-    assert chosen[0].host_bytes_per_token == min(a.host_bytes_per_token for a in keep)
+    # The chosen one keeps the asked context and KV type and is the cheapest turn (app/planner/cost.py)
+    # of those that do; a smaller KV type is offered, not chosen while another way fits.
+    keep = [a for a in plan.alternatives if a.feasible and a.launch.n_ctx == LONG.n_ctx
+            and a.kind is not AlternativeKind.SMALLER_KV_TYPE]
+    assert chosen[0].turn_s == min(a.turn_s for a in keep)
+    smaller = next(a for a in plan.alternatives if a.kind is AlternativeKind.SMALLER_KV_TYPE)
+    assert smaller.label == "-ctk q8_0 -ctv q8_0" and not smaller.chosen
     assert plan.launch == chosen[0].launch and all(g.free >= 0 for g in plan.gpus)
 
 

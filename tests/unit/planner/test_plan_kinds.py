@@ -46,10 +46,10 @@ def test_the_stock_alternatives_say_which_way_they_run(qwen14b: ModelShape) -> N
     plan = make_plan(qwen14b, h200(free_mib=80 * 1024), LONG, measurement=H200_MEASURED)
     kinds = [a.kind for a in plan.alternatives]
     assert kinds == [AlternativeKind.AS_SET, AlternativeKind.KV_HOST_LAYERS, AlternativeKind.FEWER_LAYERS,
-                     AlternativeKind.KV_ON_HOST, AlternativeKind.SHORTER_CONTEXT]
+                     AlternativeKind.KV_ON_HOST, AlternativeKind.SMALLER_KV_TYPE, AlternativeKind.SHORTER_CONTEXT]
     labels = [a.label for a in plan.alternatives]
     assert labels[0] == "as set" and labels[1].startswith("KV of ") and labels[2].startswith("-ngl ")
-    assert labels[3] == "-nkvo" and labels[4].startswith("-c ")
+    assert labels[3] == "-nkvo" and labels[4] == "-ctk q8_0 -ctv q8_0" and labels[5].startswith("-c ")
     assert "kind" not in plan.alternatives[0].to_json()  # the JSON keeps its version-1 keys
 
 
