@@ -14,7 +14,8 @@ JSON form (``PLAN_JSON_VERSION`` = 1)::
               "weights_repacked"},
      "kv": {"total", "bytes_per_cell", "n_ctx", "n_ctx_seq", "n_seq", "caches": [...]},
      "alternatives": [{"label", "feasible", "chosen", "host_bytes_per_token", "n_ctx", "note",
-                       "launch": {...}}]}
+                       "launch": {...}, "prefill_bytes_per_ubatch", "decode_s", "prefill_s"}],
+     "network": {...}|null, "kv_host_layers": int}
 
 All sizes are bytes. A ``sources`` value is a :class:`~app.planner.sources.Source` in Python and its
 words in JSON (``str(source)``; ``Source.from_json`` reads it back). ``mode`` is a :class:`PlanMode`
