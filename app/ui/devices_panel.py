@@ -7,6 +7,7 @@ the inventory planned for from the window state (``bind``).
 
 from __future__ import annotations
 
+from app.engine.rpc import WorkerReading
 from app.planner.devices import GpuDevice, HostMemory, Inventory, Snapshot
 from app.planner.gpu_table import cards_by_memory, parse_spec
 from app.planner.units import Bytes
@@ -76,6 +77,7 @@ class DevicesPanel(QWidget):
     """Cards for the planning inventory; ``simulationChanged`` when the user picks a simulated GPU."""
 
     simulationChanged = Signal(str)  # "" = real GPUs, else card names known to gpu_table ("A,B": two)
+    workersAnswered = Signal(object)  # the RPC workers' readings (a tuple; () when the list was emptied)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -125,12 +127,33 @@ class DevicesPanel(QWidget):
         lay.setContentsMargins(0, 0, 0, 0)
         lay.addLayout(top)
         self.workers = WorkersRow()
+        self.workers.readingsChanged.connect(self.workersAnswered)
         lay.addWidget(self.workers)
         lay.addWidget(self.notice)
         row = QHBoxLayout()
         row.addLayout(self._cards_box)
         row.addWidget(self.host_card)
         lay.addLayout(row)
+
+    def ask_workers(self, endpoints: list[str]) -> None:
+        """Ask these RPC workers for their devices (in the background; ``workersAnswered`` follows)."""
+        self.workers.set_endpoints(endpoints)
+        self.workers.connect_workers()
+
+    def worker_readings(self) -> tuple[WorkerReading, ...]:
+        """What the RPC workers last answered (() for none)."""
+        return self.workers.readings
+
+    def worker_endpoints(self) -> list[str]:
+        """The worker addresses as typed ([] when there are none, or one is not an address)."""
+        try:
+            return list(self.workers.endpoints())
+        except ValueError:
+            return []
+
+    def shutdown(self) -> None:
+        """Wait for a running worker query (closing the window)."""
+        self.workers.wait()
 
     def bind(self, state: WindowState) -> None:
         """Show the devices ``state`` plans for (now, and whenever they change)."""

@@ -175,10 +175,9 @@ class MainWindow(QMainWindow):
         self.devices = DevicesPanel()
         self.devices.set_simulated_choice(self.state.simulated_gpus[0] if self.state.simulated_gpus else "")
         self.devices.simulationChanged.connect(self.set_simulated)
-        self.devices.workers.readingsChanged.connect(self._workers_answered)
+        self.devices.workersAnswered.connect(self._workers_answered)
         if self.state.rpc_workers:  # remembered: asked again in the background
-            self.devices.workers.set_endpoints(self.state.rpc_workers)
-            self.devices.workers.connect_workers()
+            self.devices.ask_workers(self.state.rpc_workers)
         self.budget = BudgetView()
         self.budget.settingsChosen.connect(self.settings.set_settings)
         self.demo_banner = QLabel(demo.DEMO_BANNER)
@@ -466,7 +465,7 @@ class MainWindow(QMainWindow):
     def set_simulated(self, name: str, *, replan: bool = True) -> None:
         if not name:
             self.real_inventory = real_inventory(self.nvml)
-        inv, reason = inventory_for(name, self.real_inventory, self.devices.workers.readings)
+        inv, reason = inventory_for(name, self.real_inventory, self.devices.worker_readings())
         self.state.simulated_gpus = [name] if name else []
         self.current.set_inventory(inv, reason, replan=replan)
 
@@ -476,7 +475,7 @@ class MainWindow(QMainWindow):
 
     def _workers_answered(self, readings: object) -> None:
         """The RPC workers answered (or the list was emptied): remember them, plan with their devices."""
-        self.state.rpc_workers = list(self.devices.workers.endpoints()) if readings else []
+        self.state.rpc_workers = self.devices.worker_endpoints() if readings else []
         self.set_simulated(self.devices.simulated_choice())
 
     def _apply_live(self, inv: Inventory) -> None:
@@ -516,7 +515,7 @@ class MainWindow(QMainWindow):
         self.poll.stop()
         self.poll.wait()
         self.poller.close()
-        self.devices.workers.wait()
+        self.devices.shutdown()
         self.sessions.shutdown()
         self.launch.shutdown()
         self.measure.shutdown()
