@@ -41,12 +41,12 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from app.engine.apikey import is_loopback
     from app.engine.native_build import find_build
     from app.engine.process import _pdeathsig_preexec
     from app.engine.rpc import (
         UNAUTHENTICATED,
         WorkerError,
-        is_loopback,
         rpc_server_binary,
         wait_listening,
         worker_argv,

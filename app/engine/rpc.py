@@ -132,10 +132,6 @@ def parse_endpoints(text: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(out))
 
 
-def is_loopback(host: str) -> bool:
-    return host in ("127.0.0.1", "localhost", "::1") or host.startswith("127.")
-
-
 def worker_argv(binary: Path, host: str, port: int, *, threads: int | None = None,
                 devices: str | None = None, cache: bool = False) -> list[str]:
     """``ggml-rpc-server`` with exactly these settings (its own flags: -H -p -t -d -c)."""

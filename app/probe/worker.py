@@ -84,6 +84,22 @@ def model_values(settings: LaunchSettings) -> dict[str, Any]:
     return {"n_gpu_layers": settings.n_gpu_layers, "no_alloc": True, "load_mode": LOAD_MODE_NONE}
 
 
+def _ggml(lib_dir: str | None) -> Any:
+    """The ggml library beside the libllama the probe loaded (the same handle: it is loaded already),
+    with the device-listing calls typed."""
+    name = "libggml.so" if sys.platform.startswith("linux") else ("libggml.dylib" if sys.platform == "darwin"
+                                                                   else "ggml.dll")
+    ggml = ctypes.CDLL(str(Path(lib_dir) / name) if lib_dir else name)
+    ggml.ggml_backend_dev_count.restype = ctypes.c_size_t
+    ggml.ggml_backend_dev_get.restype = ctypes.c_void_p
+    ggml.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
+    ggml.ggml_backend_dev_buffer_type.restype = ctypes.c_void_p
+    ggml.ggml_backend_dev_buffer_type.argtypes = [ctypes.c_void_p]
+    ggml.ggml_backend_buft_name.restype = ctypes.c_char_p
+    ggml.ggml_backend_buft_name.argtypes = [ctypes.c_void_p]
+    return ggml
+
+
 def add_rpc_servers(lib_dir: str | None, endpoints: tuple[str, ...]) -> None:
     """Register the launch's RPC workers, as llama-server's ``--rpc`` does (common/arg.cpp
     ``add_rpc_devices``: ``ggml_backend_rpc_add_server`` from the RPC backend's proc table, then
@@ -92,9 +108,7 @@ def add_rpc_servers(lib_dir: str | None, endpoints: tuple[str, ...]) -> None:
     the probe inside ggml ("Failed to connect to HOST:PORT"), which the parent reports."""
     if not endpoints:
         return
-    name = "libggml.so" if sys.platform.startswith("linux") else ("libggml.dylib" if sys.platform == "darwin"
-                                                                   else "ggml.dll")
-    ggml = ctypes.CDLL(str(Path(lib_dir) / name) if lib_dir else name)
+    ggml = _ggml(lib_dir)
     ggml.ggml_backend_load_all.restype = None
     ggml.ggml_backend_load_all()
     ggml.ggml_backend_reg_by_name.restype = ctypes.c_void_p
@@ -121,20 +135,6 @@ class BuftOverride(ctypes.Structure):
     """llama.h ``struct llama_model_tensor_buft_override { const char * pattern; ggml_backend_buffer_type_t buft; }``."""
 
     _fields_ = [("pattern", ctypes.c_char_p), ("buft", ctypes.c_void_p)]
-
-
-def _ggml(lib_dir: str | None) -> Any:
-    name = "libggml.so" if sys.platform.startswith("linux") else ("libggml.dylib" if sys.platform == "darwin"
-                                                                   else "ggml.dll")
-    ggml = ctypes.CDLL(str(Path(lib_dir) / name) if lib_dir else name)
-    ggml.ggml_backend_dev_count.restype = ctypes.c_size_t
-    ggml.ggml_backend_dev_get.restype = ctypes.c_void_p
-    ggml.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
-    ggml.ggml_backend_dev_buffer_type.restype = ctypes.c_void_p
-    ggml.ggml_backend_dev_buffer_type.argtypes = [ctypes.c_void_p]
-    ggml.ggml_backend_buft_name.restype = ctypes.c_char_p
-    ggml.ggml_backend_buft_name.argtypes = [ctypes.c_void_p]
-    return ggml
 
 
 def buffer_overrides_array(lib_dir: str | None, overrides: tuple[tuple[str, str], ...]) -> Any:
