@@ -99,6 +99,18 @@ class WeightSplit:
         return sum(self.gpu) + self.host_weights
 
 
+def _gpu_size(n_bytes: int) -> int:
+    """A tensor's bytes in a GPU buffer: placed at the backend's alignment."""
+    return -(-n_bytes // GPU_ALIGNMENT) * GPU_ALIGNMENT
+
+
+def _tied_duplicate(shape: ModelShape) -> TensorInfo | None:
+    """The token embedding a model without ``output.weight`` duplicates for its output layer."""
+    if any(t.name == "output.weight" for t in shape.tensors):
+        return None
+    return next((t for t in shape.tensors if t.name == "token_embd.weight"), None)
+
+
 def _tensor_slot(t: TensorInfo, n_layer: int) -> int:
     """Which device slot a tensor follows: its layer, -1 for the input layer, n_layer for the output."""
     il = t.layer
@@ -141,7 +153,7 @@ def _slot_table(shape: ModelShape, cpu: CpuFeatures) -> _SlotTable:
     for t in shape.tensors:
         names.add(t.name)
         slot = _tensor_slot(t, shape.n_layer)
-        gpu[slot] = gpu.get(slot, 0) + -(-t.n_bytes // GPU_ALIGNMENT) * GPU_ALIGNMENT
+        gpu[slot] = gpu.get(slot, 0) + _gpu_size(t.n_bytes)
         if is_repacked(t.name, t.shape, t.ggml_type, cpu):
             repacked[slot] = repacked.get(slot, 0) + repack_bytes(t.n_bytes)
             continue  # not in the CPU buffer's context: outside get_mapping_range
@@ -151,7 +163,7 @@ def _slot_table(shape: ModelShape, cpu: CpuFeatures) -> _SlotTable:
     if "output.weight" not in names:
         tok = next((t for t in shape.tensors if t.name == "token_embd.weight"), None)
         if tok is not None:  # tied output: a duplicate lands on the output layer's GPU
-            gpu[shape.n_layer] = gpu.get(shape.n_layer, 0) + -(-tok.n_bytes // GPU_ALIGNMENT) * GPU_ALIGNMENT
+            gpu[shape.n_layer] = gpu.get(shape.n_layer, 0) + _gpu_size(tok.n_bytes)
             # ... or, on the CPU, a MUL_MAT weight that may be repacked (its mapped range is the input's)
             if is_repacked("output.weight", tok.shape, tok.ggml_type, cpu):
                 repacked[shape.n_layer] = repacked.get(shape.n_layer, 0) + repack_bytes(tok.n_bytes)
@@ -219,19 +231,16 @@ def override_shifts(shape: ModelShape, n_gpu_layers: int, n_devices: int,
     compiled = [(re.compile(p), dev) for p, dev in overrides]
     slots: dict[int, int] = {}
     pinned = [0] * n_devices
-    base = _slot_table(shape, NO_REPACK).gpu_bytes
     for t in shape.tensors:
         slot = _tensor_slot(t, shape.n_layer)
         hit = next((dev for rx, dev in compiled if rx.search(t.name)), -1)
-        size = -(-t.n_bytes // GPU_ALIGNMENT) * GPU_ALIGNMENT
         if hit is not None and hit >= 0:
-            pinned[hit] += size
+            pinned[hit] += _gpu_size(t.n_bytes)
         elif hit == -1 and slot >= start:
-            slots[slot] = slots.get(slot, 0) + size
-    tied = base.get(shape.n_layer, 0) - sum(-(-t.n_bytes // GPU_ALIGNMENT) * GPU_ALIGNMENT for t in shape.tensors
-                                            if _tensor_slot(t, shape.n_layer) == shape.n_layer)
-    if tied > 0:
-        slots[shape.n_layer] = slots.get(shape.n_layer, 0) + tied
+            slots[slot] = slots.get(slot, 0) + _gpu_size(t.n_bytes)
+    tied = _tied_duplicate(shape)
+    if tied is not None:  # the output layer's copy of the token embedding
+        slots[shape.n_layer] = slots.get(shape.n_layer, 0) + _gpu_size(tied.n_bytes)
     return slots, pinned
 
 
@@ -254,7 +263,6 @@ def _overridden_split(shape: ModelShape, n_gpu_layers: int, gpu_free: tuple[int,
     gpu = [0] * len(gpu_free)
     spans: dict[int, Span] = {}
     host_layers = streamed = 0
-    names = set()
 
     def place(name: str, slot: int) -> int | None:
         for rx, dev in compiled:
@@ -263,23 +271,22 @@ def _overridden_split(shape: ModelShape, n_gpu_layers: int, gpu_free: tuple[int,
         return None if slot < 0 else devices[slot]
 
     for t in shape.tensors:
-        names.add(t.name)
         slot = _tensor_slot(t, shape.n_layer)
         dev = place(t.name, slot)
         if dev is not None:
-            gpu[dev] += -(-t.n_bytes // GPU_ALIGNMENT) * GPU_ALIGNMENT
+            gpu[dev] += _gpu_size(t.n_bytes)
             continue
         span = Span(t.offset, t.offset + t.n_bytes)
         spans[t.split] = spans[t.split].union(span) if t.split in spans else span
         if slot >= 0:
             host_layers += int(t.n_bytes * _expert_fraction(shape, t.name))
             streamed += t.n_bytes
-    if "output.weight" not in names:
-        tok = next((t for t in shape.tensors if t.name == "token_embd.weight"), None)
+    tok = _tied_duplicate(shape)
+    if tok is not None:
         out_dev = devices[shape.n_layer]
-        if tok is not None and out_dev is not None:  # the tied output's duplicate on the output's GPU
-            gpu[out_dev] += -(-tok.n_bytes // GPU_ALIGNMENT) * GPU_ALIGNMENT
-        elif tok is not None:
+        if out_dev is not None:  # the tied output's duplicate on the output's GPU
+            gpu[out_dev] += _gpu_size(tok.n_bytes)
+        else:
             host_layers += tok.n_bytes
             streamed += tok.n_bytes
     host = sum(span.size for span in spans.values())
