@@ -29,8 +29,12 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 
+from app.planner.devices import Inventory
 from app.planner.gguf_model import ModelShape
 from app.planner.plan_types import NetworkCost
+from app.planner.settings import LaunchSettings
+from app.planner.stack import Compute, KvPerLayer
+from app.planner.weights import DEFAULT_GPU_OVERHEAD, override_shifts, resolve_overrides, slot_gpu_bytes
 
 #: One float per element: the hidden state and the logits travel as f32 (ggml-rpc copies tensors).
 F32 = 4
@@ -103,3 +107,47 @@ def network_cost(shape: ModelShape, devices: Sequence[int | None], names: Sequen
     load = {names[i]: w for i, w in enumerate(weights) if remote[i] and w}
     return NetworkCost(boundaries, hidden * len(boundaries) + logits,
                        hidden * len(boundaries) * n_ubatch + logits * max(1, n_outputs), load)
+
+
+def shares(inv: Inventory, launch: LaunchSettings) -> list[int]:
+    """The split shares the engine will use: ``-ts`` (one per device; missing ones are 0, as
+    llama-model.cpp copies ``n_devices`` values), else each device's free memory."""
+    if launch.tensor_split:
+        ts = list(launch.tensor_split[:len(inv.gpus)])
+        return ts + [0] * (len(inv.gpus) - len(ts))
+    return [g.free for g in inv.gpus]
+
+
+def capacities(inv: Inventory, compute: Compute, overhead: int | None, safety: int,
+                vram_target: int | None) -> list[int]:
+    """What each device can take in weights and KV: its free memory (or budget, or the target)
+    less the safety margin, this engine's per-process overhead (none on a worker) and compute."""
+    ovh = DEFAULT_GPU_OVERHEAD if overhead is None else overhead
+    caps = []
+    for g in inv.gpus:
+        fixed = (0 if g.is_rpc else ovh) + safety + compute.gpu.get(g.engine_name, 0)
+        limits = [g.free] + [b for b in (g.budget, vram_target) if b is not None]
+        caps.append(min(limits) - fixed)
+    return caps
+
+
+def with_split(shape: ModelShape, inv: Inventory, launch: LaunchSettings, kvp: KvPerLayer, compute: Compute,
+                overhead: int | None, safety: int, vram_target: int | None) -> LaunchSettings:
+    """``launch`` with the planner's ``-ts`` over several devices (app/planner/split.py) when it has
+    none; unchanged when it has one, on one device, or when no split holds every offloaded layer
+    (then the engine's default split stands and the plan says what does not fit)."""
+    if launch.tensor_split or len(inv.gpus) < 2:
+        return launch
+    start = max(shape.n_layer + 1 - launch.n_gpu_layers, 0)
+    overrides = resolve_overrides(launch, [g.engine_name for g in inv.gpus])
+    if overrides:
+        weights, pinned = override_shifts(shape, launch.n_gpu_layers, len(inv.gpus), overrides)
+    else:
+        weights, pinned = slot_gpu_bytes(shape), [0] * len(inv.gpus)
+    cells = kvp.cells if launch.offload_kqv else 0
+    costs = [weights.get(il, 0) + (kvp.fixed.get(il, 0) + kvp.per_cell.get(il, 0) * cells
+                                   if il < shape.n_layer and launch.offload_kqv else 0)
+             for il in range(start, shape.n_layer + 1)]
+    caps = [c - p for c, p in zip(capacities(inv, compute, overhead, safety, vram_target), pinned, strict=True)]
+    counts = deal(costs, caps)
+    return launch if counts is None or not any(counts) else launch.with_(tensor_split=counts)
