@@ -97,9 +97,10 @@ def add_launch_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-nkvo", "--nkvo", "--no-kv-offload", dest="no_kv_offload", action="store_true",
                    help="keep the KV cache in host memory")
     p.add_argument("--swa-full", dest="swa_full", action="store_true", help="full-size SWA cache")
-    p.add_argument("-cram", "--cache-ram", dest="cache_ram", type=int, default=DEFAULT_CACHE_RAM_MIB,
-                   metavar="MiB", help=f"the server's prompt cache in host RAM (default {DEFAULT_CACHE_RAM_MIB}, "
-                                       "llama-server's; -1 no limit, 0 off): planned and passed explicitly")
+    p.add_argument("-cram", "--cache-ram", dest="cache_ram", type=int, default=None,
+                   metavar="MiB", help=f"the server's prompt cache in host RAM (-1 no limit, 0 off; default: "
+                                       f"llama-server's {DEFAULT_CACHE_RAM_MIB}, less when host RAM is short): "
+                                       "planned and passed explicitly")
     p.add_argument("-ts", "--ts", "--tensor-split", dest="tensor_split", type=tensor_split, default=(),
                    metavar="N,N,...", help="layer shares per device in the engine's order (RPC workers first); "
                                           "default: the planner chooses them by the devices' budgets")
@@ -171,7 +172,7 @@ def settings_from_args(args: argparse.Namespace) -> LaunchSettings:
         n_ubatch=args.n_ubatch, n_batch=args.n_batch, flash_attn=args.flash_attn,
         n_gpu_layers=args.n_gpu_layers, offload_kqv=not args.no_kv_offload,
         tensor_split=tuple(getattr(args, "tensor_split", ()) or ()),
-        cache_ram_mib=getattr(args, "cache_ram", DEFAULT_CACHE_RAM_MIB))
+        cache_ram_mib=getattr(args, "cache_ram", None))
 
 
 def context(text: str, model: str | Path) -> int:

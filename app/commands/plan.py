@@ -196,7 +196,10 @@ def render(plan: Plan, title: str, fit: ContextFit, asked: LaunchSettings | None
         out.append(f"    {p.replace('_', ' '):<16}{Bytes(getattr(h, p))!s:>12}   {h.sources.get(p, '')!s}")
     out.append(f"  {words.kv_placement(plan)}")
     trained = f"trained {format_tokens(fit.n_ctx_train)}"
-    if not plan.gpus:
+    if fit.resident == 0:
+        where = "in host RAM" if not plan.gpus else "fully resident"
+        out.append(f"  largest context: none fits {where} as set ({trained})")
+    elif not plan.gpus:
         out.append(f"  largest context: {format_tokens(fit.resident)} in host RAM ({trained})")
     elif plan.mode is PlanMode.WINDOW and fit.with_tail > fit.resident:
         out.append(f"  largest context: {format_tokens(fit.resident)} fully resident, "

@@ -84,7 +84,8 @@ def build_argv(engine: EngineInfo, settings: LaunchSettings, mode: PlanMode, mod
         argv.append("-nkvo")
     if mode == PlanMode.WINDOW:
         argv += ["--kv-residency-mode", "window", "--vram-target", str((vram_target or 0) // MiB)]
-    if _optional(engine, "--cache-ram"):  # explicit, so the limit the plan holds back is the engine's
+    if _optional(engine, "--cache-ram") and settings.cache_ram_mib is not None:
+        # explicit, so the limit the plan holds back is the engine's (argv_for_plan sizes auto)
         argv += ["--cache-ram", str(settings.cache_ram_mib)]
     if _optional(engine, "--fit"):
         argv += ["--fit", "off"]
@@ -101,8 +102,9 @@ def build_argv(engine: EngineInfo, settings: LaunchSettings, mode: PlanMode, mod
 
 def argv_for_plan(engine: EngineInfo, plan: Plan, model: Path, host: str, port: int, *,
                   api_key_file: Path | None = None, extra: Sequence[str] = ()) -> list[str]:
-    """``build_argv`` from a Plan (its launch settings, mode and VRAM target)."""
-    return build_argv(engine, plan.launch, plan.mode, model, host, port, vram_target=plan.vram_target,
+    """``build_argv`` from a Plan (its launch settings, mode and VRAM target; the prompt-cache size
+    the plan held back, when it sized it)."""
+    return build_argv(engine, plan.launch.with_(cache_ram_mib=plan.cache_ram_mib), plan.mode, model, host, port, vram_target=plan.vram_target,
                       api_key_file=api_key_file, extra=extra)
 
 

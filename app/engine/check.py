@@ -181,7 +181,7 @@ def check_plan(plan: Plan, log_lines: Iterable[str], *, snapshot: Snapshot | Non
                 continue
             rows.append(CheckRow(dev, part, p, a))
     if buffers.prompt_cache_mib is not None:  # a limit, not an allocation: it must be the planned one exactly
-        rows.append(CheckRow(HOST, "prompt cache", int(plan.launch.cache_ram_mib), buffers.prompt_cache_mib, 0,
+        rows.append(CheckRow(HOST, "prompt cache", plan.cache_ram_mib, buffers.prompt_cache_mib, 0,
                              ActualSource.ENGINE_LOG, "MiB limit"))
     warnings = list(buffers.warnings)
     if snapshot is not None and snapshot.ok:

@@ -39,6 +39,7 @@ from typing import Any
 
 from app.planner.settings import LaunchSettings
 from app.planner.sources import Source, Sourced
+from app.planner.units import MiB
 
 __all__ = ["PLAN_JSON_VERSION", "Alternative", "AlternativeKind", "ContextFit", "DevicePlan", "HostPlan",
            "KvSummary", "NetworkCost", "Plan", "PlanMode", "Source", "Sourced"]
@@ -202,6 +203,12 @@ class Plan:
     #: Layers whose KV is in host RAM (a stock plan's layers on the CPU, all of them with -nkvo);
     #: the window engine's host tail is ``tail_cells`` instead.
     kv_host_layers: int = 0
+
+    @property
+    def cache_ram_mib(self) -> int:
+        """``--cache-ram`` as launched: the size given, or the one the plan sized (auto)."""
+        given = self.launch.cache_ram_mib
+        return given if given is not None else self.host.prompt_cache // MiB
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -26,6 +26,12 @@ _ENDPOINT = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):[0-9]{1,5}")
 #: ``cache_ram_mib``; -1 no limit, 0 off): it fills as conversations come and go (docs/domain.md §6).
 DEFAULT_CACHE_RAM_MIB = 8192
 
+#: Headroom's default is ``cache_ram_mib=None``, "auto": the engine's 8192 MiB, or less when host RAM
+#: is short (a 30B MoE with its experts on the CPU on a 32 GB desktop): what host RAM leaves after
+#: everything the launch needs, less this much for the rest of the desktop. A size the user gives is
+#: held back as given (and the plan says when it does not fit).
+AUTO_CACHE_RESERVE_MIB = 1024
+
 #: Sentinel for "offload every layer" (llama-server ``-ngl 999`` / ``all``).
 ALL_LAYERS = 999
 
@@ -63,7 +69,8 @@ class LaunchSettings:
     default, by free memory at load time. tensor_overrides: ``-ot PATTERN=BUFFER`` pairs in order
     (``("blk\\.(0|1)\\.", "CUDA0")``: those layers' weights on CUDA0 although ``-ngl`` leaves the
     layers, and so their KV, on the CPU). n_cpu_moe: ``--n-cpu-moe``, the expert weights of the first
-    N layers in host RAM. cache_ram_mib: ``--cache-ram``, the server's prompt cache in host RAM.
+    N layers in host RAM. cache_ram_mib: ``--cache-ram``, the server's prompt cache in host RAM (MiB;
+    None = auto, sized by the plan: ``AUTO_CACHE_RESERVE_MIB``).
     """
 
     n_ctx: int = 4096
@@ -81,7 +88,7 @@ class LaunchSettings:
     tensor_split: tuple[int, ...] = ()
     tensor_overrides: tuple[tuple[str, str], ...] = ()
     n_cpu_moe: int = 0
-    cache_ram_mib: int = DEFAULT_CACHE_RAM_MIB
+    cache_ram_mib: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("type_k", "type_v"):
@@ -97,7 +104,7 @@ class LaunchSettings:
             raise ValueError("n_gpu_layers must be >= 0")
         if any(t < 0 for t in self.tensor_split) or (self.tensor_split and not any(self.tensor_split)):
             raise ValueError("a tensor split needs shares >= 0, at least one of them above 0")
-        if self.cache_ram_mib < -1:
+        if self.cache_ram_mib is not None and self.cache_ram_mib < -1:
             raise ValueError("cache_ram_mib must be -1 (no limit), 0 (off) or a size in MiB")
         if self.n_cpu_moe < 0 or any(not p or not b for p, b in self.tensor_overrides):
             raise ValueError("n_cpu_moe must be >= 0 and every tensor override needs a pattern and a buffer")
@@ -124,7 +131,7 @@ class LaunchSettings:
                 "-nkvo": "off" if self.offload_kqv else "on",
                 "--rpc": ",".join(self.rpc) or "none", "-ts": ",".join(map(str, self.tensor_split)) or "none",
                 "-ot": self.override_text() or "none", "--n-cpu-moe": str(self.n_cpu_moe),
-                "--cache-ram": str(self.cache_ram_mib)}
+                "--cache-ram": "auto" if self.cache_ram_mib is None else str(self.cache_ram_mib)}
 
     def override_text(self) -> str:
         """``-ot``'s value: ``PATTERN=BUFFER,PATTERN=BUFFER`` (common/arg.cpp splits on commas)."""

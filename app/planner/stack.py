@@ -18,7 +18,7 @@ from app.planner.gguf_model import ModelShape
 from app.planner.kv import KvLayout, kv_layout
 from app.planner.measurement import Measurement
 from app.planner.plan_types import DevicePlan, HostPlan
-from app.planner.settings import DEFAULT_CACHE_RAM_MIB, LaunchSettings
+from app.planner.settings import AUTO_CACHE_RESERVE_MIB, DEFAULT_CACHE_RAM_MIB, LaunchSettings
 from app.planner.sources import Source, Sourced, SourceKind
 from app.planner.units import MiB
 from app.planner.weights import (
@@ -107,6 +107,16 @@ def compute_for(shape: ModelShape, inv: Inventory, settings: LaunchSettings,
                                                                   words.cuda_gap(cuda_fit_gap(shape, settings))))
 
 
+
+def prompt_cache_bytes(cache_ram_mib: int | None, host_left: int) -> int:
+    """What the plan holds back in host RAM for the server's prompt cache: a size given as given
+    (-1, no limit, cannot be held back: a warning says so); auto (None), the engine's default or
+    what ``host_left`` (host RAM after the rest of the launch) leaves less AUTO_CACHE_RESERVE_MIB,
+    in whole MiB (``--cache-ram`` takes MiB)."""
+    if cache_ram_mib is not None:
+        return max(cache_ram_mib, 0) * MiB
+    return max(0, min(DEFAULT_CACHE_RAM_MIB, (host_left // MiB) - AUTO_CACHE_RESERVE_MIB)) * MiB
+
 def stack(shape: ModelShape, inv: Inventory, settings: LaunchSettings, ws: WeightSplit, kvp: KvPerLayer,
           resident_cells: int, compute: Compute, overhead: int | None, safety: int,
           ) -> Stacked:
@@ -151,16 +161,18 @@ def stack(shape: ModelShape, inv: Inventory, settings: LaunchSettings, ws: Weigh
                      "safety": Source(SourceKind.GIVEN)},
             remote=g.endpoint if g.is_rpc else "", budget=g.budget))
     pinned = compute.host + output_buffer_bytes(shape, settings)
-    prompt_cache = max(settings.cache_ram_mib, 0) * MiB  # -1 (no limit) cannot be held back: a warning says so
+    before_cache = inv.host.available - ws.host_weights - kv_host - pinned
+    prompt_cache = prompt_cache_bytes(settings.cache_ram_mib, before_cache)
     weights_src = Source(SourceKind.FROM_GGUF, words.repacked_detail(ws.repacked) if ws.repacked else "")
     from_os = Source(SourceKind.FROM_OS)
     host = HostPlan(
         total=inv.host.total, available=inv.host.available, weights_mapped=ws.host_weights, kv_tail=kv_host,
-        compute_pinned=pinned, free=inv.host.available - ws.host_weights - kv_host - pinned - prompt_cache,
+        compute_pinned=pinned, free=before_cache - prompt_cache,
         sources={"total": from_os, "available": from_os, "weights_mapped": weights_src,
                  "kv_tail": Source(SourceKind.FROM_GGUF), "compute_pinned": compute.source,
-                 "prompt_cache": Source(SourceKind.GIVEN if settings.cache_ram_mib != DEFAULT_CACHE_RAM_MIB
-                                        else SourceKind.DEFAULT, words.prompt_cache_detail(settings.cache_ram_mib))},
+                 "prompt_cache": Source(SourceKind.GIVEN if settings.cache_ram_mib is not None
+                                        else SourceKind.DEFAULT,
+                                        words.prompt_cache_detail(settings.cache_ram_mib, prompt_cache // MiB))},
         prompt_cache=prompt_cache,
         weights_repacked=ws.repacked)
     return Stacked(tuple(gpus), host, ws.host_layers + kv_host, ws.prefill_host_weights + kv_host)

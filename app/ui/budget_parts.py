@@ -28,6 +28,7 @@ HOST_PARTS = (
     ("weights_mapped", "Mapped weights", "#a0cbe8"),
     ("kv_tail", "KV host tail", "#8cd17d"),
     ("compute_pinned", "Pinned compute", "#ffbe7d"),
+    ("prompt_cache", "Prompt cache", "#d4a6c8"),  # a limit the server may fill over time (--cache-ram)
 )
 DRIVER_COLOR = "#bab0ac"
 RED = "#d62728"

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from app.planner import words
-from app.planner.settings import ALL_LAYERS, KV_TYPES, LaunchSettings
+from app.planner.settings import ALL_LAYERS, DEFAULT_CACHE_RAM_MIB, KV_TYPES, LaunchSettings
 from app.planner.units import MiB
 from app.ui.context_control import ContextControl, K
 from app.ui.qt import (
@@ -82,6 +82,9 @@ TIPS = {
     "flash_attn": "-fa: a fused attention kernel that uses less memory; a quantized V cache requires it.",
     "safety": "VRAM the plan leaves free on every GPU for what it cannot see coming (other apps, "
               "fragmentation).",
+    "cache_ram": "--cache-ram: host RAM the server may fill over time with the prompts of finished "
+                 "requests, to reuse them. auto: llama-server's 8192 MiB, or less when host RAM is short "
+                 "(the plan says how much); 0 turns it off.",
     "vram_target": "--vram-target (opencoti engine): the most VRAM the engine may use on each GPU; "
                    "'all free VRAM' plans up to what the card has free.",
 }
@@ -129,6 +132,12 @@ class SettingsPanel(QWidget):
         self.n_gpu_layers.setAccessibleName("GPU layers")
         self.n_gpu_layers.setToolTip(f"-ngl: layers on the GPU ({ALL_LAYERS} = all)")
         self.nkvo = QCheckBox("KV cache in host RAM (-nkvo)")
+        self.cache_ram = QSpinBox()
+        self.cache_ram.setRange(-1, 1024 * 1024)  # -1: auto (LaunchSettings.cache_ram_mib None)
+        self.cache_ram.setSingleStep(1024)
+        self.cache_ram.setSuffix(" MiB")
+        self.cache_ram.setSpecialValueText(f"auto (up to {DEFAULT_CACHE_RAM_MIB} MiB)")
+        self.cache_ram.setAccessibleName("Prompt cache")
         self.kv_mode = QComboBox()
         self.kv_mode.addItems(KV_MODES)
         self.kv_mode.setAccessibleName("KV placement")
@@ -143,7 +152,7 @@ class SettingsPanel(QWidget):
                             (self.kv_unified, TIPS["kvu"]), (self.nkvo, TIPS["nkvo"]),
                             (self.n_parallel, TIPS["n_parallel"]), (self.n_ubatch, TIPS["n_ubatch"]),
                             (self.flash_attn, TIPS["flash_attn"]), (self.safety, TIPS["safety"]),
-                            (self.vram_target, TIPS["vram_target"])):
+                            (self.vram_target, TIPS["vram_target"]), (self.cache_ram, TIPS["cache_ram"])):
             widget.setToolTip(tip)
         form = QFormLayout(self)
         form.addRow("&Context", self.context)
@@ -152,6 +161,7 @@ class SettingsPanel(QWidget):
         form.addRow("M&icro-batch", self.n_ubatch)
         form.addRow("Flas&h attention", self.flash_attn)
         form.addRow("&GPU layers", _row(self.n_gpu_layers, self.nkvo))
+        form.addRow("Prompt cache", self.cache_ram)  # every letter of it is another control's Alt key
         form.addRow("&Safety margin", self.safety)
         form.addRow("&VRAM target", self.vram_target)
         form.addRow("KV pl&acement", self.kv_mode)
@@ -166,7 +176,7 @@ class SettingsPanel(QWidget):
         self.kv_unified.toggled.connect(self._kvu_toggled)
         self.engine.setPlaceholderText(LOOKING)
         self.engine.currentIndexChanged.connect(self._engine_chosen)
-        for spin in (self.n_parallel, self.safety, self.vram_target, self.n_gpu_layers):
+        for spin in (self.n_parallel, self.safety, self.vram_target, self.n_gpu_layers, self.cache_ram):
             spin.valueChanged.connect(lambda _v: self.changed.emit())
         for check in (self.kv_unified, self.nkvo):
             check.toggled.connect(lambda _b: self.changed.emit())
@@ -180,13 +190,14 @@ class SettingsPanel(QWidget):
             n_ctx=self.context.value(), type_k=self.type_k.currentText(), type_v=self.type_v.currentText(),
             n_parallel=self.n_parallel.value(), kv_unified=self.kv_unified.isChecked() and not self.engine_window(),
             n_ubatch=int(self.n_ubatch.currentText()), flash_attn=self.flash_attn.currentText(),
-            n_gpu_layers=self.n_gpu_layers.value(), offload_kqv=not self.nkvo.isChecked())
+            n_gpu_layers=self.n_gpu_layers.value(), offload_kqv=not self.nkvo.isChecked(),
+            cache_ram_mib=None if self.cache_ram.value() < 0 else self.cache_ram.value())
 
     def set_settings(self, s: LaunchSettings) -> None:
         """Show ``s`` without emitting ``changed`` once per widget; emits it once at the end."""
         self._base = s
         widgets = (self.context, self.type_k, self.type_v, self.n_parallel, self.kv_unified,
-                   self.n_ubatch, self.flash_attn, self.n_gpu_layers, self.nkvo)
+                   self.n_ubatch, self.flash_attn, self.n_gpu_layers, self.nkvo, self.cache_ram)
         for w in widgets:
             w.blockSignals(True)
         self.context.set_value(s.n_ctx)
@@ -201,6 +212,7 @@ class SettingsPanel(QWidget):
         self.flash_attn.setCurrentText(s.flash_attn)
         self.n_gpu_layers.setValue(s.n_gpu_layers)
         self.nkvo.setChecked(not s.offload_kqv)
+        self.cache_ram.setValue(-1 if s.cache_ram_mib is None else max(s.cache_ram_mib, 0))  # no limit: CLI only
         for w in widgets:
             w.blockSignals(False)
         self.changed.emit()

@@ -18,7 +18,7 @@ STOCK = EngineInfo(EngineKind.LLAMA_SERVER, "/opt/llama/llama-server", "0.5.0-de
 LLAMAFILE = EngineInfo(EngineKind.LLAMAFILE, "/home/u/.llamafile/llamafile", "0.10.5", "unknown", EngineOrigin.LLAMAFILE_DIR)
 OPENCOTI = EngineInfo(EngineKind.OPENCOTI, "/home/u/.llamafile/opencoti.llamafile", "0.10.5", "unknown", EngineOrigin.LLAMAFILE_DIR,
                       via_sh=True)
-H200 = LaunchSettings(n_ctx=524288, n_parallel=4, kv_unified=True)
+H200 = LaunchSettings(n_ctx=524288, n_parallel=4, kv_unified=True, cache_ram_mib=8192)
 
 
 def test_stock_launch_carries_every_planned_flag_and_fit_off() -> None:
@@ -32,7 +32,7 @@ def test_stock_launch_carries_every_planned_flag_and_fit_off() -> None:
 
 def test_stock_host_kv_and_quantized_cache_and_partial_offload() -> None:
     s = LaunchSettings(n_ctx=131072, type_k="q8_0", type_v="q8_0", n_gpu_layers=40, offload_kqv=False,
-                       n_ubatch=256, n_batch=1024, swa_full=True)
+                       n_ubatch=256, n_batch=1024, swa_full=True, cache_ram_mib=8192)
     argv = build_argv(STOCK, s, PlanMode.STOCK, MODEL, "127.0.0.1", 9000)
     assert argv[1:] == [
         "-m", str(MODEL), "-c", "131072", "-ngl", "40", "-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0",

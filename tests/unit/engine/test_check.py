@@ -24,7 +24,7 @@ def _plan(weights: float = 14179.61, kv: float = 98304.0, compute: float = 623.0
                      weights=mib_to_bytes(weights), compute=mib_to_bytes(compute), kv_resident=mib_to_bytes(kv),
                      overhead=590 * MiB, safety=256 * MiB, free=0)
     host = HostPlan(total=128 * GiB, available=120 * GiB, weights_mapped=mib_to_bytes(788.91), kv_tail=0,
-                    compute_pinned=mib_to_bytes(532.01 + 2.32), free=0)
+                    compute_pinned=mib_to_bytes(532.01 + 2.32), free=0, prompt_cache=8192 * MiB)
     return Plan(launch=LaunchSettings(n_ctx=524288, n_parallel=4, kv_unified=True), mode=PlanMode.STOCK,
                 gpus=(gpu,), host=host, feasible=True, reason="", warnings=(), window_cells=524288, tail_cells=0,
                 vram_target=None)

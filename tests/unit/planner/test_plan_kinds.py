@@ -7,12 +7,12 @@ import json
 import pytest
 
 from app.planner import words
-from app.planner.devices import Inventory
+from app.planner.devices import GpuDevice, HostMemory, Inventory
 from app.planner.gguf_model import ModelShape
 from app.planner.plan import make_plan
 from app.planner.plan_types import AlternativeKind, Plan, PlanMode
-from app.planner.settings import LaunchSettings
-from app.planner.units import MiB
+from app.planner.settings import AUTO_CACHE_RESERVE_MIB, LaunchSettings
+from app.planner.units import GiB, MiB
 from tests.unit.planner.test_plan import H200_MEASURED, LONG, h200
 
 
@@ -78,8 +78,23 @@ def test_the_prompt_cache_is_held_back_from_host_ram_and_named(qwen14b: ModelSha
     """llama-server's --cache-ram (8192 MiB unless given) fills host RAM over time: the plan holds it back."""
     base = make_plan(qwen14b, h200(), LaunchSettings(n_ctx=8192, cache_ram_mib=0))
     default = make_plan(qwen14b, h200(), LaunchSettings(n_ctx=8192))
-    assert default.host.prompt_cache == 8192 * 1024 * 1024
+    assert default.host.prompt_cache == 8192 * 1024 * 1024 and default.cache_ram_mib == 8192
     assert base.host.free - default.host.free == default.host.prompt_cache
     assert "--cache-ram 8192" in str(default.host.sources["prompt_cache"])
     unlimited = make_plan(qwen14b, h200(), LaunchSettings(n_ctx=8192, cache_ram_mib=-1))
     assert unlimited.host.prompt_cache == 0 and any("no limit" in w for w in unlimited.warnings)
+
+
+def test_a_short_host_gets_a_smaller_prompt_cache_not_a_plan_that_does_not_fit(qwen14b: ModelShape) -> None:
+    """The 8192 MiB default would not fit beside the layers a 16 GB card leaves on a busy desktop: auto
+    sizes the cache to what host RAM leaves (less 1 GiB for the desktop) and says so; a size given is kept."""
+    inv = Inventory((GpuDevice(0, "NVIDIA GeForce RTX 5080", 16 * GiB, 16 * GiB, simulated=True),),
+                    HostMemory(24 * GiB, 8 * GiB))  # 8 GiB available: other apps hold the rest
+    auto = make_plan(qwen14b, inv, LaunchSettings(n_ctx=8192))
+    assert auto.feasible, auto.reason
+    assert 0 < auto.host.prompt_cache < 8192 * MiB
+    assert AUTO_CACHE_RESERVE_MIB * MiB <= auto.host.free < (AUTO_CACHE_RESERVE_MIB + 1) * MiB
+    assert auto.cache_ram_mib == auto.host.prompt_cache // MiB
+    assert "less than the server's 8192 MiB" in str(auto.host.sources["prompt_cache"])
+    given = make_plan(qwen14b, inv, auto.launch.with_(cache_ram_mib=8192))
+    assert not given.feasible and "host RAM is short" in given.reason

@@ -35,6 +35,8 @@ def test_every_part_of_the_key_matters(model: Path, tmp_path: Path) -> None:
         changed: object
         if isinstance(value, bool):
             changed = not value
+        elif value is None:  # cache_ram_mib: auto, or a size
+            changed = 512
         elif isinstance(value, int):
             changed = value + 1
         elif field == "rpc":
