@@ -80,8 +80,16 @@ def as_set_note(n_layer: int, settings: LaunchSettings) -> str:
     """What the settings as given put where, in words."""
     on_cpu = n_layer + 1 - min(settings.n_gpu_layers, n_layer + 1)
     parts = []
-    if on_cpu:
+    if on_cpu and settings.tensor_overrides:  # -ngl leaves the layers, -ot brings weights back
+        parts.append(f"the KV of {layers_on_cpu(n_layer, on_cpu)} in host RAM, their attention on the CPU "
+                     f"(-ngl {settings.n_gpu_layers}); weights placed by -ot {settings.override_text()}")
+    elif on_cpu:
         parts.append(f"{layers_on_cpu(n_layer, on_cpu)} and their KV on the CPU (-ngl {settings.n_gpu_layers})")
+    elif settings.tensor_overrides:
+        parts.append(f"weights placed by -ot {settings.override_text()}")
+    if settings.n_cpu_moe:
+        parts.append(f"the expert weights of the first {min(settings.n_cpu_moe, n_layer)} of {n_layer} layers "
+                     f"in host RAM (--n-cpu-moe {settings.n_cpu_moe})")
     if not settings.offload_kqv:
         parts.append("the whole KV cache in host RAM (-nkvo)")
     return "; ".join(parts) or "everything resident on the GPU"

@@ -394,7 +394,8 @@ class MainWindow(QMainWindow):
         if not is_demo:
             new = self._is_another_model(path)
             self._leave_demo()
-            if new:
+            if new:  # the last model's context and placement are no settings for this one
+                self.settings.reset_placement()
                 self.settings.set_context(default_context(model.shape.n_ctx_train))
         self.current.use_model(model)
         if remember:

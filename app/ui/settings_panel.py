@@ -21,6 +21,7 @@ from app.ui.qt import (
     QFormLayout,
     QHBoxLayout,
     QLabel,
+    QPushButton,
     QSpinBox,
     QStandardItemModel,
     Qt,
@@ -138,6 +139,16 @@ class SettingsPanel(QWidget):
         self.cache_ram.setSuffix(" MiB")
         self.cache_ram.setSpecialValueText(f"auto (up to {DEFAULT_CACHE_RAM_MIB} MiB)")
         self.cache_ram.setAccessibleName("Prompt cache")
+        # A placement the planner chose and the user applied (--n-cpu-moe, -ot) has no control of its own:
+        # it is shown here, with a way back to the planner's choice.
+        self.placement = QLabel()
+        self.placement.setObjectName("placementApplied")
+        self.placement.setWordWrap(True)
+        self.placement.setTextFormat(Qt.TextFormat.PlainText)  # -ot patterns hold backslashes and pipes
+        self.placement_reset = QPushButton("Let the planner place")
+        self.placement_reset.setToolTip("Forget the applied placement: every layer on the GPU, no -ot or "
+                                        "--n-cpu-moe; the plan chooses again")
+        self.placement_reset.clicked.connect(self.reset_placement)
         self.kv_mode = QComboBox()
         self.kv_mode.addItems(KV_MODES)
         self.kv_mode.setAccessibleName("KV placement")
@@ -161,6 +172,12 @@ class SettingsPanel(QWidget):
         form.addRow("M&icro-batch", self.n_ubatch)
         form.addRow("Flas&h attention", self.flash_attn)
         form.addRow("&GPU layers", _row(self.n_gpu_layers, self.nkvo))
+        self.placement_row = QWidget()
+        placement_lay = QHBoxLayout(self.placement_row)
+        placement_lay.setContentsMargins(0, 0, 0, 0)
+        placement_lay.addWidget(self.placement, 1)
+        placement_lay.addWidget(self.placement_reset)
+        form.addRow(self.placement_row)
         form.addRow("Prompt cache", self.cache_ram)  # every letter of it is another control's Alt key
         form.addRow("&Safety margin", self.safety)
         form.addRow("&VRAM target", self.vram_target)
@@ -213,6 +230,7 @@ class SettingsPanel(QWidget):
         self.n_gpu_layers.setValue(s.n_gpu_layers)
         self.nkvo.setChecked(not s.offload_kqv)
         self.cache_ram.setValue(-1 if s.cache_ram_mib is None else max(s.cache_ram_mib, 0))  # no limit: CLI only
+        self._show_overrides(s)
         for w in widgets:
             w.blockSignals(False)
         self.changed.emit()
@@ -269,6 +287,20 @@ class SettingsPanel(QWidget):
     def _kvu_toggled(self, on: bool) -> None:
         if self.kv_unified.isEnabled():
             self._kvu_wanted = on
+
+    def _show_overrides(self, s: LaunchSettings) -> None:
+        parts = ([f"--n-cpu-moe {s.n_cpu_moe}"] if s.n_cpu_moe else []) + (
+            [f"-ot {s.override_text()}"] if s.tensor_overrides else [])
+        self.placement.setText("Placement applied: " + "  ".join(parts) if parts else "")
+        self.placement_row.setVisible(bool(parts))
+
+    def reset_placement(self) -> None:
+        """Back to the planner's placement: every layer on the GPU, no ``-ot``, no ``--n-cpu-moe`` (an
+        applied ``-ot`` comes with the ``-ngl`` that left its layers; a new model needs its own)."""
+        s = self.settings()
+        if s.tensor_overrides or s.n_cpu_moe:
+            s = s.with_(n_gpu_layers=ALL_LAYERS)
+        self.set_settings(s.with_(tensor_overrides=(), n_cpu_moe=0, tensor_split=()))
 
     def set_context(self, n_ctx: int) -> None:
         """Show ``n_ctx`` in the context field (as if typed)."""

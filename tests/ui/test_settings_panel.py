@@ -133,3 +133,41 @@ def test_the_prompt_cache_is_a_setting_the_plan_holds_back_and_the_host_bar_show
     assert seg.label == "Prompt cache" and seg.size == 512 * 1024 * 1024 and "--cache-ram 512" in seg.tooltip
     w.close()
     assert load_state(state_file).launch_settings().cache_ram_mib == 512
+
+
+def test_an_applied_placement_is_shown_said_and_undone_and_not_carried_to_another_model(qtbot, tmp_path,
+                                                                                          shape_model):
+    """A 17 GiB MoE on a 16 GB card: Apply "--n-cpu-moe N" keeps it (the form has no control for it, so
+    a line shows it), the verdict names it instead of "everything resident", "Let the planner place"
+    forgets it, and another model opens without it."""
+    from app.ui.main_window import MainWindow
+    from app.ui.state import UiState
+
+    state = UiState(simulated_gpus=["RTX 5080"])
+    w = MainWindow(state=state, persist=False, state_file=tmp_path / "s.json", nvml=None, read_host=lambda: None)
+    qtbot.addWidget(w)
+    w.show()
+    with qtbot.waitSignal(w.planned, timeout=20_000):
+        assert w.open_model(shape_model("qwen3-30b-a3b-q4_k_m"))
+    chosen = w.plan
+    assert chosen is not None and chosen.feasible and chosen.launch.n_cpu_moe > 0
+    assert not w.settings.placement_row.isVisible()
+    assert w.budget.alternative.text() == f"Apply: --n-cpu-moe {chosen.launch.n_cpu_moe}"
+    with qtbot.waitSignal(w.planned, timeout=20_000):
+        w.budget.alternative.click()
+    applied = w.plan
+    assert applied is not None and applied.launch == chosen.launch and applied.feasible
+    assert w.settings.placement_row.isVisible()
+    assert w.settings.placement.text() == f"Placement applied: --n-cpu-moe {chosen.launch.n_cpu_moe}"
+    assert "everything resident" not in applied.reason
+    assert f"--n-cpu-moe {chosen.launch.n_cpu_moe}" in w.budget.verdict.text()
+    with qtbot.waitSignal(w.planned, timeout=20_000):
+        w.settings.placement_reset.click()
+    assert w.settings.settings().n_cpu_moe == 0 and not w.settings.placement_row.isVisible()
+    with qtbot.waitSignal(w.planned, timeout=20_000):
+        w.budget.alternative.click()
+    assert w.settings.settings().n_cpu_moe > 0
+    with qtbot.waitSignal(w.planned, timeout=20_000):
+        assert w.open_model(shape_model(LLAMA8B))
+    assert w.settings.settings().n_cpu_moe == 0 and not w.settings.placement_row.isVisible()
+    w.close()
