@@ -17,11 +17,17 @@ from pathlib import Path
 from typing import Any
 
 from app.hub.cache import hub_cache
-from app.hub.library import LibraryEntry, LibraryScan, scan_library
+from app.hub.library import HF_SOURCE, LibraryEntry, LibraryScan, scan_library
 from app.hub.search import OFFLINE, HubRepo, search_repos
 from app.ui.hub_dialog import SHUTDOWN_WAIT_MS, detach
 from app.ui.hub_progress import hub_work
-from app.ui.library_table import fill_library, fill_results, make_library_table, make_results_table
+from app.ui.library_table import (
+    fill_library,
+    fill_results,
+    make_library_table,
+    make_results_table,
+    short_path,
+)
 from app.ui.qt import (
     QDialog,
     QFileDialog,
@@ -50,15 +56,21 @@ def offline() -> bool:
     return bool(is_offline_mode())
 
 
+def _models(n: int) -> str:
+    return f"{n} model{'' if n == 1 else 's'}"
+
+
 def scan_text(scan: LibraryScan) -> str:
     """The status line under the list: how many models, from where."""
-    n = len(scan.models)
-    where = [f"the Hugging Face cache ({hub_cache()})"]
-    if scan.folders:
-        where.append(f"{len(scan.folders)} folder{'' if len(scan.folders) == 1 else 's'}")
+    cache = f"the Hugging Face cache ({short_path(hub_cache())})"
     if not scan.entries:
-        return (f"No GGUF file in {' or '.join(where)}: add a folder, or search the Hub below")
-    return f"{n} model{'' if n == 1 else 's'} in {' and '.join(where)}; double-click one to open it"
+        return (f"No GGUF file in {cache}{' or your folders' if scan.folders else ''}: add a folder, "
+                "or search the Hub below")
+    cached = sum(1 for e in scan.models if e.source == HF_SOURCE)
+    text = f"{_models(cached)} in {cache}"
+    if scan.folders:
+        text += f", {_models(len(scan.models) - cached)} in your folders"
+    return f"{text}; double-click one to open it"
 
 
 def _label(name: str, *, error: bool = False) -> QLabel:
@@ -194,7 +206,9 @@ class LibraryDialog(QDialog):
 
     def _show_folders(self) -> None:
         self.folders.clear()
-        self.folders.addItems(self.folder_list())
+        for folder in self.folder_list():
+            self.folders.addItem(short_path(folder))
+            self.folders.item(self.folders.count() - 1).setToolTip(folder)
 
     def _pick_folder(self) -> None:
         path = QFileDialog.getExistingDirectory(self, "Add a folder of GGUF models", str(Path.home()))
@@ -216,7 +230,7 @@ class LibraryDialog(QDialog):
 
     def _remove_selected(self) -> None:
         for item in self.folders.selectedItems():
-            self.remove_folder(item.text())
+            self.remove_folder(item.toolTip())  # the whole path (the row may read ~/…)
 
     # ---- the list --------------------------------------------------------------------------------
     def showEvent(self, e: QShowEvent) -> None:

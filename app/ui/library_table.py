@@ -5,6 +5,7 @@ and the Hub's answer to a search (one row per repo)."""
 from __future__ import annotations
 
 from html import escape
+from pathlib import Path
 
 from app.hub.library import HF_SOURCE, LibraryEntry
 from app.hub.search import HubRepo
@@ -29,6 +30,7 @@ def _table(columns: tuple[str, ...], name: str, stretch: int) -> QTableWidget:
     table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
     table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
     table.setWordWrap(False)
+    table.setTextElideMode(Qt.TextElideMode.ElideMiddle)  # a long folder keeps its last part in sight
     table.verticalHeader().setVisible(False)
     header = table.horizontalHeader()
     header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
@@ -44,13 +46,20 @@ def make_results_table() -> QTableWidget:
     return _table(RESULT_COLUMNS, "GGUF repos on the Hub", 0)
 
 
+def short_path(path: str | Path) -> str:
+    """``/home/me/models`` → ``~/models`` (the tooltips keep the whole path)."""
+    home, text = str(Path.home()), str(path)
+    return "~" + text[len(home):] if home != "/" and (text == home or text.startswith(home + "/")) else text
+
+
 def entry_cells(e: LibraryEntry) -> tuple[str, ...]:
     """What a row says, column by column (an unreadable file: its name, the error, where it is)."""
+    where = e.repo or short_path(e.where)
     if e.error:
-        return (e.name, f"cannot read: {e.error}", "", "", "", "", e.where)
+        return (e.name, f"cannot read: {e.error}", "", "", "", "", where)
     projector = "is a projector" if e.is_projector else e.projector.name if e.projector else "—"
     trained = tokens_text(e.n_ctx_train) if e.n_ctx_train else "—"
-    return (e.name, e.arch or "—", e.quant or "—", str(Bytes(e.size)), trained, projector, e.where)
+    return (e.name, e.arch or "—", e.quant or "—", str(Bytes(e.size)), trained, projector, where)
 
 
 def entry_tip(e: LibraryEntry) -> str:

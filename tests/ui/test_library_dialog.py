@@ -8,6 +8,8 @@ import json
 import os
 import shutil
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,11 +18,13 @@ from app.hub.library import LibraryScan
 from app.planner.units import Bytes
 from app.ui.library_dialog import LibraryDialog
 from app.ui.main_window import MainWindow
-from app.ui.qt import QFileDialog, Qt
+from app.ui.qt import QFileDialog, QImage, Qt, QTableWidget, QTableWidgetItem
 from app.ui.state import load_state
 from tests.fixtures import gguf_factory
 from tests.fixtures.fake_hub import FakeHub, fake_hub, hf_cache  # noqa: F401 (the fixtures)
 from tests.fixtures.library import PROJECTOR, hf_snapshot
+from tests.ui.library_screenshot import SIZE
+from tests.ui.test_screenshot import ARTIFACT, ROOT, xvfb  # noqa: F401 (the fixture)
 
 LEFT = Qt.MouseButton.LeftButton
 REPO = "acme/tiny-GGUF"
@@ -63,13 +67,19 @@ def open_library(window: MainWindow, qtbot) -> LibraryDialog:
     return dialog
 
 
+def cell(table: QTableWidget, row: int, col: int = 0) -> QTableWidgetItem:
+    item = table.item(row, col)
+    assert item is not None
+    return item
+
+
 def rows(dialog: LibraryDialog) -> dict[str, list[str]]:
     t = dialog.table
-    return {t.item(r, 0).text(): [t.item(r, c).text() for c in range(t.columnCount())] for r in range(t.rowCount())}
+    return {cell(t, r).text(): [cell(t, r, c).text() for c in range(t.columnCount())] for r in range(t.rowCount())}
 
 
 def row_of(dialog: LibraryDialog, name: str) -> int:
-    return next(r for r in range(dialog.table.rowCount()) if dialog.table.item(r, 0).text() == name)
+    return next(r for r in range(dialog.table.rowCount()) if cell(dialog.table, r).text() == name)
 
 
 def double_click(table, row: int, qtbot) -> None:
@@ -89,7 +99,7 @@ def test_the_library_lists_the_cache_and_an_added_folder_and_opens_a_model(
         "mmproj-tiny-F16.gguf": ["mmproj-tiny-F16.gguf", "clip", "F16",
                                  str(Bytes(gguf_factory.ensure(PROJECTOR).stat().st_size)), "—", "is a projector", REPO],
     }
-    assert "1 model in the Hugging Face cache" in dialog.status.text()
+    assert dialog.status.text().startswith("1 model in the Hugging Face cache")
 
     # Add folder… (the real button; the folder picker answers with the folder)
     monkeypatch.setattr(QFileDialog, "getExistingDirectory", lambda *_a, **_k: str(folder))
@@ -101,7 +111,8 @@ def test_the_library_lists_the_cache_and_an_added_folder_and_opens_a_model(
     big = shape_model("llama-3.1-8b-instruct-q4_k_m").stat().st_size
     assert found[LLAMA_8B] == [LLAMA_8B, "llama", "Q4_K_M", str(Bytes(big)), "128k", "—", str(folder)]
     assert found["half-downloaded.gguf"][1] == "cannot read: not a GGUF file: only 4 bytes"
-    assert "2 models in the Hugging Face cache" in dialog.status.text() and "1 folder" in dialog.status.text()
+    assert dialog.status.text().startswith("1 model in the Hugging Face cache")
+    assert ", 1 model in your folders; double-click one to open it" in dialog.status.text()
 
     # A broken file and a projector cannot be chosen; Open is for a model.
     for name in ("half-downloaded.gguf", "mmproj-tiny-F16.gguf"):
@@ -164,7 +175,7 @@ def test_a_hub_search_lists_repos_and_one_opens_in_the_hub_picker(window, fake_h
     with qtbot.waitSignal(dialog.searched, timeout=30_000):
         qtbot.mouseClick(dialog.search_button, LEFT)
     t = dialog.results
-    assert [[t.item(r, c).text() for c in range(3)] for r in range(t.rowCount())] == [
+    assert [[cell(t, r, c).text() for c in range(3)] for r in range(t.rowCount())] == [
         ["bob/Tiny-Chat-GGUF", "900", "2026-11-30"], [REPO, "40", "2026-11-30"]]
     assert dialog.search_status.text().startswith("2 GGUF repos on the Hub")
 
@@ -223,5 +234,25 @@ def test_a_copied_projector_in_a_folder_is_named_beside_its_model(window, tmp_pa
     window.state.library_folders = [str(models)]
     dialog = open_library(window, qtbot)
     row = row_of(dialog, "tiny-Q8_0.gguf")
-    assert dialog.table.item(row, 5).text() == "mmproj-tiny-f16.gguf"
-    assert str(models / "mmproj-tiny-f16.gguf") in dialog.table.item(row, 0).toolTip()
+    assert cell(dialog.table, row, 5).text() == "mmproj-tiny-f16.gguf"
+    assert str(models / "mmproj-tiny-f16.gguf") in cell(dialog.table, row).toolTip()
+
+
+@pytest.mark.slow
+def test_screenshot_of_the_library(xvfb, tmp_path):  # noqa: F811 (the fixture)
+    """docs/screenshot-library.png: the real dialog under Xvfb (xcb), drawn by tests/ui/library_screenshot.py."""
+    out = tmp_path / "library.png"
+    # HOME is the test's folder: the picture reads ~/models and ~/hf-cache, whoever runs it; the
+    # generated models stay in the usual test cache.
+    env = dict(os.environ, DISPLAY=xvfb, QT_QPA_PLATFORM="xcb", HF_HUB_CACHE=str(tmp_path / "hf-cache"),
+               HEADROOM_CONFIG_DIR=str(tmp_path / "config"), HOME=str(tmp_path),
+               HEADROOM_CACHE_DIR=str(gguf_factory.models_dir().parent))
+    env.pop("HF_HUB_OFFLINE", None)
+    proc = subprocess.run([sys.executable, "-m", "tests.ui.library_screenshot", str(out), str(tmp_path)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "6 files, 4 models, 3 Hub repos" in proc.stdout  # 2 in the cache, 2 in the folder; a projector, a cut file
+    img = QImage(str(out))
+    assert (img.width(), img.height()) == SIZE
+    ARTIFACT.parent.mkdir(exist_ok=True)
+    shutil.copyfile(out, ARTIFACT.with_name("screenshot-library.png"))
