@@ -16,6 +16,7 @@ import pytest
 
 from app.hub.library import LibraryScan
 from app.planner.units import Bytes
+from app.ui import hub_dialog
 from app.ui.library_dialog import LibraryDialog
 from app.ui.main_window import MainWindow
 from app.ui.qt import QFileDialog, QImage, Qt, QTableWidget, QTableWidgetItem
@@ -256,3 +257,17 @@ def test_screenshot_of_the_library(xvfb, tmp_path):  # noqa: F811 (the fixture)
     assert (img.width(), img.height()) == SIZE
     ARTIFACT.parent.mkdir(exist_ok=True)
     shutil.copyfile(out, ARTIFACT.with_name("screenshot-library.png"))
+
+
+def test_closing_the_window_while_a_search_waits_on_a_silent_hub_does_not_hang(window, fake_hub, monkeypatch,  # noqa: F811
+                                                                                qtbot):
+    monkeypatch.setattr("app.hub.search.SEARCH_TIMEOUT", 3.0)
+    fake_hub.stall()
+    dialog = open_library(window, qtbot)
+    dialog.query.setText("tiny")
+    qtbot.mouseClick(dialog.search_button, LEFT)
+    assert dialog.search_status.text() == "Searching the Hub for 'tiny'…" and not dialog.search_button.isEnabled()
+    qtbot.waitUntil(lambda: any(p == "/api/models" for _, p, _ in fake_hub.requests), timeout=10_000)
+    window.close()  # waits a little, then leaves the search to time out on its own
+    assert not window.isVisible() and not dialog.isVisible()
+    qtbot.waitUntil(lambda: all(t.isFinished() for t in hub_dialog._DETACHED), timeout=20_000)
