@@ -163,6 +163,11 @@ class HubDialog(QDialog):
         lay.addLayout(buttons)
 
     # ---- state ---------------------------------------------------------------------------------
+    def open_ref(self, text: str) -> None:
+        """``text`` (owner/name, an hf: ref or a link) in the repo field, listed as if List were pressed."""
+        self.repo.setText(text)
+        self.list_repo()
+
     def _ref_changed(self, text: str) -> None:
         self.ref = None
         message = ""
@@ -380,7 +385,7 @@ class HubDialog(QDialog):
         self.hide()
         for t in [*self.stopping, *([task] if task is not None else [])]:
             if not t.wait(SHUTDOWN_WAIT_MS):
-                _detach(t)
+                detach(t)
 
 
 #: Workers that outlived their dialog: referenced here until they finish, so none is destroyed running.
@@ -396,7 +401,8 @@ def _wait_detached() -> None:
 atexit.register(_wait_detached)
 
 
-def _detach(task: TaskThread) -> None:
+def detach(task: TaskThread) -> None:
+    """Let ``task`` outlive its dialog: disconnected, unparented and kept referenced until it ends."""
     for signal in (task.succeeded, task.failed, task.finished):  # its dialog may be gone before it ends
         signal.disconnect()
     task.setParent(None)

@@ -29,6 +29,7 @@ from app.ui.form_scroll import form_with_footer
 from app.ui.hub_button import HubButton, model_title
 from app.ui.hub_dialog import HubDialog
 from app.ui.launch_panel import LaunchPanel
+from app.ui.library_dialog import LibraryDialog
 from app.ui.live_replan import LiveReplan
 from app.ui.measure_bar import MeasureBar
 from app.ui.planning import inventory_for, real_inventory
@@ -120,6 +121,7 @@ class MainWindow(QMainWindow):
                                     self.real_inventory)
         self.current = WindowState(inv, reason, self)
         self.hub_dialog: HubDialog | None = None
+        self.library_dialog: LibraryDialog | None = None
         #: What the demo changed (the simulated card, the placement asked for), put back for a real model.
         self._before_demo: tuple[str, bool] | None = None
         self._build()
@@ -146,8 +148,12 @@ class MainWindow(QMainWindow):
         self.hub_button = HubButton()
         self.hub_button.clicked.connect(self.open_hub)
         open_row = QHBoxLayout()
+        self.library_button = QPushButton("Library…")  # every letter of it is another control's Alt key
+        self.library_button.setToolTip("The GGUFs in your Hugging Face cache and folders, and a search of the Hub")
+        self.library_button.clicked.connect(self.open_library)
         open_row.addWidget(self.open_button, 1)
         open_row.addWidget(self.hub_button)
+        open_row.addWidget(self.library_button)
         self.error = QLabel()
         self.error.setObjectName("errorMessage")
         self.error.setWordWrap(True)
@@ -247,6 +253,9 @@ class MainWindow(QMainWindow):
         file_menu.addAction(act)
         self.recent_menu = file_menu.addMenu("Open &recent")
         self._fill_recent()
+        library = QAction("Model &library…", self)
+        library.triggered.connect(self.open_library)
+        file_menu.addAction(library)
         hub = QAction("Open from &Hugging Face…", self)
         hub.triggered.connect(self.open_hub)
         file_menu.addAction(hub)
@@ -360,13 +369,23 @@ class MainWindow(QMainWindow):
         if path:
             self.open_model(Path(path))
 
-    def open_hub(self) -> None:
+    def open_hub(self) -> HubDialog:
         """The repo picker (kept between uses: its listing stays); it hands back a file to open."""
         if self.hub_dialog is None:
             self.hub_dialog = HubDialog(self)
             self.hub_dialog.opened.connect(lambda path: self.open_model(Path(path)))
         self.hub_dialog.show()
         self.hub_dialog.activateWindow()
+        return self.hub_dialog
+
+    def open_library(self) -> None:
+        """The GGUFs found here and a Hub search (kept between uses); it hands back a file or a repo."""
+        if self.library_dialog is None:
+            self.library_dialog = LibraryDialog(self.state, self)
+            self.library_dialog.chosen.connect(lambda path: self.open_model(Path(path)))
+            self.library_dialog.hubRepoChosen.connect(lambda repo: self.open_hub().open_ref(repo))
+        self.library_dialog.show()
+        self.library_dialog.activateWindow()
 
     def open_demo(self) -> bool:
         """The demo: a simulated 24 GB card, the rolling KV window where the engine can do it, 512k.
@@ -520,8 +539,9 @@ class MainWindow(QMainWindow):
         self.sessions.shutdown()
         self.launch.shutdown()
         self.measure.shutdown()
-        if self.hub_dialog is not None:
-            self.hub_dialog.shutdown()
+        for dialog in (self.hub_dialog, self.library_dialog):
+            if dialog is not None:
+                dialog.shutdown()
         if self.persist:
             self.state.geometry = bytes(self.saveGeometry().toHex().data()).decode()
             settings = self.current.settings

@@ -38,6 +38,7 @@ class UiState:
     rpc_workers: list[str] = field(default_factory=list)  # ggml-rpc-server addresses, asked again at start
     server: dict[str, Any] = field(default_factory=dict)  # ServerSettings.to_json(): host, port, key
     recent_profiles: list[str] = field(default_factory=list)  # launch profiles saved or opened
+    library_folders: list[str] = field(default_factory=list)  # the model library's folders, beside the HF cache
 
     def launch_settings(self) -> LaunchSettings:
         try:
