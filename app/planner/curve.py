@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from app.planner import words
 from app.planner.errors import PlannerError
@@ -162,6 +163,25 @@ def _source(points: Sequence[CurvePoint], measured_at: int | None, n_ctx: int) -
     return now.compute_source if now is not None else Source(SourceKind.ESTIMATED)
 
 
+@lru_cache(maxsize=2048)  # a context move re-prices one point per curve, not the grid (a settings change: all)
+def _point(request: PlanRequest, mode: PlanMode, launch: LaunchSettings,
+           measurement: Measurement | None) -> tuple[CurvePoint, tuple[str, ...], tuple[int, ...]]:
+    """One point, the devices' names and what each may hold: the launch as set on a stock engine,
+    else the plan."""
+    shape, inv = request.shape, request.inventory
+    if mode is PlanMode.STOCK:
+        priced = price_as_set(shape, inv, launch, measurement=measurement, safety=request.safety,
+                              vram_target=request.vram_target, overhead=request.overhead)
+        gpus, host, why, source = priced.gpus, priced.host, priced.why, priced.compute.source
+    else:
+        plan = make_plan(shape, inv, launch, engine_window=mode is PlanMode.WINDOW, measurement=measurement,
+                         safety=request.safety, vram_target=request.vram_target, overhead=request.overhead)
+        gpus, host, why = plan.gpus, plan.host, "" if plan.feasible else plan.reason
+        source = plan.gpus[0].sources["compute"] if plan.gpus else plan.host.sources["compute_pinned"]
+    point = CurvePoint(launch.n_ctx, tuple(g.used for g in gpus), _host_used(host), not why, why, source)
+    return point, tuple(g.name for g in gpus), tuple(_usable(g, request.vram_target) for g in gpus)
+
+
 def context_curve(request: PlanRequest, settings: LaunchSettings, *, measurement: Measurement | None = None,
                   fit: ContextFit | None = None, kv_types: Sequence[str] = CHART_KV_TYPES) -> ContextCurve:
     """The chart for ``settings`` planned through ``request`` (the window's plan request: the same
@@ -190,23 +210,10 @@ def context_curve(request: PlanRequest, settings: LaunchSettings, *, measurement
         points: list[CurvePoint] = []
         try:
             for n in contexts:
-                launch = base.with_(n_ctx=n)
-                m = grown_measurement(shape, settings, pass1, n)
-                if mode is PlanMode.STOCK:
-                    priced = price_as_set(shape, inv, launch, measurement=m, safety=request.safety,
-                                          vram_target=request.vram_target, overhead=request.overhead)
-                    gpus, host, why = priced.gpus, priced.host, priced.why
-                    source = priced.compute.source
-                else:
-                    plan = make_plan(shape, inv, launch, engine_window=window, measurement=m, safety=request.safety,
-                                     vram_target=request.vram_target, overhead=request.overhead)
-                    gpus, host, why = plan.gpus, plan.host, "" if plan.feasible else plan.reason
-                    source = (plan.gpus[0].sources if plan.gpus else plan.host.sources).get(
-                        "compute" if plan.gpus else "compute_pinned", Source(SourceKind.ESTIMATED))
-                if not devices:
-                    devices = tuple(g.name for g in gpus)
-                    usable = tuple(_usable(g, request.vram_target) for g in gpus)
-                points.append(CurvePoint(n, tuple(g.used for g in gpus), _host_used(host), not why, why, source))
+                point, names, limits = _point(request, mode, base.with_(n_ctx=n),
+                                              grown_measurement(shape, settings, pass1, n))
+                devices, usable = names, limits
+                points.append(point)
         except PlannerError as exc:  # a type this model's heads cannot use: said in the legend
             curves.append(KvCurve(type_k, type_v, (), current, Source(SourceKind.ESTIMATED), str(exc)))
             continue
