@@ -82,13 +82,13 @@ class ChartCanvas(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.curve: ContextCurve | None = None
-        self.setMinimumSize(300, 300)
+        self.setMinimumSize(300, 230)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
         self.setMouseTracking(True)
         self.setCursor(Qt.CursorShape.PointingHandCursor)
 
     def sizeHint(self) -> QSize:
-        return QSize(640, 420)
+        return QSize(640, 300)
 
     # ---- geometry ------------------------------------------------------------------------------
     def _panels(self) -> list[tuple[str, QRectF]]:
@@ -146,6 +146,14 @@ class ChartCanvas(QWidget):
         top, _u, _cut = self._scale(kind)
         value = (point.gpu_total if kind == "gpu" else point.host) / GiB
         return QPointF(self._x(rect, n_ctx), self._y(rect, top, value))
+
+    def usable_y(self, kind: str = "gpu") -> float | None:
+        """Where the usable line of a panel is drawn (None: no such panel)."""
+        rect = dict(self._panels()).get(kind) if self.curve is not None else None
+        if rect is None or self.curve is None:
+            return None
+        top, usable, _cut = self._scale(kind)
+        return self._y(rect, top, usable)
 
     def context_at(self, x: float) -> int | None:
         """The grid context nearest ``x`` (in log distance), when ``x`` is over the plots."""
@@ -281,10 +289,6 @@ class ChartCanvas(QWidget):
             color = QColor(curve_color(k))
             pen = QPen(color)
             pen.setWidthF(3.0 if k.current else 1.5)
-            if not k.current:
-                pen.setStyle(Qt.PenStyle.SolidLine)
-                color.setAlphaF(0.8)
-                pen.setColor(color)
             p.setPen(pen)
             pts = [QPointF(self._x(rect, pt.n_ctx), self._y(rect, top, (pt.gpu_total if kind == "gpu" else pt.host) / GiB))
                    for pt in k.points]
@@ -321,12 +325,16 @@ class ChartCanvas(QWidget):
         if kind == placed_kind(c):
             if c.largest is not None and c.contexts[0] <= c.largest <= c.contexts[-1]:
                 t = f"largest that fits: {'≥ ' if c.largest_capped else ''}{tokens_text(c.largest)}"
-                self._label(p, t, self._x(rect, c.largest), rect.top() + 3, rect, placed, QColor(LARGEST_COLOR))
+                xl, w = self._x(rect, c.largest), fm.horizontalAdvance(t) + 8
+                # Beside its line, on the side away from the curves' rise (a log axis: they rise to the right).
+                xc = xl - 4 - w / 2 if xl > rect.center().x() else xl + 4 + w / 2
+                self._label(p, t, xc, rect.top() + 3, rect, placed, QColor(LARGEST_COLOR))
             self._label(p, f"now: {tokens_text(c.n_ctx)}", xn, rect.bottom() - fm.height() - 3, rect, placed, text)
         if usable > 0:
             yu = self._y(rect, top, usable)
             t = f"usable {Bytes(usable * GiB)}" if kind == "gpu" else f"available {Bytes(usable * GiB)}"
-            self._label(p, t, rect.right() - 4 - fm.horizontalAdvance(t) / 2 - 4, yu - fm.height() - 2, rect,
+            # At the left end, over the line: where the curves are lowest.
+            self._label(p, t, rect.left() + 6 + fm.horizontalAdvance(t) / 2, yu - fm.height() - 2, rect,
                         placed, QColor(RED), below=yu + 2)
 
     def _label(self, p: QPainter, text: str, x: float, y: float, rect: QRectF, placed: list[QRectF],
@@ -464,6 +472,10 @@ class ContextChart(QWidget):
     def point_pos(self, label: str, n_ctx: int, kind: str = "gpu") -> QPointF | None:
         """Where ``label``'s point at ``n_ctx`` is drawn, in the canvas's coordinates."""
         return self.canvas.point_pos(label, n_ctx, kind)
+
+    def usable_y(self, kind: str = "gpu") -> float | None:
+        """Where the usable line of the "gpu" or "host" panel is drawn, in the canvas's coordinates."""
+        return self.canvas.usable_y(kind)
 
     def plot_widget(self) -> QWidget:
         """The painted part (a click there sets the context)."""
