@@ -112,6 +112,8 @@ def test_without_a_gpu_the_chart_is_host_ram_and_the_window_engine_fills_the_car
     fit = window.largest_fit(settings)
     curve = context_curve(window, settings, fit=fit)
     assert curve.mode is PlanMode.WINDOW and curve.largest == fit.with_tail
-    top = curve.current.points[-1] if curve.current else None
-    assert top is not None and top.gpu_total <= curve.gpu_usable_total  # the window stops at the card
-    assert top.host > curve.current.points[0].host  # and the tail goes to host RAM
+    current = curve.current
+    assert current is not None
+    top = current.points[-1]
+    assert top.gpu_total <= curve.gpu_usable_total  # the window stops at the card
+    assert top.host > current.points[0].host  # and the tail goes to host RAM
