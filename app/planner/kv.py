@@ -20,6 +20,7 @@ Mirrors, in order:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
@@ -36,6 +37,7 @@ def pad(n: int, to: int = CTX_PAD) -> int:
     return -(-n // to) * to
 
 
+@lru_cache(maxsize=1024)  # a plan asks for every layer's rows; the context chart for dozens of plans
 def row_bytes(cache_type: str, n: int) -> int:
     """ggml_row_size(type, n): bytes of ``n`` elements of a cache type (block sizes from gguf)."""
     block, size = GGML_QUANT_SIZES[GGMLQuantizationType(GGML_TYPE_IDS[cache_type])]

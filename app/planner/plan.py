@@ -49,7 +49,7 @@ from app.planner.weights import (
 )
 
 __all__ = ["Alternative", "AlternativeKind", "ContextFit", "DevicePlan", "HostPlan", "KvSummary",
-           "Plan", "PlanMode", "make_plan", "max_context"]
+           "Plan", "PlanMode", "grown_measurement", "make_plan", "max_context", "price_as_set"]
 
 #: Above this context, flash attention off means a KQ matrix of gigabytes (docs/domain.md §2).
 LONG_CONTEXT_FA = 32768
@@ -236,6 +236,18 @@ def _priced(shape: ModelShape, inv: Inventory, launch: LaunchSettings, kind: Alt
     return Priced(alt, stacked.gpus, stacked.host, why, compute, network)
 
 
+def price_as_set(shape: ModelShape, inventory: Inventory, launch: LaunchSettings, *,
+                 measurement: Measurement | None = None, safety: int = 256 * MiB, vram_target: int | None = None,
+                 overhead: int | None = None) -> Priced:
+    """``launch`` exactly as set, priced: what each device holds and why it does not fit ('' when it
+    does), with none of the alternatives a stock plan looks for (the context chart, app/planner/
+    curve.py, prices one per context and KV type). It gets the inventory's RPC workers as a plan does."""
+    if inventory.rpc_endpoints and not launch.rpc:
+        launch = launch.with_(rpc=inventory.rpc_endpoints)
+    return _priced(shape, inventory, launch, AlternativeKind.AS_SET, words.AS_SET, "", Pass1(measurement),
+                   safety, vram_target, overhead)
+
+
 def _fits_as(shape: ModelShape, inv: Inventory, launch: LaunchSettings, pass1: Pass1,
              safety: int, vram_target: int | None, overhead: int | None) -> bool:
     """Whether ``launch`` fits (priced without words: a search step, not an alternative)."""
@@ -410,20 +422,20 @@ def max_context(shape: ModelShape, inventory: Inventory, settings: LaunchSetting
         return lo * per
 
     def resident(n: int) -> bool:
-        s, m = settings.with_(n_ctx=n), _grown(shape, settings, measurement, n)
+        s, m = settings.with_(n_ctx=n), grown_measurement(shape, settings, measurement, n)
         if not inventory.gpus:
             return make_plan(shape, inventory, s, measurement=m).feasible
         return _fits_as(shape, inventory, s, Pass1(m), safety, vram_target, overhead)
 
     def with_tail(n: int) -> bool:
         return make_plan(shape, inventory, settings.with_(n_ctx=n), engine_window=bool(inventory.gpus),
-                         measurement=_grown(shape, settings, measurement, n), safety=safety,
+                         measurement=grown_measurement(shape, settings, measurement, n), safety=safety,
                          vram_target=vram_target, overhead=overhead).feasible
 
     return ContextFit(largest(resident), largest(with_tail), shape.n_ctx_train, cap // per * per)
 
 
-def _grown(shape: ModelShape, settings: LaunchSettings, measurement: Measurement | None,
+def grown_measurement(shape: ModelShape, settings: LaunchSettings, measurement: Measurement | None,
            n_ctx: int) -> Measurement | None:
     """Pass 1 measured at ``settings``; at a larger context its compute buffers are a floor. Add the
     growth the estimate gives between the two contexts (the KQ mask; without flash attention the KQ

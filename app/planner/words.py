@@ -286,11 +286,21 @@ def host_traffic(per_token: int | None) -> str:
 def largest_where(plan: Plan, fit_resident: int, fit_tail: int, engine_window: bool) -> tuple[int, str, bool]:
     """The largest context to offer for ``plan`` and where it lives: (tokens, words, with a tail).
     "with a host tail" only when the tail buys more than the fully resident context."""
-    if not plan.gpus:
+    return largest_for(bool(plan.gpus), fit_resident, fit_tail, engine_window)
+
+
+def largest_for(gpus: bool, fit_resident: int, fit_tail: int, engine_window: bool) -> tuple[int, str, bool]:
+    """``largest_where`` for a plan with (``gpus``) or without GPUs."""
+    if not gpus:
         return fit_resident, "in host RAM", False
     if engine_window and fit_tail > fit_resident:
         return fit_tail, "with a host tail", True
     return fit_resident, "fully on GPU", False
+
+
+def chart_measured_detail(at: str) -> str:
+    """The context chart's compute source when pass 1 anchors a curve: "measured by pass 1 (…)"."""
+    return f"at {at}; larger contexts add the estimate's growth, smaller ones keep it as a floor"
 
 
 # ---- Around a plan (the CLI) ----------------------------------------------------------------------

@@ -23,6 +23,7 @@ from app.ui import demo
 from app.ui import profile as profile_module
 from app.ui.budget_view import BudgetView
 from app.ui.console import Console
+from app.ui.context_chart import ContextChart
 from app.ui.context_control import tokens_text
 from app.ui.devices_panel import DevicesPanel
 from app.ui.form_scroll import form_with_footer
@@ -51,6 +52,7 @@ from app.ui.qt import (
     QScrollArea,
     QSplitter,
     Qt,
+    QTabWidget,
     QVBoxLayout,
     QWidget,
     Signal,
@@ -208,7 +210,13 @@ class MainWindow(QMainWindow):
         mid.addWidget(self.devices)
         # Errors go here, over the plan they are about: in the form they pushed every setting down.
         mid.addWidget(self.error)
-        mid.addWidget(self.plan_scroll, 1)
+        # The budget picture, and beside it in a tab the context chart (it prices only while shown).
+        self.chart = ContextChart()
+        self.chart.contextChosen.connect(self.settings.set_context)
+        self.plan_tabs = QTabWidget()
+        self.plan_tabs.addTab(self.plan_scroll, "&Budget")
+        self.plan_tabs.addTab(self.chart, "Context &chart")
+        mid.addWidget(self.plan_tabs, 1)
         mid_w = QWidget()
         mid_w.setLayout(mid)
         self.console = Console()
@@ -237,7 +245,8 @@ class MainWindow(QMainWindow):
     def _bind(self) -> None:
         """Every panel onto the one state; the window itself says what happened in its own words."""
         state = self.current
-        for panel in (self.settings, self.devices, self.budget, self.measure, self.launch, self.sessions):
+        for panel in (self.settings, self.devices, self.budget, self.chart, self.measure, self.launch,
+                      self.sessions):
             panel.bind(state)
         state.modelChanged.connect(self._show_model)
         state.planChanged.connect(self._planned)

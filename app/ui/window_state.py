@@ -34,7 +34,7 @@ from app.planner.errors import PlannerError
 from app.planner.gguf_model import ModelShape
 from app.planner.measurement import Measurement
 from app.planner.plan import ContextFit, Plan
-from app.planner.request import DEFAULT_SAFETY
+from app.planner.request import DEFAULT_SAFETY, PlanRequest
 from app.planner.settings import LaunchSettings
 from app.ui.hub_button import preview_name
 from app.ui.planning import Planner
@@ -191,6 +191,17 @@ class WindowState(QObject):
             return
         self.plan_ms = (time.perf_counter() - started) * 1000
         self.planChanged.emit(self.plan)
+
+    def plan_request(self) -> PlanRequest | None:
+        """The planner's request the plans now come from (None before a model is open): the same
+        overhead, safety, VRAM target and engine, for views that price more than the one plan (the
+        context chart)."""
+        model, settings = self.model, self.settings
+        if model is None:
+            return None
+        return self._planner.request(model.shape, self.inventory, engine_window=settings.engine_window,
+                                     safety=settings.safety, vram_target=settings.vram_target,
+                                     lookup=self.measurement_for)
 
     def _no_plan(self, reason: str) -> None:
         self.plan, self.fit = None, None

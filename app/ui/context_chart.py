@@ -1,0 +1,532 @@
+"""The context chart: GPU and host memory against the context (log scale, 4k up to the training
+context or 1M) for the settings now, one curve per KV cache type, the plan's usable line, the largest
+context that fits and the context now; a click on the chart sets the context.
+
+The numbers come from the planner (app/planner/curve.py: one plan per point); this only draws them.
+Bound to the window state (``bind``), it redraws on every plan while it is shown, and once when it
+is shown again after plans it missed (hidden in its tab, it prices nothing).
+"""
+
+from __future__ import annotations
+
+import math
+from html import escape
+from typing import TYPE_CHECKING
+
+from app.planner.curve import ContextCurve, KvCurve, context_curve
+from app.planner.errors import PlannerError
+from app.planner.plan_types import PlanMode
+from app.planner.units import Bytes, GiB
+from app.ui.budget_parts import RED, source_text
+from app.ui.context_control import tokens_text
+from app.ui.qt import (
+    QColor,
+    QEvent,
+    QFrame,
+    QHelpEvent,
+    QImage,
+    QLabel,
+    QMouseEvent,
+    QPainter,
+    QPaintEvent,
+    QPalette,
+    QPen,
+    QPointF,
+    QRectF,
+    QScrollArea,
+    QShowEvent,
+    QSize,
+    QSizePolicy,
+    Qt,
+    QToolTip,
+    QVBoxLayout,
+    QWidget,
+    Signal,
+)
+
+if TYPE_CHECKING:
+    from app.ui.window_state import WindowState
+
+#: A colour per KV type (Tableau 10, as the budget bars); another type the settings ask for gets OTHER.
+TYPE_COLORS = {"f16": "#4e79a7", "q8_0": "#f28e2b", "q4_0": "#59a14f"}
+OTHER_COLOR = "#b07aa1"
+LARGEST_COLOR = "#2f6f3e"
+#: How far above the usable line the GPU axis goes at most: a 1M f16 curve of 150 GiB would flatten
+#: a 24 GiB card's part of the picture to a few pixels (the curves are cut at the top, and it says so).
+Y_CAP = 3.0
+EMPTY_TEXT = "<b>No model yet.</b> Open one to see its memory against the context."
+
+
+def curve_color(curve: KvCurve) -> str:
+    return TYPE_COLORS.get(curve.label, OTHER_COLOR)
+
+
+def nice_step(span: float, ticks: int = 5) -> float:
+    """A round tick step (1, 2, 2.5 or 5 × 10^k) giving about ``ticks`` ticks over ``span``."""
+    if span <= 0:
+        return 1.0
+    raw = span / ticks
+    mag = 10.0 ** math.floor(math.log10(raw))
+    return float(next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw))
+
+
+def gib_text(v: float) -> str:
+    return f"{v:.0f}" if v >= 10 or v == int(v) else f"{v:.1f}"
+
+
+class ChartCanvas(QWidget):
+    """The painted part: one panel for the GPUs (summed over devices) and one for host RAM."""
+
+    clicked = Signal(int)  # the context of the grid point nearest the click
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.curve: ContextCurve | None = None
+        self.setMinimumSize(300, 230)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
+        self.setMouseTracking(True)
+        self.setCursor(Qt.CursorShape.PointingHandCursor)
+
+    def sizeHint(self) -> QSize:
+        return QSize(640, 300)
+
+    # ---- geometry ------------------------------------------------------------------------------
+    def _panels(self) -> list[tuple[str, QRectF]]:
+        """(which, plot rectangle) for each panel: "gpu" over "host"."""
+        c = self.curve
+        fm = self.fontMetrics()
+        line = fm.height()
+        left = fm.horizontalAdvance("8888") + 12
+        right = 12
+        top = 4
+        bottom = line + 10  # the x tick labels under the last panel
+        kinds = ["gpu", "host"] if c is not None and c.devices else ["host"]
+        gap = line + 10  # each panel's title above it
+        avail = self.height() - top - bottom - gap * len(kinds) - 8 * (len(kinds) - 1)
+        heights = [avail * 0.6, avail * 0.4] if len(kinds) == 2 else [avail]
+        out = []
+        y = float(top)
+        for kind, h in zip(kinds, heights, strict=True):
+            y += gap
+            out.append((kind, QRectF(left, y, max(self.width() - left - right, 10), max(h, 10))))
+            y += h + 8
+        return out
+
+    def _x(self, rect: QRectF, n_ctx: int) -> float:
+        c = self.curve
+        assert c is not None
+        lo, hi = math.log2(c.contexts[0]), math.log2(c.contexts[-1])
+        return rect.left() + (math.log2(n_ctx) - lo) / max(hi - lo, 1e-9) * rect.width()
+
+    def _scale(self, kind: str) -> tuple[float, float, bool]:
+        """(axis top in GiB, usable in GiB, curves cut at the top) for a panel."""
+        c = self.curve
+        assert c is not None
+        usable = (c.gpu_usable_total if kind == "gpu" else c.host_usable) / GiB
+        values = [(p.gpu_total if kind == "gpu" else p.host) / GiB for k in c.curves for p in k.points]
+        top = max([usable, *values, 0.1]) * 1.05
+        cut = kind == "gpu" and usable > 0 and top > Y_CAP * usable
+        if cut:
+            top = Y_CAP * usable
+        return top, usable, cut
+
+    def _y(self, rect: QRectF, top: float, gib: float) -> float:
+        return rect.bottom() - min(gib, top) / top * rect.height()
+
+    def point_pos(self, label: str, n_ctx: int, kind: str = "gpu") -> QPointF | None:
+        """Where the chart draws ``label``'s point at ``n_ctx`` (None: not drawn)."""
+        c = self.curve
+        if c is None:
+            return None
+        curve = next((k for k in c.curves if k.label == label), None)
+        point = curve.at(n_ctx) if curve is not None else None
+        rect = dict(self._panels()).get(kind)
+        if point is None or rect is None:
+            return None
+        top, _u, _cut = self._scale(kind)
+        value = (point.gpu_total if kind == "gpu" else point.host) / GiB
+        return QPointF(self._x(rect, n_ctx), self._y(rect, top, value))
+
+    def usable_y(self, kind: str = "gpu") -> float | None:
+        """Where the usable line of a panel is drawn (None: no such panel)."""
+        rect = dict(self._panels()).get(kind) if self.curve is not None else None
+        if rect is None or self.curve is None:
+            return None
+        top, usable, _cut = self._scale(kind)
+        return self._y(rect, top, usable)
+
+    def context_at(self, x: float) -> int | None:
+        """The grid context nearest ``x`` (in log distance), when ``x`` is over the plots."""
+        c = self.curve
+        panels = self._panels()
+        if c is None or not panels:
+            return None
+        rect = panels[0][1]
+        if not rect.left() - 8 <= x <= rect.right() + 8:
+            return None
+        return min(c.contexts, key=lambda n: abs(self._x(rect, n) - x))
+
+    # ---- input ---------------------------------------------------------------------------------
+    def mousePressEvent(self, e: QMouseEvent) -> None:
+        if e.button() == Qt.MouseButton.LeftButton and self.isEnabled():
+            n = self.context_at(e.position().x())
+            if n is not None:
+                self.clicked.emit(n)
+                return
+        super().mousePressEvent(e)
+
+    def event(self, e: QEvent) -> bool:
+        if e.type() == QEvent.Type.ToolTip and isinstance(e, QHelpEvent):
+            n = self.context_at(e.pos().x())
+            if n is not None and self.curve is not None:
+                QToolTip.showText(e.globalPos(), self.point_tooltip(n), self)
+            else:
+                QToolTip.hideText()
+            return True
+        return super().event(e)
+
+    def point_tooltip(self, n_ctx: int) -> str:
+        """What each curve holds at ``n_ctx`` and where its compute came from."""
+        c = self.curve
+        assert c is not None
+        lines = [f"<b>{tokens_text(n_ctx)} tokens</b> — click to use this context"]
+        for k in c.curves:
+            p = k.at(n_ctx)
+            if p is None:
+                continue
+            gpu = f"GPU {Bytes(p.gpu_total)}, " if c.devices else ""
+            fits = "fits" if p.fits else f"does not fit: {p.why}"
+            lines.append(f"<span style='color:{curve_color(k)}'>■</span> {escape(k.label)}: {gpu}host "
+                         f"{Bytes(p.host)} — {escape(fits)}; compute {escape(source_text(p.compute_source))}")
+        return "<br>".join(lines)
+
+    # ---- painting ------------------------------------------------------------------------------
+    def paintEvent(self, _e: QPaintEvent) -> None:
+        p = QPainter(self)
+        p.setRenderHint(QPainter.RenderHint.Antialiasing, True)
+        if not self.isEnabled():
+            p.setOpacity(0.35)  # the settings give no plan: the last chart, greyed
+        pal = self.palette()
+        p.fillRect(self.rect(), pal.color(QPalette.ColorRole.Base))
+        if self.curve is not None and self.curve.curves:
+            panels = self._panels()
+            for i, (kind, rect) in enumerate(panels):
+                self._panel(p, kind, rect, last=i == len(panels) - 1)
+        p.end()
+
+    def _panel(self, p: QPainter, kind: str, rect: QRectF, *, last: bool) -> None:
+        c = self.curve
+        assert c is not None
+        pal = self.palette()
+        fm = self.fontMetrics()
+        text = pal.color(QPalette.ColorRole.Text)
+        mid = pal.color(QPalette.ColorRole.Mid)
+        top, usable, cut = self._scale(kind)
+        placed: list[QRectF] = []
+        # The title over the panel.
+        if kind == "gpu":
+            title = f"GPU memory, GiB ({'+'.join(c.devices)})" if len(c.devices) <= 3 else \
+                f"GPU memory, GiB ({len(c.devices)} devices summed)"
+        else:
+            title = "Host RAM, GiB"
+        if cut:
+            title += f" — cut at {gib_text(top)} GiB"
+        p.setPen(text)
+        title = fm.elidedText(title, Qt.TextElideMode.ElideRight, int(rect.width()))
+        p.drawText(QRectF(rect.left(), rect.top() - fm.height() - 6, rect.width(), fm.height()),
+                   Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, title)
+        # The grid and the y labels.
+        p.setRenderHint(QPainter.RenderHint.Antialiasing, False)  # axis-aligned lines: no need, and much faster
+        step = nice_step(top)
+        grid = QPen(mid)
+        grid.setWidthF(0.5)
+        v = 0.0
+        while v <= top + 1e-9:
+            y = self._y(rect, top, v)
+            p.setPen(grid)
+            p.drawLine(QPointF(rect.left(), y), QPointF(rect.right(), y))
+            p.setPen(text)
+            label = QRectF(0, y - fm.height() / 2, rect.left() - 6, fm.height())
+            if label.top() >= rect.top() - fm.height() / 2 - 1:
+                p.drawText(label, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter, gib_text(v))
+            v += step
+        # Vertical grid at each power of two, labelled under the last panel (labels that would touch skipped).
+        n = 1 << max(0, (c.contexts[0] - 1).bit_length())
+        last_right = -1e9
+        while n <= c.contexts[-1]:
+            x = self._x(rect, n)
+            p.setPen(grid)
+            p.drawLine(QPointF(x, rect.top()), QPointF(x, rect.bottom()))
+            if last:
+                t = tokens_text(n)
+                w = fm.horizontalAdvance(t)
+                box = QRectF(x - w / 2, rect.bottom() + 4, w, fm.height())
+                if box.left() < rect.left() - fm.horizontalAdvance("8"):
+                    box.moveLeft(rect.left() - fm.horizontalAdvance("8"))
+                if box.right() > self.width() - 2:
+                    box.moveRight(self.width() - 2)
+                if box.left() > last_right + 6:
+                    p.setPen(text)
+                    p.drawText(box, Qt.AlignmentFlag.AlignCenter, t)
+                    last_right = box.right()
+            n *= 2
+        p.setPen(QPen(mid))
+        p.drawRect(rect)
+        p.setRenderHint(QPainter.RenderHint.Antialiasing, True)
+        # (no clip: every y is clamped into the plot, and a clipped antialiased painter is slow)
+        # The usable line.
+        if usable > 0:
+            pen = QPen(QColor(RED))
+            pen.setStyle(Qt.PenStyle.DashLine)
+            pen.setWidthF(1.5)
+            p.setPen(pen)
+            yu = self._y(rect, top, usable)
+            p.drawLine(QPointF(rect.left(), yu), QPointF(rect.right(), yu))
+        # The curves, the current one last (on top) and wider; a point that does not fit is hollow.
+        for k in sorted(c.curves, key=lambda k: k.current):
+            if not k.points:
+                continue
+            color = QColor(curve_color(k))
+            pen = QPen(color)
+            pen.setWidthF(3.0 if k.current else 1.5)
+            p.setPen(pen)
+            pts = [QPointF(self._x(rect, pt.n_ctx), self._y(rect, top, (pt.gpu_total if kind == "gpu" else pt.host) / GiB))
+                   for pt in k.points]
+            p.drawPolyline(pts)
+            r = 3.5 if k.current else 2.5
+            for pt, q in zip(k.points, pts, strict=True):
+                p.setPen(QPen(color, 1.5))
+                p.setBrush(color if pt.fits else pal.color(QPalette.ColorRole.Base))
+                p.drawEllipse(q, r, r)
+        p.setBrush(Qt.BrushStyle.NoBrush)
+        # The context now: a thin line and a ring on the current curve.
+        cur = c.current
+        xn = self._x(rect, c.n_ctx)
+        p.setPen(QPen(text, 1, Qt.PenStyle.DotLine))
+        p.drawLine(QPointF(xn, rect.top()), QPointF(xn, rect.bottom()))
+        if cur is not None and (now := cur.at(c.n_ctx)) is not None:
+            v = (now.gpu_total if kind == "gpu" else now.host) / GiB
+            p.setPen(QPen(text, 2))
+            p.drawEllipse(QPointF(xn, self._y(rect, top, v)), 6.0, 6.0)
+        # The largest context that fits: a dashed line through the panel and a diamond on the current curve.
+        if c.largest is not None and c.contexts[0] <= c.largest <= c.contexts[-1]:
+            xl = self._x(rect, c.largest)
+            pen = QPen(QColor(LARGEST_COLOR), 1.5, Qt.PenStyle.DashLine)
+            p.setPen(pen)
+            p.drawLine(QPointF(xl, rect.top()), QPointF(xl, rect.bottom()))
+            if cur is not None and (big := cur.at(c.largest)) is not None:
+                v = (big.gpu_total if kind == "gpu" else big.host) / GiB
+                y = self._y(rect, top, v)
+                p.setPen(QPen(QColor(LARGEST_COLOR), 2))
+                p.setBrush(QColor(LARGEST_COLOR))
+                p.drawPolygon([QPointF(xl, y - 6), QPointF(xl + 6, y), QPointF(xl, y + 6), QPointF(xl - 6, y)])
+                p.setBrush(Qt.BrushStyle.NoBrush)
+        # Labels inside the plot, each on a box of the base colour, never over one another.
+        if kind == placed_kind(c):
+            if c.largest is not None and c.contexts[0] <= c.largest <= c.contexts[-1]:
+                t = f"largest that fits: {'≥ ' if c.largest_capped else ''}{tokens_text(c.largest)}"
+                xl, w = self._x(rect, c.largest), fm.horizontalAdvance(t) + 8
+                # Beside its line, on the side away from the curves' rise (a log axis: they rise to the right).
+                xc = xl - 4 - w / 2 if xl > rect.center().x() else xl + 4 + w / 2
+                self._label(p, t, xc, rect.top() + 3, rect, placed, QColor(LARGEST_COLOR))
+            self._label(p, f"now: {tokens_text(c.n_ctx)}", xn, rect.bottom() - fm.height() - 3, rect, placed, text)
+        if usable > 0:
+            yu = self._y(rect, top, usable)
+            t = f"usable {Bytes(usable * GiB)}" if kind == "gpu" else f"available {Bytes(usable * GiB)}"
+            # At the left end, over the line: where the curves are lowest.
+            self._label(p, t, rect.left() + 6 + fm.horizontalAdvance(t) / 2, yu - fm.height() - 2, rect,
+                        placed, QColor(RED), below=yu + 2)
+
+    def _label(self, p: QPainter, text: str, x: float, y: float, rect: QRectF, placed: list[QRectF],
+               color: QColor, *, below: float | None = None) -> None:
+        """``text`` centred on ``x`` at ``y`` (moved inside ``rect``; to the other side of the line,
+        ``below``, or down the plot when it would cover a label already placed)."""
+        fm = self.fontMetrics()
+        w, h = fm.horizontalAdvance(text) + 8, fm.height() + 2
+        box = QRectF(x - w / 2, y, w, h)
+        box.moveLeft(min(max(box.left(), rect.left() + 2), rect.right() - 2 - w))
+        tries = [box.top()] + ([below] if below is not None else []) + [rect.top() + 3 + i * (h + 2) for i in range(6)]
+        for top in tries:
+            box.moveTop(min(max(top, rect.top() + 1), rect.bottom() - h - 1))
+            if not any(box.intersects(o) for o in placed):
+                break
+        else:
+            return  # no room that covers nothing: the legend says it too
+        placed.append(QRectF(box))
+        base = self.palette().color(QPalette.ColorRole.Base)
+        base.setAlphaF(0.85)
+        p.fillRect(box, base)
+        p.setPen(color)
+        p.drawText(box, Qt.AlignmentFlag.AlignCenter, text)
+
+
+def placed_kind(c: ContextCurve) -> str:
+    """The panel that carries the "now" and "largest" labels: the GPU's when there is one."""
+    return "gpu" if c.devices else "host"
+
+
+class ContextChart(QWidget):
+    """The chart with its legend and its sources; ``contextChosen`` when a point is clicked."""
+
+    contextChosen = Signal(int)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._state: WindowState | None = None
+        self._stale = False  # plans came while hidden: price again when shown
+        self.notice = QLabel(EMPTY_TEXT)
+        self.notice.setObjectName("chartNotice")
+        self.notice.setWordWrap(True)
+        self.notice.setStyleSheet("border: 1px solid palette(mid); padding: 6px;")
+        self.legend = QLabel()
+        self.legend.setObjectName("chartLegend")
+        self.legend.setWordWrap(True)
+        self.canvas = ChartCanvas()
+        self.canvas.clicked.connect(self.contextChosen)
+        self.sources = QLabel()
+        self.sources.setObjectName("chartSources")
+        self.sources.setWordWrap(True)
+        for label in (self.notice, self.legend, self.sources):
+            label.setTextFormat(Qt.TextFormat.RichText)
+        inner = QWidget()
+        lay = QVBoxLayout(inner)
+        lay.addWidget(self.notice)
+        lay.addWidget(self.legend)
+        lay.addWidget(self.canvas, 1)
+        lay.addWidget(self.sources)
+        # A short pane scrolls up and down (as the budget's does) instead of squeezing the plots.
+        self.scroll_area = QScrollArea()
+        self.scroll_area.setWidgetResizable(True)
+        self.scroll_area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.scroll_area.setFrameShape(QFrame.Shape.NoFrame)
+        self.scroll_area.setWidget(inner)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        outer.addWidget(self.scroll_area)
+        self._show_parts(False)
+
+    def _show_parts(self, on: bool) -> None:
+        for w in (self.legend, self.canvas, self.sources):
+            w.setVisible(on)
+
+    # ---- the window state ----------------------------------------------------------------------
+    def bind(self, state: WindowState) -> None:
+        """Price and draw ``state``'s settings on each plan (when shown; else once shown again)."""
+        self._state = state
+        state.planChanged.connect(lambda _plan: self._planned())
+        state.noPlan.connect(self.show_no_plan)
+
+    def _planned(self) -> None:
+        self._stale = True
+        if self.isVisible():
+            self.refresh()
+
+    def showEvent(self, e: QShowEvent) -> None:
+        super().showEvent(e)
+        if self._stale:
+            self.refresh()
+
+    def refresh(self) -> None:
+        """Price the chart for the state's settings now and draw it."""
+        state = self._state
+        self._stale = False
+        if state is None:
+            return
+        request = state.plan_request()
+        if request is None:
+            return
+        settings = state.settings.launch
+        try:
+            curve = context_curve(request, settings, measurement=state.measurement_for(settings), fit=state.fit)
+        except (PlannerError, ValueError) as exc:
+            self.show_no_plan(str(exc))
+            return
+        self.show_curve(curve)
+
+    @property
+    def curve(self) -> ContextCurve | None:
+        """What the chart shows (None before a model)."""
+        return self.canvas.curve
+
+    def show_curve(self, curve: ContextCurve) -> None:
+        self.notice.setVisible(False)
+        self._show_parts(True)
+        for w in (self.legend, self.canvas, self.sources):
+            w.setEnabled(True)
+        self.canvas.curve = curve
+        self.legend.setText(legend_html(curve))
+        self.sources.setText(sources_html(curve))
+        self.canvas.setAccessibleDescription(accessible_text(curve))
+        self.canvas.update()
+
+    def show_no_plan(self, message: str) -> None:
+        """The settings give no plan: the last chart stays, greyed, under the reason; no click sets anything."""
+        self.notice.setText(f"<b>No plan</b>: {escape(message)}"
+                            + (" — the chart below is for the last settings." if self.curve is not None else ""))
+        self.notice.setStyleSheet(f"color: {RED}; border: 1px solid {RED}; padding: 6px;")
+        self.notice.setVisible(True)
+        for w in (self.legend, self.canvas, self.sources):
+            w.setEnabled(False)
+
+    # ---- for tests and the benchmark -----------------------------------------------------------
+    def point_pos(self, label: str, n_ctx: int, kind: str = "gpu") -> QPointF | None:
+        """Where ``label``'s point at ``n_ctx`` is drawn, in the canvas's coordinates."""
+        return self.canvas.point_pos(label, n_ctx, kind)
+
+    def usable_y(self, kind: str = "gpu") -> float | None:
+        """Where the usable line of the "gpu" or "host" panel is drawn, in the canvas's coordinates."""
+        return self.canvas.usable_y(kind)
+
+    def plot_widget(self) -> QWidget:
+        """The painted part (a click there sets the context)."""
+        return self.canvas
+
+    def render_image(self) -> QImage:
+        """The chart as it is painted now, in an image of its size."""
+        img = QImage(self.size(), QImage.Format.Format_ARGB32_Premultiplied)
+        img.fill(self.palette().color(QPalette.ColorRole.Window))
+        self.render(img)
+        return img
+
+
+def legend_html(c: ContextCurve) -> str:
+    """One entry per curve (the settings' own in bold), then the lines the chart marks."""
+    parts = []
+    for k in c.curves:
+        name = f"<b>{escape(k.label)} (these settings)</b>" if k.current else escape(k.label)
+        if k.problem:
+            parts.append(f"<span style='color:{curve_color(k)}'>━━</span> {name}: not for this model "
+                         f"({escape(k.problem)})")
+        else:
+            parts.append(f"<span style='color:{curve_color(k)}'>━━</span> {name}")
+    usable = c.gpu_usable_total if c.devices else c.host_usable
+    what = "usable" if c.devices else "available host RAM"
+    parts.append(f"<span style='color:{RED}'>╍╍</span> {what} {Bytes(usable)}")
+    if c.largest is not None:
+        parts.append(f"<span style='color:{LARGEST_COLOR}'>◆</span> largest that fits: "
+                     f"{'≥ ' if c.largest_capped else ''}{tokens_text(c.largest)} {escape(c.largest_where)}")
+    else:
+        parts.append(f"<span style='color:{LARGEST_COLOR}'>◆</span> nothing fits at 4k or more")
+    parts.append(f"○ now: {tokens_text(c.n_ctx)} · hollow points do not fit · click a point to use its context")
+    return " &nbsp; ".join(parts)
+
+
+def sources_html(c: ContextCurve) -> str:
+    """Where the chart's numbers come from, in the plan's words."""
+    mode = {PlanMode.STOCK: "Each point: the launch exactly as set (stock llama.cpp)",
+            PlanMode.WINDOW: "Each point: the rolling-window plan (its host tail in host RAM)",
+            PlanMode.CPU: "Each point: the CPU plan (no GPU)"}[c.mode]
+    computes = "; ".join(f"{escape(k.label)} {escape(source_text(k.source))}" for k in c.curves if not k.problem)
+    usable = "free memory less the safety margin and any VRAM target" if c.devices else "what the OS says is available"
+    return (f"<small>{escape(mode)}. Weights, KV: from the GGUF. Compute: {computes}. Usable: {escape(usable)}. "
+            "Host RAM: mapped weights, KV host tail, pinned compute, prompt cache.</small>")
+
+
+def accessible_text(c: ContextCurve) -> str:
+    cur = c.current
+    if cur is None or not cur.points:
+        return "context chart: no curve"
+    p = cur.at(c.n_ctx)
+    now = f"{Bytes(p.gpu_total)} on the GPUs, {Bytes(p.host)} host RAM" if p is not None else ""
+    return (f"context chart, {cur.label}: at {tokens_text(c.n_ctx)} {now}; largest that fits "
+            f"{tokens_text(c.largest) if c.largest else 'none'}")

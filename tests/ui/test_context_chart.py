@@ -1,0 +1,116 @@
+"""The context chart in the window (issue 20, build item 4): a curve per KV type for the settings
+now, the card's usable line, the largest fitting context marked, a click sets the context; it
+follows the settings while shown and catches up when its tab is opened. Real window, real shape GGUFs."""
+
+from __future__ import annotations
+
+from app.ui.budget_parts import RED
+from app.ui.context_chart import LARGEST_COLOR, TYPE_COLORS
+from app.ui.main_window import MainWindow
+from app.ui.qt import QApplication, QColor, QImage, Qt
+
+LEFT = Qt.MouseButton.LeftButton
+QWEN14_1M = "qwen2.5-14b-instruct-1m-q8_0"
+K = 1024
+
+
+def open_chart(window: MainWindow, qtbot) -> None:
+    window.plan_tabs.setCurrentWidget(window.chart)
+    qtbot.waitUntil(lambda: window.chart.isVisible() and window.chart.curve is not None)
+    QApplication.processEvents()
+
+
+def colours(img: QImage) -> set[int]:
+    return {img.pixel(x, y) for x in range(0, img.width(), 2) for y in range(0, img.height(), 2)}
+
+
+def test_the_chart_shows_each_kv_type_the_usable_line_and_the_largest_fit(window, shape_model, qtbot):
+    window.devices.choose_simulated("RTX 4090")
+    assert window.open_model(shape_model(QWEN14_1M))
+    with qtbot.waitSignal(window.planned):
+        window.settings.set_context(128 * K)
+    open_chart(window, qtbot)
+    curve = window.chart.curve
+    fit = window.current.fit
+    assert curve is not None and fit is not None
+    assert [k.label for k in curve.curves] == ["f16", "q8_0", "q4_0"] and curve.current is curve.curves[0]
+    assert curve.n_ctx == 128 * K and curve.largest == fit.resident
+    assert curve.contexts[0] == 4 * K and curve.contexts[-1] == 1_010_000  # to the training context
+    legend = window.chart.legend.text()
+    assert "f16 (these settings)" in legend and "usable 23.8 GiB" in legend
+    assert f"largest that fits: {fit.resident:,} fully on GPU" in legend
+    assert window.settings.context.fits.text() == f"largest that fits: {fit.resident:,} fully on GPU"
+    assert "Compute: f16 estimated" in window.chart.sources.text()  # no pass 1 yet: said so
+    img = window.chart.render_image()
+    seen = colours(img)
+    for colour in (*TYPE_COLORS.values(), RED, LARGEST_COLOR):  # every curve, the usable line, the mark
+        assert QColor(colour).rgb() in seen, colour
+    # The point at the largest fit sits under the usable line, the one at 128k above it.
+    big = window.chart.point_pos("f16", fit.resident)
+    now = window.chart.point_pos("f16", 128 * K)
+    line_y = window.chart.usable_y("gpu")
+    assert big is not None and now is not None and line_y is not None and now.y() < line_y < big.y()
+
+
+def test_clicking_a_point_sets_the_context_and_the_chart_follows(window, shape_model, qtbot):
+    window.devices.choose_simulated("RTX 4090")
+    assert window.open_model(shape_model(QWEN14_1M))
+    open_chart(window, qtbot)
+    pos = window.chart.point_pos("q8_0", 64 * K)
+    assert pos is not None
+    with qtbot.waitSignal(window.planned) as sig:
+        qtbot.mouseClick(window.chart.plot_widget(), LEFT, pos=pos.toPoint())
+    assert sig.args[0].launch.n_ctx == 64 * K
+    assert window.settings.context.value() == 64 * K and window.settings.context.entry.text() == "64k"
+    curve = window.chart.curve
+    assert curve is not None and curve.n_ctx == 64 * K  # redrawn for the new settings
+    # A setting changed in the form: the chart is for it at once, the q8_0 curve now the emphasised one.
+    with qtbot.waitSignal(window.planned):
+        window.settings.type_k.setCurrentText("q8_0")
+    with qtbot.waitSignal(window.planned):
+        window.settings.type_v.setCurrentText("q8_0")
+    curve = window.chart.curve
+    assert curve is not None and curve.current is not None and curve.current.label == "q8_0"
+    assert "<b>q8_0 (these settings)</b>" in window.chart.legend.text()
+
+
+def test_hidden_behind_the_budget_it_prices_nothing_and_catches_up_when_opened(window, shape_model, qtbot):
+    window.devices.choose_simulated("RTX 4090")
+    assert window.open_model(shape_model(QWEN14_1M))
+    assert window.chart.curve is None  # never shown: never priced
+    open_chart(window, qtbot)
+    drawn = window.settings.context.value()
+    window.plan_tabs.setCurrentIndex(0)  # back to the budget
+    with qtbot.waitSignal(window.planned):
+        window.settings.set_context(256 * K)
+    curve = window.chart.curve
+    assert curve is not None and curve.n_ctx == drawn != 256 * K  # the last one it drew
+    open_chart(window, qtbot)
+    curve = window.chart.curve
+    assert curve is not None and curve.n_ctx == 256 * K
+
+
+def test_settings_that_give_no_plan_grey_the_chart_and_a_click_sets_nothing(window, shape_model, qtbot):
+    window.devices.choose_simulated("RTX 4090")
+    assert window.open_model(shape_model(QWEN14_1M))
+    window.settings.type_v.setCurrentText("q8_0")
+    open_chart(window, qtbot)
+    window.settings.flash_attn.setCurrentText("off")  # a quantized V cache needs flash attention
+    assert window.chart.notice.isVisible() and "requires flash attention" in window.chart.notice.text()
+    assert not window.chart.plot_widget().isEnabled()
+    before = window.settings.context.value()
+    pos = window.chart.point_pos("f16", 8 * K)
+    assert pos is not None
+    qtbot.mouseClick(window.chart.plot_widget(), LEFT, pos=pos.toPoint())
+    assert window.settings.context.value() == before
+
+
+def test_without_a_gpu_the_chart_shows_host_ram(no_gpu_window, tiny_model, qtbot):
+    window = no_gpu_window
+    with qtbot.waitSignal(window.planned):
+        assert window.open_model(tiny_model)
+    open_chart(window, qtbot)
+    curve = window.chart.curve
+    assert curve is not None and curve.devices == () and curve.largest is not None
+    assert "available host RAM" in window.chart.legend.text()
+    assert "q8_0: not for this model" in window.chart.legend.text()  # head size 16: said, not drawn
