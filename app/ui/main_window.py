@@ -419,13 +419,13 @@ class MainWindow(QMainWindow):
             reason = str(exc)  # the reader's message usually names the file already
             self.show_error(f"Cannot use {reason if reason.startswith(path.name) else f'{path.name}: {reason}'}")
             return False
+        settings = None
         if not is_demo:
             new = self._is_another_model(path)
             self._leave_demo()
             if new:  # the last model's context and placement are no settings for this one
-                self.settings.reset_placement()
-                self.settings.set_context(default_context(model.shape.n_ctx_train))
-        self.current.use_model(model)
+                settings = self.settings.settings_for_model(default_context(model.shape.n_ctx_train))
+        self.current.use_model(model, settings)
         if remember:
             self.state.remember_model(str(path))
             self._fill_recent()

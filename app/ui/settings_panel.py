@@ -55,6 +55,13 @@ def window_refusal(engines: list[EngineInfo] | None, engine: EngineInfo | None) 
     return "" if engine.kind == EngineKind.OPENCOTI else words.window_not_offered(str(engine.kind))
 
 
+def _planner_placed(s: LaunchSettings) -> LaunchSettings:
+    """``s`` with the placement left to the planner (an applied ``-ot`` came with its ``-ngl``)."""
+    if s.tensor_overrides or s.n_cpu_moe:
+        s = s.with_(n_gpu_layers=ALL_LAYERS)
+    return s.with_(tensor_overrides=(), n_cpu_moe=0, tensor_split=())
+
+
 def _row(*widgets: QWidget) -> QWidget:
     """Widgets side by side in one form field; the label's mnemonic focuses the first input."""
     box = QWidget()
@@ -210,8 +217,9 @@ class SettingsPanel(QWidget):
             n_gpu_layers=self.n_gpu_layers.value(), offload_kqv=not self.nkvo.isChecked(),
             cache_ram_mib=None if self.cache_ram.value() < 0 else self.cache_ram.value())
 
-    def set_settings(self, s: LaunchSettings) -> None:
-        """Show ``s`` without emitting ``changed`` once per widget; emits it once at the end."""
+    def set_settings(self, s: LaunchSettings, *, emit: bool = True) -> None:
+        """Show ``s`` without emitting ``changed`` once per widget; emits it once at the end (unless
+        not ``emit``: the caller hands ``plan_settings()`` on itself)."""
         self._base = s
         widgets = (self.context, self.type_k, self.type_v, self.n_parallel, self.kv_unified,
                    self.n_ubatch, self.flash_attn, self.n_gpu_layers, self.nkvo, self.cache_ram)
@@ -233,7 +241,8 @@ class SettingsPanel(QWidget):
         self._show_overrides(s)
         for w in widgets:
             w.blockSignals(False)
-        self.changed.emit()
+        if emit:
+            self.changed.emit()
 
     def engine_window(self) -> bool:
         """True when planning for the rolling KV window (opencoti) instead of stock placement."""
@@ -296,11 +305,14 @@ class SettingsPanel(QWidget):
 
     def reset_placement(self) -> None:
         """Back to the planner's placement: every layer on the GPU, no ``-ot``, no ``--n-cpu-moe`` (an
-        applied ``-ot`` comes with the ``-ngl`` that left its layers; a new model needs its own)."""
-        s = self.settings()
-        if s.tensor_overrides or s.n_cpu_moe:
-            s = s.with_(n_gpu_layers=ALL_LAYERS)
-        self.set_settings(s.with_(tensor_overrides=(), n_cpu_moe=0, tensor_split=()))
+        applied ``-ot`` comes with the ``-ngl`` that left its layers)."""
+        self.set_settings(_planner_placed(self.settings()))
+
+    def settings_for_model(self, n_ctx: int) -> PlanSettings:
+        """Another model opens: its context (``n_ctx``) and the planner's placement, shown without a
+        plan for the model still open; the caller plans the new model with what this returns."""
+        self.set_settings(_planner_placed(self.settings()).with_(n_ctx=n_ctx), emit=False)
+        return self.plan_settings()
 
     def set_context(self, n_ctx: int) -> None:
         """Show ``n_ctx`` in the context field (as if typed)."""

@@ -108,9 +108,13 @@ class WindowState(QObject):
         self.use_model(model)
         return model
 
-    def use_model(self, model: OpenModel) -> None:
-        """A model read by ``read_model``: forget the last pass 1, plan."""
+    def use_model(self, model: OpenModel, settings: PlanSettings | None = None) -> None:
+        """A model read by ``read_model``: forget the last pass 1, plan (with ``settings`` when the
+        new model comes with its own: one plan, never one for the old model with them)."""
         self.measurement, self.measured_for = None, None
+        if settings is not None:
+            self.settings = settings
+            self.settingsChanged.emit(settings)
         self.set_model(model)
         self.measurementChanged.emit(None)
 
