@@ -145,13 +145,13 @@ class LiveView(QGroupBox):
             self._render()
 
     def freeze(self) -> None:
-        """The engine stopped or failed: the last reading stays, greyed, saying so."""
+        """The engine stopped or failed: the last reading stays, greyed, saying so (none: hidden)."""
         self._running = False
-        if not self.isVisible():
+        if self._last is None:  # gone before its first reading (a failed launch): nothing to keep
+            self.clear()
             return
         self.setTitle(STOPPED_TITLE)
-        when = f"the last reading ({self._read_at})" if self._last is not None else "no reading was taken"
-        self.status.setText(f"Engine stopped: {when} stays until the next launch.")
+        self.status.setText(f"Engine stopped: the last reading ({self._read_at}) stays until the next launch.")
         self.status.setStyleSheet("")
         for label in self.table.findChildren(QLabel):
             label.setStyleSheet(f"color: {STOPPED_COLOUR};")

@@ -17,6 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from app.engine.discover import EngineInfo, EngineKind, EngineOrigin
 from app.planner.devices import HostMemory, Snapshot, host_memory
 from app.planner.live import CPU_RUN_NOTE, HOST, LiveReport, RowState
 from app.planner.plan_types import PlanMode
@@ -160,3 +161,16 @@ def test_a_cpu_plan_shows_the_engines_real_rss_and_warns_when_host_ram_runs_low(
         assert w.live_view.title() == STOPPED_TITLE
     finally:
         w.close()
+
+
+def test_a_launch_that_fails_before_any_reading_leaves_no_live_view(window, tiny_model, qtbot, tmp_path):
+    gone = tmp_path / "gone" / "llama-server"
+    window.launch.set_engines([EngineInfo(EngineKind.LLAMA_SERVER, str(gone), "unknown", "unknown",
+                                          EngineOrigin.SETTINGS)])
+    assert window.open_model(tiny_model)
+    running: list[object] = []
+    window.current.runningChanged.connect(running.append)
+    with qtbot.waitSignal(window.launch.launchFailed, timeout=30_000):
+        qtbot.mouseClick(window.launch.launch_button, LEFT)
+    assert running == [window.plan, None]  # it was launched (the view waited for a reading), then gone
+    assert window.live_view.isHidden() and not window.live_view.running
