@@ -46,7 +46,9 @@ def row_cells(row: LiveRow) -> tuple[str, ...]:
 def _tooltip(row: LiveRow) -> str:
     if row.device == HOST:
         lines = ["host RAM: the engine's resident set (psutil RSS, children included) against the plan's "
-                 "mapped weights, KV tail and pinned compute; available RAM against the safety margin"]
+                 "mapped weights, KV tail and pinned compute; available RAM against the safety margin",
+                 "others: not told apart on the host (the page cache holding the engine's mapped model "
+                 "counts as available)"]
         if row.prompt_cache:
             lines.append(f"the prompt cache may add up to {Bytes(row.prompt_cache)} (--cache-ram) as "
                          "conversations come")
