@@ -7,7 +7,8 @@ failure means, live in ``nvml_session.py``; simulated cards in ``gpu_table.py``.
   failing GPU: ``reason`` and ``warnings`` say what happened.
 - ``resolve_gpus(["H200", "MyCard:20GiB"])``: simulated cards instead; ``[]``/``["auto"]`` = real.
 - ``Poller`` / ``snapshot()``: the cheap reading the UI takes about once a second, telling the
-  launched engine's memory (by PID, children included) from other processes', with host RAM too.
+  launched engine's memory (by PID, children included) from other processes', with host RAM and the
+  engine's RSS too (app/planner/live.py sets them against the running plan).
 """
 
 from __future__ import annotations
@@ -304,20 +305,41 @@ class Snapshot:
     engine_pid: int | None = None
     taken_at: float = 0.0  # time.monotonic()
     host: HostMemory | None = None  # psutil at the same moment (also without NVML); None: not read
+    #: The engine's resident set (``engine_pid`` and its children, psutil); None: no engine, or gone.
+    engine_rss: int | None = None
+
+
+def process_rss(pid: int) -> int | None:
+    """Bytes resident in RAM for ``pid`` and its descendants (psutil ``memory_info().rss``; pages a
+    child shares with its parent count twice). None when the process is gone or not visible."""
+    try:
+        proc = psutil.Process(pid)
+        total = int(proc.memory_info().rss)
+        children = proc.children(recursive=True)
+    except (psutil.Error, OSError):
+        return None
+    for child in children:
+        try:
+            total += int(child.memory_info().rss)
+        except (psutil.Error, OSError):
+            continue  # a child that ended between the listing and the reading
+    return total
 
 
 def snapshot(session: NvmlSession, engine_pid: int | None,
              read_host: Callable[[], HostMemory | None] = host_memory) -> Snapshot:
-    """Memory and processes per GPU now (one memory call and two process calls per GPU) and host RAM
-    (psutil, read even when NVML is unusable: CPU-only machines plan against it). The session
+    """Memory and processes per GPU now (one memory call and two process calls per GPU), host RAM
+    (psutil, read even when NVML is unusable: CPU-only machines plan against it) and, with an
+    ``engine_pid``, the engine's RSS. The session
     (``NvmlSession``, the handle cache) is opened on first use and keeps handles and names.
     ``read_host`` is for tests (host RAM that moves on cue; others' processes move the real one);
     when it returns None the snapshot has no host reading."""
     now = time.monotonic()
     host = read_host()
+    rss = process_rss(engine_pid) if engine_pid is not None else None
     if not session.open():
         return Snapshot(gpus=(), ok=False, reason=session.reason, engine_pid=engine_pid, taken_at=now,
-                        host=host)
+                        host=host, engine_rss=rss)
     samples: list[GpuSample] = []
     warnings = list(session.warnings)
     for info, handle in session.devices:
@@ -333,7 +355,7 @@ def snapshot(session: NvmlSession, engine_pid: int | None,
                                  processes_known=procs is not None))
     reason = "" if samples else _no_gpu_reason(session, warnings)
     return Snapshot(gpus=tuple(samples), ok=True, reason=reason, warnings=tuple(warnings),
-                    engine_pid=engine_pid, taken_at=now, host=host)
+                    engine_pid=engine_pid, taken_at=now, host=host, engine_rss=rss)
 
 
 class Poller:

@@ -32,6 +32,7 @@ from app.ui.hub_dialog import HubDialog
 from app.ui.launch_panel import LaunchPanel
 from app.ui.library_dialog import LibraryDialog
 from app.ui.live_replan import LiveReplan
+from app.ui.live_view import LiveView
 from app.ui.measure_bar import MeasureBar
 from app.ui.planning import inventory_for, real_inventory
 from app.ui.profile import Profile
@@ -132,6 +133,7 @@ class MainWindow(QMainWindow):
         self.poller = Poller(nvml, read_host)  # read_host: live host RAM (tests pass their own)
         self.poll = PollWorker(self._poll_once, parent=self)
         self.poll.polled.connect(self.devices.show_snapshot)
+        self.poll.polled.connect(self.live_view.show_snapshot)
         self.live = LiveReplan(lambda: self.current.inventory, lambda: self.current.settings.safety,
                                self._live_busy, self._apply_live, self)
         self.poll.polled.connect(self.live.offer)
@@ -195,9 +197,12 @@ class MainWindow(QMainWindow):
         self.demo_banner.setStyleSheet("background: #fff3cd; color: #5c4400; border: 1px solid #c77800; padding: 6px;")
         self.demo_banner.linkActivated.connect(lambda _link: self.choose_model())
         self.demo_banner.setVisible(False)
-        plan_page = QWidget()  # plan vs actual (once an engine ran) over the budget picture
+        self.live_view = LiveView()  # the running engine's memory now (from the device poll)
+        self.launch.checked.connect(self.live_view.show_check)
+        plan_page = QWidget()  # live readings and plan vs actual (once an engine ran) over the budget picture
         plan_col = QVBoxLayout(plan_page)
         plan_col.setContentsMargins(0, 0, 0, 0)
+        plan_col.addWidget(self.live_view)
         plan_col.addWidget(self.launch.check_table())
         plan_col.addWidget(self.budget, 1)
         self.plan_scroll = QScrollArea()
@@ -246,7 +251,7 @@ class MainWindow(QMainWindow):
         """Every panel onto the one state; the window itself says what happened in its own words."""
         state = self.current
         for panel in (self.settings, self.devices, self.budget, self.chart, self.measure, self.launch,
-                      self.sessions):
+                      self.sessions, self.live_view):
             panel.bind(state)
         state.modelChanged.connect(self._show_model)
         state.planChanged.connect(self._planned)

@@ -11,6 +11,7 @@ from app.ui.budget_view import BudgetView
 from app.ui.context_chart import ContextChart
 from app.ui.devices_panel import DevicesPanel
 from app.ui.launch_panel import LaunchPanel
+from app.ui.live_view import LiveView
 from app.ui.measure_bar import MeasureBar
 from app.ui.server_panel import ServerPanel
 from app.ui.sessions_panel import SessionsPanel
@@ -19,7 +20,8 @@ from app.ui.settings_panel import SettingsPanel
 UI = Path(__file__).resolve().parents[2] / "app" / "ui"
 #: The window's attribute for each panel.
 PANELS = {"settings": SettingsPanel, "measure": MeasureBar, "launch": LaunchPanel, "budget": BudgetView,
-          "devices": DevicesPanel, "sessions": SessionsPanel, "server": ServerPanel, "chart": ContextChart}
+          "devices": DevicesPanel, "sessions": SessionsPanel, "server": ServerPanel, "chart": ContextChart,
+          "live_view": LiveView}
 #: How each file names the window: ``self`` in the window, ``window``/``self.window`` outside it.
 WINDOW_NAMES = {"main_window.py": ("self",), "application.py": ("window", "self.window")}
 

@@ -1,7 +1,8 @@
 """The README pictures: the real window under Xvfb (xcb, not offscreen) on the demo — 512k asked
 on a simulated 24 GB GPU; with no opencoti engine here, planned for stock llama.cpp, which fits a
 shorter context — rendered by `headroom gui --demo --ctx 512k --screenshot PATH [--size WxH]` at
-the window's default size and at 1024×700, 1280×800 and 1920×1080 (docs/screenshot-WxH.png)."""
+the window's default size and at 1024×700, 1280×800 and 1920×1080 (docs/screenshot-WxH.png); and
+the live view while the real engine serves (docs/screenshot-live.png, tests/ui/live_shot.py)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from app.ui.budget_view import GPU_PARTS, HOST_PARTS
+from app.ui.live_view import LOW_COLOUR
 from app.ui.qt import QColor, QImage
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,3 +78,23 @@ def test_screenshot_of_the_demo_512k_plan_on_a_24gb_gpu(xvfb, tmp_path, size):
     assert any(all(_has_colour(img, c, y) for c in host) for y in range(0, img.height(), 3))
     ARTIFACT.parent.mkdir(exist_ok=True)
     shutil.copyfile(out, ARTIFACT if size is None else ARTIFACT.with_name(f"screenshot-{size[0]}x{size[1]}.png"))
+
+
+@pytest.mark.slow
+@pytest.mark.engine
+def test_screenshot_of_the_live_view_while_the_engine_serves(xvfb, tmp_path, engine_build):
+    """docs/screenshot-live.png: tests/ui/live_shot.py with the real engine, NVML replayed and the
+    replayed card taken down under the safety margin by another app."""
+    out = tmp_path / "screenshot-live.png"
+    env = dict(os.environ, DISPLAY=xvfb, QT_QPA_PLATFORM="xcb", HEADROOM_CONFIG_DIR=str(tmp_path / "config"))
+    proc = subprocess.run([sys.executable, "-m", "tests.ui.live_shot", str(out)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("live:"))
+    assert "rows=['CUDA0', 'host RAM']" in line and "warnings=1" in line
+    img = QImage(str(out))
+    assert (img.width(), img.height()) == (1400, 900)
+    # The warning and the free VRAM under the margin are painted in the live view's red.
+    assert sum(_has_colour(img, LOW_COLOUR, y) for y in range(0, img.height())) >= 5
+    ARTIFACT.parent.mkdir(exist_ok=True)
+    shutil.copyfile(out, ARTIFACT.with_name("screenshot-live.png"))

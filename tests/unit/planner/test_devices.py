@@ -4,6 +4,7 @@ cards, live snapshots that tell the engine's memory apart, and the real pynvml o
 from __future__ import annotations
 
 import ctypes
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -13,7 +14,7 @@ import pynvml
 import pytest
 
 from app.commands.doctor import _nvml_lines
-from app.planner.devices import Poller, inventory, nvml_status, resolve_gpus, simulated_gpu
+from app.planner.devices import Poller, inventory, nvml_status, process_rss, resolve_gpus, simulated_gpu
 from app.planner.units import GiB
 from tests.fixtures.fake_nvml import FakeNvml, load_readings
 
@@ -251,3 +252,28 @@ def test_poller_without_driver_and_with_a_lost_gpu() -> None:
     assert [g.index for g in snap.gpus] == [0]
     assert snap.warnings == ("GPU 1 (NVIDIA H200) skipped: GPU is lost",)
     assert not lost.initialised
+
+
+def test_snapshot_reads_the_engines_rss_children_included(engine_tree: tuple[int, int]) -> None:
+    engine, child = engine_tree
+
+    def rss() -> int:
+        return sum(psutil.Process(p).memory_info().rss for p in (engine, child))
+
+    before = rss()
+    with Poller(FakeNvml()) as poller:
+        snap = poller.poll(engine_pid=engine)
+        assert poller.poll(engine_pid=None).engine_rss is None  # no engine: nothing read
+    after = rss()
+    assert snap.engine_rss is not None
+    assert snap.engine_rss > psutil.Process(engine).memory_info().rss  # the child's counts too
+    assert min(before, after) * 0.9 <= snap.engine_rss <= max(before, after) * 1.1
+
+
+def test_rss_of_a_process_that_is_gone_is_none_and_read_without_nvml_too() -> None:
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait(timeout=30)
+    assert process_rss(gone.pid) is None
+    with Poller(FakeNvml(init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)) as poller:
+        snap = poller.poll(engine_pid=os.getpid())
+    assert not snap.ok and snap.engine_rss is not None and snap.engine_rss > 0  # psutil needs no driver
