@@ -8,6 +8,7 @@ import ast
 from pathlib import Path
 
 from app.ui.budget_view import BudgetView
+from app.ui.chat_panel import ChatPanel
 from app.ui.devices_panel import DevicesPanel
 from app.ui.launch_panel import LaunchPanel
 from app.ui.measure_bar import MeasureBar
@@ -18,7 +19,8 @@ from app.ui.settings_panel import SettingsPanel
 UI = Path(__file__).resolve().parents[2] / "app" / "ui"
 #: The window's attribute for each panel.
 PANELS = {"settings": SettingsPanel, "measure": MeasureBar, "launch": LaunchPanel, "budget": BudgetView,
-          "devices": DevicesPanel, "sessions": SessionsPanel, "server": ServerPanel}
+          "devices": DevicesPanel, "sessions": SessionsPanel, "server": ServerPanel,
+          "chat": ChatPanel}
 #: How each file names the window: ``self`` in the window, ``window``/``self.window`` outside it.
 WINDOW_NAMES = {"main_window.py": ("self",), "application.py": ("window", "self.window")}
 
