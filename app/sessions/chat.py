@@ -190,12 +190,12 @@ def _read(resp: http.client.HTTPResponse, outcome: ChatOutcome, on_piece: PieceC
                 outcome.error = ("the engine reported an error mid-stream: "
                                  + str(err.get("message") if isinstance(err, dict) else err))
                 return
-            _apply(outcome, event.data, on_piece)
+            apply_chunk(outcome, event.data, on_piece)
     except SseError as exc:
         outcome.error = f"the engine's stream from {url} could not be read: {exc}"
 
 
-def _apply(outcome: ChatOutcome, data: dict[str, Any], on_piece: PieceCallback | None) -> None:
+def apply_chunk(outcome: ChatOutcome, data: dict[str, Any], on_piece: PieceCallback | None) -> None:
     """Fold one chunk into its reply: a content piece, or the finish reason with the timings."""
     for choice in data.get("choices") or []:
         index = int(choice.get("index", 0))

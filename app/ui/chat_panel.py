@@ -122,17 +122,18 @@ class ChatPanel(QWidget):
         self.fork_row.setContentsMargins(0, 0, 0, 0)
         self.columns: list[ForkColumn] = []
         self.forks.setVisible(False)
-        split = QSplitter(Qt.Orientation.Vertical)
+        split = QSplitter(Qt.Orientation.Vertical)  # the chat over a fork's replies
         split.addWidget(self.view)
         split.addWidget(self.forks)
         split.setChildrenCollapsible(False)
+        self.split = split
         self.message = QLineEdit()
         self.message.setPlaceholderText("Message to the model (Enter sends)")
         self.message.setAccessibleName("Chat message")
         self.message.returnPressed.connect(self.send)
-        self.send_button = QPushButton("&Send")
+        self.send_button = QPushButton("Sen&d")
         self.send_button.clicked.connect(self.send)
-        self.fork_button = QPushButton("F&ork")
+        self.fork_button = QPushButton("Fork")  # every Alt letter of it (and of Stop, New chat) is taken
         self.fork_button.setToolTip("Send the chat and this message once and get K replies side by side: "
                                     "the prompt is evaluated once and shared by K slots")
         self.fork_button.clicked.connect(self.fork)
@@ -147,25 +148,29 @@ class ChatPanel(QWidget):
         self.max_tokens.setSuffix(" tokens")
         self.max_tokens.setAccessibleName("Maximum reply length in tokens")
         self.max_tokens.setToolTip("The longest a reply may be (llama-server's n_predict)")
-        self.stop_button = QPushButton("S&top")
+        self.stop_button = QPushButton("Stop")
         self.stop_button.clicked.connect(self.stop)
-        self.new_button = QPushButton("&New chat")
+        self.new_button = QPushButton("New chat")
         self.new_button.clicked.connect(self.new_chat)
+        # Three short rows, not one long one: beside the log the chat keeps the window under 800 px
+        # wide. The fork's proof is said beside Fork.
         row1 = QHBoxLayout()
         row1.addWidget(self.message, 1)
         row1.addWidget(self.send_button)
+        row1.addWidget(self.stop_button)
         row2 = QHBoxLayout()
-        row2.addWidget(self.fork_button)
-        row2.addWidget(self.k)
         row2.addWidget(self.max_tokens)
         row2.addStretch(1)
-        row2.addWidget(self.stop_button)
         row2.addWidget(self.new_button)
+        row3 = QHBoxLayout()
+        row3.addWidget(self.fork_button, 0, Qt.AlignmentFlag.AlignTop)
+        row3.addWidget(self.k, 0, Qt.AlignmentFlag.AlignTop)
+        row3.addWidget(self.status, 1)
         lay = QVBoxLayout(self)
         lay.addWidget(split, 1)
         lay.addLayout(row1)
         lay.addLayout(row2)
-        lay.addWidget(self.status)
+        lay.addLayout(row3)
         self._flush = QTimer(self)
         self._flush.setInterval(100)
         self._flush.timeout.connect(self._show_pieces)
@@ -355,6 +360,9 @@ class ChatPanel(QWidget):
             col.keep.clicked.connect(lambda _checked=False, i=col.index: self.keep_reply(i))
             self.fork_row.addWidget(col, 1)
         self.forks.setVisible(k > 0)
+        if k:  # half for the replies, half for the chat above (its last turns stay in view)
+            total = sum(self.split.sizes()) or self.split.height()
+            self.split.setSizes([total // 2, total - total // 2])
 
     def shutdown(self) -> None:
         if self._switch is not None:
