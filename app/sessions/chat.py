@@ -14,6 +14,7 @@ its extra chunk has no index). ``n_cmpl = K`` (llama-server's own field, as for 
 forks the reply: the prompt is evaluated once and its cells shared by K slots (app/sessions/fork.py),
 and ``/metrics`` before and after proves it (``SharingProof``). Continuing a chat re-sends the whole
 conversation with ``cache_prompt``: the engine evaluates only what its cache does not hold.
+What this build's server does with chat requests: docs/domain.md §1 (llama-server).
 """
 
 from __future__ import annotations
@@ -168,8 +169,8 @@ def chat(client: EngineClient, messages: list[Message], sampling: Sampling = REP
         for r in outcome.replies:
             r.stopped = not r.finished
     elif outcome.error is None and not all(r.finished for r in outcome.replies):
-        outcome.error = (f"the stream from {client.base_url} ended before the engine finished "
-                         "(it may have exited); the text received is kept")
+        outcome.error = (f"the stream from {client.base_url} ended before the engine finished; "
+                         "the engine may have exited")
     if before is not None:
         after = counters(client)
         delta = after.since(before) if after is not None else None

@@ -99,3 +99,26 @@ def test_stop_ends_a_reply_that_would_not_end_by_itself_and_frees_the_slot(engin
     while any(s.is_processing for s in client.slots()) and time.monotonic() < end:
         time.sleep(0.25)
     assert not any(s.is_processing for s in client.slots())
+
+
+def test_an_engine_killed_mid_reply_is_said_and_the_text_received_is_kept(
+        engine_build: EngineBuild, tiny_chat_model: Path, tmp_path: Path) -> None:
+    with running_server(engine_build.server, tiny_chat_model, tmp_path / "server.log", POOL) as srv:
+        client = EngineClient(srv.base_url)
+        first_piece = threading.Event()
+        result: list[ChatOutcome] = []
+
+        def run() -> None:
+            result.append(chat(client, [Message("user", "Go on forever.")], Sampling(4000, ignore_eos=True),
+                               on_piece=lambda _i, _p: first_piece.set()))
+
+        worker = threading.Thread(target=run)
+        worker.start()
+        assert first_piece.wait(120), "no piece streamed"
+        srv.proc.kill()  # SIGKILL: the engine cannot finish the reply
+        worker.join(60)
+        assert not worker.is_alive()
+    out = result[0]
+    assert not out.ok and not out.stopped
+    assert out.error is not None and "the engine may have exited" in out.error
+    assert out.replies[0].text  # what arrived before the engine died is kept
