@@ -117,6 +117,8 @@ class ChatPanel(QWidget):
         self.view = QTextBrowser()
         self.view.setAccessibleName("Chat")
         self.view.setOpenLinks(False)
+        # Two lines at least, so a short window (1024×700) keeps the plan its share; a taller one gives more.
+        self.view.setMinimumHeight(self.view.fontMetrics().lineSpacing() * 2 + 12)
         self.forks = QWidget()
         self.fork_row = QHBoxLayout(self.forks)
         self.fork_row.setContentsMargins(0, 0, 0, 0)

@@ -41,6 +41,7 @@ from app.ui.qt import (
     QDragEnterEvent,
     QDropEvent,
     QFileDialog,
+    QFrame,
     QHBoxLayout,
     QIcon,
     QKeySequence,
@@ -216,7 +217,12 @@ class MainWindow(QMainWindow):
         self.chat = ChatPanel()
         talk = QTabWidget()  # the chat first; the shared-sessions proof one tab away
         talk.addTab(self.chat, "Chat")
-        talk.addTab(self.sessions, "Shared sessions")
+        sessions_page = QScrollArea()  # in a short window (1024×700) it scrolls rather than push the plan up
+        sessions_page.setWidgetResizable(True)
+        sessions_page.setFrameShape(QFrame.Shape.NoFrame)
+        sessions_page.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        sessions_page.setWidget(self.sessions)
+        talk.addTab(sessions_page, "Shared sessions")
         bottom = QSplitter(Qt.Orientation.Horizontal)
         bottom.addWidget(self.console)
         bottom.addWidget(talk)
