@@ -4,7 +4,8 @@ Standard library only (``http.client``), no Qt: the CLI, the smoke test and the 
 thread share it. Endpoints and fields are those of tools/server in the vendored llama.cpp:
 ``GET /health``, ``GET /slots``, ``GET /metrics`` (``--metrics``), ``POST /tokenize``,
 ``POST /completion`` (``stream``, ``id_slot``, ``cache_prompt``, ``n_cmpl``) and
-``POST /slots/{id}?action=save|restore|erase`` (``--slot-save-path``).
+``POST /slots/{id}?action=save|restore|erase`` (``--slot-save-path``). ``open_stream`` is the
+streamed POST itself, for the chat (app/sessions/chat.py: ``/v1/chat/completions``).
 """
 
 from __future__ import annotations
@@ -184,6 +185,19 @@ class EngineClient:
         data = self._json("POST", f"/slots/{slot}?action={action}", body)
         return data if isinstance(data, dict) else {}
 
+    def open_stream(self, path: str, body: dict[str, Any]) -> tuple[
+            http.client.HTTPConnection, http.client.HTTPResponse]:
+        """POST ``body`` with ``stream: true`` to ``path``: the open connection and its response, whose
+        lines ``response_lines`` reads; the caller closes the connection. Errors before the stream
+        starts raise (EngineUnreachable, EngineRejected with the engine's own message)."""
+        conn, resp = self._open("POST", path, {**body, "stream": True})
+        if resp.status >= 400:
+            try:
+                raise _rejected(resp.status, resp.read())
+            finally:
+                conn.close()
+        return conn, resp
+
     def stream(self, body: dict[str, Any], on_piece: PieceCallback | None = None) -> StreamOutcome:
         """POST ``/completion`` with ``stream: true``; text pieces go to ``on_piece`` as they arrive.
         The stream is complete when each of the ``n_cmpl`` indices has sent its ``stop`` result.
@@ -191,13 +205,11 @@ class EngineClient:
         Errors before the stream starts raise (EngineUnreachable, EngineRejected); once it has
         started, nothing received is dropped: a cut stream or an engine error ends up in
         ``StreamOutcome.error``."""
-        conn, resp = self._open("POST", "/completion", {**body, "stream": True})
+        conn, resp = self.open_stream("/completion", body)
         outcome = StreamOutcome()
         try:
-            if resp.status >= 400:
-                raise _rejected(resp.status, resp.read())
             try:
-                for event in iter_events(_lines(resp)):
+                for event in iter_events(response_lines(resp)):
                     if event.done:  # only the OAI-compatible endpoints send [DONE]
                         break
                     if "error" in event.data:
@@ -225,7 +237,8 @@ class EngineClient:
             conn.close()
 
 
-def _lines(resp: http.client.HTTPResponse) -> Iterator[bytes]:
+def response_lines(resp: http.client.HTTPResponse) -> Iterator[bytes]:
+    """A streamed response's raw lines, as they arrive."""
     while True:
         line = resp.readline()
         if not line:

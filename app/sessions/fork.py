@@ -130,7 +130,7 @@ class TurnResult:
         return line
 
 
-def _counters(client: EngineClient) -> Counters | None:
+def counters(client: EngineClient) -> Counters | None:
     """Counters, or None when /metrics is off — or the engine is gone after a cut stream, whose
     text must still reach the caller."""
     try:
@@ -209,6 +209,18 @@ def keep(store: SessionStore, result: TurnResult) -> None:
     store.put(*result.sessions)
 
 
+def check_fork_size(client: EngineClient, k: int) -> None:
+    """ForkTooLarge when the engine has fewer than ``k`` slots (asked before sending)."""
+    try:
+        n_slots = len(client.slots())
+    except EngineRejected:  # /slots turned off: the engine's own n_cmpl limit still answers
+        n_slots = k
+    if k > n_slots:
+        raise ForkTooLarge(
+            f"a fork into {k} sessions needs {k} slots, but the engine at {client.base_url} has {n_slots} "
+            f"(-np {n_slots}); fork into at most {n_slots}, or restart the engine with -np {k} -kvu")
+
+
 def fork(client: EngineClient, prompt: str, names: list[str], sampling: Sampling = Sampling(),
          on_piece: PieceCallback | None = None, slot: int = -1) -> TurnResult:
     """One request, ``n_cmpl = len(names)``: the prompt decoded once and shared; reply ``i`` becomes
@@ -218,15 +230,8 @@ def fork(client: EngineClient, prompt: str, names: list[str], sampling: Sampling
     k = len(names)
     if k < 2 or len(set(names)) != k:
         raise ValueError("a fork needs at least two distinct session names")
-    try:
-        n_slots = len(client.slots())
-    except EngineRejected:  # /slots turned off: the engine's own n_cmpl limit still answers
-        n_slots = k
-    if k > n_slots:
-        raise ForkTooLarge(
-            f"a fork into {k} sessions needs {k} slots, but the engine at {client.base_url} has {n_slots} "
-            f"(-np {n_slots}); fork into at most {n_slots}, or restart the engine with -np {k} -kvu")
-    before = _counters(client)
+    check_fork_size(client, k)
+    before = counters(client)
     body = {"prompt": prompt, "n_cmpl": k, "id_slot": slot, "cache_prompt": True, **sampling.body()}
     try:
         outcome = client.stream(body, on_piece)
@@ -234,7 +239,7 @@ def fork(client: EngineClient, prompt: str, names: list[str], sampling: Sampling
         if "n_cmpl" in exc.server_message or "value <=" in exc.server_message:
             raise ForkTooLarge(f"the engine refused a fork of {k}: {exc.server_message}") from exc
         raise
-    after = _counters(client) if before is not None else None
+    after = counters(client) if before is not None else None
     comps = [outcome.completions.get(i) or Completion(i) for i in range(k)]
     origin = f"fork of {k} ({', '.join(names)})"
     sessions = [Session(name, c.slot, prompt + c.text, 1, outcome.error is None and c.finished, origin)

@@ -22,6 +22,7 @@ from app.planner.units import MiB
 from app.ui import demo
 from app.ui import profile as profile_module
 from app.ui.budget_view import BudgetView
+from app.ui.chat_panel import ChatPanel
 from app.ui.console import Console
 from app.ui.context_chart import ContextChart
 from app.ui.context_control import tokens_text
@@ -43,6 +44,7 @@ from app.ui.qt import (
     QDragEnterEvent,
     QDropEvent,
     QFileDialog,
+    QFrame,
     QHBoxLayout,
     QIcon,
     QKeySequence,
@@ -230,9 +232,18 @@ class MainWindow(QMainWindow):
         # A window with a state file of its own (a test's) keeps its sessions beside it, not in the CLI's store.
         self.sessions = SessionsPanel(store_root=self.state_file.parent if self.state_file else None)
         self.launch.adviceChanged.connect(self.sessions.set_advisories)
+        self.chat = ChatPanel()
+        talk = QTabWidget()  # the chat first; the shared-sessions proof one tab away
+        talk.addTab(self.chat, "Chat")
+        sessions_page = QScrollArea()  # in a short window (1024×700) it scrolls rather than push the plan up
+        sessions_page.setWidgetResizable(True)
+        sessions_page.setFrameShape(QFrame.Shape.NoFrame)
+        sessions_page.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        sessions_page.setWidget(self.sessions)
+        talk.addTab(sessions_page, "Shared sessions")
         bottom = QSplitter(Qt.Orientation.Horizontal)
         bottom.addWidget(self.console)
-        bottom.addWidget(self.sessions)
+        bottom.addWidget(talk)
         bottom.setStretchFactor(0, 1)  # the log wraps; the sessions' controls need their width
         bottom.setStretchFactor(1, 1)
         # The form has the whole height on the left (it never scrolls at 1280×860); on the right the
@@ -251,7 +262,7 @@ class MainWindow(QMainWindow):
         """Every panel onto the one state; the window itself says what happened in its own words."""
         state = self.current
         for panel in (self.settings, self.devices, self.budget, self.chart, self.measure, self.launch,
-                      self.sessions, self.live_view):
+                      self.sessions, self.live_view, self.chat):
             panel.bind(state)
         state.modelChanged.connect(self._show_model)
         state.planChanged.connect(self._planned)
@@ -551,6 +562,7 @@ class MainWindow(QMainWindow):
         self.poller.close()
         self.devices.shutdown()
         self.sessions.shutdown()
+        self.chat.shutdown()
         self.launch.shutdown()
         self.measure.shutdown()
         for dialog in (self.hub_dialog, self.library_dialog):

@@ -8,6 +8,7 @@ import ast
 from pathlib import Path
 
 from app.ui.budget_view import BudgetView
+from app.ui.chat_panel import ChatPanel
 from app.ui.context_chart import ContextChart
 from app.ui.devices_panel import DevicesPanel
 from app.ui.launch_panel import LaunchPanel
@@ -21,7 +22,7 @@ UI = Path(__file__).resolve().parents[2] / "app" / "ui"
 #: The window's attribute for each panel.
 PANELS = {"settings": SettingsPanel, "measure": MeasureBar, "launch": LaunchPanel, "budget": BudgetView,
           "devices": DevicesPanel, "sessions": SessionsPanel, "server": ServerPanel, "chart": ContextChart,
-          "live_view": LiveView}
+          "live_view": LiveView, "chat": ChatPanel}
 #: How each file names the window: ``self`` in the window, ``window``/``self.window`` outside it.
 WINDOW_NAMES = {"main_window.py": ("self",), "application.py": ("window", "self.window")}
 

@@ -1,0 +1,218 @@
+"""A chat on the running engine: ``/v1/chat/completions``, the model's own chat template, streamed.
+
+llama-server applies the template the GGUF carries (``tokenizer.chat_template``) to ``messages``
+and streams OpenAI chunks (tools/server/server-task.cpp ``to_json_oaicompat_chat_stream``)::
+
+    data: {"choices":[{"index":0,"delta":{"content":" the"},"finish_reason":null}],...}
+    data: {"choices":[{"index":0,"delta":{},"finish_reason":"length"}],...,"timings":{"cache_n":34,
+           "prompt_n":46,"predicted_n":8,"predicted_per_second":18.8,...}}
+    data: [DONE]
+
+Each index's last chunk carries its ``timings``: ``cache_n`` prompt tokens reused from the cache,
+``prompt_n`` evaluated, ``predicted_n`` generated at ``predicted_per_second`` (no ``include_usage``:
+its extra chunk has no index). ``n_cmpl = K`` (llama-server's own field, as for ``/completion``)
+forks the reply: the prompt is evaluated once and its cells shared by K slots (app/sessions/fork.py),
+and ``/metrics`` before and after proves it (``SharingProof``). Continuing a chat re-sends the whole
+conversation with ``cache_prompt``: the engine evaluates only what its cache does not hold.
+What this build's server does with chat requests: docs/domain.md §1 (llama-server).
+"""
+
+from __future__ import annotations
+
+import http.client
+import socket
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from app.sessions.client import EngineClient, EngineRejected, PieceCallback, response_lines
+from app.sessions.fork import ForkTooLarge, Sampling, SharingProof, check_fork_size, counters
+from app.sessions.sse import SseError, iter_events
+
+PATH = "/v1/chat/completions"
+#: OpenAI's roles, as chat templates name them.
+ROLES = ("system", "user", "assistant")
+#: A reply as the engine samples it unless told otherwise.
+REPLY = Sampling(256)
+
+
+@dataclass(frozen=True)
+class Message:
+    role: str
+    content: str
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise ValueError(f"a chat message's role is one of {', '.join(ROLES)}, not {self.role!r}")
+
+    def to_json(self) -> dict[str, str]:
+        return {"role": self.role, "content": self.content}
+
+
+@dataclass
+class Reply:
+    """One streamed reply (one of the ``n_cmpl`` indices) as far as it has come."""
+
+    index: int
+    text: str = ""
+    finish_reason: str = ""  # "stop" (end of generation), "length" (max tokens); "" while running or cut
+    predicted: int = 0  # timings.predicted_n
+    tokens_per_second: float = 0.0  # timings.predicted_per_second
+    prompt_evaluated: int = 0  # timings.prompt_n
+    prompt_cached: int = 0  # timings.cache_n
+    stopped: bool = False  # the user stopped it
+
+    @property
+    def finished(self) -> bool:
+        return bool(self.finish_reason)
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self.prompt_evaluated + self.prompt_cached
+
+    def stats(self) -> str:
+        """The line shown under a reply: its length and speed, and how much of the prompt the engine
+        reused from its cache."""
+        if not self.finished:
+            return "stopped before the engine reported its numbers" if self.stopped else ""
+        why = {"stop": "ended by the model", "length": "max tokens reached"}.get(self.finish_reason,
+                                                                                 self.finish_reason)
+        return (f"{self.predicted:,} tokens, {self.tokens_per_second:.1f} tokens/s ({why}); "
+                f"{self.prompt_cached:,} of {self.prompt_tokens:,} prompt tokens reused from the cache")
+
+
+@dataclass
+class ChatOutcome:
+    """A chat request's replies by index; ``error`` None when the engine finished (or the user
+    stopped it); otherwise it says why, and the text received is still here."""
+
+    replies: list[Reply]
+    error: str | None = None
+    stopped: bool = False
+    proof: SharingProof | None = None  # a fork's: was the prompt evaluated once?
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class StopSwitch:
+    """Stop a streaming reply from another thread: the connection is shut, so a read waiting for the
+    next piece returns at once, and llama-server, seeing its client gone, cancels the generation."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._conn: http.client.HTTPConnection | None = None
+
+    @property
+    def stopped(self) -> bool:
+        return self._event.is_set()
+
+    def attach(self, conn: http.client.HTTPConnection | None) -> None:
+        with self._lock:
+            self._conn = conn
+        if conn is not None and self.stopped:
+            self._shut()
+
+    def stop(self) -> None:
+        self._event.set()
+        self._shut()
+
+    def _shut(self) -> None:
+        with self._lock:
+            sock = self._conn.sock if self._conn is not None else None
+            if sock is not None:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:  # already closed
+                    pass
+
+
+def request_body(messages: list[Message], sampling: Sampling, k: int = 1) -> dict[str, Any]:
+    """The JSON a chat request sends (``n_predict``/``temperature``/``seed`` as ``Sampling`` has them)."""
+    if not messages:
+        raise ValueError("a chat request needs at least one message")
+    body: dict[str, Any] = {"messages": [m.to_json() for m in messages], "cache_prompt": True, **sampling.body()}
+    if k > 1:
+        body["n_cmpl"] = k
+    return body
+
+
+def chat(client: EngineClient, messages: list[Message], sampling: Sampling = REPLY, *, k: int = 1,
+         on_piece: PieceCallback | None = None, stop: StopSwitch | None = None) -> ChatOutcome:
+    """Stream the model's reply to ``messages`` (``k`` > 1: K replies from one shared prompt, with the
+    sharing proof from ``/metrics``). Pieces go to ``on_piece(index, text)`` as they arrive."""
+    if k > 1:
+        check_fork_size(client, k)
+    before = counters(client) if k > 1 else None
+    try:
+        conn, resp = client.open_stream(PATH, request_body(messages, sampling, k))
+    except EngineRejected as exc:
+        if k > 1 and ("n_cmpl" in exc.server_message or "value <=" in exc.server_message):
+            raise ForkTooLarge(f"the engine refused a fork of {k}: {exc.server_message}") from exc
+        raise
+    switch = stop or StopSwitch()
+    switch.attach(conn)
+    outcome = ChatOutcome([Reply(i) for i in range(k)])
+    try:
+        _read(resp, outcome, on_piece, client.base_url)
+    except (OSError, http.client.HTTPException) as exc:
+        if not switch.stopped:
+            outcome.error = (f"the stream from {client.base_url} was cut ({exc.__class__.__name__}: {exc}); "
+                             "the engine may have exited")
+    finally:
+        switch.attach(None)
+        conn.close()
+    if switch.stopped:
+        outcome.stopped, outcome.error = True, None
+        for r in outcome.replies:
+            r.stopped = not r.finished
+    elif outcome.error is None and not all(r.finished for r in outcome.replies):
+        outcome.error = (f"the stream from {client.base_url} ended before the engine finished; "
+                         "the engine may have exited")
+    if before is not None:
+        after = counters(client)
+        delta = after.since(before) if after is not None else None
+        prompt = max((r.prompt_tokens for r in outcome.replies), default=0)
+        outcome.proof = SharingProof(k, prompt, delta.prompt_tokens if delta else None,
+                                     delta.prompt_tokens_cached if delta else None)
+    return outcome
+
+
+def _read(resp: http.client.HTTPResponse, outcome: ChatOutcome, on_piece: PieceCallback | None,
+          url: str) -> None:
+    try:
+        for event in iter_events(response_lines(resp)):
+            if event.done:
+                return
+            if "error" in event.data:
+                err = event.data["error"]
+                outcome.error = ("the engine reported an error mid-stream: "
+                                 + str(err.get("message") if isinstance(err, dict) else err))
+                return
+            apply_chunk(outcome, event.data, on_piece)
+    except SseError as exc:
+        outcome.error = f"the engine's stream from {url} could not be read: {exc}"
+
+
+def apply_chunk(outcome: ChatOutcome, data: dict[str, Any], on_piece: PieceCallback | None) -> None:
+    """Fold one chunk into its reply: a content piece, or the finish reason with the timings."""
+    for choice in data.get("choices") or []:
+        index = int(choice.get("index", 0))
+        if not 0 <= index < len(outcome.replies):
+            continue
+        reply = outcome.replies[index]
+        piece = str((choice.get("delta") or {}).get("content") or "")
+        if piece:
+            reply.text += piece
+            if on_piece is not None:
+                on_piece(index, piece)
+        if choice.get("finish_reason"):
+            reply.finish_reason = str(choice["finish_reason"])
+            timings = data.get("timings")
+            if isinstance(timings, dict):
+                reply.predicted = int(timings.get("predicted_n", 0))
+                reply.tokens_per_second = float(timings.get("predicted_per_second", 0.0))
+                reply.prompt_evaluated = int(timings.get("prompt_n", 0))
+                reply.prompt_cached = int(timings.get("cache_n", 0))
