@@ -24,7 +24,7 @@ def _plan(weights: float = 14179.61, kv: float = 98304.0, compute: float = 623.0
                      weights=mib_to_bytes(weights), compute=mib_to_bytes(compute), kv_resident=mib_to_bytes(kv),
                      overhead=590 * MiB, safety=256 * MiB, free=0)
     host = HostPlan(total=128 * GiB, available=120 * GiB, weights_mapped=mib_to_bytes(788.91), kv_tail=0,
-                    compute_pinned=mib_to_bytes(532.01 + 2.32), free=0)
+                    compute_pinned=mib_to_bytes(532.01), free=0, output_buffer=mib_to_bytes(2.32))
     return Plan(launch=LaunchSettings(n_ctx=524288, n_parallel=4, kv_unified=True), mode=PlanMode.STOCK,
                 gpus=(gpu,), host=host, feasible=True, reason="", warnings=(), window_cells=524288, tail_cells=0,
                 vram_target=None)
@@ -40,8 +40,9 @@ def test_recorded_h200_log_gives_the_per_device_actuals(shared_fixtures: Path) -
     assert got[("CUDA0", "kv")] == mib_to_bytes(98304.00)
     assert got[("CUDA0", "compute")] == mib_to_bytes(623.01)
     assert got[(HOST, "weights")] == mib_to_bytes(788.91)
-    # pinned compute plus the 2.32 MiB logits buffer, as the plan counts host compute
-    assert got[(HOST, "compute")] == mib_to_bytes(532.01) + mib_to_bytes(2.32)
+    # pinned compute, and the 2.32 MiB logits buffer as its own part
+    assert got[(HOST, "compute")] == mib_to_bytes(532.01)
+    assert got[(HOST, "output")] == mib_to_bytes(2.32)
 
 
 def test_a_plan_that_held_is_ok_row_by_row_and_nvml_counts_the_cuda_context(shared_fixtures: Path) -> None:
