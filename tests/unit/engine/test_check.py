@@ -98,7 +98,8 @@ CPU_REPACK_LOG = [
 
 def _cpu_plan(weights_mib: float, repacked_mib: float) -> Plan:
     host = HostPlan(total=24 * GiB, available=22 * GiB, weights_mapped=mib_to_bytes(weights_mib), kv_tail=64 * MiB,
-                    compute_pinned=mib_to_bytes(116.51 + 0.49), free=0, weights_repacked=mib_to_bytes(repacked_mib))
+                    compute_pinned=mib_to_bytes(116.51), free=0, weights_repacked=mib_to_bytes(repacked_mib),
+                    output_buffer=mib_to_bytes(0.49))
     return Plan(launch=LaunchSettings(n_ctx=512), mode=PlanMode.CPU, gpus=(), host=host, feasible=True, reason="",
                 warnings=(), window_cells=0, tail_cells=512, vram_target=None)
 
