@@ -26,7 +26,13 @@ from typing import Any
 from app.planner.devices import Inventory
 from app.planner.gguf_model import ModelShape
 from app.planner.request import DEFAULT_SAFETY, MeasurementLookup, PlanRequest
-from app.planner.settings import ALL_LAYERS, DEFAULT_CACHE_RAM_MIB, KV_TYPES, LaunchSettings
+from app.planner.settings import (
+    ALL_LAYERS,
+    DEFAULT_CACHE_RAM_MIB,
+    DEFAULT_DRAFT_N_MAX,
+    KV_TYPES,
+    LaunchSettings,
+)
 from app.planner.units import Bytes, parse_tokens
 
 
@@ -104,6 +110,44 @@ def add_launch_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-ts", "--ts", "--tensor-split", dest="tensor_split", type=tensor_split, default=(),
                    metavar="N,N,...", help="layer shares per device in the engine's order (RPC workers first); "
                                           "default: the planner chooses them by the devices' budgets")
+    add_extra_args(p)
+
+
+def add_extra_args(p: argparse.ArgumentParser) -> None:
+    """What a launch adds to its model: LoRA adapters and a draft model (app/planner/extras.py)."""
+    p.add_argument("--lora", action="append", default=[], metavar="FILE",
+                   help="a LoRA adapter GGUF (repeat, or comma-separated, for several): planned on the "
+                        "devices of the weights it adapts")
+    p.add_argument("-md", "--model-draft", "--spec-draft-model", dest="draft_model", default="", metavar="FILE",
+                   help="a draft model for speculative decoding (the same vocabulary as the model)")
+    p.add_argument("-ngld", "--gpu-layers-draft", "--spec-draft-ngl", dest="draft_n_gpu_layers", type=gpu_layers,
+                   default=ALL_LAYERS, metavar="N", help="the draft model's layers on the GPU (default all)")
+    p.add_argument("-ctkd", "--cache-type-k-draft", dest="draft_type_k", choices=KV_TYPES, default="f16",
+                   metavar="TYPE", help="the draft model's K cache type (default f16)")
+    p.add_argument("-ctvd", "--cache-type-v-draft", dest="draft_type_v", choices=KV_TYPES, default=None,
+                   metavar="TYPE", help="the draft model's V cache type (default: its K type)")
+    p.add_argument("--spec-draft-n-max", dest="draft_n_max", type=int, default=DEFAULT_DRAFT_N_MAX, metavar="N",
+                   help=f"tokens the draft proposes per step (default {DEFAULT_DRAFT_N_MAX}, llama-server's)")
+    p.add_argument("-cd", "--ctx-size-draft", dest="draft_ctx", default=None, metavar="TOKENS",
+                   help="not in this llama.cpp: the draft's context is the model's (-c)")
+
+
+def _extra_values(args: argparse.Namespace) -> dict[str, Any]:
+    """The LoRA and draft flags as LaunchSettings fields; ValueError for a file that is not there."""
+    if getattr(args, "draft_ctx", None) is not None:
+        raise ValueError("-cd: llama.cpp 0c1e57098 has no draft context size; the draft model's context is the "
+                         "model's own (-c)")
+    lora = tuple(f for item in getattr(args, "lora", []) or [] for f in item.split(",") if f)
+    draft = str(getattr(args, "draft_model", "") or "")
+    for f in (*lora, draft):
+        if f and not Path(f).is_file():
+            raise ValueError(f"file not found: {f}")
+    return {"lora": tuple(str(Path(f).resolve()) for f in lora),
+            "draft_model": str(Path(draft).resolve()) if draft else "",
+            "draft_n_gpu_layers": getattr(args, "draft_n_gpu_layers", ALL_LAYERS),
+            "draft_type_k": getattr(args, "draft_type_k", "f16"),
+            "draft_type_v": getattr(args, "draft_type_v", None) or getattr(args, "draft_type_k", "f16"),
+            "draft_n_max": getattr(args, "draft_n_max", DEFAULT_DRAFT_N_MAX)}
 
 
 def tensor_split(text: str) -> tuple[int, ...]:
@@ -172,7 +216,7 @@ def settings_from_args(args: argparse.Namespace) -> LaunchSettings:
         n_ubatch=args.n_ubatch, n_batch=args.n_batch, flash_attn=args.flash_attn,
         n_gpu_layers=args.n_gpu_layers, offload_kqv=not args.no_kv_offload,
         tensor_split=tuple(getattr(args, "tensor_split", ()) or ()),
-        cache_ram_mib=getattr(args, "cache_ram", None))
+        cache_ram_mib=getattr(args, "cache_ram", None), **_extra_values(args))
 
 
 def context(text: str, model: str | Path) -> int:

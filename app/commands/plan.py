@@ -186,13 +186,16 @@ def render(plan: Plan, title: str, fit: ContextFit, asked: LaunchSettings | None
            + (f"  -ts {','.join(map(str, launch.tensor_split))}" if launch.tensor_split else ""),
            f"  mode {plan.mode}: {'FITS' if plan.feasible else 'DOES NOT FIT'} — {plan.reason}", ""]
     parts = ("other_processes", "weights", "compute", "kv_resident", "overhead", "safety", "free")
+    extra = ("lora", "draft_weights", "draft_kv", "draft_compute")  # shown when the launch has them
     for g in plan.gpus:
         out.append(f"  {g.name}  {g.label}  total {Bytes(g.total)}"
                    + (f"  budget {Bytes(g.budget)}" if g.budget is not None else ""))
-        out += [f"    {p.replace('_', ' '):<16}{Bytes(getattr(g, p))!s:>12}   {g.sources.get(p, '')!s}" for p in parts]
+        shown = [*parts[:4], *(p for p in extra if p in g.sources), *parts[4:]]
+        out += [f"    {p.replace('_', ' '):<16}{Bytes(getattr(g, p))!s:>12}   {g.sources.get(p, '')!s}" for p in shown]
     h = plan.host
     out.append(f"  host RAM  available {Bytes(h.available)} of {Bytes(h.total)}")
-    for p in ("weights_mapped", "kv_tail", "compute_pinned", "prompt_cache", "free"):
+    for p in ("weights_mapped", "kv_tail", "compute_pinned", "output_buffer",
+              *(p for p in extra if p in h.sources), "prompt_cache", "free"):
         out.append(f"    {p.replace('_', ' '):<16}{Bytes(getattr(h, p))!s:>12}   {h.sources.get(p, '')!s}")
     out.append(f"  {words.kv_placement(plan)}")
     trained = f"trained {format_tokens(fit.n_ctx_train)}"

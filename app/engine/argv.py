@@ -82,6 +82,12 @@ def build_argv(engine: EngineInfo, settings: LaunchSettings, mode: PlanMode, mod
         argv.append("--swa-full")
     if not settings.offload_kqv:
         argv.append("-nkvo")
+    if settings.lora:
+        argv += ["--lora", ",".join(settings.lora)]
+    if settings.draft_model:  # explicit: the engine's -ngld default is "auto", its spec type "none"
+        argv += ["-md", settings.draft_model, "-ngld", str(0 if mode == PlanMode.CPU else settings.draft_n_gpu_layers),
+                 "-ctkd", settings.draft_type_k, "-ctvd", settings.draft_type_v,
+                 "--spec-type", "draft-simple", "--spec-draft-n-max", str(settings.draft_n_max)]
     if mode == PlanMode.WINDOW:
         argv += ["--kv-residency-mode", "window", "--vram-target", str((vram_target or 0) // MiB)]
     if _optional(engine, "--cache-ram") and settings.cache_ram_mib is not None:

@@ -31,6 +31,8 @@ LOG_RESOLUTION = MiB // 200
 PROCESS_TOLERANCE = 128 * MiB
 HOST = "host"
 PARTS = ("weights", "kv", "compute")
+#: Parts a launch has only with a LoRA (``--lora``) or a draft model (``-md``), and the logits buffer.
+EXTRA_PARTS = ("output", "lora", "draft weights", "draft kv", "draft compute")
 
 
 class ActualSource(StrEnum):
@@ -117,11 +119,17 @@ class PlanCheck:
 
 def actuals(buffers: LogBuffers) -> dict[tuple[str, str], int]:
     """(device, part) → bytes from the engine log; host devices (``CPU_Mapped``, ``CUDA_Host``,
-    ``CPU``) summed into one ``host`` device, as the plan counts host memory. The logits output
-    buffer counts as compute (the plan's ``compute_pinned`` includes it: app/planner/plan_types.py)."""
+    ``CPU``) summed into one ``host`` device, as the plan counts host memory. The logits buffers are
+    their own part, ``output`` (the model's and a draft model's); a draft model's other buffers are
+    ``draft weights``/``draft kv``/``draft compute`` (its lines follow the draft marker, logparse)."""
     out: dict[tuple[str, str], int] = {}
-    for part, block in (("weights", buffers.model), ("kv", buffers.kv), ("compute", buffers.compute),
-                        ("compute", buffers.output)):
+    draft = buffers.draft
+    blocks = [("weights", buffers.model), ("kv", buffers.kv), ("compute", buffers.compute),
+              ("output", buffers.output), ("lora", buffers.lora)]
+    if draft is not None:
+        blocks += [("draft weights", draft.model), ("draft kv", draft.kv), ("draft compute", draft.compute),
+                   ("output", draft.output)]
+    for part, block in blocks:
         for dev, size in block.items():
             key = (HOST if is_host_device(dev) else dev, part)
             out[key] = out.get(key, 0) + size
@@ -140,6 +148,10 @@ def planned(plan: Plan) -> dict[tuple[str, str], int]:
     out[(HOST, "weights")] = int(plan.host.weights_mapped)
     out[(HOST, "kv")] = int(plan.host.kv_tail)
     out[(HOST, "compute")] = int(plan.host.compute_pinned)
+    for name, dev in [*((g.name, g) for g in plan.gpus), (HOST, plan.host)]:
+        for part in EXTRA_PARTS[1:]:
+            out[(name, part)] = int(getattr(dev, part.replace(" ", "_")))
+    out[(HOST, "output")] = int(plan.host.output_buffer)
     return out
 
 
@@ -173,11 +185,11 @@ def check_plan(plan: Plan, log_lines: Iterable[str], *, snapshot: Snapshot | Non
     devices = [g.name for g in plan.gpus] + [HOST]
     devices += sorted({d for d, _ in got if d not in devices})
     for dev in devices:
-        for part in PARTS:
+        for part in PARTS + EXTRA_PARTS:
             p, a = want.get((dev, part)), got.get((dev, part))
             if p is None and a is None:
                 continue
-            if dev == HOST and a is None and p == 0:
+            if (dev == HOST or part in EXTRA_PARTS) and a is None and p == 0:
                 continue
             rows.append(CheckRow(dev, part, p, a))
     if buffers.prompt_cache_mib is not None:  # a limit, not an allocation: it must be the planned one exactly

@@ -48,6 +48,18 @@ _RS_SIZE_RE = re.compile(r"llama_memory_recurrent: size =\s*(?P<mib>[0-9.]+) MiB
 _OUTPUT_RE = re.compile(r"llama_context:\s+(?P<dev>\S+)\s+output buffer size =\s*(?P<mib>[0-9.]+) MiB")
 # sched_reserve:      CUDA0 compute buffer size =   623.01 MiB          (src/llama-context.cpp:740)
 _COMPUTE_RE = re.compile(r"sched_reserve:\s+(?P<dev>\S+) compute buffer size =\s*(?P<mib>[0-9.]+) MiB")
+# llama_adapter_lora_init_impl: CPU_Mapped LoRA buffer size =     0.01 MiB   (src/llama-adapter.cpp:392)
+_LORA_RE = re.compile(r"llama_adapter_lora_init_impl:\s+(?P<dev>\S+) LoRA buffer size =\s*(?P<mib>[0-9.]+) MiB")
+# common_speculative_init_result: loading draft model '/models/draft.gguf'   (common/speculative.cpp:2537)
+# Everything after it is the draft model's (llama-server loads it after the model's context).
+_DRAFT_START_RE = re.compile(r"common_speculative_init_result: loading draft model ")
+# srv    load_model: loading model '/models/m.gguf'   (tools/server/server-context.cpp:1022): the model
+# again, after a draft (a server resuming from sleep loads both again)
+_SERVER_LOAD_RE = re.compile(r"load_model: loading model '")
+# spec common_specu: adding speculative implementation 'draft-simple'   (common/speculative.cpp): the
+# draft is loaded; what follows is the server's again
+_DRAFT_END_RE = re.compile(r"adding speculative implementation|speculative decoding context initialized"
+                           r"|failed to load draft model")
 # load_tensors: loading model tensors, this can take a while... (load_mode = mmap)
 _MODEL_START_RE = re.compile(r"load_tensors: loading model tensors")
 # llama_context: constructing llama_context
@@ -202,6 +214,10 @@ class LogBuffers:
     devices: tuple[tuple[str, str], ...] = ()
     #: llama-server's prompt-cache limit as it logged it, MiB (-1 no limit, 0 off; None: not logged).
     prompt_cache_mib: int | None = None
+    #: LoRA adapter buffers per buffer name, every adapter's added up (``--lora``).
+    lora: dict[str, int] = field(default_factory=dict)
+    #: The draft model's own lines (``-md``), parsed apart: everything after the draft marker.
+    draft: LogBuffers | None = None
 
     def buffer_name(self, device: str) -> str:
         """The buffer name of a device named in a per-device line (``RPC1`` → ``RPC0[host:port]``):
@@ -243,6 +259,9 @@ class LogParser:
         self._partial = ""
         self._devices: list[tuple[str, str]] = []
         self._prompt_cache: int | None = None
+        self._lora: dict[str, int] = {}
+        self._draft: LogParser | None = None
+        self._in_draft = False
 
     def feed_text(self, text: str) -> None:
         """Feed a chunk of log text that may end mid-line (the probe's log callback)."""
@@ -254,8 +273,22 @@ class LogParser:
 
     def feed(self, line: str) -> None:
         line = line.rstrip("\r\n")
+        if self._in_draft and (_SERVER_LOAD_RE.search(line) or _DRAFT_END_RE.search(line)):
+            self._in_draft = False
+        if _DRAFT_START_RE.search(line):
+            self._draft, self._in_draft = LogParser(), True  # a draft loaded again (the server woke up): anew
+            return
+        if self._in_draft and self._draft is not None:
+            self._draft.feed(line)
+            return
         if _MODEL_START_RE.search(line):
             self._closed.add("model")
+            self._lora = {}
+            return
+        m = _LORA_RE.search(line)
+        if m:
+            self._lora[m.group("dev")] = self._lora.get(m.group("dev"), 0) + mib_to_bytes(float(m.group("mib")))
+            self._matched += 1
             return
         m = _PROMPT_CACHE_RE.search(line)
         if m:
@@ -380,7 +413,8 @@ class LogParser:
             recurrent=dict(self._rs), recurrent_lines=tuple(t for t, _ in self._rs_lines),
             recurrent_total=sum(b for _, b in self._rs_lines), breakdown=tuple(self._breakdown),
             opencoti=self._opencoti, matched=self._matched, devices=tuple(self._devices),
-            prompt_cache_mib=self._prompt_cache,
+            prompt_cache_mib=self._prompt_cache, lora=dict(self._lora),
+            draft=self._draft.result() if self._draft is not None else None,
         )
         if expect_buffers and not out.has_buffers:
             out = replace(out, warnings=(NO_BUFFER_LINES,))

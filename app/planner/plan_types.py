@@ -23,6 +23,9 @@ words in JSON (``str(source)``; ``Source.from_json`` reads it back). ``mode`` is
 absent = 0) is the part of ``host.weights_mapped`` that the CPU backend holds as a repacked copy
 (``CPU_REPACK``). ``host.prompt_cache`` (likewise; absent = 0) is the server's prompt-cache limit
 (``--cache-ram``), held back from ``free``.
+``host.output_buffer`` (likewise) is the logits buffers, no longer in ``compute_pinned``;
+``gpus[].lora``/``host.lora`` and ``draft_weights``/``draft_kv``/``draft_compute`` (likewise; absent
+= 0) are what ``--lora`` and a draft model (``-md``) add there (app/planner/extras.py).
 ``gpus[].driver_reserve`` (likewise; absent = 0) is the part of ``other_processes`` that no process
 holds: the driver's own reserve. ``gpus[].remote`` (absent = "") is an RPC worker's endpoint and
 ``gpus[].budget`` (absent = null) a device's own budget; ``network`` (absent = null) what crosses
@@ -97,11 +100,18 @@ class DevicePlan:
     remote: str = ""
     #: This device's own budget (``--vram-target RPC0=2GiB``), safety included; None: none.
     budget: int | None = None
+    #: LoRA adapters' buffers here (``--lora``: on the devices of the weights they adapt).
+    lora: int = 0
+    #: A draft model's weights, KV and compute buffers here (``-md``).
+    draft_weights: int = 0
+    draft_kv: int = 0
+    draft_compute: int = 0
 
     @property
     def used(self) -> int:
         """What this engine process takes on the GPU (everything but others and the safety margin)."""
-        return self.weights + self.compute + self.kv_resident + self.overhead
+        return (self.weights + self.compute + self.kv_resident + self.overhead + self.lora + self.draft_weights
+                + self.draft_kv + self.draft_compute)
 
     def to_json(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__} | {"sources": {k: v.to_json() for k, v in self.sources.items()}}
@@ -113,12 +123,19 @@ class HostPlan:
     available: int
     weights_mapped: int  # all host weight memory: the mapped file range plus any repacked copy
     kv_tail: int
-    compute_pinned: int  # pinned/CPU compute buffers plus the logits output buffer
+    compute_pinned: int  # pinned/CPU compute buffers (the logits are ``output_buffer``)
     free: int
     sources: dict[str, Source] = field(default_factory=dict)
     weights_repacked: int = 0  # the part of weights_mapped that is the CPU backend's CPU_REPACK copy
     #: llama-server's prompt cache (``--cache-ram``): host RAM it may fill over time, held back.
     prompt_cache: int = 0
+    #: LoRA adapters' host buffers, a draft model's host weights, KV and compute (``--lora``, ``-md``).
+    lora: int = 0
+    draft_weights: int = 0
+    draft_kv: int = 0
+    draft_compute: int = 0
+    #: The output (logits) buffers: ``n_vocab × slots`` floats, the draft model's too.
+    output_buffer: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__} | {"sources": {k: v.to_json() for k, v in self.sources.items()}}

@@ -32,6 +32,10 @@ DEFAULT_CACHE_RAM_MIB = 8192
 #: held back as given (and the plan says when it does not fit).
 AUTO_CACHE_RESERVE_MIB = 1024
 
+#: llama-server's default number of tokens a draft model proposes per step (``--spec-draft-n-max``;
+#: common/common.h ``common_params_speculative_draft::n_max``).
+DEFAULT_DRAFT_N_MAX = 3
+
 #: Sentinel for "offload every layer" (llama-server ``-ngl 999`` / ``all``).
 ALL_LAYERS = 999
 
@@ -71,6 +75,9 @@ class LaunchSettings:
     layers, and so their KV, on the CPU). n_cpu_moe: ``--n-cpu-moe``, the expert weights of the first
     N layers in host RAM. cache_ram_mib: ``--cache-ram``, the server's prompt cache in host RAM (MiB;
     None = auto, sized by the plan: ``AUTO_CACHE_RESERVE_MIB``).
+    lora: ``--lora`` adapter files, in order. draft_model: ``-md``, a draft model for speculative
+    decoding ("" none), with its own ``-ngld``, ``-ctkd``/``-ctvd`` and ``--spec-draft-n-max``; its
+    context is the model's own (docs/domain.md §9).
     """
 
     n_ctx: int = 4096
@@ -89,9 +96,15 @@ class LaunchSettings:
     tensor_overrides: tuple[tuple[str, str], ...] = ()
     n_cpu_moe: int = 0
     cache_ram_mib: int | None = None
+    lora: tuple[str, ...] = ()
+    draft_model: str = ""
+    draft_n_gpu_layers: int = ALL_LAYERS
+    draft_type_k: str = "f16"
+    draft_type_v: str = "f16"
+    draft_n_max: int = DEFAULT_DRAFT_N_MAX
 
     def __post_init__(self) -> None:
-        for name in ("type_k", "type_v"):
+        for name in ("type_k", "type_v", "draft_type_k", "draft_type_v"):
             if getattr(self, name) not in KV_TYPES:
                 raise ValueError(f"{name} must be one of {', '.join(KV_TYPES)}, not {getattr(self, name)!r}")
         if self.flash_attn not in ("on", "off", "auto"):
@@ -108,6 +121,10 @@ class LaunchSettings:
             raise ValueError("cache_ram_mib must be -1 (no limit), 0 (off) or a size in MiB")
         if self.n_cpu_moe < 0 or any(not p or not b for p, b in self.tensor_overrides):
             raise ValueError("n_cpu_moe must be >= 0 and every tensor override needs a pattern and a buffer")
+        if any(not f or "," in f for f in self.lora):
+            raise ValueError("a LoRA adapter needs a file name without a comma (--lora splits on commas)")
+        if self.draft_n_gpu_layers < 0 or self.draft_n_max < 0:
+            raise ValueError("draft_n_gpu_layers and draft_n_max must be >= 0")
         for ep in self.rpc:
             if not _ENDPOINT.fullmatch(ep):
                 raise ValueError(f"not an RPC endpoint (HOST:PORT): {ep!r}")
@@ -122,6 +139,24 @@ class LaunchSettings:
         """src/llama-context.cpp: ``n_ubatch = min(n_batch, n_ubatch)``, after the clamp above."""
         return min(self.effective_n_batch, self.n_ubatch)
 
+    @property
+    def n_outputs_max(self) -> int:
+        """The model context's output rows, as llama-server sets them (tools/server/server-context.cpp
+        ``server_output_limits``): ``min(n_batch, n_parallel × (1 + drafted tokens))``."""
+        return min(self.n_batch, self.n_parallel * self.n_outputs_max_per_seq)
+
+    @property
+    def n_outputs_max_per_seq(self) -> int:
+        """One sampled token per sequence, plus the tokens a draft proposes (0 without one)."""
+        return min(self.n_batch, 1 + (self.draft_n_max if self.draft_model else 0))
+
+    def draft_settings(self) -> LaunchSettings:
+        """The draft model's own context and placement: the model's settings (common/speculative.cpp
+        ``common_base_params_to_speculative`` copies them) with the draft's ``-ngld``, cache types and
+        no overrides, LoRA or draft of its own; its outputs are one per sequence."""
+        return replace(self, n_gpu_layers=self.draft_n_gpu_layers, type_k=self.draft_type_k,
+                       type_v=self.draft_type_v, tensor_overrides=(), n_cpu_moe=0, lora=(), draft_model="")
+
     def flags(self) -> dict[str, str]:
         """Each setting as the llama-server flag a user knows it by: ``{"-c": "4096", ...}``."""
         return {"-c": str(self.n_ctx), "-ctk": self.type_k, "-ctv": self.type_v, "-np": str(self.n_parallel),
@@ -131,7 +166,11 @@ class LaunchSettings:
                 "-nkvo": "off" if self.offload_kqv else "on",
                 "--rpc": ",".join(self.rpc) or "none", "-ts": ",".join(map(str, self.tensor_split)) or "none",
                 "-ot": self.override_text() or "none", "--n-cpu-moe": str(self.n_cpu_moe),
-                "--cache-ram": "auto" if self.cache_ram_mib is None else str(self.cache_ram_mib)}
+                "--cache-ram": "auto" if self.cache_ram_mib is None else str(self.cache_ram_mib),
+                "--lora": ",".join(self.lora) or "none",
+                "-md": self.draft_model or "none", "-ngld": "all" if self.draft_n_gpu_layers >= ALL_LAYERS
+                else str(self.draft_n_gpu_layers), "-ctkd": self.draft_type_k, "-ctvd": self.draft_type_v,
+                "--spec-draft-n-max": str(self.draft_n_max)}
 
     def override_text(self) -> str:
         """``-ot``'s value: ``PATTERN=BUFFER,PATTERN=BUFFER`` (common/arg.cpp splits on commas)."""
@@ -153,7 +192,7 @@ class LaunchSettings:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> LaunchSettings:
         known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
-        for name in ("rpc", "tensor_split"):  # JSON lists back to tuples (absent: the default, ())
+        for name in ("rpc", "tensor_split", "lora"):  # JSON lists back to tuples (absent: the default, ())
             if name in known:
                 known[name] = tuple(known[name])
         if "tensor_overrides" in known:

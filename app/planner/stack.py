@@ -8,10 +8,10 @@ HostPlan. KV follows its layer's device (src/llama-kv-cache.cpp: ``model.dev_lay
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
-from app.planner import words
+from app.planner import extras, words
 from app.planner.devices import Inventory
 from app.planner.estimate import cuda_fit_gap, estimate_compute
 from app.planner.gguf_model import ModelShape
@@ -26,6 +26,8 @@ from app.planner.weights import (
     DEFAULT_GPU_OVERHEAD_SOURCE,
     WeightSplit,
     output_buffer_bytes,
+    resolve_overrides,
+    weight_split,
 )
 
 
@@ -63,6 +65,8 @@ class Compute:
     gpu: dict[str, int]  # engine device name -> bytes
     host: int
     source: Source
+    #: The draft model's own compute buffers (``-md``; None: no draft).
+    draft: Compute | None = None
 
 
 @dataclass(frozen=True)
@@ -79,7 +83,19 @@ class Stacked:
 
 def compute_for(shape: ModelShape, inv: Inventory, settings: LaunchSettings,
                 measurement: Measurement | None, ctx_kv: KvLayout) -> Compute:
-    """Measured compute buffers when pass 1 saw these devices; otherwise the marked estimate."""
+    """Measured compute buffers when pass 1 saw these devices; otherwise the marked estimate. A
+    draft model's are its own pass 1's (``measurement.draft``), or its own estimate."""
+    main = _compute_for(shape, inv, settings, measurement, ctx_kv)
+    if not settings.draft_model:
+        return main
+    dshape, ds = extras.draft_shape(settings.draft_model), settings.draft_settings()
+    draft = _compute_for(dshape, inv, ds, measurement.draft if measurement is not None else None,
+                         kv_layout(dshape, ds))
+    return replace(main, draft=draft)
+
+
+def _compute_for(shape: ModelShape, inv: Inventory, settings: LaunchSettings,
+                 measurement: Measurement | None, ctx_kv: KvLayout) -> Compute:
     names = [g.engine_name for g in inv.gpus]
     if measurement is not None:
         label = Source(SourceKind.MEASURED)
@@ -131,6 +147,7 @@ def stack(shape: ModelShape, inv: Inventory, settings: LaunchSettings, ws: Weigh
         else:
             kv_gpu[dev] += fixed + cell * resident_cells
             kv_host += cell * (kvp.cells - resident_cells)
+    more, host_more = _extras(shape, inv, settings, ws, compute)
     ovh = DEFAULT_GPU_OVERHEAD if overhead is None else overhead
     ovh_src = (DEFAULT_GPU_OVERHEAD_SOURCE if overhead is None
                else overhead.source if isinstance(overhead, Sourced) else Source(SourceKind.GIVEN))
@@ -150,7 +167,7 @@ def stack(shape: ModelShape, inv: Inventory, settings: LaunchSettings, ws: Weigh
         if not g.simulated and g.processes_known:
             src_other = Source(SourceKind.FROM_NVML,
                                words.nvml_processes_detail(len(g.processes), min(held, other), reserve))
-        free = g.free - ws.gpu[i] - comp - kv_gpu[i] - dev_ovh - safety
+        free = g.free - ws.gpu[i] - comp - kv_gpu[i] - dev_ovh - safety - more[i].total
         gguf = Source(SourceKind.FROM_GGUF)
         gpus.append(DevicePlan(
             name=g.engine_name, label=g.label, total=g.total,
@@ -159,9 +176,13 @@ def stack(shape: ModelShape, inv: Inventory, settings: LaunchSettings, ws: Weigh
             sources={"total": src_total, "other_processes": src_other, "weights": gguf,
                      "compute": compute.source, "kv_resident": gguf, "overhead": dev_ovh_src,
                      "safety": Source(SourceKind.GIVEN)},
-            remote=g.endpoint if g.is_rpc else "", budget=g.budget))
-    pinned = compute.host + output_buffer_bytes(shape, settings)
-    before_cache = inv.host.available - ws.host_weights - kv_host - pinned
+            remote=g.endpoint if g.is_rpc else "", budget=g.budget,
+            lora=more[i].lora, draft_weights=more[i].draft_weights, draft_kv=more[i].draft_kv,
+            draft_compute=more[i].draft_compute))
+        gpus[-1].sources.update(more[i].sources)
+    pinned = compute.host
+    output = output_buffer_bytes(shape, settings) + host_more.output
+    before_cache = inv.host.available - ws.host_weights - kv_host - pinned - output - host_more.total
     prompt_cache = prompt_cache_bytes(settings.cache_ram_mib, before_cache)
     weights_src = Source(SourceKind.FROM_GGUF, words.repacked_detail(ws.repacked) if ws.repacked else "")
     from_os = Source(SourceKind.FROM_OS)
@@ -174,5 +195,56 @@ def stack(shape: ModelShape, inv: Inventory, settings: LaunchSettings, ws: Weigh
                                         else SourceKind.DEFAULT,
                                         words.prompt_cache_detail(settings.cache_ram_mib, prompt_cache // MiB))},
         prompt_cache=prompt_cache,
-        weights_repacked=ws.repacked)
+        weights_repacked=ws.repacked, lora=host_more.lora, draft_weights=host_more.draft_weights,
+        draft_kv=host_more.draft_kv, draft_compute=host_more.draft_compute, output_buffer=output)
+    host.sources.update(host_more.sources)
+    host.sources["output_buffer"] = Source(SourceKind.FROM_GGUF, words.output_buffer_detail(settings))
     return Stacked(tuple(gpus), host, ws.host_layers + kv_host, ws.prefill_host_weights + kv_host)
+
+
+@dataclass(frozen=True)
+class Extra:
+    """What a LoRA and a draft model add on one device (or the host), bytes."""
+
+    lora: int = 0
+    draft_weights: int = 0
+    draft_kv: int = 0
+    draft_compute: int = 0
+    output: int = 0  # the draft's logits buffer (host only)
+    sources: dict[str, Source] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return self.lora + self.draft_weights + self.draft_kv + self.draft_compute
+
+
+def _extras(shape: ModelShape, inv: Inventory, settings: LaunchSettings, ws: WeightSplit,
+            compute: Compute) -> tuple[list[Extra], Extra]:
+    """Per GPU and for the host: the LoRA adapters' buffers on the devices of the weights they adapt
+    (app/planner/extras.py) and the draft model stacked as a second model with its own settings."""
+    n = len(inv.gpus)
+    names = [g.engine_name for g in inv.gpus]
+    lora_gpu, lora_host = [0] * n, 0
+    if settings.lora:
+        lora_gpu, lora_host = extras.lora_bytes(shape, settings.lora, ws.devices, n,
+                                                resolve_overrides(settings, names) if n else ())
+    d_gpus: tuple[DevicePlan, ...] = ()
+    d_host: HostPlan | None = None
+    d_src = Source(SourceKind.ESTIMATED)
+    if settings.draft_model and compute.draft is not None:
+        dshape, ds = extras.draft_shape(settings.draft_model), settings.draft_settings()
+        share = list(settings.tensor_split[:n]) + [0] * (n - len(settings.tensor_split)) if settings.tensor_split \
+            else [g.free for g in inv.gpus]
+        dws = weight_split(dshape, ds.n_gpu_layers if n else 0, share if n else [])
+        dkv = kv_per_layer(dshape, ds)
+        drafted = stack(dshape, inv, ds, dws, dkv, dkv.cells if ds.offload_kqv else 0, compute.draft, 0, 0)
+        d_gpus, d_host, d_src = drafted.gpus, drafted.host, compute.draft.source
+    gguf = Source(SourceKind.FROM_GGUF)
+    lora_src = Source(SourceKind.FROM_GGUF, words.LORA_DETAIL)
+    srcs: dict[str, Source] = ({"lora": lora_src} if settings.lora else {}) | (
+        {"draft_weights": gguf, "draft_kv": gguf, "draft_compute": d_src} if settings.draft_model else {})
+    gpus = [Extra(lora_gpu[i], d_gpus[i].weights if d_gpus else 0, d_gpus[i].kv_resident if d_gpus else 0,
+                  d_gpus[i].compute if d_gpus else 0, 0, srcs) for i in range(n)]
+    host = Extra(lora_host, d_host.weights_mapped if d_host else 0, d_host.kv_tail if d_host else 0,
+                 d_host.compute_pinned if d_host else 0, d_host.output_buffer if d_host else 0, srcs)
+    return gpus, host

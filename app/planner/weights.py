@@ -244,6 +244,17 @@ def override_shifts(shape: ModelShape, n_gpu_layers: int, n_devices: int,
     return slots, pinned
 
 
+def tensor_device(t: TensorInfo, n_layer: int, devices: Sequence[int | None],
+                  overrides: tuple[Override, ...] = ()) -> int | None:
+    """The device (None: the CPU) a model tensor is loaded to: the first override whose pattern it
+    matches, else its layer's device (``layer_devices``); the input layer stays on the CPU."""
+    for pattern, dev in overrides:
+        if re.search(pattern, t.name):
+            return dev
+    slot = _tensor_slot(t, n_layer)
+    return None if slot < 0 else devices[slot]
+
+
 def _expert_fraction(shape: ModelShape, name: str) -> float:
     """The share of a tensor a decoded token reads: ``n_expert_used / n_expert`` for expert tensors."""
     if "_exps" in name and shape.n_expert:

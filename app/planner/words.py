@@ -403,3 +403,13 @@ def smaller_kv_label(settings: LaunchSettings) -> str:
 
 SMALLER_KV_NOTE = ("a smaller KV cache type, everything resident: it changes the numbers the model computes "
                    "(offered, chosen only when nothing else fits)")
+
+
+#: Where a LoRA adapter's bytes are planned (app/planner/extras.py).
+LORA_DETAIL = "the adapter's tensors, on the devices of the weights they adapt"
+
+
+def output_buffer_detail(settings: LaunchSettings) -> str:
+    slots = f"{settings.n_parallel} slot" + ("s" if settings.n_parallel != 1 else "")
+    draft = ", and the draft model's" if settings.draft_model else ""
+    return f"logits: n_vocab × {slots} × 4 bytes{draft}"

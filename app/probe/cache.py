@@ -53,7 +53,9 @@ def library_identity(lib_dir: str | None, commit: str) -> dict[str, Any]:
 
 def cache_key(model: Path, settings: LaunchSettings, library: dict[str, Any], method: str = "probe") -> str:
     blob = json.dumps({"schema": SCHEMA, "method": method, "file": file_identity(model),
-                       "settings": settings.to_json(), "library": library}, sort_keys=True)
+                       "settings": settings.to_json(), "library": library}
+                      | ({"draft": file_identity(Path(settings.draft_model))} if settings.draft_model else {}),
+                      sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
 

@@ -290,7 +290,11 @@ def measure(model_path: str | Path, settings: LaunchSettings, *, timeout: float 
                                     commit=engine_commit(str(result.get("lib_dir") or "")),
                                     seconds=time.monotonic() - started,
                                     source=f"{result.get('bindings', 'llama-cpp-python')} no_alloc probe")
-    return replace(measured, launch=settings)
+    draft = None
+    if settings.draft_model and buffers.draft is not None:  # the draft's lines, after the marker
+        draft = replace(measurement_from_log(buffers.draft, backend=measured.backend, commit=measured.llama_commit,
+                                             seconds=0.0, source=measured.source), launch=settings.draft_settings())
+    return replace(measured, launch=settings, draft=draft)
 
 
 def gpu_caveat(measurement: Measurement, *, targets_gpu: bool, engine: EngineBuild | None = None) -> str | None:

@@ -57,8 +57,9 @@ def context_values(settings: LaunchSettings) -> dict[str, Any]:
 
     common/common.cpp ``common_context_params_to_llama``: n_seq_max = -np; swa_full from the
     server's default (false; the C API's is true). tools/server/server-context.cpp
-    ``server_output_limits``: n_outputs_max = min(n_batch, n_parallel), one output per sequence
-    (it sizes the logits rows of the reserved graph, so it changes the compute buffer).
+    ``server_output_limits``: n_outputs_max = min(n_batch, n_parallel × (1 + drafted tokens)), one
+    output per sequence and one per drafted token (it sizes the logits rows of the reserved graph, so
+    it changes the compute buffer). A draft model's own context: ``settings.draft_settings()``.
     """
     return {
         "n_ctx": settings.n_ctx,
@@ -66,8 +67,8 @@ def context_values(settings: LaunchSettings) -> dict[str, Any]:
         "n_ubatch": settings.n_ubatch,
         "n_seq_max": settings.n_parallel,
         "n_rs_seq": 0,
-        "n_outputs_max": min(settings.n_batch, settings.n_parallel),
-        "n_outputs_max_per_seq": 1,
+        "n_outputs_max": settings.n_outputs_max,
+        "n_outputs_max_per_seq": settings.n_outputs_max_per_seq,
         "flash_attn_type": FLASH_ATTN[settings.flash_attn],
         "type_k": GGML_TYPE_IDS[settings.type_k],
         "type_v": GGML_TYPE_IDS[settings.type_v],
@@ -218,11 +219,43 @@ def probe(model_path: str, settings: LaunchSettings) -> dict[str, Any]:
         lib.llama_model_free(model)
         result["error"] = "llama.cpp could not create a context with these settings (see its log)"
         return result
+    draft_error = _probe_draft(lib, settings, split) if settings.draft_model else ""
     lib.llama_free(ctx)
     lib.llama_model_free(model)
+    if draft_error:
+        result["error"] = draft_error
+        return result
     result["ok"] = True
     result["seconds"] = round(time.monotonic() - started, 3)
     return result
+
+
+#: The line llama-server logs before it loads a draft model (common/speculative.cpp
+#: ``common_speculative_init_result``); the probe logs the same, so one parser splits both logs.
+DRAFT_MARKER = "common_speculative_init_result: loading draft model '{}'\n"
+
+
+def _probe_draft(lib: Any, settings: LaunchSettings, split: Any) -> str:
+    """The draft model, as llama-server loads it after the model's context (its own ``-ngld``, the
+    model's split, its own context parameters): '' when it loaded, else why not."""
+    _emit(DRAFT_MARKER.format(settings.draft_model))
+    draft = settings.draft_settings()
+    mparams = lib.llama_model_default_params()
+    for name, value in model_values(draft).items():
+        setattr(mparams, name, value)
+    if split is not None:
+        mparams.tensor_split = split
+    model = lib.llama_model_load_from_file(settings.draft_model.encode(), mparams)
+    if not model:
+        return f"llama.cpp could not load the draft model {settings.draft_model} (see its log)"
+    cparams = lib.llama_context_default_params()
+    for name, value in context_values(draft).items():
+        setattr(cparams, name, value)
+    ctx = lib.llama_init_from_model(model, cparams)
+    if ctx:
+        lib.llama_free(ctx)
+    lib.llama_model_free(model)
+    return "" if ctx else "llama.cpp could not create the draft model's context with these settings (see its log)"
 
 
 def _bindings_version() -> str:

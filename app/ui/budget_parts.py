@@ -20,6 +20,10 @@ GPU_PARTS = (
     ("weights", "Weights", "#4e79a7"),
     ("compute", "Compute", "#f28e2b"),
     ("kv_resident", "KV window", "#59a14f"),
+    ("lora", "LoRA", "#9c755f"),
+    ("draft_weights", "Draft model", "#76b7b2"),
+    ("draft_kv", "Draft KV", "#e15759"),
+    ("draft_compute", "Draft compute", "#d37295"),
     ("overhead", "Overhead", "#b07aa1"),
     ("safety", "Safety", "#edc948"),
 )
@@ -28,6 +32,11 @@ HOST_PARTS = (
     ("weights_mapped", "Mapped weights", "#a0cbe8"),
     ("kv_tail", "KV host tail", "#8cd17d"),
     ("compute_pinned", "Pinned compute", "#ffbe7d"),
+    ("output_buffer", "Output buffer", "#f1ce63"),
+    ("lora", "Host LoRA", "#d7b5a6"),
+    ("draft_weights", "Host draft model", "#86bcb6"),
+    ("draft_kv", "Host draft KV", "#ff9d9a"),
+    ("draft_compute", "Host draft compute", "#fabfd2"),
     ("prompt_cache", "Prompt cache", "#d4a6c8"),  # a limit the server may fill over time (--cache-ram)
 )
 DRIVER_COLOR = "#bab0ac"
@@ -63,6 +72,15 @@ PART_TIPS = {
     "KV of CPU layers": "the KV cache of the layers that run on the CPU (stock llama.cpp keeps a layer's KV "
                         "with the layer)",
     "Pinned compute": "page-locked host memory the GPU copies through when it computes on host layers",
+    "Output buffer": "the logits of the tokens a batch outputs (the model's, and a draft model's)",
+    "LoRA": "a LoRA adapter's tensors, beside the weights they adapt (--lora)",
+    "Host LoRA": "a LoRA adapter's tensors for the layers in host RAM (--lora)",
+    "Draft model": "the draft model's weights for speculative decoding (-md)",
+    "Draft KV": "the draft model's KV cache: the model's context, its own cache types (-ctkd/-ctvd)",
+    "Draft compute": "the draft model's scratch buffer (measured by pass 1, else estimated)",
+    "Host draft model": "the draft model's weights in host RAM (-md)",
+    "Host draft KV": "the draft model's KV cache in host RAM",
+    "Host draft compute": "the draft model's host scratch buffer",
 }
 
 

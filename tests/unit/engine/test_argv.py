@@ -84,3 +84,22 @@ def test_the_key_file_and_extra_args_come_last_and_the_shell_line_hides_a_given_
     assert "s3cret" not in line
     assert "'/m/my model.gguf'" in line
     assert '--api-key "$HEADROOM_API_KEY"' in line
+
+
+def test_a_lora_and_a_draft_model_are_passed_with_every_draft_setting_explicit() -> None:
+    settings = LaunchSettings(n_ctx=8192, lora=("/m/a.gguf", "/m/b.gguf"), draft_model="/m/draft.gguf",
+                              draft_n_gpu_layers=10, draft_type_k="q8_0", draft_type_v="q8_0", draft_n_max=5)
+    argv = build_argv(STOCK, settings, PlanMode.STOCK, MODEL, "127.0.0.1", 18080)
+    i = argv.index("--lora")
+    assert argv[i:i + 2] == ["--lora", "/m/a.gguf,/m/b.gguf"]
+    j = argv.index("-md")  # the engine's own defaults (-ngld auto, --spec-type none) never decide
+    assert argv[j:j + 12] == ["-md", "/m/draft.gguf", "-ngld", "10", "-ctkd", "q8_0", "-ctvd", "q8_0",
+                              "--spec-type", "draft-simple", "--spec-draft-n-max", "5"]
+    cpu = build_argv(STOCK, settings, PlanMode.CPU, MODEL, "127.0.0.1", 18080)
+    assert cpu[cpu.index("-ngld") + 1] == "0"
+    assert "-md" not in build_argv(STOCK, LaunchSettings(), PlanMode.STOCK, MODEL, "127.0.0.1", 18080)
+
+
+def test_a_lora_file_with_a_comma_is_refused_before_the_engine_splits_it() -> None:
+    with pytest.raises(ValueError, match="comma"):
+        LaunchSettings(lora=("/m/a,b.gguf",))

@@ -24,7 +24,8 @@ def _plan(weights: float = 14179.61, kv: float = 98304.0, compute: float = 623.0
                      weights=mib_to_bytes(weights), compute=mib_to_bytes(compute), kv_resident=mib_to_bytes(kv),
                      overhead=590 * MiB, safety=256 * MiB, free=0)
     host = HostPlan(total=128 * GiB, available=120 * GiB, weights_mapped=mib_to_bytes(788.91), kv_tail=0,
-                    compute_pinned=mib_to_bytes(532.01 + 2.32), free=0, prompt_cache=8192 * MiB)
+                    compute_pinned=mib_to_bytes(532.01), free=0, output_buffer=mib_to_bytes(2.32),
+                    prompt_cache=8192 * MiB)
     return Plan(launch=LaunchSettings(n_ctx=524288, n_parallel=4, kv_unified=True), mode=PlanMode.STOCK,
                 gpus=(gpu,), host=host, feasible=True, reason="", warnings=(), window_cells=524288, tail_cells=0,
                 vram_target=None)
@@ -40,8 +41,9 @@ def test_recorded_h200_log_gives_the_per_device_actuals(shared_fixtures: Path) -
     assert got[("CUDA0", "kv")] == mib_to_bytes(98304.00)
     assert got[("CUDA0", "compute")] == mib_to_bytes(623.01)
     assert got[(HOST, "weights")] == mib_to_bytes(788.91)
-    # pinned compute plus the 2.32 MiB logits buffer, as the plan counts host compute
-    assert got[(HOST, "compute")] == mib_to_bytes(532.01) + mib_to_bytes(2.32)
+    # pinned compute, and the 2.32 MiB logits buffer as its own part
+    assert got[(HOST, "compute")] == mib_to_bytes(532.01)
+    assert got[(HOST, "output")] == mib_to_bytes(2.32)
 
 
 def test_a_plan_that_held_is_ok_row_by_row_and_nvml_counts_the_cuda_context(shared_fixtures: Path) -> None:
@@ -97,7 +99,8 @@ CPU_REPACK_LOG = [
 
 def _cpu_plan(weights_mib: float, repacked_mib: float) -> Plan:
     host = HostPlan(total=24 * GiB, available=22 * GiB, weights_mapped=mib_to_bytes(weights_mib), kv_tail=64 * MiB,
-                    compute_pinned=mib_to_bytes(116.51 + 0.49), free=0, weights_repacked=mib_to_bytes(repacked_mib))
+                    compute_pinned=mib_to_bytes(116.51), free=0, weights_repacked=mib_to_bytes(repacked_mib),
+                    output_buffer=mib_to_bytes(0.49))
     return Plan(launch=LaunchSettings(n_ctx=512), mode=PlanMode.CPU, gpus=(), host=host, feasible=True, reason="",
                 warnings=(), window_cells=0, tail_cells=512, vram_target=None)
 

@@ -172,7 +172,9 @@ def test_a_cpu_measurement_is_used_for_a_cpu_plan_but_not_for_a_gpu(qwen14b: Mod
     inv = Inventory((), HostMemory(64 * GiB, 60 * GiB))
     plan = make_plan(qwen14b, inv, LaunchSettings(n_ctx=8192), measurement=cpu)
     assert str(plan.host.sources["compute_pinned"]) == "measured by pass 1"
-    assert plan.host.compute_pinned == 317 * MiB + 152064 * 4  # plus the logits buffer
+    assert plan.host.compute_pinned == 317 * MiB
+    assert plan.host.output_buffer == 152064 * 4  # the logits buffer, a part of its own
+    assert str(plan.host.sources["output_buffer"]) == "from the GGUF (logits: n_vocab × 1 slot × 4 bytes)"
     gpu_plan = make_plan(qwen14b, h200(), LaunchSettings(n_ctx=8192), measurement=cpu)
     assert str(gpu_plan.gpus[0].sources["compute"]) == "estimated (never compared with CUDA below 32k context)"
     # whose numbers: the plan itself carries the caveat (the CLI and the window both print plan.warnings)

@@ -45,11 +45,18 @@ def test_every_part_of_the_key_matters(model: Path, tmp_path: Path) -> None:
             changed = (1, 2)
         elif field == "tensor_overrides":
             changed = ((r"blk\.0\.", "CPU"),)
+        elif field == "lora":
+            changed = (str(tmp_path / "adapter.gguf"),)
+        elif field == "draft_model":
+            changed = str(model)  # a file: the draft's identity is part of the key too
         else:
-            changed = "bf16" if field.startswith("type") else "off"
+            changed = "bf16" if "type_" in field else "off"
         assert cache_key(model, LaunchSettings().with_(**{field: changed}), lib) != base, field
     assert cache_key(model, LaunchSettings(), library_identity(None, "43fe9c642")) != base
     assert cache_key(model, LaunchSettings(), lib, method="fit-params") != base
+    drafted = cache_key(model, LaunchSettings(draft_model=str(model)), lib)
+    os.utime(model, ns=(2, 2))  # (the model is its own draft here: both identities change)
+    assert cache_key(model, LaunchSettings(draft_model=str(model)), lib) != drafted
     os.utime(model, ns=(1, 1))
     assert cache_key(model, LaunchSettings(), lib) != base
 
