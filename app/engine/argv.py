@@ -82,6 +82,8 @@ def build_argv(engine: EngineInfo, settings: LaunchSettings, mode: PlanMode, mod
         argv.append("--swa-full")
     if not settings.offload_kqv:
         argv.append("-nkvo")
+    if settings.mmproj:  # the vision projector the plan counts (app/planner/projector.py), where it counts it
+        argv += ["--mmproj", settings.mmproj] + ([] if settings.mmproj_offload else ["--no-mmproj-offload"])
     if mode == PlanMode.WINDOW:
         argv += ["--kv-residency-mode", "window", "--vram-target", str((vram_target or 0) // MiB)]
     if _optional(engine, "--cache-ram"):  # explicit, so the limit the plan holds back is the engine's

@@ -46,6 +46,9 @@ class Measurement:
     #: The launch settings pass 1 ran with (None: not recorded, e.g. numbers from a recorded log).
     #: Its numbers are only true for exactly these (docs/domain.md §1).
     launch: LaunchSettings | None = None
+    #: The vision projector's compute reserve per buffer (``reserve_compute_meta`` lines), when pass 1
+    #: loaded the launch's ``--mmproj`` (app/planner/projector.py).
+    projector_compute: tuple[tuple[str, int], ...] = ()
 
     def device(self, name: str) -> DeviceMeasurement | None:
         return next((d for d in self.devices if d.name == name), None)
@@ -68,7 +71,8 @@ class Measurement:
                    data.get("source", "llama-cpp-python no_alloc probe"), tuple(data.get("kv_lines", ())),
                    int(data.get("kv_total", 0)), int(data.get("output", 0)), int(data.get("recurrent", 0)),
                    tuple(data.get("warnings", ())),
-                   LaunchSettings.from_json(data["launch"]) if data.get("launch") else None)
+                   LaunchSettings.from_json(data["launch"]) if data.get("launch") else None,
+                   tuple((str(n), int(b)) for n, b in data.get("projector_compute", ())))
 
 
 def gpu_caveat(measurement: Measurement, *, targets_gpu: bool, fit_params_tool: str | None = None) -> str | None:

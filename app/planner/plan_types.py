@@ -28,17 +28,21 @@ holds: the driver's own reserve. ``gpus[].remote`` (absent = "") is an RPC worke
 ``gpus[].budget`` (absent = null) a device's own budget; ``network`` (absent = null) what crosses
 the network per token, per ubatch and at load (app/planner/split.py). ``gpus`` are in the engine's
 device order (RPC workers first), and ``launch.rpc`` / ``launch.tensor_split`` are its ``--rpc`` and
-``-ts``.
+``-ts``. ``projector`` (absent = null) is the vision projector's plan (app/planner/projector.py),
+``gpus[].projector`` / ``host.projector`` (absent = 0) its bytes on each.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.planner.settings import LaunchSettings
 from app.planner.sources import Source, Sourced
+
+if TYPE_CHECKING:
+    from app.planner.projector import ProjectorPlan
 
 __all__ = ["PLAN_JSON_VERSION", "Alternative", "AlternativeKind", "ContextFit", "DevicePlan", "HostPlan",
            "KvSummary", "NetworkCost", "Plan", "PlanMode", "Source", "Sourced"]
@@ -96,11 +100,13 @@ class DevicePlan:
     remote: str = ""
     #: This device's own budget (``--vram-target RPC0=2GiB``), safety included; None: none.
     budget: int | None = None
+    #: The vision projector's weights and compute when it is on this device (``--mmproj``).
+    projector: int = 0
 
     @property
     def used(self) -> int:
         """What this engine process takes on the GPU (everything but others and the safety margin)."""
-        return self.weights + self.compute + self.kv_resident + self.overhead
+        return self.weights + self.compute + self.kv_resident + self.overhead + self.projector
 
     def to_json(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__} | {"sources": {k: v.to_json() for k, v in self.sources.items()}}
@@ -118,6 +124,9 @@ class HostPlan:
     weights_repacked: int = 0  # the part of weights_mapped that is the CPU backend's CPU_REPACK copy
     #: llama-server's prompt cache (``--cache-ram``): host RAM it may fill over time, held back.
     prompt_cache: int = 0
+    #: The vision projector's weights and compute in host RAM (``--no-mmproj-offload``, no GPU, or the
+    #: CPU's share of a GPU projector's compute).
+    projector: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__} | {"sources": {k: v.to_json() for k, v in self.sources.items()}}
@@ -202,6 +211,8 @@ class Plan:
     #: Layers whose KV is in host RAM (a stock plan's layers on the CPU, all of them with -nkvo);
     #: the window engine's host tail is ``tail_cells`` instead.
     kv_host_layers: int = 0
+    #: The vision projector (``--mmproj``): where it goes, what it takes (None: no projector).
+    projector: ProjectorPlan | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -213,6 +224,7 @@ class Plan:
             "alternatives": [a.to_json() for a in self.alternatives],
             "network": self.network.to_json() if self.network else None,
             "kv_host_layers": self.kv_host_layers,
+            "projector": self.projector.to_json() if self.projector else None,
         }
 
 

@@ -64,6 +64,8 @@ class LaunchSettings:
     (``("blk\\.(0|1)\\.", "CUDA0")``: those layers' weights on CUDA0 although ``-ngl`` leaves the
     layers, and so their KV, on the CPU). n_cpu_moe: ``--n-cpu-moe``, the expert weights of the first
     N layers in host RAM. cache_ram_mib: ``--cache-ram``, the server's prompt cache in host RAM.
+    mmproj: ``--mmproj``, a vision projector's file ("" none); mmproj_offload False = ``--no-mmproj-offload``
+    (the projector on the CPU; app/planner/projector.py).
     """
 
     n_ctx: int = 4096
@@ -82,6 +84,8 @@ class LaunchSettings:
     tensor_overrides: tuple[tuple[str, str], ...] = ()
     n_cpu_moe: int = 0
     cache_ram_mib: int = DEFAULT_CACHE_RAM_MIB
+    mmproj: str = ""
+    mmproj_offload: bool = True
 
     def __post_init__(self) -> None:
         for name in ("type_k", "type_v"):
@@ -124,7 +128,8 @@ class LaunchSettings:
                 "-nkvo": "off" if self.offload_kqv else "on",
                 "--rpc": ",".join(self.rpc) or "none", "-ts": ",".join(map(str, self.tensor_split)) or "none",
                 "-ot": self.override_text() or "none", "--n-cpu-moe": str(self.n_cpu_moe),
-                "--cache-ram": str(self.cache_ram_mib)}
+                "--cache-ram": str(self.cache_ram_mib), "--mmproj": self.mmproj or "none",
+                "--no-mmproj-offload": "off" if self.mmproj_offload else "on"}
 
     def override_text(self) -> str:
         """``-ot``'s value: ``PATTERN=BUFFER,PATTERN=BUFFER`` (common/arg.cpp splits on commas)."""

@@ -8,7 +8,7 @@ HostPlan. KV follows its layer's device (src/llama-kv-cache.cpp: ``model.dev_lay
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from app.planner import words
@@ -18,6 +18,7 @@ from app.planner.gguf_model import ModelShape
 from app.planner.kv import KvLayout, kv_layout
 from app.planner.measurement import Measurement
 from app.planner.plan_types import DevicePlan, HostPlan
+from app.planner.projector import HOST, ProjectorPlan, projector_for
 from app.planner.settings import DEFAULT_CACHE_RAM_MIB, LaunchSettings
 from app.planner.sources import Source, Sourced, SourceKind
 from app.planner.units import MiB
@@ -63,6 +64,7 @@ class Compute:
     gpu: dict[str, int]  # engine device name -> bytes
     host: int
     source: Source
+    projector: ProjectorPlan | None = None  # the vision projector (weights too), app/planner/projector.py
 
 
 @dataclass(frozen=True)
@@ -79,13 +81,21 @@ class Stacked:
 
 def compute_for(shape: ModelShape, inv: Inventory, settings: LaunchSettings,
                 measurement: Measurement | None, ctx_kv: KvLayout) -> Compute:
-    """Measured compute buffers when pass 1 saw these devices; otherwise the marked estimate."""
+    """Measured compute buffers when pass 1 saw these devices; otherwise the marked estimate. With
+    the vision projector's plan (``--mmproj``)."""
+    return replace(_model_compute(shape, inv, settings, measurement, ctx_kv),
+                   projector=projector_for(shape, inv, settings, measurement))
+
+
+def _model_compute(shape: ModelShape, inv: Inventory, settings: LaunchSettings,
+                   measurement: Measurement | None, ctx_kv: KvLayout) -> Compute:
     names = [g.engine_name for g in inv.gpus]
     if measurement is not None:
         label = Source(SourceKind.MEASURED)
         measured_for = measurement.launch
         if measured_for is not None and not names and measurement.backend == "CPU":
-            measured_for = measured_for.with_(n_gpu_layers=settings.n_gpu_layers)  # no GPU: -ngl is moot
+            # no GPU: -ngl and --no-mmproj-offload are moot
+            measured_for = measured_for.with_(n_gpu_layers=settings.n_gpu_layers, mmproj_offload=settings.mmproj_offload)
         if measured_for is not None and measured_for != settings:
             # Pass 1 is only exact for its own launch: say which settings these numbers are for.
             label = Source(SourceKind.MEASURED_ELSEWHERE, measured_for.differences(settings))
@@ -140,7 +150,8 @@ def stack(shape: ModelShape, inv: Inventory, settings: LaunchSettings, ws: Weigh
         if not g.simulated and g.processes_known:
             src_other = Source(SourceKind.FROM_NVML,
                                words.nvml_processes_detail(len(g.processes), min(held, other), reserve))
-        free = g.free - ws.gpu[i] - comp - kv_gpu[i] - dev_ovh - safety
+        proj = compute.projector.total if compute.projector and compute.projector.device == g.engine_name else 0
+        free = g.free - ws.gpu[i] - comp - kv_gpu[i] - dev_ovh - safety - proj
         gguf = Source(SourceKind.FROM_GGUF)
         gpus.append(DevicePlan(
             name=g.engine_name, label=g.label, total=g.total,
@@ -149,18 +160,21 @@ def stack(shape: ModelShape, inv: Inventory, settings: LaunchSettings, ws: Weigh
             sources={"total": src_total, "other_processes": src_other, "weights": gguf,
                      "compute": compute.source, "kv_resident": gguf, "overhead": dev_ovh_src,
                      "safety": Source(SourceKind.GIVEN)},
-            remote=g.endpoint if g.is_rpc else "", budget=g.budget))
+            remote=g.endpoint if g.is_rpc else "", budget=g.budget, projector=proj))
     pinned = compute.host + output_buffer_bytes(shape, settings)
     prompt_cache = max(settings.cache_ram_mib, 0) * MiB  # -1 (no limit) cannot be held back: a warning says so
+    pr = compute.projector
+    host_proj = (pr.total if pr.device == HOST else pr.compute_host) if pr is not None else 0
     weights_src = Source(SourceKind.FROM_GGUF, words.repacked_detail(ws.repacked) if ws.repacked else "")
     from_os = Source(SourceKind.FROM_OS)
     host = HostPlan(
         total=inv.host.total, available=inv.host.available, weights_mapped=ws.host_weights, kv_tail=kv_host,
-        compute_pinned=pinned, free=inv.host.available - ws.host_weights - kv_host - pinned - prompt_cache,
+        compute_pinned=pinned,
+        free=inv.host.available - ws.host_weights - kv_host - pinned - prompt_cache - host_proj,
         sources={"total": from_os, "available": from_os, "weights_mapped": weights_src,
                  "kv_tail": Source(SourceKind.FROM_GGUF), "compute_pinned": compute.source,
                  "prompt_cache": Source(SourceKind.GIVEN if settings.cache_ram_mib != DEFAULT_CACHE_RAM_MIB
                                         else SourceKind.DEFAULT, words.prompt_cache_detail(settings.cache_ram_mib))},
         prompt_cache=prompt_cache,
-        weights_repacked=ws.repacked)
+        weights_repacked=ws.repacked, projector=host_proj)
     return Stacked(tuple(gpus), host, ws.host_layers + kv_host, ws.prefill_host_weights + kv_host)
