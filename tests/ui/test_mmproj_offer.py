@@ -24,7 +24,7 @@ def _folder(tmp_path: Path) -> tuple[Path, Path, Path]:
     return model, mmproj, alone
 
 
-def test_the_projector_beside_the_model_is_offered_and_planned(qtbot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_the_projector_beside_the_model_is_offered_and_planned(qtbot, tmp_path):
     model, mmproj, alone = _folder(tmp_path)
     state = WindowState(resolve_gpus(["RTX 4090"]))
     panel = SettingsPanel()
@@ -32,7 +32,7 @@ def test_the_projector_beside_the_model_is_offered_and_planned(qtbot, tmp_path: 
     panel.bind(state)
     state.use_model(WindowState.read_model(model))
     assert panel.mmproj.isVisibleTo(panel) and panel.mmproj.isChecked()
-    assert panel.mmproj.text() == "Vision projector: mmproj-f16.gguf"
+    assert panel.mmproj.text() == "Vision projector: mmproj-f16.gguf" and panel.settings().mmproj == str(mmproj)
     assert state.plan is not None and state.plan.projector is not None
     assert state.plan.projector.device == "CUDA0" and state.plan.gpus[0].projector > 6 * 2**20
     panel.mmproj_cpu.click()  # --no-mmproj-offload: the projector moves to host RAM
