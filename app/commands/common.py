@@ -107,6 +107,10 @@ def add_launch_args(p: argparse.ArgumentParser) -> None:
                    metavar="MiB", help=f"the server's prompt cache in host RAM (-1 no limit, 0 off; default: "
                                        f"llama-server's {DEFAULT_CACHE_RAM_MIB}, less when host RAM is short): "
                                        "planned and passed explicitly")
+    p.add_argument("-mm", "--mmproj", dest="mmproj", default="", metavar="FILE",
+                   help="a vision projector (mmproj GGUF): its weights and compute are planned and checked")
+    p.add_argument("--no-mmproj-offload", dest="no_mmproj_offload", action="store_true",
+                   help="keep the vision projector on the CPU (host RAM)")
     p.add_argument("-ts", "--ts", "--tensor-split", dest="tensor_split", type=tensor_split, default=(),
                    metavar="N,N,...", help="layer shares per device in the engine's order (RPC workers first); "
                                           "default: the planner chooses them by the devices' budgets")
@@ -216,7 +220,9 @@ def settings_from_args(args: argparse.Namespace) -> LaunchSettings:
         n_ubatch=args.n_ubatch, n_batch=args.n_batch, flash_attn=args.flash_attn,
         n_gpu_layers=args.n_gpu_layers, offload_kqv=not args.no_kv_offload,
         tensor_split=tuple(getattr(args, "tensor_split", ()) or ()),
-        cache_ram_mib=getattr(args, "cache_ram", None), **_extra_values(args))
+        cache_ram_mib=getattr(args, "cache_ram", None), **_extra_values(args),
+        mmproj=str(Path(args.mmproj).resolve()) if getattr(args, "mmproj", "") else "",
+        mmproj_offload=not getattr(args, "no_mmproj_offload", False))
 
 
 def context(text: str, model: str | Path) -> int:

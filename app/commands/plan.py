@@ -171,6 +171,17 @@ def run(args: argparse.Namespace) -> int:
     return 0 if plan.feasible else 1
 
 
+def _projector_lines(plan: Plan, device: str) -> list[str]:
+    """The vision projector's rows on ``device`` (its weights and compute; the CPU's share of a GPU
+    projector's compute on the host), each with its source."""
+    pr = plan.projector
+    if pr is None:
+        return []
+    rows = [("mmproj weights", pr.weights, "weights"), ("mmproj compute", pr.compute, "compute")] if pr.device == device \
+        else [("mmproj compute", pr.compute_host, "compute")] if device == "host" and pr.compute_host else []
+    return [f"    {name:<16}{Bytes(n)!s:>12}   {pr.sources.get(key, '')!s}" for name, n, key in rows]
+
+
 def render(plan: Plan, title: str, fit: ContextFit, asked: LaunchSettings | None = None) -> str:
     """The plan as a readable table; first, when the plan changed the settings as ``asked``, that."""
     from app.planner.units import format_tokens
@@ -191,11 +202,13 @@ def render(plan: Plan, title: str, fit: ContextFit, asked: LaunchSettings | None
         out.append(f"  {g.name}  {g.label}  total {Bytes(g.total)}"
                    + (f"  budget {Bytes(g.budget)}" if g.budget is not None else ""))
         shown = [*parts[:4], *(p for p in extra if p in g.sources), *parts[4:]]
-        out += [f"    {p.replace('_', ' '):<16}{Bytes(getattr(g, p))!s:>12}   {g.sources.get(p, '')!s}" for p in shown]
+        rows = [f"    {p.replace('_', ' '):<16}{Bytes(getattr(g, p))!s:>12}   {g.sources.get(p, '')!s}" for p in shown]
+        out += rows[:-1] + _projector_lines(plan, g.name) + rows[-1:]  # (free last)
     h = plan.host
     out.append(f"  host RAM  available {Bytes(h.available)} of {Bytes(h.total)}")
     for p in ("weights_mapped", "kv_tail", "compute_pinned", "output_buffer",
               *(p for p in extra if p in h.sources), "prompt_cache", "free"):
+        out += _projector_lines(plan, "host") if p == "free" else []
         out.append(f"    {p.replace('_', ' '):<16}{Bytes(getattr(h, p))!s:>12}   {h.sources.get(p, '')!s}")
     out.append(f"  {words.kv_placement(plan)}")
     trained = f"trained {format_tokens(fit.n_ctx_train)}"

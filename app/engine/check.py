@@ -195,6 +195,7 @@ def check_plan(plan: Plan, log_lines: Iterable[str], *, snapshot: Snapshot | Non
     if buffers.prompt_cache_mib is not None:  # a limit, not an allocation: it must be the planned one exactly
         rows.append(CheckRow(HOST, "prompt cache", plan.cache_ram_mib, buffers.prompt_cache_mib, 0,
                              ActualSource.ENGINE_LOG, "MiB limit"))
+    rows += projector_rows(plan, buffers)
     warnings = list(buffers.warnings)
     if snapshot is not None and snapshot.ok:
         for gpu_plan in plan.gpus:
@@ -212,6 +213,29 @@ def check_plan(plan: Plan, log_lines: Iterable[str], *, snapshot: Snapshot | Non
         rows.append(CheckRow("all", "window cells", plan.window_cells, int(opencoti["n_cells_resident"]),
                              0, ActualSource.PROPS, "cells"))
     return PlanCheck(tuple(rows), tuple(warnings), opencoti, buffers)
+
+
+def projector_rows(plan: Plan, buffers: LogBuffers) -> list[CheckRow]:
+    """The vision projector's weights and compute on its device (and the CPU's share of a GPU
+    projector's compute), against the CLIP lines of the engine's log (app/planner/logparse.py).
+    The weights' actual is the engine's ``model size`` (unaligned tensor bytes), the plan's the aligned buffer."""
+    proj = plan.projector
+    if proj is None and not buffers.projector_backend:
+        return []
+    backend = buffers.projector_backend
+    dev = (HOST if is_host_device(backend) else backend) if backend else (proj.device if proj else HOST)
+    on_dev = sum(b for d, b in buffers.projector_compute.items() if (HOST if is_host_device(d) else d) == dev)
+    on_host = sum(b for d, b in buffers.projector_compute.items() if is_host_device(d)) if dev != HOST else 0
+    planned_dev = proj.device if proj else dev
+    rows = [CheckRow(dev, "projector weights", proj.weights if proj and planned_dev == dev else None,
+                     buffers.projector_weights),
+            CheckRow(dev, "projector compute", proj.compute if proj and planned_dev == dev else None,
+                     on_dev if backend else None)]
+    if dev != HOST and (on_host or (proj and proj.compute_host)):
+        rows.append(CheckRow(HOST, "projector compute", proj.compute_host if proj else None, on_host))
+    if proj is not None and planned_dev != dev:  # the engine put it elsewhere: say where the plan had it
+        rows.append(CheckRow(planned_dev, "projector weights", proj.weights, None))
+    return rows
 
 
 def describe(check: PlanCheck) -> str:

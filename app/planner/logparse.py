@@ -60,6 +60,13 @@ _SERVER_LOAD_RE = re.compile(r"load_model: loading model '")
 # draft is loaded; what follows is the server's again
 _DRAFT_END_RE = re.compile(r"adding speculative implementation|speculative decoding context initialized"
                            r"|failed to load draft model")
+# The vision projector (tools/mtmd/clip.cpp; app/planner/projector.py):
+# clip_ctx: CLIP using CUDA0 backend                                    (clip.cpp:202; "CLIP using CPU backend" :207)
+_CLIP_BACKEND_RE = re.compile(r"clip_ctx: CLIP using (?P<dev>\S+) backend")
+# load_hparams: model size:         3.11 MiB      (clip.cpp:2125: every tensor's ggml_nbytes, unaligned)
+_CLIP_MODEL_RE = re.compile(r"load_hparams: model size:\s+(?P<mib>[0-9.]+) MiB")
+# reserve_compute_meta:        CPU compute buffer size =     3.41 MiB  (clip.cpp:3815; the warm-up image's reserve)
+_CLIP_COMPUTE_RE = re.compile(r"reserve_compute_meta:\s+(?P<dev>\S+) compute buffer size =\s*(?P<mib>[0-9.]+) MiB")
 # load_tensors: loading model tensors, this can take a while... (load_mode = mmap)
 _MODEL_START_RE = re.compile(r"load_tensors: loading model tensors")
 # llama_context: constructing llama_context
@@ -218,6 +225,11 @@ class LogBuffers:
     lora: dict[str, int] = field(default_factory=dict)
     #: The draft model's own lines (``-md``), parsed apart: everything after the draft marker.
     draft: LogBuffers | None = None
+    #: The vision projector: its CLIP backend ("" none logged), its weights as "model size" sums them
+    #: (unaligned), its compute reserve per buffer (the latest reserve).
+    projector_backend: str = ""
+    projector_weights: int | None = None
+    projector_compute: dict[str, int] = field(default_factory=dict)
 
     def buffer_name(self, device: str) -> str:
         """The buffer name of a device named in a per-device line (``RPC1`` → ``RPC0[host:port]``):
@@ -262,6 +274,7 @@ class LogParser:
         self._lora: dict[str, int] = {}
         self._draft: LogParser | None = None
         self._in_draft = False
+        self._clip: tuple[str, int | None, dict[str, int]] = ("", None, {})
 
     def feed_text(self, text: str) -> None:
         """Feed a chunk of log text that may end mid-line (the probe's log callback)."""
@@ -302,6 +315,9 @@ class LogParser:
             return
         if _CONTEXT_START_RE.search(line):
             self._closed.update(("kv", "output", "compute"))
+            return
+        if self._feed_clip(line):
+            self._matched += 1
             return
         if self._feed_buffers(line) or self._feed_breakdown(line) or self._feed_opencoti(line):
             self._matched += 1
@@ -360,6 +376,20 @@ class LogParser:
             return True
         return False
 
+    def _feed_clip(self, line: str) -> bool:
+        """The projector's lines; a new CLIP context starts over, a device repeated a new reserve."""
+        backend, weights, compute = self._clip
+        if m := _CLIP_BACKEND_RE.search(line):
+            self._clip = (m.group("dev"), None, {})
+        elif m := _CLIP_MODEL_RE.search(line):
+            self._clip = (backend, mib_to_bytes(float(m.group("mib"))), compute)
+        elif m := _CLIP_COMPUTE_RE.search(line):
+            dev = m.group("dev")
+            self._clip = (backend, weights, ({} if dev in compute else compute) | {dev: mib_to_bytes(float(m.group("mib")))})
+        else:
+            return False
+        return True
+
     def _feed_breakdown(self, line: str) -> bool:
         if _BREAKDOWN_HEADER_RE.search(line):
             self._closed.add("breakdown")
@@ -415,6 +445,8 @@ class LogParser:
             opencoti=self._opencoti, matched=self._matched, devices=tuple(self._devices),
             prompt_cache_mib=self._prompt_cache, lora=dict(self._lora),
             draft=self._draft.result() if self._draft is not None else None,
+            projector_backend=self._clip[0],
+            projector_weights=self._clip[1], projector_compute=dict(self._clip[2]),
         )
         if expect_buffers and not out.has_buffers:
             out = replace(out, warnings=(NO_BUFFER_LINES,))

@@ -48,6 +48,9 @@ class Measurement:
     launch: LaunchSettings | None = None
     #: The draft model's own pass 1 (``-md``): its compute buffers, KV and output buffer (None: no draft).
     draft: Measurement | None = None
+    #: The vision projector's compute reserve per buffer (``reserve_compute_meta`` lines), when pass 1
+    #: loaded the launch's ``--mmproj`` (app/planner/projector.py).
+    projector_compute: tuple[tuple[str, int], ...] = ()
 
     def device(self, name: str) -> DeviceMeasurement | None:
         return next((d for d in self.devices if d.name == name), None)
@@ -71,7 +74,8 @@ class Measurement:
                    int(data.get("kv_total", 0)), int(data.get("output", 0)), int(data.get("recurrent", 0)),
                    tuple(data.get("warnings", ())),
                    LaunchSettings.from_json(data["launch"]) if data.get("launch") else None,
-                   cls.from_json(data["draft"]) if data.get("draft") else None)
+                   cls.from_json(data["draft"]) if data.get("draft") else None,
+                   tuple((str(n), int(b)) for n, b in data.get("projector_compute", ())))
 
 
 def gpu_caveat(measurement: Measurement, *, targets_gpu: bool, fit_params_tool: str | None = None) -> str | None:

@@ -131,7 +131,7 @@ def make_plan(shape: ModelShape, inventory: Inventory, settings: LaunchSettings,
 
 def _cpu_plan(shape: ModelShape, inv: Inventory, settings: LaunchSettings,
               measurement: Measurement | None) -> Plan:
-    launch = settings.with_(n_gpu_layers=0)
+    launch = settings.with_(n_gpu_layers=0, mmproj_offload=not settings.mmproj)  # the projector too on the CPU
     kvp = kv_per_layer(shape, launch)
     compute = compute_for(shape, inv, launch, measurement, kvp.layout)
     stacked = stack(shape, inv, launch, weight_split(shape, 0, []), kvp, 0, compute, None, 0)
@@ -142,7 +142,7 @@ def _cpu_plan(shape: ModelShape, inv: Inventory, settings: LaunchSettings,
     warnings += _host_short(stacked.host)
     return Plan(launch=launch, mode=PlanMode.CPU, gpus=stacked.gpus, host=stacked.host, feasible=not why,
                 reason=why or words.FITS_IN_HOST_RAM, warnings=tuple(warnings), window_cells=0,
-                tail_cells=kvp.cells, vram_target=None, kv=_kv_summary(shape, launch))
+                tail_cells=kvp.cells, vram_target=None, kv=_kv_summary(shape, launch), projector=compute.projector)
 
 
 def _window_plan(shape: ModelShape, inv: Inventory, settings: LaunchSettings, measurement: Measurement | None,
@@ -180,7 +180,7 @@ def _window_plan(shape: ModelShape, inv: Inventory, settings: LaunchSettings, me
     return Plan(launch=launch, mode=PlanMode.WINDOW, gpus=stacked.gpus, host=stacked.host, feasible=not why,
                 reason=why or words.window_reason(window, kvp.cells), warnings=tuple(warnings),
                 window_cells=window, tail_cells=kvp.cells - window, vram_target=vram_target,
-                kv=_kv_summary(shape, launch))
+                kv=_kv_summary(shape, launch), projector=compute.projector)
 
 
 @dataclass(frozen=True)
@@ -399,7 +399,7 @@ def _stock_plan(shape: ModelShape, inv: Inventory, settings: LaunchSettings, pas
                 feasible=not chosen.why, reason=reason, warnings=tuple(warnings), window_cells=window,
                 tail_cells=kvp.cells - window, vram_target=vram_target, alternatives=alts,
                 kv=_kv_summary(shape, best.launch), network=chosen.network,
-                kv_host_layers=_kv_host_layers(shape, chosen.alternative.launch))
+                kv_host_layers=_kv_host_layers(shape, chosen.alternative.launch), projector=chosen.compute.projector)
 
 
 def max_context(shape: ModelShape, inventory: Inventory, settings: LaunchSettings, *,

@@ -31,18 +31,22 @@ holds: the driver's own reserve. ``gpus[].remote`` (absent = "") is an RPC worke
 ``gpus[].budget`` (absent = null) a device's own budget; ``network`` (absent = null) what crosses
 the network per token, per ubatch and at load (app/planner/split.py). ``gpus`` are in the engine's
 device order (RPC workers first), and ``launch.rpc`` / ``launch.tensor_split`` are its ``--rpc`` and
-``-ts``.
+``-ts``. ``projector`` (absent = null) is the vision projector's plan (app/planner/projector.py),
+``gpus[].projector`` / ``host.projector`` (absent = 0) its bytes on each.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.planner.settings import LaunchSettings
 from app.planner.sources import Source, Sourced
 from app.planner.units import MiB
+
+if TYPE_CHECKING:
+    from app.planner.projector import ProjectorPlan
 
 __all__ = ["PLAN_JSON_VERSION", "Alternative", "AlternativeKind", "ContextFit", "DevicePlan", "HostPlan",
            "KvSummary", "NetworkCost", "Plan", "PlanMode", "Source", "Sourced"]
@@ -106,12 +110,14 @@ class DevicePlan:
     draft_weights: int = 0
     draft_kv: int = 0
     draft_compute: int = 0
+    #: The vision projector's weights and compute when it is on this device (``--mmproj``).
+    projector: int = 0
 
     @property
     def used(self) -> int:
         """What this engine process takes on the GPU (everything but others and the safety margin)."""
         return (self.weights + self.compute + self.kv_resident + self.overhead + self.lora + self.draft_weights
-                + self.draft_kv + self.draft_compute)
+                + self.draft_kv + self.draft_compute + self.projector)
 
     def to_json(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__} | {"sources": {k: v.to_json() for k, v in self.sources.items()}}
@@ -136,6 +142,9 @@ class HostPlan:
     draft_compute: int = 0
     #: The output (logits) buffers: ``n_vocab × slots`` floats, the draft model's too.
     output_buffer: int = 0
+    #: The vision projector's weights and compute in host RAM (``--no-mmproj-offload``, no GPU, or the
+    #: CPU's share of a GPU projector's compute).
+    projector: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__} | {"sources": {k: v.to_json() for k, v in self.sources.items()}}
@@ -220,6 +229,8 @@ class Plan:
     #: Layers whose KV is in host RAM (a stock plan's layers on the CPU, all of them with -nkvo);
     #: the window engine's host tail is ``tail_cells`` instead.
     kv_host_layers: int = 0
+    #: The vision projector (``--mmproj``): where it goes, what it takes (None: no projector).
+    projector: ProjectorPlan | None = None
 
     @property
     def cache_ram_mib(self) -> int:
@@ -237,6 +248,7 @@ class Plan:
             "alternatives": [a.to_json() for a in self.alternatives],
             "network": self.network.to_json() if self.network else None,
             "kv_host_layers": self.kv_host_layers,
+            "projector": self.projector.to_json() if self.projector else None,
         }
 
 

@@ -78,6 +78,8 @@ class LaunchSettings:
     lora: ``--lora`` adapter files, in order. draft_model: ``-md``, a draft model for speculative
     decoding ("" none), with its own ``-ngld``, ``-ctkd``/``-ctvd`` and ``--spec-draft-n-max``; its
     context is the model's own (docs/domain.md §9).
+    mmproj: ``--mmproj``, a vision projector's file ("" none); mmproj_offload False = ``--no-mmproj-offload``
+    (the projector on the CPU; app/planner/projector.py).
     """
 
     n_ctx: int = 4096
@@ -102,6 +104,8 @@ class LaunchSettings:
     draft_type_k: str = "f16"
     draft_type_v: str = "f16"
     draft_n_max: int = DEFAULT_DRAFT_N_MAX
+    mmproj: str = ""
+    mmproj_offload: bool = True
 
     def __post_init__(self) -> None:
         for name in ("type_k", "type_v", "draft_type_k", "draft_type_v"):
@@ -170,7 +174,9 @@ class LaunchSettings:
                 "--lora": ",".join(self.lora) or "none",
                 "-md": self.draft_model or "none", "-ngld": "all" if self.draft_n_gpu_layers >= ALL_LAYERS
                 else str(self.draft_n_gpu_layers), "-ctkd": self.draft_type_k, "-ctvd": self.draft_type_v,
-                "--spec-draft-n-max": str(self.draft_n_max)}
+                "--spec-draft-n-max": str(self.draft_n_max),
+                "--mmproj": self.mmproj or "none",
+                "--no-mmproj-offload": "off" if self.mmproj_offload else "on"}
 
     def override_text(self) -> str:
         """``-ot``'s value: ``PATTERN=BUFFER,PATTERN=BUFFER`` (common/arg.cpp splits on commas)."""

@@ -18,6 +18,7 @@ from app.planner.gguf_model import ModelShape
 from app.planner.kv import KvLayout, kv_layout
 from app.planner.measurement import Measurement
 from app.planner.plan_types import DevicePlan, HostPlan
+from app.planner.projector import HOST, ProjectorPlan, projector_for
 from app.planner.settings import AUTO_CACHE_RESERVE_MIB, DEFAULT_CACHE_RAM_MIB, LaunchSettings
 from app.planner.sources import Source, Sourced, SourceKind
 from app.planner.units import MiB
@@ -67,6 +68,7 @@ class Compute:
     source: Source
     #: The draft model's own compute buffers (``-md``; None: no draft).
     draft: Compute | None = None
+    projector: ProjectorPlan | None = None  # the vision projector (weights too), app/planner/projector.py
 
 
 @dataclass(frozen=True)
@@ -84,8 +86,10 @@ class Stacked:
 def compute_for(shape: ModelShape, inv: Inventory, settings: LaunchSettings,
                 measurement: Measurement | None, ctx_kv: KvLayout) -> Compute:
     """Measured compute buffers when pass 1 saw these devices; otherwise the marked estimate. A
-    draft model's are its own pass 1's (``measurement.draft``), or its own estimate."""
-    main = _compute_for(shape, inv, settings, measurement, ctx_kv)
+    draft model's are its own pass 1's (``measurement.draft``), or its own estimate; with the vision
+    projector's plan (``--mmproj``)."""
+    main = replace(_compute_for(shape, inv, settings, measurement, ctx_kv),
+                   projector=projector_for(shape, inv, settings, measurement))
     if not settings.draft_model:
         return main
     dshape, ds = extras.draft_shape(settings.draft_model), settings.draft_settings()
@@ -101,7 +105,8 @@ def _compute_for(shape: ModelShape, inv: Inventory, settings: LaunchSettings,
         label = Source(SourceKind.MEASURED)
         measured_for = measurement.launch
         if measured_for is not None and not names and measurement.backend == "CPU":
-            measured_for = measured_for.with_(n_gpu_layers=settings.n_gpu_layers)  # no GPU: -ngl is moot
+            # no GPU: -ngl and --no-mmproj-offload are moot
+            measured_for = measured_for.with_(n_gpu_layers=settings.n_gpu_layers, mmproj_offload=settings.mmproj_offload)
         if measured_for is not None and measured_for != settings:
             # Pass 1 is only exact for its own launch: say which settings these numbers are for.
             label = Source(SourceKind.MEASURED_ELSEWHERE, measured_for.differences(settings))
@@ -167,7 +172,8 @@ def stack(shape: ModelShape, inv: Inventory, settings: LaunchSettings, ws: Weigh
         if not g.simulated and g.processes_known:
             src_other = Source(SourceKind.FROM_NVML,
                                words.nvml_processes_detail(len(g.processes), min(held, other), reserve))
-        free = g.free - ws.gpu[i] - comp - kv_gpu[i] - dev_ovh - safety - more[i].total
+        proj = compute.projector.total if compute.projector and compute.projector.device == g.engine_name else 0
+        free = g.free - ws.gpu[i] - comp - kv_gpu[i] - dev_ovh - safety - more[i].total - proj
         gguf = Source(SourceKind.FROM_GGUF)
         gpus.append(DevicePlan(
             name=g.engine_name, label=g.label, total=g.total,
@@ -178,11 +184,14 @@ def stack(shape: ModelShape, inv: Inventory, settings: LaunchSettings, ws: Weigh
                      "safety": Source(SourceKind.GIVEN)},
             remote=g.endpoint if g.is_rpc else "", budget=g.budget,
             lora=more[i].lora, draft_weights=more[i].draft_weights, draft_kv=more[i].draft_kv,
-            draft_compute=more[i].draft_compute))
+            draft_compute=more[i].draft_compute, projector=proj))
         gpus[-1].sources.update(more[i].sources)
     pinned = compute.host
     output = output_buffer_bytes(shape, settings) + host_more.output
-    before_cache = inv.host.available - ws.host_weights - kv_host - pinned - output - host_more.total
+    pr = compute.projector
+    host_proj = (pr.total if pr.device == HOST else pr.compute_host) if pr is not None else 0
+    before_cache = (inv.host.available - ws.host_weights - kv_host - pinned - output - host_more.total
+                    - host_proj)
     prompt_cache = prompt_cache_bytes(settings.cache_ram_mib, before_cache)
     weights_src = Source(SourceKind.FROM_GGUF, words.repacked_detail(ws.repacked) if ws.repacked else "")
     from_os = Source(SourceKind.FROM_OS)
@@ -196,7 +205,8 @@ def stack(shape: ModelShape, inv: Inventory, settings: LaunchSettings, ws: Weigh
                                         words.prompt_cache_detail(settings.cache_ram_mib, prompt_cache // MiB))},
         prompt_cache=prompt_cache,
         weights_repacked=ws.repacked, lora=host_more.lora, draft_weights=host_more.draft_weights,
-        draft_kv=host_more.draft_kv, draft_compute=host_more.draft_compute, output_buffer=output)
+        draft_kv=host_more.draft_kv, draft_compute=host_more.draft_compute, output_buffer=output,
+        projector=host_proj)
     host.sources.update(host_more.sources)
     host.sources["output_buffer"] = Source(SourceKind.FROM_GGUF, words.output_buffer_detail(settings))
     return Stacked(tuple(gpus), host, ws.host_layers + kv_host, ws.prefill_host_weights + kv_host)

@@ -269,7 +269,8 @@ def measurement_from_log(buffers: LogBuffers, *, backend: str, commit: str, seco
                     for name in names)
     return Measurement(devices, backend, commit, round(seconds, 3), source,
                        (*(c.line for c in buffers.kv_caches), *buffers.recurrent_lines), buffers.kv_total,
-                       sum(buffers.output.values()), buffers.recurrent_total, buffers.warnings)
+                       sum(buffers.output.values()), buffers.recurrent_total, buffers.warnings,
+                       projector_compute=tuple(buffers.projector_compute.items()))
 
 
 def measure(model_path: str | Path, settings: LaunchSettings, *, timeout: float = 60.0,

@@ -225,6 +225,11 @@ def probe(model_path: str, settings: LaunchSettings) -> dict[str, Any]:
     if draft_error:
         result["error"] = draft_error
         return result
+    if settings.mmproj:  # the vision projector, as the engine loads it after the model (app/probe/projector.py)
+        from app.probe.projector import measure_projector
+
+        if why := measure_projector(lib_dir, settings, on_log):
+            _emit(f"headroom probe: {why}\n")
     result["ok"] = True
     result["seconds"] = round(time.monotonic() - started, 3)
     return result

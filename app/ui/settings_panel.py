@@ -9,6 +9,7 @@ back, and the engines found (the one chosen goes to the state too).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.planner import words
@@ -163,6 +164,13 @@ class SettingsPanel(QWidget):
         self._wants_window = False  # what the user (or the demo) asked for; shown only where it can run
         self._window_refused = ""  # why the chosen engine cannot realise the window ("" : it can)
         self._kvu_wanted = False  # -kvu as set, kept while the window greys it
+        # A vision projector beside the opened model, offered (checked, as llama.cpp's -hf loads one by
+        # default); hidden when there is none (app/planner/projector.py projector_beside).
+        self.mmproj = QCheckBox("Vision projector")
+        self.mmproj.setToolTip("--mmproj: load this vision projector (its weights and compute are planned)")
+        self.mmproj_cpu = QCheckBox("on the CPU (--no-mmproj-offload)")
+        self.mmproj_cpu.setToolTip("--no-mmproj-offload: keep the projector in host RAM, not on the GPU")
+        self._mmproj_path = ""
         self.engine = QComboBox()
         self.engine.setAccessibleName("Engine")
         self.engine.setToolTip("The engine to launch, with its detected kind and version")
@@ -189,6 +197,9 @@ class SettingsPanel(QWidget):
         form.addRow("&Safety margin", self.safety)
         form.addRow("&VRAM target", self.vram_target)
         form.addRow("KV pl&acement", self.kv_mode)
+        self._mmproj_row = _row(self.mmproj, self.mmproj_cpu)
+        form.addRow(self._mmproj_row)
+        self._mmproj_row.setVisible(False)
         engine_label = QLabel("&Engine")
         engine_label.setBuddy(self.engine)
         form.addRow(engine_label)  # the combo gets the whole width: "kind version (commit) — source"
@@ -202,7 +213,7 @@ class SettingsPanel(QWidget):
         self.engine.currentIndexChanged.connect(self._engine_chosen)
         for spin in (self.n_parallel, self.safety, self.vram_target, self.n_gpu_layers, self.cache_ram):
             spin.valueChanged.connect(lambda _v: self.changed.emit())
-        for check in (self.kv_unified, self.nkvo):
+        for check in (self.kv_unified, self.nkvo, self.mmproj, self.mmproj_cpu):
             check.toggled.connect(lambda _b: self.changed.emit())
         self._base = LaunchSettings(n_ctx=32 * K)
         self.set_settings(self._base)
@@ -215,7 +226,25 @@ class SettingsPanel(QWidget):
             n_parallel=self.n_parallel.value(), kv_unified=self.kv_unified.isChecked() and not self.engine_window(),
             n_ubatch=int(self.n_ubatch.currentText()), flash_attn=self.flash_attn.currentText(),
             n_gpu_layers=self.n_gpu_layers.value(), offload_kqv=not self.nkvo.isChecked(),
-            cache_ram_mib=None if self.cache_ram.value() < 0 else self.cache_ram.value())
+            cache_ram_mib=None if self.cache_ram.value() < 0 else self.cache_ram.value(),
+            mmproj=self._mmproj_path if self.mmproj.isChecked() else "", mmproj_offload=not self.mmproj_cpu.isChecked())
+
+    def offer_projector(self, model: str | Path | None) -> None:
+        """Show "Vision projector: FILE" (checked) when a projector for ``model`` lies beside it, else
+        hide the row (and plan without one); emits ``changed``."""
+        from app.planner.projector import projector_beside
+
+        found = projector_beside(model) if model is not None else None
+        self._mmproj_path = str(found) if found is not None else ""
+        for w in (self.mmproj, self.mmproj_cpu):
+            w.blockSignals(True)
+        self.mmproj.setText(f"Vision projector: {found.name}" if found is not None else "Vision projector")
+        self.mmproj.setChecked(found is not None)
+        self.mmproj_cpu.setChecked(False)
+        for w in (self.mmproj, self.mmproj_cpu):
+            w.blockSignals(False)
+        self._mmproj_row.setVisible(found is not None)
+        self.changed.emit()
 
     def set_settings(self, s: LaunchSettings, *, emit: bool = True) -> None:
         """Show ``s`` without emitting ``changed`` once per widget; emits it once at the end (unless
@@ -239,6 +268,14 @@ class SettingsPanel(QWidget):
         self.nkvo.setChecked(not s.offload_kqv)
         self.cache_ram.setValue(-1 if s.cache_ram_mib is None else max(s.cache_ram_mib, 0))  # no limit: CLI only
         self._show_overrides(s)
+        if s.mmproj:  # a projector in the settings given (the CLI's --mmproj, an applied plan): shown, checked
+            self._mmproj_path = s.mmproj
+            for check, on in ((self.mmproj, True), (self.mmproj_cpu, not s.mmproj_offload)):
+                check.blockSignals(True)
+                check.setChecked(on)
+                check.blockSignals(False)
+            self.mmproj.setText(f"Vision projector: {Path(s.mmproj).name}")
+            self._mmproj_row.setVisible(True)
         for w in widgets:
             w.blockSignals(False)
         if emit:
@@ -344,6 +381,7 @@ class SettingsPanel(QWidget):
         """Every edit goes to ``state`` (the settings now, at once); the largest context that fits
         and the engines found come back from it."""
         self.changed.connect(lambda: state.set_settings(self.plan_settings()))
+        state.modelChanged.connect(lambda model: self.offer_projector(None if model.demo else model.path))
         self.engineChosen.connect(state.choose_engine)
         state.planChanged.connect(lambda plan: self._show_fit(plan, state.fit, state.settings.engine_window))
         state.noPlan.connect(lambda _why: self.context.set_largest_fit(None, words.NO_LARGEST))
