@@ -4,8 +4,9 @@ context of a log grid (4k up to the training context, at most 1M), one curve per
 Every point is a plan's own stacking, not a formula of its own: on a stock engine the launch exactly
 as set (``price_as_set``: no alternatives, the curve is what *these* settings cost), on the window
 engine and without a GPU the plan itself (``make_plan``). So a point's GPU use is
-``DevicePlan.used`` (weights, compute, resident KV, overhead) and its host use what ``HostPlan``
-holds (mapped weights, KV tail, pinned compute and the prompt cache it holds back).
+``DevicePlan.used`` (weights, compute, resident KV, overhead, adapters, a draft, a projector) and its
+host use what ``HostPlan`` holds (mapped weights, KV tail, pinned compute, output buffer, adapters, a
+draft, a projector and the prompt cache it holds back).
 
 The usable line is the plan's own budget per device: what it leaves after other processes and the
 safety margin (``used + free`` of a DevicePlan), lowered to ``--vram-target`` or a device's own budget;
@@ -76,7 +77,7 @@ class CurvePoint:
     n_ctx: int
     #: What this engine holds on each device (``DevicePlan.used``), in the engine's device order.
     gpu: tuple[int, ...]
-    #: Host RAM the plan holds: mapped weights, the KV host tail, pinned compute, the prompt cache.
+    #: Host RAM the plan holds (everything ``HostPlan`` counts, the prompt cache with it).
     host: int
     #: The plan fits at this context (its reason is ``why`` otherwise).
     fits: bool
@@ -150,7 +151,8 @@ def _usable(d: DevicePlan, vram_target: int | None) -> int:
 
 
 def _host_used(h: HostPlan) -> int:
-    return h.weights_mapped + h.kv_tail + h.compute_pinned + h.prompt_cache
+    """Everything the plan holds in host RAM (what it leaves free of what is available)."""
+    return h.available - h.free
 
 
 def _source(points: Sequence[CurvePoint], measured_at: int | None, n_ctx: int) -> Source:

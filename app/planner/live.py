@@ -129,7 +129,7 @@ def gpu_row(device: DevicePlan, snap: Snapshot, *, ran_on_cpu: bool = False) -> 
 
 def host_planned(host: HostPlan) -> int:
     """What the plan puts in host RAM for the engine (the prompt cache apart: a limit it fills)."""
-    return host.weights_mapped + host.kv_tail + host.compute_pinned
+    return host.allocated
 
 
 def host_row(host: HostPlan, snap: Snapshot, margin: int) -> LiveRow:

@@ -146,6 +146,12 @@ class HostPlan:
     #: CPU's share of a GPU projector's compute).
     projector: int = 0
 
+    @property
+    def allocated(self) -> int:
+        """What the engine allocates in host RAM at load: every part but the prompt cache (a limit
+        it fills over time) — what the plan holds of ``available`` less the cache."""
+        return self.available - self.free - self.prompt_cache
+
     def to_json(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__} | {"sources": {k: v.to_json() for k, v in self.sources.items()}}
 

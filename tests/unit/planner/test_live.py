@@ -113,3 +113,12 @@ def test_a_driver_that_lists_no_processes_still_warns_on_free_vram(plan: Plan) -
     gpu = report.rows[0]
     assert gpu.engine is None and gpu.others is None and "does not list processes" in gpu.why
     assert gpu.state is RowState.LOW and report.warnings[0].startswith("CUDA0 (NVIDIA H200): free VRAM 10 MiB")
+
+
+def test_the_host_row_plans_every_part_the_engine_allocates_but_the_prompt_cache(plan: Plan) -> None:
+    """The logits, adapters, a draft and a projector in host RAM are the engine's RSS too: the live host
+    row's plan counts them (the prompt cache is a limit it fills later, shown beside)."""
+    h = plan.host
+    assert h.output_buffer > 0
+    assert host_planned(h) == (h.weights_mapped + h.kv_tail + h.compute_pinned + h.output_buffer + h.lora
+                               + h.draft_weights + h.draft_kv + h.draft_compute + h.projector)
