@@ -169,21 +169,28 @@ def kv_layout(shape: ModelShape, settings: LaunchSettings) -> KvLayout:
         recurrent = RecurrentState(cells, tuple(il for il in range(n_trunk) if shape.recr_layers[il]),
                                    shape.n_embd_r * 4 * cells, shape.n_embd_s * 4 * cells)
     flash = settings.flash_attn != "off"
-    v_max = max(shape.n_embd_v_gqa(il) for il in trunk)
 
     def build(swa: bool, cells: int) -> KvCache:
-        layers = tuple(il for il in trunk if shape.swa_layers[il] == swa)
-        k = tuple(row_bytes(settings.type_k, shape.n_embd_k_gqa(il)) * cells * ctx.n_stream for il in layers)
-        if shape.is_mla:
-            v = (0,) * len(layers)
-        else:
-            widths = [shape.n_embd_v_gqa(il) if flash else v_max for il in layers]
-            v = tuple(row_bytes(settings.type_v, w) * cells * ctx.n_stream for w in widths)
-        return KvCache(swa, cells, ctx.n_stream, layers, k, v)
+        layers, k_row, v_row = _cell_bytes(shape, settings.type_k, settings.type_v, flash, swa, tuple(trunk))
+        n = cells * ctx.n_stream
+        return KvCache(swa, cells, ctx.n_stream, layers, tuple(b * n for b in k_row), tuple(b * n for b in v_row))
 
     if not shape.is_swa_any:
         return KvLayout(ctx, (build(False, ctx.n_ctx_seq),), recurrent)
     return KvLayout(ctx, (build(False, ctx.n_ctx_seq), build(True, swa_cells(shape, settings, ctx))), recurrent)
+
+
+@lru_cache(maxsize=1024)  # the context chart prices one layout per context: the rows are the same
+def _cell_bytes(shape: ModelShape, type_k: str, type_v: str, flash: bool, swa: bool,
+                trunk: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """The SWA (or full-attention) trunk layers and the K and V bytes of one cell each. Without flash
+    attention V is padded to the widest layer (see the module docstring)."""
+    layers = tuple(il for il in trunk if shape.swa_layers[il] == swa)
+    k = tuple(row_bytes(type_k, shape.n_embd_k_gqa(il)) for il in layers)
+    if shape.is_mla:
+        return layers, k, (0,) * len(layers)
+    v_max = max(shape.n_embd_v_gqa(il) for il in trunk)
+    return layers, k, tuple(row_bytes(type_v, shape.n_embd_v_gqa(il) if flash else v_max) for il in layers)
 
 
 def swa_cells(shape: ModelShape, settings: LaunchSettings, ctx: ContextSize) -> int:

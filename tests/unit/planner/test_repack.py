@@ -129,7 +129,7 @@ def test_a_cpu_plan_counts_the_repacked_copy_in_host_ram(monkeypatch: pytest.Mon
     mapped = str(plan.host.sources["weights_mapped"])
     assert mapped == f"from the GGUF (mapped file + 4.8 GiB {REPACKED_COPY})"
     assert plan.host.free == (plan.host.available - plan.host.weights_mapped - plan.host.kv_tail
-                              - plan.host.compute_pinned)
+                              - plan.host.compute_pinned - plan.host.output_buffer)
     assert plan.to_json()["host"]["weights_repacked"] == plan.host.weights_repacked
 
 
