@@ -26,7 +26,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from app.hub.cache import hub_cache
-from app.hub.remote import quant_of
+from app.hub.remote import projector_rank, quant_of
 from app.planner.errors import PlannerError
 from app.planner.gguf_model import split_parts
 from app.planner.gguf_reader import read_header
@@ -304,14 +304,9 @@ def _without_path(message: str, path: Path) -> str:
 # ---- projectors -----------------------------------------------------------------------------------
 def _pair_projectors(group: list[LibraryEntry]) -> list[LibraryEntry]:
     """Each model in ``group`` (one snapshot, one folder) with the projector beside it: the only one, or
-    the one whose name shares the most with the model's."""
+    the first by ``projector_rank`` (named most like the model, then F16): the Hub picker's rule too."""
     projectors = [e for e in group if e.is_projector and not e.error]
     if not projectors:
         return group
-    def likeness(projector: LibraryEntry, model: LibraryEntry) -> int:
-        stem = projector.path.name.lower().replace(PROJECTOR_TYPE, "").strip("-_.")
-        name = model.path.name.lower()
-        return next((i for i, (a, b) in enumerate(zip(stem, name, strict=False)) if a != b), min(len(stem), len(name)))
-
-    return [replace(e, projector=min(projectors, key=lambda p: (-likeness(p, e), p.path.name)).path)
+    return [replace(e, projector=min(projectors, key=lambda p: projector_rank(p.path.name, e.path.name)).path)
             if e.openable else e for e in group]

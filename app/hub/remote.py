@@ -17,6 +17,9 @@ _SPLIT = re.compile(r"^(?P<base>.+)-(?P<i>\d{5})-of-(?P<n>\d{5})\.gguf$", re.IGN
 #: A quantization token in a file name: Q4_K_M, Q8_0, IQ2_XXS, TQ1_0, MXFP4_MOE, BF16, F16, F32 ...
 _QUANT = re.compile(r"(?:^|[-_.])((?:I?Q\d(?:_[A-Z0-9]+)*)|TQ\d_\d|MXFP4(?:_MOE)?|BF16|FP16|F16|F32)(?=$|[-.])",
                     re.IGNORECASE)
+#: How a vision projector's file name starts on the Hub (``mmproj-….gguf``: llama.cpp's converter, and what
+#: its ``-hf`` looks for beside a model, common/download.cpp).
+PROJECTOR_WORD = "mmproj"
 
 
 @dataclass(frozen=True)
@@ -63,7 +66,7 @@ class RemoteGguf:
 
     @property
     def is_projector(self) -> bool:
-        return PurePosixPath(self.path).name.lower().startswith("mmproj")
+        return PurePosixPath(self.path).name.lower().startswith(PROJECTOR_WORD)
 
 
 @dataclass(frozen=True)
@@ -208,6 +211,31 @@ def pick(listing: RepoListing, ref: HubRef) -> RemoteGguf:
         raise HubError(f"{listing.repo} holds only vision projectors (mmproj), no model to plan")
     raise HubError(f"{listing.repo} has {len(models)} GGUF models: say which",
                    f"choose one of: {_choices(models)}")
+
+
+def likeness(projector: str, model: str) -> int:
+    """How many leading characters a projector's file name shares with a model's once its "mmproj" is
+    left out: ``mmproj-gemma-3-12b-f16.gguf`` is more like ``gemma-3-12b-it-Q4_K_M.gguf`` than
+    ``mmproj-qwen2.5-vl-f16.gguf`` is."""
+    stem = projector.lower().replace(PROJECTOR_WORD, "").strip("-_.")
+    name = model.lower()
+    return next((i for i, (a, b) in enumerate(zip(stem, name, strict=False)) if a != b), min(len(stem), len(name)))
+
+
+def projector_rank(projector: str, model: str) -> tuple[int, bool, str]:
+    """The order projectors are offered with a model in (the first is the one): the one named most like
+    the model, then an F16 one (the precision llama.cpp's converter writes by default), then by name."""
+    return -likeness(projector, model), quant_of(projector) != "F16", projector
+
+
+def projector_for(listing: RepoListing, model: RemoteGguf) -> RemoteGguf | None:
+    """The vision projector to fetch with ``model``: of the repo's projectors in the model's folder (where
+    the window looks for one beside the model), the first by :func:`projector_rank`; None without one."""
+    if model.is_projector:
+        return None
+    folder = PurePosixPath(model.path).parent
+    found = [g for g in listing.ggufs if g.is_projector and PurePosixPath(g.path).parent == folder]
+    return min(found, key=lambda g: projector_rank(g.name, model.name), default=None)
 
 
 def _choices(models: list[RemoteGguf], *, by_path: bool = False) -> str:

@@ -24,6 +24,7 @@ GPU_PARTS = (
     ("draft_weights", "Draft model", "#76b7b2"),
     ("draft_kv", "Draft KV", "#e15759"),
     ("draft_compute", "Draft compute", "#d37295"),
+    ("projector", "Vision projector", "#499894"),
     ("overhead", "Overhead", "#b07aa1"),
     ("safety", "Safety", "#edc948"),
 )
@@ -37,6 +38,7 @@ HOST_PARTS = (
     ("draft_weights", "Host draft model", "#86bcb6"),
     ("draft_kv", "Host draft KV", "#ff9d9a"),
     ("draft_compute", "Host draft compute", "#fabfd2"),
+    ("projector", "Host vision projector", "#9fd3cf"),
     ("prompt_cache", "Prompt cache", "#d4a6c8"),  # a limit the server may fill over time (--cache-ram)
 )
 DRIVER_COLOR = "#bab0ac"
@@ -81,6 +83,9 @@ PART_TIPS = {
     "Host draft model": "the draft model's weights in host RAM (-md)",
     "Host draft KV": "the draft model's KV cache in host RAM",
     "Host draft compute": "the draft model's host scratch buffer",
+    "Vision projector": "the vision projector's weights and compute buffer (--mmproj)",
+    "Host vision projector": "the vision projector in host RAM (--no-mmproj-offload, no GPU), or the CPU's share "
+                             "of its compute",
 }
 
 

@@ -6,7 +6,9 @@ message and hint (never a traceback) and the dialog stays usable. ``opened(path)
 header-only copy (plan and pass 1 work on it, Launch does not) or a downloaded file.
 
 Downloads go to the standard Hugging Face cache, where a file another tool fetched is found too
-("Open downloaded"). Cancel during a header fetch or a download waits for the worker to stop writing
+("Open downloaded"). A vision projector beside the chosen model in the repo is offered with it
+(``ProjectorOffer``): fetched after the model the same way (its header, or the whole file), so the window
+finds it beside the model; when that fails the model opens anyway and the dialog says why. Cancel during a header fetch or a download waits for the worker to stop writing
 (the download's ``.incomplete`` is kept: the next Download resumes it); a cancelled listing is dropped
 at once.
 
@@ -30,6 +32,7 @@ from app.hub.refs import HubRef, parse_ref
 from app.hub.remote import RemoteGguf, RepoListing, list_ggufs, pick
 from app.planner.units import Bytes
 from app.ui.hub_progress import TransferClock, hub_message, hub_work, token_placeholder, verify_text
+from app.ui.hub_projector import PROGRESS_PREFIX, ProjectorOffer, cancelled_text, failed_text
 from app.ui.hub_table import fill_table, make_table
 from app.ui.qt import (
     QCloseEvent,
@@ -72,7 +75,7 @@ class HubDialog(QDialog):
         self.listing: RepoListing | None = None
         self.ref: HubRef | None = None
         self.task: TaskThread | None = None
-        self.kind = ""  # "list" | "header" | "download" while a task runs
+        self.kind = ""  # "list" | "header" | "download" | "projector header" | "projector" while a task runs
         self.stopping: set[TaskThread] = set()  # cancelled listings still waiting on the network
         self.clock = TransferClock()
         self.target: RemoteGguf | None = None  # the file being downloaded
@@ -99,6 +102,7 @@ class HubDialog(QDialog):
         self.table = make_table()
         self.table.itemSelectionChanged.connect(self._update)
         self.table.itemDoubleClicked.connect(lambda _i: self.plan_header())
+        self.projector = ProjectorOffer()
         self.progress = QProgressBar()
         self.progress.setVisible(False)
         self.status = QLabel()
@@ -157,6 +161,7 @@ class HubDialog(QDialog):
         lay.addLayout(form)
         lay.addWidget(self.ref_message)
         lay.addWidget(self.table, 1)
+        lay.addWidget(self.projector)
         lay.addLayout(busy)
         lay.addWidget(self.status)
         lay.addWidget(self.error)
@@ -200,6 +205,8 @@ class HubDialog(QDialog):
         self.header_button.setEnabled(not busy and chosen is not None)
         self.download_button.setEnabled(not busy and chosen is not None)
         self.table.setEnabled(not busy)
+        self.projector.offer(self.listing, chosen)
+        self.projector.setEnabled(not busy)
 
     def _token(self) -> str | None:
         return self.token.text().strip() or None
@@ -253,34 +260,67 @@ class HubDialog(QDialog):
         if here is not None:  # the whole file is here: no header to fetch
             self._done(here)
             return
-        token = self._token()
+        token, projector = self._token(), self.projector.chosen()
         self._start("header", f"Fetching the header of {chosen.name}…",
-                    lambda c: fetch_header(chosen, token=token, cancel=c, progress=self._moved.emit), self._done)
+                    lambda c: fetch_header(chosen, token=token, cancel=c, progress=self._moved.emit),
+                    lambda path: self._with_projector(path, projector, "projector header"))
 
     def download_or_open(self) -> None:
         chosen = self.selected()
         if chosen is None or self.task is not None:
             return
+        projector = self.projector.to_download()
         here = downloaded(chosen)
         if here is not None:
-            self._done(here)
+            self._with_projector(here, projector, "projector")
             return
-        token, self.target = self._token(), chosen
+        self.target = chosen
         self._start("download", f"Downloading {chosen.name}…" + ("" if chosen.verified else f" — {UNVERIFIED}"),
-                    lambda c: download(chosen, token=token, cancel=c, progress=self._moved.emit,
-                                       verifying=self._verified.emit), self._done)
+                    self._downloading(chosen), lambda path: self._with_projector(path, projector, "projector"))
+
+    def _downloading(self, gguf: RemoteGguf) -> Callable[[threading.Event], object]:
+        token = self._token()
+        return lambda c: download(gguf, token=token, cancel=c, progress=self._moved.emit,
+                                  verifying=self._verified.emit)
+
+    def _with_projector(self, model: object, projector: RemoteGguf | None, kind: str) -> None:
+        """``model`` is here (a header-only copy or the whole file): fetch ``projector`` beside it the same way
+        ("projector header", "projector"), then open the model; without one, open it now. A projector that
+        fails opens the model anyway and says why; a cancelled one opens nothing."""
+        assert isinstance(model, Path)
+        if projector is None:
+            self._done(model)
+            return
+        self.target = projector
+        if kind == "projector":
+            text = f"Downloading the vision projector {projector.name}…"
+            work = self._downloading(projector)
+        else:
+            token = self._token()
+            text = f"Fetching the header of the vision projector {projector.name}…"
+            work = lambda c: fetch_header(projector, token=token, cancel=c, progress=self._moved.emit)  # noqa: E731
+        self._start(kind, text, work, lambda _p: self._done(model),
+                    lambda message: self._projector_failed(model, projector, kind, message))
+
+    def _projector_failed(self, model: Path, projector: RemoteGguf, kind: str, message: str) -> None:
+        """The model opens without its projector; the dialog stays open, saying why (Download retries)."""
+        self.status.setText("")
+        self.opened.emit(model)
+        self._show_error(failed_text(model.name, projector, "download" if kind == "projector" else "header fetch",
+                                     message))
 
     def _show_progress(self, done: object, total: object) -> None:
         assert isinstance(done, int) and isinstance(total, int)
         if self.task is None or self.task.cancelled:
             return
-        if self.kind == "header":
-            self.status.setText(f"Fetching the header: {Bytes(done)} fetched")
+        if self.kind in ("header", "projector header"):
+            whose = "the vision projector's header" if self.kind == "projector header" else "the header"
+            self.status.setText(f"Fetching {whose}: {Bytes(done)} fetched")
             self.progressed.emit(self.status.text())
             return
         self.progress.setRange(0, BAR_STEPS)
         self.progress.setValue(done * BAR_STEPS // total if total else 0)
-        text = self.clock.text(done, total)
+        text = (PROGRESS_PREFIX if self.kind == "projector" else "") + self.clock.text(done, total)
         if self.target is not None and not self.target.verified:
             text += f" — {UNVERIFIED}"
         self.status.setText(text)
@@ -301,7 +341,7 @@ class HubDialog(QDialog):
 
     # ---- running -------------------------------------------------------------------------------
     def _start(self, kind: str, text: str, fn: Callable[[threading.Event], object],
-               ok: Callable[[Any], None]) -> None:
+               ok: Callable[[Any], None], fail: Callable[[str], None] | None = None) -> None:
         task = TaskThread(hub_work(fn), self)
         self.task, self.kind, self.clock = task, kind, TransferClock()
 
@@ -311,7 +351,7 @@ class HubDialog(QDialog):
 
         def failed(message: str) -> None:
             self._end(task)
-            self._failed(message)
+            (fail or self._failed)(message)
 
         task.succeeded.connect(succeeded)
         task.failed.connect(failed)
@@ -359,9 +399,11 @@ class HubDialog(QDialog):
         task.deleteLater()
 
     def _cancelled_text(self) -> str:
-        if self.kind != "download":
+        if self.kind not in ("download", "projector"):
             return "Header fetch cancelled"
-        return FINISHED_FIRST if self.target is not None and downloaded(self.target) is not None else CANCELLED
+        if self.target is not None and downloaded(self.target) is not None:
+            return FINISHED_FIRST
+        return cancelled_text(self.target) if self.kind == "projector" and self.target is not None else CANCELLED
 
     def _idle(self) -> None:
         self.progress.setVisible(False)

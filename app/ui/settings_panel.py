@@ -29,7 +29,7 @@ from app.ui.qt import (
     QWidget,
     Signal,
 )
-from app.ui.window_state import PlanSettings, WindowState
+from app.ui.window_state import OpenModel, PlanSettings, WindowState
 
 if TYPE_CHECKING:
     from app.engine.discover import EngineInfo
@@ -229,11 +229,13 @@ class SettingsPanel(QWidget):
             cache_ram_mib=None if self.cache_ram.value() < 0 else self.cache_ram.value(),
             mmproj=self._mmproj_path if self.mmproj.isChecked() else "", mmproj_offload=not self.mmproj_cpu.isChecked())
 
-    def offer_projector(self, model: str | Path | None) -> None:
+    def offer_projector(self, model: str | Path | None, *, emit: bool = True) -> bool:
         """Show "Vision projector: FILE" (checked) when a projector for ``model`` lies beside it, else
-        hide the row (and plan without one); emits ``changed``."""
+        hide the row (and plan without one). True when that changed the settings (then ``changed`` is
+        emitted, unless ``emit`` is False)."""
         from app.planner.projector import projector_beside
 
+        before = self.settings()
         found = projector_beside(model) if model is not None else None
         self._mmproj_path = str(found) if found is not None else ""
         for w in (self.mmproj, self.mmproj_cpu):
@@ -244,7 +246,10 @@ class SettingsPanel(QWidget):
         for w in (self.mmproj, self.mmproj_cpu):
             w.blockSignals(False)
         self._mmproj_row.setVisible(found is not None)
-        self.changed.emit()
+        moved = self.settings() != before
+        if moved and emit:
+            self.changed.emit()
+        return moved
 
     def set_settings(self, s: LaunchSettings, *, emit: bool = True) -> None:
         """Show ``s`` without emitting ``changed`` once per widget; emits it once at the end (unless
@@ -381,7 +386,12 @@ class SettingsPanel(QWidget):
         """Every edit goes to ``state`` (the settings now, at once); the largest context that fits
         and the engines found come back from it."""
         self.changed.connect(lambda: state.set_settings(self.plan_settings()))
-        state.modelChanged.connect(lambda model: self.offer_projector(None if model.demo else model.path))
+
+        def model_changed(model: OpenModel) -> None:  # the model's own plan follows: it includes the projector
+            if self.offer_projector(None if model.demo else model.path, emit=False):
+                state.set_settings(self.plan_settings(), replan=False)
+
+        state.modelChanged.connect(model_changed)
         self.engineChosen.connect(state.choose_engine)
         state.planChanged.connect(lambda plan: self._show_fit(plan, state.fit, state.settings.engine_window))
         state.noPlan.connect(lambda _why: self.context.set_largest_fit(None, words.NO_LARGEST))

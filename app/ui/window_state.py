@@ -123,10 +123,12 @@ class WindowState(QObject):
         self.modelChanged.emit(model)
         self.replan()
 
-    def set_settings(self, settings: PlanSettings) -> None:
+    def set_settings(self, settings: PlanSettings, *, replan: bool = True) -> None:
+        """``replan`` False: a plan follows anyway (a panel's answer to ``modelChanged``, before its plan)."""
         self.settings = settings
         self.settingsChanged.emit(settings)
-        self.replan()
+        if replan:
+            self.replan()
 
     def set_inventory(self, inventory: Inventory, nvml_reason: str | None = None, *, replan: bool = True) -> None:
         self.inventory = inventory

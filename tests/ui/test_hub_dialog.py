@@ -26,6 +26,7 @@ from app.ui import hub_dialog
 from app.ui.hub_button import PREVIEW_LAUNCH
 from app.ui.hub_dialog import CANCELLED, FINISHED_FIRST, HubDialog
 from app.ui.hub_progress import TOKEN_HINT, duration_text, transfer_text
+from app.ui.hub_projector import PROGRESS_PREFIX
 from app.ui.main_window import MainWindow
 from app.ui.qt import QLabel, QLineEdit, QPalette, Qt, QTableWidgetItem, QTimer
 from app.ui.state import UiState
@@ -138,6 +139,14 @@ def chosen(dialog: HubDialog) -> RemoteGguf:
     return picked
 
 
+def model_progress(dialog: HubDialog) -> list[str]:
+    """The progress lines of the model itself, as the dialog shows them: REPO's mmproj file is fetched after
+    it (checked by default; tests/ui/test_hub_projector.py tests that), and its lines are left out here."""
+    shown: list[str] = []
+    dialog.progressed.connect(lambda t: None if t.startswith(PROGRESS_PREFIX) or "projector" in t else shown.append(t))
+    return shown
+
+
 def select(dialog: HubDialog, name: str) -> None:
     dialog.table.selectRow(row_of(dialog, name))
     assert chosen(dialog).name == name
@@ -212,8 +221,7 @@ def test_plan_from_header_opens_a_preview_that_plans_and_measures_but_does_not_l
     dialog = open_dialog(window, qtbot, f"https://huggingface.co/{REPO}/blob/main/{CHAT}")
     list_repo(dialog, qtbot)
     assert chosen(dialog).path == CHAT  # the link named it
-    shown: list[str] = []
-    dialog.progressed.connect(shown.append)
+    shown = model_progress(dialog)
     with qtbot.waitSignal(window.planned, timeout=30_000) as planned:
         qtbot.mouseClick(dialog.header_button, LEFT)
         assert not dialog.header_button.isEnabled()  # busy until it is back
@@ -241,8 +249,7 @@ def test_download_shows_progress_then_the_real_file_opens_and_launches(
     slow_down(hub, monkeypatch, per_chunk_s=0.3)  # one chunk: the tiny model arrives after 0.3 s
     dialog = open_dialog(window, qtbot, f"hf:{REPO}/{CHAT}")
     list_repo(dialog, qtbot)
-    shown: list[str] = []
-    dialog.progressed.connect(shown.append)
+    shown = model_progress(dialog)
     with qtbot.waitSignal(window.planned, timeout=30_000):
         qtbot.mouseClick(dialog.download_button, LEFT)
         assert dialog.progress.isVisible() and dialog.cancel_button.isVisible()
@@ -294,8 +301,7 @@ def test_cancel_keeps_the_partial_file_and_the_next_download_resumes(
     kept = part.stat().st_size
     assert 0 < kept < total
     assert window.model_path is None and dialog.download_button.isEnabled()
-    shown: list[str] = []
-    dialog.progressed.connect(shown.append)
+    shown = model_progress(dialog)
     with qtbot.waitSignal(dialog.opened, timeout=60_000) as opened:
         qtbot.mouseClick(dialog.download_button, LEFT)
     assert opened.args[0].read_bytes() == wide_model.read_bytes()
@@ -317,8 +323,7 @@ def test_a_file_without_sha256_is_said_unverified_in_the_table_the_download_and_
     row = row_of(dialog, CHAT)
     assert cell(dialog, row, 4).text() == "size only" and UNVERIFIED in cell(dialog, row, 4).toolTip()
     assert cell(dialog, row_of(dialog, "tiny-F32.gguf"), 4).text() == "sha256"
-    shown: list[str] = []
-    dialog.progressed.connect(shown.append)
+    shown = model_progress(dialog)
     with qtbot.waitSignal(window.planned, timeout=30_000):
         qtbot.mouseClick(dialog.download_button, LEFT)
     assert shown and all(t.endswith(f" — {UNVERIFIED}") for t in shown), shown

@@ -10,7 +10,16 @@ from huggingface_hub import hf_hub_download
 
 from app.hub.errors import HubError
 from app.hub.refs import HubRef, parse_ref
-from app.hub.remote import RemoteFile, RemoteGguf, RepoListing, group_parts, list_ggufs, pick, quant_of
+from app.hub.remote import (
+    RemoteFile,
+    RemoteGguf,
+    RepoListing,
+    group_parts,
+    list_ggufs,
+    pick,
+    projector_for,
+    quant_of,
+)
 from tests.fixtures.fake_hub import FakeHub
 
 
@@ -181,3 +190,22 @@ def test_offline_or_unreachable_the_listing_is_what_the_hf_cache_holds(
     with pytest.raises(HubError) as err:
         list_ggufs("acme/Other-GGUF")
     assert err.value.message.startswith("offline mode is on") and "HF_HUB_OFFLINE" in err.value.hint
+
+
+def test_the_projector_offered_with_a_model_is_beside_it_named_like_it_then_f16() -> None:
+    names = ["gemma-3-12b-it-Q4_K_M.gguf", "qwen2.5-vl-7b-Q8_0.gguf", "mmproj-gemma-3-12b-f32.gguf",
+             "mmproj-gemma-3-12b-f16.gguf", "mmproj-gemma-3-12b-bf16.gguf", "mmproj-qwen2.5-vl-f16.gguf",
+             "big/model-Q8_0-00001-of-00002.gguf", "big/model-Q8_0-00002-of-00002.gguf", "text-Q4_0.gguf"]
+    ggufs = group_parts("o/n", "c0ffee", [RemoteFile(n, 10, None) for n in names])
+    listing = RepoListing("o/n", "c0ffee", tuple(ggufs))
+    by_name = {g.name: g for g in ggufs}
+
+    def offered(model: str) -> str | None:
+        found = projector_for(listing, by_name[model])
+        return found.name if found is not None else None
+
+    assert offered("gemma-3-12b-it-Q4_K_M.gguf") == "mmproj-gemma-3-12b-f16.gguf"  # as like: F16 first
+    assert offered("qwen2.5-vl-7b-Q8_0.gguf") == "mmproj-qwen2.5-vl-f16.gguf"
+    assert offered("text-Q4_0.gguf") == "mmproj-gemma-3-12b-f16.gguf"  # like none: F16, then by name
+    assert offered("model-Q8_0.gguf") is None  # in another folder: the window would not find it beside
+    assert offered("mmproj-gemma-3-12b-f16.gguf") is None
