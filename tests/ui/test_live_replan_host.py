@@ -78,7 +78,8 @@ def test_another_app_taking_most_of_the_ram_turns_the_cpu_verdict(qtbot, tmp_pat
     w, feed = _cpu_window(qtbot, tmp_path, shape_model)
     before = _plan(w)
     assert before.feasible and "Fits" in w.budget.verdict.text()
-    feed.taken = before.host.free + GiB  # a GiB short of what the model needs in host RAM
+    # a GiB short of what the model needs in host RAM (the prompt cache, auto-sized, would shrink to 0 first)
+    feed.taken = before.host.available - before.host.allocated + GiB
     qtbot.waitUntil(lambda: not _plan(w).feasible, timeout=DEADLINE_MS)
     assert _plan(w).host.free < 0 and "short" in w.budget.host_row.caption.text()
     assert "Fits" not in w.budget.verdict.text()
