@@ -380,8 +380,8 @@ class SettingsPanel(QWidget):
 
     def _extras_for(self, s: LaunchSettings, shape: ModelShape) -> LaunchSettings:
         kept, dropped = self.extras.kept_for(shape)
-        for sentence in dropped:
-            self.notice.emit(sentence)
+        if dropped:
+            self.notice.emit("; ".join(dropped))
         return s.with_(**kept)
 
     def set_context(self, n_ctx: int) -> None:

@@ -149,6 +149,20 @@ def test_another_model_keeps_the_draft_its_vocabulary_takes_and_drops_a_lora_it_
     assert extras.add_lora(adapters.write_lora(shapes.TINY, deep_lora.parent / "small-lora.gguf"))
 
 
+def test_the_demo_leaves_out_what_its_shape_cannot_take_and_says_so(window, tiny_deep_model, deep_lora, qtbot):
+    extras = window.settings.extras
+    assert window.open_model(tiny_deep_model)
+    second = adapters.write_lora(shapes.TINY_DEEP, deep_lora.parent / "ffn-lora.gguf", targets=("ffn_up",))
+    assert extras.add_lora([deep_lora, second]) and extras.choose_draft(adapters.draft_model())
+    assert extras.lora_names.full_text() == "deep-lora.gguf, ffn-lora.gguf"
+    assert extras.toggle.text() == "Adapters and draft model: 2 LoRA, a draft model"
+    assert window.open_demo()
+    assert window.plan is not None and window.error.isHidden()  # planned, not "Cannot plan: LoRA …"
+    message = window.statusBar().currentMessage()
+    assert message.count("LoRA adapter not used: ") == 2 and "Draft model not used: " in message, message
+    assert extras.toggle.text() == "Adapters and draft model: none"
+
+
 def test_with_nothing_chosen_the_form_still_fits_at_1280x860(window, tiny_deep_model, qtbot):
     assert window.open_model(tiny_deep_model)
     window.resize(1280, 860)
