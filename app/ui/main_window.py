@@ -443,7 +443,7 @@ class MainWindow(QMainWindow):
             self._leave_demo()
             if new:  # the last model's context, placement and adapters are no settings for this one
                 settings = self.settings.settings_for_model(default_context(model.shape.n_ctx_train), model.shape)
-        elif self.settings.extras.has_extras():
+        elif self.settings.has_extras():
             settings = self.settings.extras_for_model(model.shape)  # the demo's shape takes no user's LoRA
         self.current.use_model(model, settings)
         if remember:

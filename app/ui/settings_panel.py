@@ -1,5 +1,5 @@
 """Model and launch settings: the context (app/ui/context_control.py), KV types, slots, batch, layers,
-margins, KV placement and the engine.
+margins, KV placement, LoRA adapters and a draft model (app/ui/extras_section.py) and the engine.
 
 The panel owns no planning: it turns widget state into one ``PlanSettings`` (the launch settings
 plus the safety margin, VRAM target and KV placement) and hands it to the window state on every
@@ -371,6 +371,10 @@ class SettingsPanel(QWidget):
             s = self._extras_for(s, shape)
         self.set_settings(s, emit=False)
         return self.plan_settings()
+
+    def has_extras(self) -> bool:
+        """A LoRA adapter or a draft model is chosen."""
+        return self.extras.has_extras()
 
     def extras_for_model(self, shape: ModelShape) -> PlanSettings:
         """The settings now with only the adapters and draft ``shape`` can take (``settings_for_model``'s
