@@ -26,7 +26,7 @@ from pathlib import Path
 from app.planner.errors import PlannerError
 from app.planner.gguf_model import ModelShape, read_shape
 from app.planner.gguf_reader import TensorInfo, read_header
-from app.planner.weights import GPU_ALIGNMENT, Override, tensor_device
+from app.planner.weights import GPU_ALIGNMENT, Override, layer_devices, tensor_device
 
 #: ggml-impl.h ``TENSOR_ALIGNMENT``: the CPU buffer types' alignment (the LoRA buffer on the host).
 HOST_ALIGNMENT = 32
@@ -112,10 +112,29 @@ def lora_bytes(shape: ModelShape, paths: Sequence[str], devices: Sequence[int | 
     return gpu, host
 
 
+def check_lora(model: ModelShape | None, path: str) -> LoraAdapter:
+    """The adapter at ``path``, checked as llama.cpp checks it against ``model`` (None: the file
+    alone); PlannerError says what is wrong (the window refuses a file with it)."""
+    adapter = read_lora(path)
+    if model is not None:
+        lora_bytes(model, [path], layer_devices(model.n_layer, 0, []), 0)
+    return adapter
+
+
 def draft_shape(path: str) -> ModelShape:
     """The draft model's shape (PlannerError when it cannot be read)."""
     _stamp(path)
     return read_shape(path)
+
+
+def check_draft(model: ModelShape | None, path: str) -> ModelShape:
+    """The draft model at ``path``; PlannerError when it cannot be read or llama.cpp would not
+    speculate with it for ``model`` (None: the file alone): ``draft_problem``."""
+    draft = draft_shape(path)
+    problem = draft_problem(model, draft) if model is not None else ""
+    if problem:
+        raise PlannerError(f"{Path(path).name}: {problem}")
+    return draft
 
 
 def draft_problem(model: ModelShape, draft: ModelShape) -> str:

@@ -92,7 +92,7 @@ def compute_for(shape: ModelShape, inv: Inventory, settings: LaunchSettings,
                    projector=projector_for(shape, inv, settings, measurement))
     if not settings.draft_model:
         return main
-    dshape, ds = extras.draft_shape(settings.draft_model), settings.draft_settings()
+    dshape, ds = extras.check_draft(shape, settings.draft_model), settings.draft_settings()
     draft = _compute_for(dshape, inv, ds, measurement.draft if measurement is not None else None,
                          kv_layout(dshape, ds))
     return replace(main, draft=draft)

@@ -170,6 +170,8 @@ class MainWindow(QMainWindow):
         self.settings.set_settings(self.state.launch_settings())
         self.settings.set_engine_window(self.state.engine_window)
         self.settings.set_margins(self.state.safety_mib, self.state.vram_target_mib)
+        self.settings.refused.connect(self.show_error)
+        self.settings.notice.connect(lambda text: self.statusBar().showMessage(text, 10_000))
         self.measure = MeasureBar()
         self.measure.failed.connect(lambda msg: self.show_error(f"Pass 1 failed: {msg}"))
         self.launch = LaunchPanel(self)
@@ -439,8 +441,10 @@ class MainWindow(QMainWindow):
         if not is_demo:
             new = self._is_another_model(path)
             self._leave_demo()
-            if new:  # the last model's context and placement are no settings for this one
-                settings = self.settings.settings_for_model(default_context(model.shape.n_ctx_train))
+            if new:  # the last model's context, placement and adapters are no settings for this one
+                settings = self.settings.settings_for_model(default_context(model.shape.n_ctx_train), model.shape)
+        elif self.settings.has_extras():
+            settings = self.settings.extras_for_model(model.shape)  # the demo's shape takes no user's LoRA
         self.current.use_model(model, settings)
         if remember:
             self.state.remember_model(str(path))

@@ -1,5 +1,5 @@
 """Model and launch settings: the context (app/ui/context_control.py), KV types, slots, batch, layers,
-margins, KV placement and the engine.
+margins, KV placement, LoRA adapters and a draft model (app/ui/extras_section.py) and the engine.
 
 The panel owns no planning: it turns widget state into one ``PlanSettings`` (the launch settings
 plus the safety margin, VRAM target and KV placement) and hands it to the window state on every
@@ -16,6 +16,7 @@ from app.planner import words
 from app.planner.settings import ALL_LAYERS, DEFAULT_CACHE_RAM_MIB, KV_TYPES, LaunchSettings
 from app.planner.units import MiB
 from app.ui.context_control import ContextControl, K
+from app.ui.extras_section import ExtrasSection
 from app.ui.qt import (
     QCheckBox,
     QComboBox,
@@ -33,6 +34,7 @@ from app.ui.window_state import OpenModel, PlanSettings, WindowState
 
 if TYPE_CHECKING:
     from app.engine.discover import EngineInfo
+    from app.planner.gguf_model import ModelShape
     from app.planner.plan import ContextFit, Plan
 
 KV_MODES = ("stock llama.cpp (whole layers)", "rolling KV window (opencoti)")
@@ -104,6 +106,8 @@ class SettingsPanel(QWidget):
 
     changed = Signal()
     engineChosen = Signal(int)  # the index of the engine chosen in the list shown
+    refused = Signal(str)  # a LoRA or draft file not taken, and why (for the window's error line)
+    notice = Signal(str)  # what changed without the user asking (adapters left out for another model)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -171,6 +175,10 @@ class SettingsPanel(QWidget):
         self.mmproj_cpu = QCheckBox("on the CPU (--no-mmproj-offload)")
         self.mmproj_cpu.setToolTip("--no-mmproj-offload: keep the projector in host RAM, not on the GPU")
         self._mmproj_path = ""
+        # LoRA adapters and a draft model: a section that stays one line high until something is chosen.
+        self.extras = ExtrasSection()
+        self.extras.changed.connect(self.changed.emit)
+        self.extras.refused.connect(self.refused.emit)
         self.engine = QComboBox()
         self.engine.setAccessibleName("Engine")
         self.engine.setToolTip("The engine to launch, with its detected kind and version")
@@ -200,6 +208,7 @@ class SettingsPanel(QWidget):
         self._mmproj_row = _row(self.mmproj, self.mmproj_cpu)
         form.addRow(self._mmproj_row)
         self._mmproj_row.setVisible(False)
+        form.addRow(self.extras)
         engine_label = QLabel("&Engine")
         engine_label.setBuddy(self.engine)
         form.addRow(engine_label)  # the combo gets the whole width: "kind version (commit) — source"
@@ -227,7 +236,8 @@ class SettingsPanel(QWidget):
             n_ubatch=int(self.n_ubatch.currentText()), flash_attn=self.flash_attn.currentText(),
             n_gpu_layers=self.n_gpu_layers.value(), offload_kqv=not self.nkvo.isChecked(),
             cache_ram_mib=None if self.cache_ram.value() < 0 else self.cache_ram.value(),
-            mmproj=self._mmproj_path if self.mmproj.isChecked() else "", mmproj_offload=not self.mmproj_cpu.isChecked())
+            mmproj=self._mmproj_path if self.mmproj.isChecked() else "", mmproj_offload=not self.mmproj_cpu.isChecked(),
+            **self.extras.values())
 
     def offer_projector(self, model: str | Path | None, *, emit: bool = True) -> bool:
         """Show "Vision projector: FILE" (checked) when a projector for ``model`` lies beside it, else
@@ -273,6 +283,7 @@ class SettingsPanel(QWidget):
         self.nkvo.setChecked(not s.offload_kqv)
         self.cache_ram.setValue(-1 if s.cache_ram_mib is None else max(s.cache_ram_mib, 0))  # no limit: CLI only
         self._show_overrides(s)
+        self.extras.show_settings(s)
         if s.mmproj:  # a projector in the settings given (the CLI's --mmproj, an applied plan): shown, checked
             self._mmproj_path = s.mmproj
             for check, on in ((self.mmproj, True), (self.mmproj_cpu, not s.mmproj_offload)):
@@ -350,11 +361,37 @@ class SettingsPanel(QWidget):
         applied ``-ot`` comes with the ``-ngl`` that left its layers)."""
         self.set_settings(_planner_placed(self.settings()))
 
-    def settings_for_model(self, n_ctx: int) -> PlanSettings:
+    def settings_for_model(self, n_ctx: int, shape: ModelShape | None = None) -> PlanSettings:
         """Another model opens: its context (``n_ctx``) and the planner's placement, shown without a
-        plan for the model still open; the caller plans the new model with what this returns."""
-        self.set_settings(_planner_placed(self.settings()).with_(n_ctx=n_ctx), emit=False)
+        plan for the model still open; the caller plans the new model with what this returns.
+
+        With the new model's ``shape``, the LoRA adapters and the draft model go by the rule that
+        takes a file when it is chosen: each one llama.cpp would load with this model stays (a LoRA
+        of its architecture whose every tensor the model has, in that shape; a draft whose
+        vocabulary is the model's), the others are left out, said by ``notice``. So a switch between
+        quantizations or fine-tunes of one base keeps them; a LoRA is never planned against weights
+        it does not fit, which the engine would refuse at load."""
+        s = _planner_placed(self.settings()).with_(n_ctx=n_ctx)
+        if shape is not None:
+            s = self._extras_for(s, shape)
+        self.set_settings(s, emit=False)
         return self.plan_settings()
+
+    def has_extras(self) -> bool:
+        """A LoRA adapter or a draft model is chosen."""
+        return self.extras.has_extras()
+
+    def extras_for_model(self, shape: ModelShape) -> PlanSettings:
+        """The settings now with only the adapters and draft ``shape`` can take (``settings_for_model``'s
+        rule; the demo opens with its own context), shown without a plan."""
+        self.set_settings(self._extras_for(self.settings(), shape), emit=False)
+        return self.plan_settings()
+
+    def _extras_for(self, s: LaunchSettings, shape: ModelShape) -> LaunchSettings:
+        kept, dropped = self.extras.kept_for(shape)
+        if dropped:
+            self.notice.emit("; ".join(dropped))
+        return s.with_(**kept)
 
     def set_context(self, n_ctx: int) -> None:
         """Show ``n_ctx`` in the context field (as if typed)."""
@@ -388,6 +425,7 @@ class SettingsPanel(QWidget):
         self.changed.connect(lambda: state.set_settings(self.plan_settings()))
 
         def model_changed(model: OpenModel) -> None:  # the model's own plan follows: it includes the projector
+            self.extras.set_model(model.shape, None if model.demo else model.path)
             if self.offer_projector(None if model.demo else model.path, emit=False):
                 state.set_settings(self.plan_settings(), replan=False)
 

@@ -9,7 +9,7 @@ import pytest
 
 from app.planner.devices import GpuDevice, HostMemory, Inventory
 from app.planner.errors import PlannerError
-from app.planner.extras import lora_bytes
+from app.planner.extras import check_draft, check_lora, lora_bytes
 from app.planner.gguf_model import read_shape
 from app.planner.logparse import parse_log
 from app.planner.measurement import DeviceMeasurement, Measurement
@@ -50,6 +50,29 @@ def test_a_lora_for_another_model_is_refused_with_a_sentence(deep: tuple[Path, P
         lora_bytes(read_shape(model), [str(other)], layer_devices(8, 999, [1]), 1)
     with pytest.raises(PlannerError, match="not a LoRA adapter"):
         lora_bytes(read_shape(model), [str(model)], layer_devices(8, 999, [1]), 1)
+
+
+def test_a_file_is_checked_alone_or_against_a_model_as_llama_cpp_would(deep: tuple[Path, Path], tmp_path: Path) -> None:
+    model, lora = deep
+    shape = read_shape(model)
+    assert check_lora(None, str(lora)).arch == "llama" and check_lora(shape, str(lora)).pairs
+    other = adapters.write_lora(shapes.TINY, tmp_path / "tiny-lora.gguf")
+    assert check_lora(None, str(other)).arch == "llama"  # alone: a LoRA file
+    with pytest.raises(PlannerError, match="wrong shape"):
+        check_lora(shape, str(other))  # not for this model
+    draft = str(adapters.draft_model())
+    assert check_draft(shape, draft).n_vocab == shape.n_vocab
+    big_vocab = str(gguf_factory.ensure(shapes.BY_NAME["llama-3.1-8b-instruct-q4_k_m"]))
+    assert check_draft(None, big_vocab).n_vocab == 128256
+    with pytest.raises(PlannerError, match=r"vocabulary \(128,256 tokens\) is not the model's"):
+        check_draft(shape, big_vocab)
+
+
+def test_a_plan_refuses_a_draft_llama_cpp_would_not_speculate_with(deep: tuple[Path, Path]) -> None:
+    model, _ = deep
+    big_vocab = str(gguf_factory.ensure(shapes.BY_NAME["llama-3.1-8b-instruct-q4_k_m"]))
+    with pytest.raises(PlannerError, match="cannot speculate with it"):
+        make_plan(read_shape(model), _gpu(), LaunchSettings(n_ctx=4096, draft_model=big_vocab))
 
 
 def test_a_plan_with_a_lora_and_a_draft_counts_them_on_the_gpu_with_their_sources(deep: tuple[Path, Path]) -> None:
