@@ -362,7 +362,8 @@ class SettingsPanel(QWidget):
         self.set_settings(_planner_placed(self.settings()))
 
     def settings_for_model(self, n_ctx: int, shape: ModelShape | None = None) -> PlanSettings:
-        """Another model opens: its context (``n_ctx``) and the planner's placement, shown without a
+        """Another model opens: its context (``n_ctx``) and the planner's placement (every layer on
+        the GPU, no -ot, no --n-cpu-moe, no -ts), shown without a
         plan for the model still open; the caller plans the new model with what this returns.
 
         With the new model's ``shape``, the LoRA adapters and the draft model go by the rule that
@@ -371,7 +372,8 @@ class SettingsPanel(QWidget):
         vocabulary is the model's), the others are left out, said by ``notice``. So a switch between
         quantizations or fine-tunes of one base keeps them; a LoRA is never planned against weights
         it does not fit, which the engine would refuse at load."""
-        s = _planner_placed(self.settings()).with_(n_ctx=n_ctx)
+        # -ngl counts another model's layers (an applied -ngl 0 or -ngl 22 is no setting for this one)
+        s = _planner_placed(self.settings()).with_(n_ctx=n_ctx, n_gpu_layers=ALL_LAYERS)
         if shape is not None:
             s = self._extras_for(s, shape)
         self.set_settings(s, emit=False)

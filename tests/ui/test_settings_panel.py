@@ -171,3 +171,24 @@ def test_an_applied_placement_is_shown_said_and_undone_and_not_carried_to_anothe
         assert w.open_model(shape_model(LLAMA8B))
     assert w.settings.settings().n_cpu_moe == 0 and not w.settings.placement_row.isVisible()
     w.close()
+
+
+def test_another_model_opens_with_every_layer_on_the_gpu_not_the_last_models_ngl(qtbot, tmp_path, shape_model):
+    """-ngl counts one model's layers: an -ngl 0 applied to the last model is no setting for the next."""
+    from app.planner.settings import ALL_LAYERS
+    from app.ui.main_window import MainWindow
+    from app.ui.state import UiState
+
+    w = MainWindow(state=UiState(simulated_gpus=["RTX 4090"]), persist=False, state_file=tmp_path / "s.json",
+                   nvml=None, read_host=lambda: None)
+    qtbot.addWidget(w)
+    with qtbot.waitSignal(w.planned, timeout=20_000):
+        assert w.open_model(shape_model(LLAMA8B))
+    with qtbot.waitSignal(w.planned, timeout=20_000):
+        w.settings.n_gpu_layers.setValue(0)
+    assert w.plan is not None and w.plan.launch.n_gpu_layers == 0
+    with qtbot.waitSignal(w.planned, timeout=20_000):
+        assert w.open_model(shape_model("qwen3-30b-a3b-q4_k_m"))
+    assert w.settings.n_gpu_layers.value() == ALL_LAYERS and w.plan is not None
+    assert w.plan.feasible and w.plan.launch.n_gpu_layers == ALL_LAYERS  # it fits a 4090 whole
+    w.close()
