@@ -269,6 +269,22 @@ def plan_request(args: argparse.Namespace, shape: ModelShape, inventory: Invento
         overhead=None if args.overhead is None else int(args.overhead), lookup=lookup)
 
 
+def model_text(text: str) -> str:
+    """Text a model generated, safe to print on a terminal: its control characters escaped as
+    ``words.printable`` escapes a GGUF's name (ESC → ``\\x1b``, so a reply cannot recolour or clear the
+    terminal), its line breaks and tabs kept. A model with random weights writes any byte."""
+    from app.planner.words import printable
+
+    if text.isprintable():
+        return text
+    return "\n".join("\t".join(printable(cell) for cell in line.split("\t")) for line in text.split("\n"))
+
+
+def plural(n: int, noun: str, plural_form: str = "") -> str:
+    """``1 slot``, ``2 slots``, ``0 slots`` (``plural_form`` when adding an s is wrong)."""
+    return f"{n} {noun if n == 1 else plural_form or noun + 's'}"
+
+
 def advisory_lines(items: Sequence[Any]) -> list[str]:
     """Engine advisories as printed by ``plan`` and ``serve`` (one line each)."""
     return [f"advisory: {a}" for a in items]

@@ -179,7 +179,13 @@ def _projector_lines(plan: Plan, device: str) -> list[str]:
         return []
     rows = [("mmproj weights", pr.weights, "weights"), ("mmproj compute", pr.compute, "compute")] if pr.device == device \
         else [("mmproj compute", pr.compute_host, "compute")] if device == "host" and pr.compute_host else []
-    return [f"    {name:<16}{Bytes(n)!s:>12}   {pr.sources.get(key, '')!s}" for name, n, key in rows]
+    return [_row(name, n, pr.sources.get(key, "")) for name, n, key in rows]
+
+
+def _row(name: str, n: int, source: object) -> str:
+    """One part's row: its name, its bytes and where the number came from (nothing after the
+    bytes when it came from nowhere: the free row)."""
+    return f"    {name:<16}{Bytes(n)!s:>12}   {source!s}".rstrip()
 
 
 def render(plan: Plan, title: str, fit: ContextFit, asked: LaunchSettings | None = None) -> str:
@@ -202,14 +208,14 @@ def render(plan: Plan, title: str, fit: ContextFit, asked: LaunchSettings | None
         out.append(f"  {g.name}  {g.label}  total {Bytes(g.total)}"
                    + (f"  budget {Bytes(g.budget)}" if g.budget is not None else ""))
         shown = [*parts[:4], *(p for p in extra if p in g.sources), *parts[4:]]
-        rows = [f"    {p.replace('_', ' '):<16}{Bytes(getattr(g, p))!s:>12}   {g.sources.get(p, '')!s}" for p in shown]
+        rows = [_row(p.replace("_", " "), getattr(g, p), g.sources.get(p, "")) for p in shown]
         out += rows[:-1] + _projector_lines(plan, g.name) + rows[-1:]  # (free last)
     h = plan.host
     out.append(f"  host RAM  available {Bytes(h.available)} of {Bytes(h.total)}")
     for p in ("weights_mapped", "kv_tail", "compute_pinned", "output_buffer",
               *(p for p in extra if p in h.sources), "prompt_cache", "free"):
         out += _projector_lines(plan, "host") if p == "free" else []
-        out.append(f"    {p.replace('_', ' '):<16}{Bytes(getattr(h, p))!s:>12}   {h.sources.get(p, '')!s}")
+        out.append(_row(p.replace("_", " "), getattr(h, p), h.sources.get(p, "")))
     out.append(f"  {words.kv_placement(plan)}")
     trained = f"trained {format_tokens(fit.n_ctx_train)}"
     if fit.resident == 0:
@@ -229,7 +235,7 @@ def render(plan: Plan, title: str, fit: ContextFit, asked: LaunchSettings | None
         for a in plan.alternatives:
             mark = "*" if a.chosen else ("-" if not a.feasible else " ")
             price = f"{a.decode_s:6.2f} s + {a.prefill_s:5.2f} s" if a.feasible else " " * 17
-            out.append(f"   {mark} {a.label:<{width}}{Bytes(a.host_bytes_per_token)!s:>10}  {price}   {a.note}")
+            out.append(f"   {mark} {a.label:<{width}}{Bytes(a.host_bytes_per_token)!s:>10}  {price}   {a.note}".rstrip())
     if plan.network is not None:
         net = plan.network
         out.append("  " + words.network_summary(net.per_token, net.per_ubatch, launch.effective_n_ubatch,

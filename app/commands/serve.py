@@ -183,7 +183,7 @@ def unplanned(settings: LaunchSettings, args: argparse.Namespace, reason: str) -
 def run(args: argparse.Namespace) -> int:
     from app.engine.discover import discover_engines
     from app.engine.launch import LaunchRefused, plan_check, prepare
-    from app.engine.process import EngineFailed
+    from app.engine.process import EngineFailed, bind_problem
     from app.hub.preview import preview_refusal, refuse_preview
     from app.planner.errors import PlannerError
     from app.planner.gguf_model import read_shape
@@ -206,6 +206,13 @@ def run(args: argparse.Namespace) -> int:
             print(f"headroom serve: {problem}", file=sys.stderr)
             return 2
         engines = [e for e in engines if e.source == EngineOrigin.SETTINGS]
+    busy = bind_problem(args.host, args.port)  # before pass 1 and the engine: nothing is started for it
+    if busy is not None:
+        advice = {"in_use": "pass another --port, or leave --port out for a free one",
+                  "denied": "pass a --port above 1023, or leave --port out for a free one"}.get(
+            busy.kind, "pass an address of this machine to --host (127.0.0.1, or 0.0.0.0 for all)")
+        print(f"headroom serve: refused: {busy.text}: {advice}", file=sys.stderr)
+        return 2
     try:
         settings = settings_from_args(args)
         modelled = read_shape(args.model)
@@ -295,7 +302,9 @@ def run(args: argparse.Namespace) -> int:
         while not stop.wait(1.0):
             server.check_alive()
     except EngineFailed as exc:
-        print(f"headroom serve: the engine failed: {exc}", file=sys.stderr)
+        # the failure is sentences ("The port is in use: …"); its log lines only when they say more
+        said = exc.failure.message if exc.failure.kind == "port_in_use" else str(exc)
+        print(f"headroom serve: the engine failed. {said}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         pass

@@ -17,15 +17,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from app.commands.common import exit_status
+from app.commands.common import exit_status, model_text, plural
 from app.sessions import fork as ops
 from app.sessions.client import EngineClient, EngineError, EngineRejected
-from app.sessions.smoke import run_smoke
+from app.sessions.smoke import TOO_FEW_SLOTS, run_smoke
 from app.sessions.store import SessionStore
 
 EXIT_STATUS = exit_status("the action ran", "it ran but failed (the engine is not answering, refused the request "
                           "or cut a reply off)", "the request cannot be used (a bad URL, flag or prompt file, "
-                          "an unknown session, a fork into more sessions than the engine has slots)")
+                          "an unknown session, a fork into more sessions than the engine has slots, a smoke test on an "
+                          "engine with one slot)")
 
 
 def _engine_args(p: argparse.ArgumentParser, *, after: bool) -> None:
@@ -110,7 +111,7 @@ class _Printer:
 
     def __call__(self, index: int, piece: str) -> None:
         if len(self.names) == 1:
-            sys.stdout.write(piece)
+            sys.stdout.write(model_text(piece))
             sys.stdout.flush()
             return
         if 0 <= index < len(self.tokens):
@@ -155,7 +156,7 @@ def _list(client: EngineClient, store: SessionStore, args: argparse.Namespace) -
     error: EngineError | None = None
     try:
         slots = {s.id: s for s in client.slots()}
-        print(f"engine at {client.base_url}: {len(slots)} slots")
+        print(f"engine at {client.base_url}: {plural(len(slots), 'slot')}")
     except EngineError as exc:  # the stored sessions are still worth listing
         slots, error = {}, exc
         print(f"engine at {client.base_url}: not answering")
@@ -163,13 +164,21 @@ def _list(client: EngineClient, store: SessionStore, args: argparse.Namespace) -
         held = slots.get(s.slot) if s.slot is not None else None
         where = f"slot {s.slot}" + (f" ({held.n_prompt_tokens} tokens cached)" if held else "")
         flag = "" if s.complete else "  [last reply cut off]"
-        print(f"  {s.name:<16} {where:<32} {len(s.text):>7} chars, {s.turns} turn(s) {s.origin}{flag}")
+        print(f"  {s.name:<16} {where:<32} {len(s.text):>7} chars, {plural(s.turns, 'turn')} {s.origin}{flag}")
     if not store.sessions and error is None:
-        print("  (no sessions yet: headroom sessions ... fork PROMPT --k 2)")
+        print(f"  ({_first_step(len(slots))})")
     if error is not None:
         print(f"headroom sessions: {_explain(error)}", file=sys.stderr)
         return 1
     return 0
+
+
+def _first_step(n_slots: int) -> str:
+    """What to do on an engine with no sessions yet: only what it can do (a fork needs 2 slots)."""
+    if n_slots >= 2:
+        return f"no sessions yet: headroom sessions ... fork PROMPT --k {min(n_slots, 3)}, or send NAME PROMPT"
+    return ("no sessions yet: headroom sessions ... send NAME PROMPT; a fork needs an engine with -np 2 "
+            "or more (headroom serve ... -np 2 -kvu)")
 
 
 def _metrics(client: EngineClient, store: SessionStore, args: argparse.Namespace) -> int:
@@ -196,7 +205,7 @@ def _finish(result: ops.TurnResult, printer: _Printer) -> int:
     printer.done()
     if len(result.sessions) > 1:
         for s, comp in zip(result.sessions, result.completions, strict=True):
-            print(f"[{s.name}] (slot {s.slot}){comp.text}\n")
+            print(f"[{s.name}] (slot {s.slot}){model_text(comp.text)}\n")
     else:
         print()
     for s in result.sessions:
@@ -252,6 +261,8 @@ def _smoke(client: EngineClient, store: SessionStore, args: argparse.Namespace) 
     client.slots()  # an engine that never answered is not "an engine that exited during the smoke test"
     result = run_smoke(client.base_url, client.api_key, on_step=lambda s: print(f"  {s}"))
     print(result)
+    if result.kind == TOO_FEW_SLOTS:  # a request this engine cannot take, as a fork into too many is
+        return 2
     return 0 if result.ok else 1
 
 

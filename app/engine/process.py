@@ -29,11 +29,13 @@ import atexit
 import contextlib
 import ctypes
 import enum
+import errno
 import http.client
 import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -223,6 +225,42 @@ def port_holders(port: int, pid: int) -> PortHolders | None:
             continue  # another address on the same port (127.0.0.2:P beside our 127.0.0.1:P)
         others.append(_who(c.pid))
     return PortHolders(bool(mine), tuple(dict.fromkeys(others)))
+
+
+class BindProblem(NamedTuple):
+    """Why an engine could not listen where asked, ``text`` in words; ``kind``: ``in_use`` (the port is
+    held: the text names it and who holds it), ``denied`` (a port below 1024 without the right to it)
+    or ``address`` (the host is not an address of this machine)."""
+
+    kind: str
+    text: str
+
+
+def bind_problem(host: str, port: int) -> BindProblem | None:
+    """Why an engine could not listen on ``host:port`` now (port 0: on any port of ``host``); None
+    when it could. Asked before launching, so a port in use is said without starting the engine; the
+    ownership check in ``wait_ready`` still catches a port taken between this check and the engine's
+    bind."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a port left in TIME_WAIT is free
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EACCES:
+                return BindProblem("denied", f"port {port} on {host} needs privileges Headroom does not have")
+            if exc.errno != errno.EADDRINUSE:
+                return BindProblem("address", f"cannot listen on {host} ({exc.strerror or exc})")
+        else:
+            return None
+    try:
+        holders = tuple(dict.fromkeys(
+            _who(c.pid) for c in psutil.net_connections(kind="tcp")
+            if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port))
+    except (psutil.Error, OSError):
+        holders = ()
+    return BindProblem("in_use", f"port {port} on {host} is in use"
+                       + (f" (held by {', '.join(holders)})" if holders else ""))
 
 
 def _who(pid: int | None) -> str:

@@ -285,6 +285,8 @@ def _slot_call(client: EngineClient, slot: int, action: str, filename: str) -> d
         return client.slot_action(slot, action, filename)
     except EngineRejected as exc:
         if exc.status == 501:
-            raise EngineError(f"cannot {action} slot caches: {exc.server_message} "
-                              "(restart the engine with --slot-save-path DIR: headroom serve --slot-save-path DIR)") from exc
+            # the server's own words ("This server does not support slots action. Start it with
+            # `--slot-save-path`") name the flag already: say it once, with Headroom's way to pass it
+            raise EngineError(f"cannot {action} slot caches: restart the engine with --slot-save-path DIR "
+                              "(headroom serve takes it too)") from exc
         raise

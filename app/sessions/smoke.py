@@ -48,12 +48,16 @@ SECOND_BACKEND_HINT = ("run it on the GPU, or give the engine a second backend: 
                        "and launch with --rpc 127.0.0.1:PORT -ngl 99")
 
 
+#: The kind of a smoke test an engine with fewer than two slots cannot run (a request it cannot take).
+TOO_FEW_SLOTS = "too-few-slots"
+
+
 @dataclass(frozen=True)
 class SmokeResult:
     """``kind``: ``ok``, ``inconclusive`` (tokens in both, but a diagnostic run on one backend, which
     cannot show the bug), ``engine-bug`` (the §5 shared-sequence bug: graph re-reserve abort or an
-    assertion during the shared decode), ``engine-died``, ``no-tokens``, ``refused`` (the engine
-    rejected the request, e.g. fewer than two slots), ``unreachable``."""
+    assertion during the shared decode), ``engine-died``, ``no-tokens``, ``too-few-slots`` (the engine
+    has one slot: nothing was sent), ``refused`` (the engine rejected the request), ``unreachable``."""
 
     ok: bool
     kind: str
@@ -152,8 +156,8 @@ def run_smoke(base_url: str, api_key: str | None = None, log_tail: Callable[[], 
     try:
         slots = client.slots()
         if len(slots) < 2:
-            return SmokeResult(False, "refused", f"the engine has {len(slots)} slot(s); shared sessions need "
-                               "-np 2 or more", steps=tuple(steps), diagnostic=diagnostic)
+            return SmokeResult(False, TOO_FEW_SLOTS, f"the engine has {len(slots)} slot{'' if len(slots) == 1 else 's'}; "
+                               "shared sessions need -np 2 or more", steps=tuple(steps), diagnostic=diagnostic)
         # a unified pool reports the whole pool as each slot's n_ctx while other sessions hold
         # cells of it: take half, so the fork fits beside them (a fork into a full pool fails
         # with "Invalid input batch" on this engine, which is not what this test looks for)

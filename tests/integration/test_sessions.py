@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from app.cli import main
+from app.commands.common import model_text
 from app.engine.native_build import EngineBuild
 from app.sessions.client import EngineClient, EngineRejected, EngineUnreachable
 from app.sessions.fork import ForkTooLarge, Sampling, fork, restore, save, send
@@ -102,6 +103,11 @@ def test_smoke_passes_on_the_stock_engine_with_a_plain_llama(engine: RunningServ
     assert "prompt evaluated once, shared by 2" in result.sharing
 
 
+def _raw_controls(text: str) -> str:
+    """The control characters in ``text`` a terminal would act on (all but the line break and tab)."""
+    return "".join(c for c in text if not c.isprintable() and c not in "\n\t")
+
+
 def test_cli_fork_continue_list_and_refusals(engine: RunningServer, tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch,
                                              capsys: pytest.CaptureFixture[str]) -> None:
@@ -113,14 +119,15 @@ def test_cli_fork_continue_list_and_refusals(engine: RunningServer, tmp_path: Pa
     stored = SessionStore(engine.base_url).sessions
     for n in "xyz":  # each session's reply whole, under one header: not a line per token, interleaved
         reply = stored[n].text[len(DOCUMENT):]
-        assert out.count(f"[{n}] ") == 1 and f"[{n}] (slot {stored[n].slot}){reply}\n" in out, out
+        assert out.count(f"[{n}] ") == 1 and f"[{n}] (slot {stored[n].slot}){model_text(reply)}\n" in out, out
+    assert _raw_controls(out) == ""  # the replies' control characters escaped, the store keeps them as sent
     assert main([*base, "continue", "y", " And then?", "--n-predict", "4"]) == 0
     out = capsys.readouterr().out
     assert "session y: slot" in out and "prompt tokens reused from the cache" in out and " evaluated" in out
     assert main([*base, "list"]) == 0
     out = capsys.readouterr().out
     assert "engine at" in out and "4 slots" in out
-    assert "2 turn(s) fork of 3 (x, y, z)" in out and "1 turn(s) fork of 3 (x, y, z)" in out
+    assert "2 turns fork of 3 (x, y, z)" in out and "1 turn fork of 3 (x, y, z)" in out
     assert main([*base, "fork", DOCUMENT, "--k", "5"]) == 2  # a request the engine cannot take
     assert "needs 5 slots" in capsys.readouterr().err
     assert main([*base, "continue", "nobody", "hi"]) == 2
@@ -213,3 +220,39 @@ def test_cli_without_the_api_key_says_where_the_key_is(engine_build: EngineBuild
         err = capsys.readouterr().err
         assert "HTTP 401" in err and "pass --api-key or set HEADROOM_API_KEY" in err
         assert main(["sessions", "--url", srv.base_url, "--api-key", "s3cret", "metrics"]) == 0
+
+
+def test_cli_on_a_one_slot_engine_offers_what_it_can_do_and_prints_replies_escaped(
+        engine_build: EngineBuild, tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("HEADROOM_CACHE_DIR", str(tmp_path))
+    with running_server(engine_build.server, tiny_model, tmp_path / "server.log",
+                        ("-c", "2048", "-np", "1", "--fit", "off", "-ngl", "0")) as srv:
+        base = ["sessions", "--url", srv.base_url]
+        assert main([*base, "list"]) == 0
+        out = capsys.readouterr().out
+        assert f"engine at {srv.base_url}: 1 slot\n" in out
+        assert "fork" not in out.replace("a fork needs an engine with -np 2 or more", ""), out
+        assert "send NAME PROMPT" in out and "-np 2 or more" in out
+
+        # the tiny model's random weights write any byte: its reply streams to the terminal escaped
+        assert main([*base, "send", "a", "Hello there", "--n-predict", "200", "--seed", "3"]) == 0
+        out = capsys.readouterr().out
+        reply = SessionStore(srv.base_url).sessions["a"].text[len("Hello there"):]
+        assert _raw_controls(reply), "the reply has control characters to escape"  # what makes this a test
+        assert _raw_controls(out) == "" and model_text(reply) in out, out
+        assert main([*base, "continue", "a", " more", "--n-predict", "100", "--seed", "4"]) == 0
+        assert _raw_controls(capsys.readouterr().out) == ""
+
+        # a fork and the smoke test ask for what one slot cannot give: the same answer, 2 (refused)
+        assert main([*base, "fork", "x", "--k", "2"]) == 2
+        assert "needs 2 slots" in capsys.readouterr().err
+        assert main([*base, "smoke"]) == 2
+        said = capsys.readouterr()
+        assert "the engine has 1 slot;" in said.out and "-np 2 or more" in said.out, said
+
+        # an engine without --slot-save-path: the advice once
+        assert main([*base, "save", "a"]) == 1
+        err = capsys.readouterr().err
+        assert err.count("--slot-save-path") == 1 and "restart the engine with --slot-save-path DIR" in err, err
+        assert err.count("\n") == 1

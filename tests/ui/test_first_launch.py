@@ -164,7 +164,7 @@ def test_continue_goes_the_clis_way_and_reports_what_the_engine_logged(window, t
     capsys.readouterr()
     assert main(["sessions", "--url", url, "list"]) == 0
     listed = capsys.readouterr().out
-    assert all(f"  {n} " in listed for n in ("s1", "s2", "s3")) and "2 turn(s)" in listed
+    assert all(f"  {n} " in listed for n in ("s1", "s2", "s3")) and "2 turns" in listed
     assert main(["sessions", "--url", url, "continue", "s3", " and later", "--n-predict", "4"]) == 0
     assert "session s3: slot" in capsys.readouterr().out
     _stop(window, qtbot)

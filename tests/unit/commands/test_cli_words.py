@@ -54,3 +54,13 @@ def test_a_context_past_what_llama_server_takes_is_refused(shape_model: Callable
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["plan", str(shape_model(LLAMA8B)), "-c", "5000000000"]) == 2
     assert "at most 2,147,483,647" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flags", [["--gpu", "RTX 4090"], ["--gpu", "RTX 4090", "-c", "1M"], []])
+def test_no_plan_line_ends_in_spaces(flags: list[str], shape_model: Callable[[str], Path],
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    # a row whose number came from nowhere (free) ended "   ": invisible on a terminal, noise in a diff
+    cli.main(["plan", str(shape_model(LLAMA8B)), *flags])
+    lines = capsys.readouterr().out.splitlines()
+    assert any(line.strip().startswith("free ") for line in lines)
+    assert [line for line in lines if line != line.rstrip()] == []

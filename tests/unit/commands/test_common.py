@@ -102,3 +102,16 @@ def test_output_cut_off_by_a_closed_pipe_is_not_a_traceback(shape_model: Callabl
                           timeout=120, check=False)
     os.close(write)
     assert proc.returncode == 141 and proc.stderr == ""
+
+
+def test_model_text_escapes_control_characters_and_keeps_lines_and_tabs() -> None:
+    from app.commands.common import model_text, plural
+
+    # what the tiny models with random weights write: STX, ETX, BS, ETB, SUB, ESC, a CR that would
+    # overwrite the line, a bidirectional override; a line break and a tab stay what they are
+    reply = "a\x02\x03\x08\x17\x1a\x1b[2Jb\r\u202e\nnext\tcell \ufffd"
+    shown = model_text(reply)
+    assert shown == "a\\x02\\x03\\x08\\x17\\x1a\\x1b[2Jb\\r\\u202e\nnext\tcell \ufffd"
+    assert all(c.isprintable() or c in "\n\t" for c in shown)
+    assert model_text("plain text\n") == "plain text\n"
+    assert [plural(n, "slot") for n in (0, 1, 2)] == ["0 slots", "1 slot", "2 slots"]

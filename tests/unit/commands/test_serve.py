@@ -103,6 +103,16 @@ def test_a_model_that_is_a_directory_says_so(tmp_path: Path, capsys: pytest.Capt
     assert capsys.readouterr().err == f"headroom serve: model is a directory, not a file: {tmp_path}\n"
 
 
+def test_a_host_that_is_not_this_machine_is_refused_before_launching(tiny_model: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    # 192.0.2.1: TEST-NET-1 (RFC 5737), never a machine's own address
+    assert cli.main(["serve", str(tiny_model), "--no-measure", "--host", "192.0.2.1"]) == 2
+    out, err = capsys.readouterr()
+    assert err.startswith("headroom serve: refused: cannot listen on 192.0.2.1 (") and err.count("\n") == 1, err
+    assert "pass an address of this machine to --host" in err
+    assert "command:" not in out and "engine:" not in out
+
+
 def test_smoke_with_one_slot_is_refused_before_launching(tiny_model: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["serve", str(tiny_model), "--smoke", "--no-measure"]) == 2
     out, err = capsys.readouterr()
