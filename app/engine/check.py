@@ -246,5 +246,6 @@ def describe(check: PlanCheck) -> str:
     if not bad:
         return "Nothing to compare: " + ("; ".join(check.warnings) or "the engine logged no buffers")
     worst = max(bad, key=lambda r: abs(r.error or 0))
-    return (f"{len(bad)} part(s) differ from the plan; the largest: {worst.device} {worst.part} "
+    parts = "1 part differs" if len(bad) == 1 else f"{len(bad)} parts differ"
+    return (f"{parts} from the plan; the largest: {worst.device} {worst.part} "
             f"{Bytes(abs(worst.error or 0))} {'over' if (worst.error or 0) > 0 else 'under'}.")

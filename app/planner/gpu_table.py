@@ -119,8 +119,12 @@ def parse_spec(spec: str) -> SimulatedSpec:
         if size <= 0:
             raise ValueError(f"GPU spec {spec!r}: memory must be more than 0")
         if size < MIN_SPEC_MEMORY:  # 'MyCard:24' is 24 bytes to Bytes.parse, never what was meant
-            raise ValueError(f"GPU spec {spec!r}: {Bytes(size)} is not a GPU's memory; give a unit, "
-                             f"e.g. '{label}:{size_text.strip()}GiB'")
+            given = size_text.strip()
+            if given.isdigit():  # a bare number: the unit was left out
+                raise ValueError(f"GPU spec {spec!r}: {Bytes(size)} is not a GPU's memory; give a unit, "
+                                 f"e.g. '{label}:{given}GiB'")
+            raise ValueError(f"GPU spec {spec!r}: {Bytes(size)} is not a GPU's memory (at least "
+                             f"{Bytes(MIN_SPEC_MEMORY)}), e.g. '{label}:24GiB'")
         card = _BY_KEY.get(_key(label))
         name = card.name if card is not None else label
         return SimulatedSpec(name, size, size, 0, f"simulated: {Bytes(size)} as given")

@@ -175,6 +175,9 @@ def test_a_card_size_without_a_unit_is_refused_not_planned_as_bytes() -> None:
     # 'MyCard:24' would be a 24-byte card whose plan says "short by 6 GiB": say what was missing
     with pytest.raises(ValueError, match=r"'MyCard:24': 24 B is not a GPU's memory; give a unit, e\.g\. 'MyCard:24GiB'"):
         simulated_gpu("MyCard:24", 0)
+    # a unit given, just too little: no suggestion that appends another unit ("1MiBGiB")
+    with pytest.raises(ValueError, match=r"'MyCard:1MiB': 1 MiB is not a GPU's memory \(at least .*\), e\.g\. 'MyCard:24GiB'"):
+        simulated_gpu("MyCard:1MiB", 0)
 
 
 def test_resolve_gpus() -> None:
