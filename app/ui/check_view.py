@@ -8,7 +8,7 @@ from __future__ import annotations
 from app.engine import check_report
 from app.engine.check import PlanCheck
 from app.planner.plan_types import Plan
-from app.ui.qt import QGridLayout, QGroupBox, QLabel, Qt, QVBoxLayout, QWidget
+from app.ui.qt import QGridLayout, QGroupBox, QLabel, Qt, QVBoxLayout, QWidget, clear_layout
 
 HEADERS = ("Device", "Part", "Planned", "Allocated", "Difference", "")
 #: Verdict word → colour (ok green, a difference amber, the rest the palette's text).
@@ -49,12 +49,7 @@ class CheckView(QGroupBox):
         self.setTitle(TITLE)
         self.summary.setText(check_report.summary(check, plan))
         self.rows = [check_report.cells(r) for r in check.rows]
-        while self.grid.count():
-            item = self.grid.takeAt(0)
-            widget = item.widget() if item is not None else None
-            if widget is not None:
-                widget.setParent(None)
-                widget.deleteLater()
+        clear_layout(self.grid)
         for col, text in enumerate(HEADERS):
             head = QLabel(f"<b>{text}</b>")
             head.setTextFormat(Qt.TextFormat.RichText)

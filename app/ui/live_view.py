@@ -17,7 +17,7 @@ from app.planner.devices import Snapshot
 from app.planner.live import HOST, LiveReport, LiveRow, RowState, live_report
 from app.planner.plan_types import Plan
 from app.planner.units import Bytes
-from app.ui.qt import QGridLayout, QGroupBox, QLabel, Qt, QVBoxLayout, QWidget, Signal
+from app.ui.qt import QGridLayout, QGroupBox, QLabel, Qt, QVBoxLayout, QWidget, Signal, clear_layout
 from app.ui.window_state import WindowState
 
 TITLE = "Live: the engine's memory now"
@@ -119,7 +119,7 @@ class LiveView(QGroupBox):
         """An engine was launched with ``plan`` (``margin``: the safety margin it was planned with)."""
         self._plan, self._margin, self._ran_on_cpu, self._running = plan, margin, False, True
         self._last, self.report, self.rows = None, None, []
-        self._clear_grid()
+        clear_layout(self.grid)
         self.setTitle(TITLE)
         self.note.setVisible(False)
         self.warnings.setVisible(False)
@@ -161,7 +161,7 @@ class LiveView(QGroupBox):
 
     def clear(self) -> None:
         self._running, self._plan, self._last, self.report, self.rows = False, None, None, None, []
-        self._clear_grid()
+        clear_layout(self.grid)
         self.setVisible(False)
 
     @property
@@ -186,16 +186,8 @@ class LiveView(QGroupBox):
         self.status.setText(f"Read at {self._read_at}, about every second.")
         self.updated.emit(report)
 
-    def _clear_grid(self) -> None:
-        while self.grid.count():
-            item = self.grid.takeAt(0)
-            widget = item.widget() if item is not None else None
-            if widget is not None:
-                widget.setParent(None)
-                widget.deleteLater()
-
     def _fill(self, report: LiveReport) -> None:
-        self._clear_grid()
+        clear_layout(self.grid)
         for col, text in enumerate(HEADERS):
             head = QLabel(f"<b>{text}</b>")
             head.setTextFormat(Qt.TextFormat.RichText)

@@ -62,6 +62,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QHeaderView,
     QLabel,
+    QLayout,
     QLineEdit,
     QListWidget,
     QMainWindow,
@@ -160,7 +161,18 @@ __all__ = [
     "Qt",
     "Signal",
     "Slot",
+    "clear_layout",
 ]
+
+
+def clear_layout(layout: QLayout) -> None:
+    """Take every widget out of ``layout`` and delete it (a grid rebuilt on each reading)."""
+    while layout.count():
+        item = layout.takeAt(0)
+        widget = item.widget() if item is not None else None
+        if widget is not None:
+            widget.setParent(None)
+            widget.deleteLater()
 
 
 
