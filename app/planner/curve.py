@@ -20,7 +20,8 @@ without pass 1, uses the estimate. Each point carries its compute's source, and 
 which it was (``KvCurve.source``).
 
 Pure: no Qt, no I/O. Fast enough to redraw on every settings change (bench/bench_chart.py): one
-priced launch per point, the model's KV rows cached (kv.row_bytes, stack.kv_per_layer).
+priced launch per point (the other KV types' curves at one point per doubling), the model's KV
+rows cached (kv.row_bytes, kv._cell_bytes, stack.kv_per_layer).
 """
 
 from __future__ import annotations
@@ -56,16 +57,18 @@ GRID_HIGH = 1024 * 1024
 _HALF_STEPS = (1.0, 1.5)
 
 
-def context_grid(n_ctx_train: int, n_ctx: int, *extra: int) -> tuple[int, ...]:
+def context_grid(n_ctx_train: int, n_ctx: int, *extra: int, coarse: bool = False) -> tuple[int, ...]:
     """The contexts a curve is priced at, ascending: 4k, 6k, 8k, 12k, … up to the training context
     (1M when the model does not say, or says more), the top itself, the context now and ``extra``
-    (the largest that fits) — so the points the chart marks lie on its curves."""
+    (the largest that fits) — so the points the chart marks lie on its curves. ``coarse``: one
+    point per doubling (4k, 8k, 16k, …; the other KV types' curves, drawn for comparison: a KV
+    cache grows linearly with the context, so the line between doublings is the curve)."""
     top = min(n_ctx_train, GRID_HIGH) if n_ctx_train > 0 else GRID_HIGH
     top = max(top, 2 * GRID_LOW, n_ctx)
     out = {top, n_ctx, *(e for e in extra if GRID_LOW <= e <= top)}
     base = GRID_LOW
     while base <= top:
-        out.update(int(base * f) for f in _HALF_STEPS if base * f <= top)
+        out.update(int(base * f) for f in (_HALF_STEPS[:1] if coarse else _HALF_STEPS) if base * f <= top)
         base *= 2
     return tuple(sorted(n for n in out if n >= min(GRID_LOW, n_ctx)))
 
@@ -197,7 +200,9 @@ def context_curve(request: PlanRequest, settings: LaunchSettings, *, measurement
         n, where, tail = words.largest_for(bool(inv.gpus), fit.resident, fit.with_tail, window)
         largest = n or None
         capped = fit.tail_capped if tail else fit.resident_capped
-    contexts = context_grid(shape.n_ctx_train, settings.n_ctx, *([largest] if largest else []))
+    marks = [largest] if largest else []
+    contexts = context_grid(shape.n_ctx_train, settings.n_ctx, *marks)
+    others = context_grid(shape.n_ctx_train, settings.n_ctx, *marks, coarse=True)
     types = [(t, t) for t in kv_types]
     if (settings.type_k, settings.type_v) not in types:
         types.append((settings.type_k, settings.type_v))
@@ -211,7 +216,7 @@ def context_curve(request: PlanRequest, settings: LaunchSettings, *, measurement
         pass1 = measurement if current else None
         points: list[CurvePoint] = []
         try:
-            for n in contexts:
+            for n in contexts if current else others:
                 point, names, limits = _point(request, mode, base.with_(n_ctx=n),
                                               grown_measurement(shape, settings, pass1, n))
                 devices, usable = names, limits
