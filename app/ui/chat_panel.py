@@ -7,7 +7,8 @@ from ``/metrics`` that it was evaluated once; "Continue with this" carries one r
 
 The HTTP runs in a ``TaskThread`` (app.sessions.chat is plain Python); streamed pieces are queued
 and shown ten times a second. Bound to the window state (``bind``), it works once the engine is
-ready; when the engine stops, the chat stays on screen (a new engine evaluates it again).
+ready; when the engine stops, the chat stays on screen (a new engine evaluates it again) — until
+another model opens: a chat with one model is not continued on another.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ MAX_FORK = 8
 USER_COLOURS = ("#dbe8ff", "#1f4e9c")
 MODEL_COLOURS = ("#eeeeee", "#2e6b30")
 ERROR = "#d62728"
+ANOTHER_MODEL = "Another model is open: the chat with the one before was cleared. Launch the engine to chat with this one."
 
 
 def shown(text: str) -> str:
@@ -187,8 +189,14 @@ class ChatPanel(QWidget):
             self.set_engine(url, engine.api_key if engine is not None else None,
                             running.launch.n_parallel if running is not None else 1)
 
+        def another_model(_model: object) -> None:
+            if state.running_engine is None and (self.transcript or self.fork_message is not None):
+                self.new_chat()  # that chat was with the model before: nothing to continue on this one
+                self._say(ANOTHER_MODEL)
+
         state.engineReady.connect(ready)
         state.runningChanged.connect(lambda plan: self.set_engine("", None) if plan is None else None)
+        state.modelChanged.connect(another_model)
 
     def set_engine(self, base_url: str, api_key: str | None, n_slots: int = 1) -> None:
         """The running engine ("" when none): the chat works only while one is up; its text stays."""
