@@ -15,7 +15,7 @@ from app.engine import check_report
 from app.planner.measurement import Measurement
 from app.planner.settings import LaunchSettings
 from app.probe.measure import measure
-from app.ui.chat_panel import ANOTHER_MODEL
+from app.ui.chat_panel import ANOTHER_MODEL, FORK_LINES, lines_tall
 from app.ui.launch_panel import MEASURE_CANCELLED, MEASURING_FIRST
 from app.ui.qt import Qt
 
@@ -109,3 +109,47 @@ def test_another_model_starts_with_an_empty_chat_sessions_and_console(window, ti
     assert window.sessions.chosen.count() == 0 and window.sessions.text.toPlainText() == ""
     assert "continue" not in window.sessions.result.text().lower()
     assert window.console.text() == ""  # the last run's log was the other model's
+
+
+@pytest.mark.engine
+def test_a_fork_at_1400x900_leaves_the_chat_and_each_reply_room_to_read(window, tiny_chat_model, engine_build,
+                                                                         qtbot):
+    window.resize(1400, 900)
+    _engine(window, engine_build, qtbot)
+    window.settings.n_parallel.setValue(3)
+    window.settings.kv_unified.setChecked(True)
+    assert window.open_model(tiny_chat_model)
+    with qtbot.waitSignal(window.launch.engineReady, timeout=180_000):
+        qtbot.mouseClick(window.launch.launch_button, LEFT)
+    chat = window.chat
+    chat.max_tokens.setValue(8)
+    chat.message.setText("Hello")
+    with qtbot.waitSignal(chat.replyDone, timeout=120_000):
+        qtbot.mouseClick(chat.send_button, LEFT)
+    chat.k.setValue(3)
+    chat.message.setText("Tell me three ways")
+    with qtbot.waitSignal(chat.replyDone, timeout=120_000):
+        qtbot.mouseClick(chat.fork_button, LEFT)
+    qtbot.waitUntil(lambda: len(chat.columns) == 3 and all(c.isVisible() for c in chat.columns))
+    tall = lines_tall(chat.view, FORK_LINES)
+    assert chat.view.height() >= tall, (chat.view.height(), tall)
+    assert all(c.text.height() >= tall for c in chat.columns), [c.text.height() for c in chat.columns]
+    assert window.vsplit.widget(0).height() >= 300  # the plan above keeps a readable share
+    chat.keep_reply(0)
+    assert chat.view.minimumHeight() < tall  # no fork on screen: the chat gives the room back
+    with qtbot.waitSignal(window.launch.engineStopped, timeout=30_000):
+        qtbot.mouseClick(window.launch.stop_button, LEFT)
+
+
+def test_the_budget_legend_wraps_between_entries_at_1280x800(no_gpu_window, shape_model, qtbot):
+    window = no_gpu_window
+    window.resize(1280, 800)
+    window.devices.choose_simulated("RTX 4090")
+    with qtbot.waitSignal(window.planned):
+        assert window.open_model(shape_model("llama-3.1-8b-instruct-q4_k_m"))
+    legend = window.budget.legend
+    qtbot.waitUntil(legend.isVisible)
+    text = legend.text()
+    assert text.count("■</span>&nbsp;") == text.count("■") >= 8  # each swatch held to its label
+    right = legend.mapTo(window.plan_scroll.viewport(), legend.rect().topRight()).x()
+    assert right <= window.plan_scroll.viewport().width()  # not cut at the right edge
