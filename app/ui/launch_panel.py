@@ -268,6 +268,7 @@ class LaunchPanel(QWidget):
     def _no_plan(self, why: str) -> None:
         if self._measuring is not None:
             self._measuring = None
+            self.progress.setVisible(False)
             self.status.setText("Engine: not launched: with pass 1's numbers the settings give no plan")
         self.set_no_plan(f"the settings give no plan ({why})")
 
@@ -306,6 +307,7 @@ class LaunchPanel(QWidget):
                 and state.measurement_for(plan.launch) is None and self._measure.measure_launch(plan.launch):
             self._measuring = plan.launch
             self._enable_launch()
+            self.progress.setVisible(True)  # the launch is under way: pass 1 is its first step
             self.status.setText(MEASURING_FIRST)
             return
         self._start(plan)
@@ -313,6 +315,7 @@ class LaunchPanel(QWidget):
     def _launch_measured(self) -> None:
         plan = self._plan
         if plan is None or not plan.feasible:
+            self.progress.setVisible(False)
             self.status.setText("Engine: not launched: with pass 1's numbers the plan does not fit "
                                 f"({plan.reason if plan else 'no plan'})")
             self._enable_launch()
@@ -330,6 +333,7 @@ class LaunchPanel(QWidget):
     def _measure_cancelled(self) -> None:
         if self._measuring is not None:
             self._measuring = None
+            self.progress.setVisible(False)
             self.status.setText(MEASURE_CANCELLED)
             self._enable_launch()
 

@@ -49,6 +49,7 @@ def test_a_failed_pass_1_launches_the_estimate_and_its_check_says_so(window, tin
     with qtbot.waitSignal(window.launch.checked, timeout=180_000) as checked:
         qtbot.mouseClick(window.launch.launch_button, LEFT)
         assert window.launch.status.text() == MEASURING_FIRST and not window.measure.busy.isHidden()
+        assert not window.launch.progress.isHidden() and not window.measure.cancel_button.isHidden()
         assert not window.launch.launch_button.isEnabled()  # one Launch at a time
     assert window.error_message.startswith("Pass 1 failed")  # said, and the launch went on
     assert window.current.running is estimate
@@ -73,7 +74,7 @@ def test_cancel_during_launchs_pass_1_launches_nothing(window, tiny_model, engin
         qtbot.mouseClick(window.launch.launch_button, LEFT)
         assert window.measure.running
         qtbot.mouseClick(window.measure.cancel_button, LEFT)
-    assert window.launch.status.text() == MEASURE_CANCELLED
+    assert window.launch.status.text() == MEASURE_CANCELLED and window.launch.progress.isHidden()
     assert window.current.running_engine is None and window.launch.launch_button.isEnabled()
     qtbot.waitUntil(lambda: not window.measure.stopping, timeout=30_000)
 
