@@ -11,7 +11,8 @@ links to folders (no loops); the cache is read through huggingface_hub's own ``s
 
 "Beside it" means: in the same snapshot of the same repo (the Hugging Face cache), or in the same
 folder (a folder the user added). A projector is a GGUF whose ``general.type`` is ``mmproj``, whose
-architecture is ``clip`` (what llama.cpp's mtmd loads), or whose name says ``mmproj``.
+architecture is ``clip`` (what llama.cpp's mtmd loads), or whose name says ``mmproj``; it is paired only
+with a model whose width (``n_embd``) its output fits, as the settings panel pairs one.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from app.hub.remote import projector_rank, quant_of
 from app.planner.errors import PlannerError
 from app.planner.gguf_model import split_parts
 from app.planner.gguf_reader import read_header
+from app.planner.projector import fits_model, read_projector
 
 #: How deep below a folder the user added GGUFs are looked for (``~/models/<family>/<quant>/x.gguf``).
 MAX_DEPTH = 4
@@ -60,6 +62,8 @@ class LibraryEntry:
     n_ctx_train: int | None = None  # <arch>.context_length
     is_projector: bool = False
     projector: Path | None = None  # the projector beside a model, if any
+    #: A model's ``<arch>.embedding_length``; a projector's output width (0: unknown): they must agree.
+    width: int = 0
     error: str = ""  # why the file cannot be used ("" when it can)
 
     @property
@@ -261,12 +265,26 @@ def _facts(stamp: tuple[tuple[str, int, int], ...]) -> LibraryEntry:
     fields = header.fields
     arch = _text(fields.get("general.architecture"))
     ctx = fields.get(f"{arch}.context_length")
+    is_projector = (_text(fields.get("general.type")) == PROJECTOR_TYPE or arch == PROJECTOR_ARCH
+                    or _projector_name(path.name))
     return LibraryEntry(
         path, "", arch=arch, title=_text(fields.get("general.name")),
         quant=_quant(fields.get("general.file_type")) or quant_of(path.name), size=size, parts=len(stamp),
         n_ctx_train=ctx if isinstance(ctx, int) and not isinstance(ctx, bool) and ctx > 0 else None,
-        is_projector=(_text(fields.get("general.type")) == PROJECTOR_TYPE or arch == PROJECTOR_ARCH
-                      or _projector_name(path.name)))
+        is_projector=is_projector,
+        width=_projector_width(path) if is_projector else _count(fields.get(f"{arch}.embedding_length")))
+
+
+def _count(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def _projector_width(path: Path) -> int:
+    """What the projector outputs per token (app/planner/projector.py reads it); 0 when it cannot tell."""
+    try:
+        return read_projector(path).n_embd_out
+    except PlannerError:
+        return 0
 
 
 def _text(value: object) -> str:
@@ -303,10 +321,15 @@ def _without_path(message: str, path: Path) -> str:
 
 # ---- projectors -----------------------------------------------------------------------------------
 def _pair_projectors(group: list[LibraryEntry]) -> list[LibraryEntry]:
-    """Each model in ``group`` (one snapshot, one folder) with the projector beside it: the only one, or
-    the first by ``projector_rank`` (named most like the model, then F16): the Hub picker's rule too."""
+    """Each model in ``group`` (one snapshot, one folder) with the projector beside it that fits it (its
+    output width the model's, the settings panel's rule: app.planner.projector ``fits_model``): the only
+    one, or the first by ``projector_rank`` (named most like the model, then F16): the Hub picker's rule too."""
     projectors = [e for e in group if e.is_projector and not e.error]
     if not projectors:
         return group
-    return [replace(e, projector=min(projectors, key=lambda p: projector_rank(p.path.name, e.path.name)).path)
-            if e.openable else e for e in group]
+
+    def beside(model: LibraryEntry) -> Path | None:
+        fits = [p for p in projectors if not model.width or fits_model(p.width, model.width)]
+        return min(fits, key=lambda p: projector_rank(p.path.name, model.path.name)).path if fits else None
+
+    return [replace(e, projector=beside(e)) if e.openable else e for e in group]

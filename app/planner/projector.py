@@ -229,8 +229,14 @@ def projector_beside(model: str | Path) -> Path | None:
         n_embd = read_shape(p).n_embd
     except PlannerError:
         return found[0].path
-    fits = [f for f in found if f.n_embd_out in (0, n_embd)]
+    fits = [f for f in found if fits_model(f.n_embd_out, n_embd)]
     return fits[0].path if fits else None
+
+
+def fits_model(n_embd_out: int, n_embd: int) -> bool:
+    """A projector whose output width is ``n_embd_out`` (0: it cannot tell) can feed a model of width
+    ``n_embd``: mtmd.cpp refuses any other ("mismatch between text model (n_embd = …) and mmproj")."""
+    return n_embd_out in (0, n_embd)
 
 
 def describe(plan: ProjectorPlan) -> str:

@@ -150,7 +150,8 @@ def legend_entries(shown: Iterable[Segment] | None = None) -> dict[str, str]:
 
 
 def _legend(shown: Iterable[Segment] | None = None) -> str:
-    return "  ".join(f"<span style='color:{c}'>■</span> {label}" for label, c in legend_entries(shown).items())
+    # The swatch held to its label (a wrap between them left a swatch alone at the right edge).
+    return "  ".join(f"<span style='color:{c}'>■</span>&nbsp;{label}" for label, c in legend_entries(shown).items())
 
 
 def legend_tooltip(shown: Iterable[Segment] | None = None) -> str:

@@ -7,7 +7,8 @@ from ``/metrics`` that it was evaluated once; "Continue with this" carries one r
 
 The HTTP runs in a ``TaskThread`` (app.sessions.chat is plain Python); streamed pieces are queued
 and shown ten times a second. Bound to the window state (``bind``), it works once the engine is
-ready; when the engine stops, the chat stays on screen (a new engine evaluates it again).
+ready; when the engine stops, the chat stays on screen (a new engine evaluates it again) — until
+another model opens: a chat with one model is not continued on another.
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ MAX_FORK = 8
 USER_COLOURS = ("#dbe8ff", "#1f4e9c")
 MODEL_COLOURS = ("#eeeeee", "#2e6b30")
 ERROR = "#d62728"
+#: The lines of text the chat and each fork reply show at least while a fork is on screen.
+FORK_LINES = 5
+ANOTHER_MODEL = "Another model is open: the chat with the one before was cleared. Launch the engine to chat with this one."
 
 
 def shown(text: str) -> str:
@@ -51,6 +55,11 @@ def shown(text: str) -> str:
     lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     visible = ("".join(chr(0x2400 + ord(c)) if ord(c) < 0x20 and c != "\t" else c for c in line) for line in lines)
     return "<br>".join(escape(line) for line in visible)
+
+
+def lines_tall(view: QWidget, lines: int) -> int:
+    """The height of ``lines`` lines of ``view``'s text, with its frame and margins."""
+    return view.fontMetrics().lineSpacing() * lines + 12
 
 
 def turn_html(role: str, text: str, stats: str = "") -> str:
@@ -117,8 +126,9 @@ class ChatPanel(QWidget):
         self.view = QTextBrowser()
         self.view.setAccessibleName("Chat")
         self.view.setOpenLinks(False)
-        # Two lines at least, so a short window (1024×700) keeps the plan its share; a taller one gives more.
-        self.view.setMinimumHeight(self.view.fontMetrics().lineSpacing() * 2 + 12)
+        # Two lines at least, so a short window (1024×700) keeps the plan its share; a taller one gives
+        # more. While a fork shows, FORK_LINES each for the chat and the replies (``_show_forks``).
+        self.view.setMinimumHeight(lines_tall(self.view, 2))
         self.forks = QWidget()
         self.fork_row = QHBoxLayout(self.forks)
         self.fork_row.setContentsMargins(0, 0, 0, 0)
@@ -187,8 +197,14 @@ class ChatPanel(QWidget):
             self.set_engine(url, engine.api_key if engine is not None else None,
                             running.launch.n_parallel if running is not None else 1)
 
+        def another_model(_model: object) -> None:
+            if state.running_engine is None and (self.transcript or self.fork_message is not None):
+                self.new_chat()  # that chat was with the model before: nothing to continue on this one
+                self._say(ANOTHER_MODEL)
+
         state.engineReady.connect(ready)
         state.runningChanged.connect(lambda plan: self.set_engine("", None) if plan is None else None)
+        state.modelChanged.connect(another_model)
 
     def set_engine(self, base_url: str, api_key: str | None, n_slots: int = 1) -> None:
         """The running engine ("" when none): the chat works only while one is up; its text stays."""
@@ -362,6 +378,11 @@ class ChatPanel(QWidget):
             col.keep.clicked.connect(lambda _checked=False, i=col.index: self.keep_reply(i))
             self.fork_row.addWidget(col, 1)
         self.forks.setVisible(k > 0)
+        # At 1400×900 a fork left the replies two lines and the chat one: each gets FORK_LINES at least
+        # (the window's lower pane grows for them, the plan above gives way).
+        self.view.setMinimumHeight(lines_tall(self.view, FORK_LINES if k else 2))
+        for col in self.columns:
+            col.text.setMinimumHeight(lines_tall(col.text, FORK_LINES))
         if k:  # half for the replies, half for the chat above (its last turns stay in view)
             total = sum(self.split.sizes()) or self.split.height()
             self.split.setSizes([total // 2, total - total // 2])

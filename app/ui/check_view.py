@@ -48,7 +48,8 @@ class CheckView(QGroupBox):
     def show_check(self, check: PlanCheck, plan: Plan) -> None:
         self.setTitle(TITLE)
         self.summary.setText(check_report.summary(check, plan))
-        self.rows = [check_report.cells(r) for r in check.rows]
+        guessed = check_report.estimated_parts(plan)
+        self.rows = [check_report.cells(r, (r.device, r.part) in guessed) for r in check.rows]
         clear_layout(self.grid)
         for col, text in enumerate(HEADERS):
             head = QLabel(f"<b>{text}</b>")

@@ -1,8 +1,10 @@
-"""The console pane: the engine's log, bounded, monospace, selectable."""
+"""The console pane: the engine's log, bounded, monospace, selectable. Each launch starts a fresh log at
+the top (``start_run``); another model, opened while no engine runs, empties it."""
 
 from __future__ import annotations
 
 from app.ui.qt import QFont, QPlainTextEdit, QWidget
+from app.ui.window_state import WindowState
 
 #: Lines kept in the pane; the full log is in the engine's log file.
 MAX_LINES = 5000
@@ -18,6 +20,10 @@ class Console(QPlainTextEdit):
         self.setFont(font)
         self.setPlaceholderText("The engine's log appears here when you launch it.")
         self.setAccessibleName("Engine log")
+
+    def bind(self, state: WindowState) -> None:
+        """Another model opened with no engine running: the last run's log was the other model's."""
+        state.modelChanged.connect(lambda _m: self.clear() if state.running_engine is None else None)
 
     def append_lines(self, lines: list[str]) -> None:
         bar = self.verticalScrollBar()

@@ -82,6 +82,7 @@ class ChartCanvas(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.curve: ContextCurve | None = None
+        self.labels: dict[str, QRectF] = {}  # each label painted last, by its text (for tests)
         self.setMinimumSize(300, 230)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
         self.setMouseTracking(True)
@@ -208,6 +209,7 @@ class ChartCanvas(QWidget):
             p.setOpacity(0.35)  # the settings give no plan: the last chart, greyed
         pal = self.palette()
         p.fillRect(self.rect(), pal.color(QPalette.ColorRole.Base))
+        self.labels = {}
         if self.curve is not None and self.curve.curves:
             panels = self._panels()
             for i, (kind, rect) in enumerate(panels):
@@ -321,7 +323,14 @@ class ChartCanvas(QWidget):
                 p.setBrush(QColor(LARGEST_COLOR))
                 p.drawPolygon([QPointF(xl, y - 6), QPointF(xl + 6, y), QPointF(xl, y + 6), QPointF(xl - 6, y)])
                 p.setBrush(Qt.BrushStyle.NoBrush)
-        # Labels inside the plot, each on a box of the base colour, never over one another.
+        # Labels inside the plot, each on a box of the base colour, never over one another nor across the
+        # usable line: its own label first (at the left end, over the line: where the curves are lowest).
+        if usable > 0:
+            yu = self._y(rect, top, usable)
+            t = f"usable {Bytes(usable * GiB)}" if kind == "gpu" else f"available {Bytes(usable * GiB)}"
+            self._label(p, t, rect.left() + 6 + fm.horizontalAdvance(t) / 2, yu - fm.height() - 2, rect,
+                        placed, QColor(RED), below=yu + 2)
+            placed.append(QRectF(rect.left(), yu - 1, rect.width(), 2))
         if kind == placed_kind(c):
             if c.largest is not None and c.contexts[0] <= c.largest <= c.contexts[-1]:
                 t = f"largest that fits: {'≥ ' if c.largest_capped else ''}{tokens_text(c.largest)}"
@@ -330,12 +339,6 @@ class ChartCanvas(QWidget):
                 xc = xl - 4 - w / 2 if xl > rect.center().x() else xl + 4 + w / 2
                 self._label(p, t, xc, rect.top() + 3, rect, placed, QColor(LARGEST_COLOR))
             self._label(p, f"now: {tokens_text(c.n_ctx)}", xn, rect.bottom() - fm.height() - 3, rect, placed, text)
-        if usable > 0:
-            yu = self._y(rect, top, usable)
-            t = f"usable {Bytes(usable * GiB)}" if kind == "gpu" else f"available {Bytes(usable * GiB)}"
-            # At the left end, over the line: where the curves are lowest.
-            self._label(p, t, rect.left() + 6 + fm.horizontalAdvance(t) / 2, yu - fm.height() - 2, rect,
-                        placed, QColor(RED), below=yu + 2)
 
     def _label(self, p: QPainter, text: str, x: float, y: float, rect: QRectF, placed: list[QRectF],
                color: QColor, *, below: float | None = None) -> None:
@@ -353,6 +356,7 @@ class ChartCanvas(QWidget):
         else:
             return  # no room that covers nothing: the legend says it too
         placed.append(QRectF(box))
+        self.labels[text] = QRectF(box)
         base = self.palette().color(QPalette.ColorRole.Base)
         base.setAlphaF(0.85)
         p.fillRect(box, base)
@@ -477,6 +481,10 @@ class ContextChart(QWidget):
         """Where the usable line of the "gpu" or "host" panel is drawn, in the canvas's coordinates."""
         return self.canvas.usable_y(kind)
 
+    def label_boxes(self) -> dict[str, QRectF]:
+        """The labels inside the plots as last painted: text -> box, in the canvas's coordinates."""
+        return dict(self.canvas.labels)
+
     def plot_widget(self) -> QWidget:
         """The painted part (a click there sets the context)."""
         return self.canvas
@@ -495,20 +503,21 @@ def legend_html(c: ContextCurve) -> str:
     for k in c.curves:
         name = f"<b>{escape(k.label)} (these settings)</b>" if k.current else escape(k.label)
         if k.problem:
-            parts.append(f"<span style='color:{curve_color(k)}'>━━</span> {name}: not for this model "
+            parts.append(f"<span style='color:{curve_color(k)}'>━━</span>&nbsp;{name}: not for this model "
                          f"({escape(k.problem)})")
         else:
-            parts.append(f"<span style='color:{curve_color(k)}'>━━</span> {name}")
+            parts.append(f"<span style='color:{curve_color(k)}'>━━</span>&nbsp;{name}")
     usable = c.gpu_usable_total if c.devices else c.host_usable
     what = "usable" if c.devices else "available host RAM"
-    parts.append(f"<span style='color:{RED}'>╍╍</span> {what} {Bytes(usable)}")
+    parts.append(f"<span style='color:{RED}'><b>-&nbsp;-&nbsp;-</b></span>&nbsp;{what} {Bytes(usable)}")
     if c.largest is not None:
-        parts.append(f"<span style='color:{LARGEST_COLOR}'>◆</span> largest that fits: "
+        parts.append(f"<span style='color:{LARGEST_COLOR}'>◆</span>&nbsp;largest that fits: "
                      f"{'≥ ' if c.largest_capped else ''}{tokens_text(c.largest)} {escape(c.largest_where)}")
     else:
-        parts.append(f"<span style='color:{LARGEST_COLOR}'>◆</span> nothing fits at 4k or more")
-    parts.append(f"○ now: {tokens_text(c.n_ctx)} · hollow points do not fit · click a point to use its context")
+        parts.append(f"<span style='color:{LARGEST_COLOR}'>◆</span>&nbsp;nothing fits at 4k or more")
+    parts.append(f"○&nbsp;now: {tokens_text(c.n_ctx)} · hollow points do not fit · click a point to use its context")
     return " &nbsp; ".join(parts)
+
 
 
 def sources_html(c: ContextCurve) -> str:

@@ -7,6 +7,9 @@ batched and handed to the console ten times a second, so a chatty engine never f
 
 Bound to the window state (``bind``), it offers Launch for the state's plan on the chosen engine,
 and tells the state what runs (a ``RunningEngine``: the only way the rest of the window reaches it).
+Given the Measure bar (``use_measure``), Launch with estimated compute buffers runs pass 1 first for the
+plan's own launch, as ``headroom serve`` does (the bar's progress and Cancel), and launches the plan
+re-made with it — or, when pass 1 fails, the estimate, whose check then says which rows were estimates.
 """
 
 from __future__ import annotations
@@ -29,10 +32,13 @@ from app.engine.process import ServerStatus
 from app.engine.running import LaunchedEngine
 from app.hub.preview import preview_refusal
 from app.planner.plan import Plan
+from app.planner.settings import LaunchSettings
+from app.planner.sources import SourceKind
 from app.ui.check_view import CheckView
 from app.ui.demo import DEMO_LAUNCH
 from app.ui.engine_builder import EngineBuilder
 from app.ui.hub_button import PREVIEW_LAUNCH
+from app.ui.measure_bar import MeasureBar
 from app.ui.qt import (
     QGuiApplication,
     QHBoxLayout,
@@ -61,6 +67,15 @@ STATUS_TEXT = {
     ServerStatus.STARTING: "starting…", ServerStatus.LOADING: "loading the model…",
     ServerStatus.READY: "healthy", ServerStatus.FAILED: "failed", ServerStatus.STOPPED: "stopped",
 }
+MEASURING_FIRST = "Engine: measuring the compute buffers first (pass 1), then launching…"
+MEASURE_CANCELLED = "Engine: not launched (pass 1 was cancelled)"
+ESTIMATE_LAUNCH = "pass 1 failed, so this launch uses the estimated compute buffers"
+
+
+def estimated(plan: Plan) -> bool:
+    """The plan's compute buffers are the planner's estimate (pass 1 has not measured this launch)."""
+    sources = [g.sources.get("compute") for g in plan.gpus] + [plan.host.sources.get("compute_pinned")]
+    return any(s is not None and s.kind is SourceKind.ESTIMATED for s in sources)
 
 
 class LaunchPanel(QWidget):
@@ -88,6 +103,8 @@ class LaunchPanel(QWidget):
         self._arch = ""
         self._advice: list[Advisory] = []  # the engine advisories for the current plan and engine
         self._tasks: set[TaskThread] = set()
+        self._measure: MeasureBar | None = None
+        self._measuring: LaunchSettings | None = None  # pass 1 runs for this launch; Launch follows it
         self._lines: list[str] = []
         self._lines_lock = threading.Lock()
         self.launch_button = QPushButton("&Launch")
@@ -166,6 +183,12 @@ class LaunchPanel(QWidget):
         """Where launches listen: ``settings()`` at each launch; the API key kept in ``key_dir``."""
         self._server, self._key_dir = settings, key_dir
 
+    def use_measure(self, bar: MeasureBar) -> None:
+        """Launch measures an estimated plan with ``bar`` first (bound to the same state)."""
+        self._measure = bar
+        bar.failed.connect(self._measure_failed)
+        bar.cancelled.connect(self._measure_cancelled)
+
     def check_table(self) -> QWidget:
         """Plan vs actual as a table, for the window to show with the plan."""
         return self.check_view
@@ -185,10 +208,18 @@ class LaunchPanel(QWidget):
             if model is not None:
                 why = PREVIEW_LAUNCH if model.preview else DEMO_LAUNCH if model.demo else ""
                 self.set_plan(plan, None if model.preview else model.path, model.shape.arch, not_launchable=why)
+            if self._measuring is not None and state.measurement_for(self._measuring) is not None:
+                self._measuring = None  # pass 1 ran and the plan is re-made with it: launch that plan
+                self._launch_measured()
+
+        def another_model(_model: object) -> None:
+            self._measuring = None
+            if self._engine is None:
+                self.forget_last_run()
 
         state.planChanged.connect(planned)
-        state.modelChanged.connect(lambda _m: self.forget_last_run() if self._engine is None else None)
-        state.noPlan.connect(lambda why: self.set_no_plan(f"the settings give no plan ({why})"))
+        state.modelChanged.connect(another_model)
+        state.noPlan.connect(self._no_plan)
 
     # ---- engines -------------------------------------------------------------------------------
     def discover(self, chosen: Path | None = None) -> None:
@@ -234,6 +265,13 @@ class LaunchPanel(QWidget):
         self.advice_label.setVisible(bool(lines or self._advice))
         self.adviceChanged.emit(list(self._advice))
 
+    def _no_plan(self, why: str) -> None:
+        if self._measuring is not None:
+            self._measuring = None
+            self.progress.setVisible(False)
+            self.status.setText("Engine: not launched: with pass 1's numbers the settings give no plan")
+        self.set_no_plan(f"the settings give no plan ({why})")
+
     def set_no_plan(self, reason: str) -> None:
         """The settings give no plan: nothing to launch, and the button's tooltip says why."""
         self._plan = None
@@ -248,7 +286,8 @@ class LaunchPanel(QWidget):
         plan = self._plan
         fits = plan is not None and plan.feasible
         why_not = self._not_launchable
-        self.launch_button.setEnabled(self._engine is None and self._model is not None and fits and not why_not)
+        self.launch_button.setEnabled(self._engine is None and self._measuring is None and self._model is not None
+                                      and fits and not why_not)
         no_fit = "" if fits or plan is None else (f"Nothing to launch: the plan does not fit ({plan.reason}). "
                                                   "Use one of the other ways to run it, shown with the plan.")
         self.launch_button.setToolTip("\n".join(t for t in (why_not, no_fit) if t))
@@ -259,8 +298,48 @@ class LaunchPanel(QWidget):
 
     # ---- launch / stop -------------------------------------------------------------------------
     def launch(self) -> None:
-        plan, model, engine, state = self._plan, self._model, self.engine(), self._state
-        if self._engine is not None or plan is None or model is None or state is None:
+        """Launch the plan; an estimated one is measured first (pass 1), then the re-made plan launches."""
+        plan, state = self._plan, self._state
+        if self._engine is not None or self._measuring is not None or plan is None or self._model is None \
+                or state is None:
+            return
+        if self._measure is not None and estimated(plan) and self.engine() is not None and self.refusal() is None \
+                and state.measurement_for(plan.launch) is None and self._measure.measure_launch(plan.launch):
+            self._measuring = plan.launch
+            self._enable_launch()
+            self.progress.setVisible(True)  # the launch is under way: pass 1 is its first step
+            self.status.setText(MEASURING_FIRST)
+            return
+        self._start(plan)
+
+    def _launch_measured(self) -> None:
+        plan = self._plan
+        if plan is None or not plan.feasible:
+            self.progress.setVisible(False)
+            self.status.setText("Engine: not launched: with pass 1's numbers the plan does not fit "
+                                f"({plan.reason if plan else 'no plan'})")
+            self._enable_launch()
+            return
+        self._start(plan)
+
+    def _measure_failed(self, _message: str) -> None:
+        """Pass 1 failed (the window says why): the estimate launches, and its check says so."""
+        if self._measuring is None:
+            return
+        self._measuring = None
+        if self._plan is not None:
+            self._start(self._plan, note=ESTIMATE_LAUNCH)
+
+    def _measure_cancelled(self) -> None:
+        if self._measuring is not None:
+            self._measuring = None
+            self.progress.setVisible(False)
+            self.status.setText(MEASURE_CANCELLED)
+            self._enable_launch()
+
+    def _start(self, plan: Plan, note: str = "") -> None:
+        model, engine, state = self._model, self.engine(), self._state
+        if self._engine is not None or model is None or state is None:
             return
         if engine is None:
             self._failed("No engine to launch: press Build engine…, run `headroom engine build` or choose one.")
@@ -293,7 +372,7 @@ class LaunchPanel(QWidget):
         self.launch_button.setEnabled(False)
         self.stop_button.setEnabled(True)
         self.progress.setVisible(True)
-        self.status.setText("Engine: starting…")
+        self.status.setText("Engine: starting…" + (f" ({note})" if note else ""))
         state.set_running(engine_run)
         self._run(lambda _c: engine_run.start(timeout=120.0), self._ready, self._failed)
 
@@ -331,7 +410,10 @@ class LaunchPanel(QWidget):
         if plan is None:
             return
         cpu_run = check_report.ran_on_cpu(check, plan)  # not a failure: nothing on a GPU to compare
-        self.check.setStyleSheet("" if check.ok or cpu_run else "color: #c77800;")
+        # amber: a number the plan knew differs, or nothing could be compared (an estimate that was off: no alarm)
+        amber = not (check.ok or cpu_run) and (check_report.alarming(check, plan)
+                                               or all(r.error is None for r in check.rows))
+        self.check.setStyleSheet("color: #c77800;" if amber else "")
         self.check.setText(check_report.summary(check, plan))
         self.check_view.show_check(check, plan)
         self.checked.emit(check)

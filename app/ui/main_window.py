@@ -175,6 +175,7 @@ class MainWindow(QMainWindow):
         self.measure = MeasureBar()
         self.measure.failed.connect(lambda msg: self.show_error(f"Pass 1 failed: {msg}"))
         self.launch = LaunchPanel(self)
+        self.launch.use_measure(self.measure)  # Launch measures an estimated plan first (pass 1)
         self.server = ServerPanel()
         try:
             self.server.set_settings(ServerSettings.from_json(self.state.server or {}))
@@ -264,7 +265,7 @@ class MainWindow(QMainWindow):
         """Every panel onto the one state; the window itself says what happened in its own words."""
         state = self.current
         for panel in (self.settings, self.devices, self.budget, self.chart, self.measure, self.launch,
-                      self.sessions, self.live_view, self.chat):
+                      self.sessions, self.live_view, self.chat, self.console):
             panel.bind(state)
         state.modelChanged.connect(self._show_model)
         state.planChanged.connect(self._planned)

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from app.planner.measurement import Measurement
+from app.planner.plan import Plan
 from app.planner.settings import LaunchSettings
 from app.probe.measure import gpu_caveat, measure_cached
 from app.ui.qt import QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget, Signal
@@ -31,10 +32,12 @@ STALE = "Compute buffer: estimated (pass 1 ran for other settings; measure again
 class MeasureBar(QWidget):
     measured = Signal(object, object)  # Measurement, the LaunchSettings it ran with
     failed = Signal(str)
+    cancelled = Signal()  # Cancel was clicked (or another model opened) while pass 1 ran
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.task: TaskThread | None = None
+        self._state: WindowState | None = None
         self.stopping: set[TaskThread] = set()  # cancelled workers whose child is being killed
         self.probe: Probe = lambda model, settings, cancel: measure_cached(model, settings, cancel=cancel)
         self.button = QPushButton("&Measure (pass 1)")
@@ -81,15 +84,30 @@ class MeasureBar(QWidget):
             if state.model is not None:
                 self.start(state.model.path, state.settings.launch, targets_gpu=bool(state.inventory.gpus))
 
-        def planned(_plan: object) -> None:
+        def planned(plan: Plan) -> None:
             if state.measurement is not None and not self.running and \
-                    state.measurement_for(state.settings.launch) is None:
+                    state.measurement_for(state.settings.launch) is None and state.measurement_for(plan.launch) is None:
                 self._status.setText(STALE)
 
+        def another_model(_model: object) -> None:
+            self.cancel()  # pass 1 of the model before is no measurement of this one
+            self._say(NOT_MEASURED)
+
+        self._state = state
         self.button.clicked.connect(measure)
         self.measured.connect(state.set_measurement)
-        state.modelChanged.connect(lambda _m: self._say(NOT_MEASURED))
+        state.modelChanged.connect(another_model)
         state.planChanged.connect(planned)
+
+    def measure_launch(self, launch: LaunchSettings) -> bool:
+        """Pass 1 for ``launch`` (a plan's own, as ``headroom serve`` measures before it launches) of the
+        bound state's model, with the bar's progress and Cancel; False when it cannot start (none bound,
+        no model, one running)."""
+        state = self._state
+        if state is None or state.model is None or self.running:
+            return False
+        self.start(state.model.path, launch, targets_gpu=bool(state.inventory.gpus))
+        return True
 
     def _say(self, text: str, tip: str = "") -> None:
         self._status.setText(text)
@@ -121,6 +139,7 @@ class MeasureBar(QWidget):
             self.stopping.add(task)
             self._status.setText(CANCELLED)
             self._set_busy(False)
+            self.cancelled.emit()
 
     def _set_busy(self, on: bool) -> None:
         self.busy.setVisible(on)

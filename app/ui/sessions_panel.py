@@ -130,8 +130,16 @@ class SessionsPanel(QGroupBox):
             self.set_engine(url, engine.log_tail if engine is not None else None,
                             running.launch.n_parallel if running is not None else 1)
 
+        def another_model(_model: object) -> None:
+            if state.running_engine is None and self.sessions:  # the model before's texts: not for this one
+                self._show_sessions({})
+                self.set_engine("", None)
+                self.result.setText("Another model is open: the last model's sessions are no longer shown. "
+                                    "Launch the engine with 2 or more parallel sessions to fork.")
+
         state.engineReady.connect(ready)
         state.runningChanged.connect(lambda plan: self.set_engine("", None) if plan is None else None)
+        state.modelChanged.connect(another_model)
 
     def set_advisories(self, items: list[Advisory]) -> None:
         colour = {Severity.ERROR: "#d62728", Severity.WARNING: "#c77800"}

@@ -114,3 +114,26 @@ def test_without_a_gpu_the_chart_shows_host_ram(no_gpu_window, tiny_model, qtbot
     assert curve is not None and curve.devices == () and curve.largest is not None
     assert "available host RAM" in window.chart.legend.text()
     assert "q8_0: not for this model" in window.chart.legend.text()  # head size 16: said, not drawn
+
+
+def test_a_tiny_models_labels_keep_off_the_available_line_and_one_another(no_gpu_window, tiny_model, qtbot):
+    """The tiny model: its largest fit (≥ 4k) is the axis' left end and its use far under the available
+    line near the top; no label sits on that line or on another label, the x axis reads 4k to 8k."""
+    window = no_gpu_window
+    window.resize(1280, 800)
+    with qtbot.waitSignal(window.planned):
+        assert window.open_model(tiny_model)
+    open_chart(window, qtbot)
+    window.chart.render_image()  # paints
+    boxes = window.chart.label_boxes()
+    y = window.chart.usable_y("host")
+    assert y is not None
+    largest = next(b for t, b in boxes.items() if t.startswith("largest that fits: ≥ 4k"))
+    assert not (largest.top() <= y <= largest.bottom())  # not across the dashed line
+    assert any(t.startswith("available ") for t in boxes) and any(t.startswith("now: 4k") for t in boxes)
+    shown = list(boxes.values())
+    assert not any(a.intersects(b) for i, a in enumerate(shown) for b in shown[i + 1:])
+    curve = window.chart.curve
+    assert curve is not None and (curve.contexts[0], curve.contexts[-1]) == (4 * K, 8 * K)
+    legend = window.chart.legend.text()
+    assert "<b>-&nbsp;-&nbsp;-</b></span>&nbsp;available host RAM" in legend  # the mark held to its words

@@ -147,10 +147,11 @@ def test_the_picture_stays_on_the_running_plan_and_session_texts_outlive_the_eng
     window.settings.kv_unified.setChecked(True)
     assert window.open_model(tiny_model)
     window.settings.context.set_value(4 * K, emit=True)
-    running = window.plan
-    assert running is not None and running.launch.n_ctx == 4 * K
+    assert window.plan is not None and window.plan.launch.n_ctx == 4 * K
     with qtbot.waitSignal(window.launch.engineReady, timeout=120_000):
         qtbot.mouseClick(window.launch.launch_button, LEFT)
+    running = window.current.running  # the plan re-made with pass 1, which Launch ran first
+    assert running is not None and running.launch.n_ctx == 4 * K and running is window.plan
     assert "fork it into up to 2 sessions" in window.sessions.result.text()  # not "Launch the engine…"
     note = window.budget.running
     assert not note.isHidden() and "Engine running" in note.text() and "New settings" not in note.text()

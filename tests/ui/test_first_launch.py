@@ -55,7 +55,15 @@ def test_first_run_demo_then_a_real_model_launches_with_nothing_else_touched(win
     plan = sig.args[0]
     assert plan.feasible and plan.launch.n_ctx <= 4096  # within the model's training, not the demo's 512k
     assert window.launch.launch_button.isEnabled(), window.launch.launch_button.toolTip()
-    url = _launch(window, qtbot)
+    with qtbot.waitSignal(window.launch.checked, timeout=180_000) as checked:
+        url = _launch(window, qtbot)  # Launch measures first (pass 1), as `headroom serve` does
+    assert "measured by pass 1" in window.measure.status_text()
+    assert window.current.running is not None and window.current.running.host.compute_pinned == \
+        window.plan.host.compute_pinned  # what runs is the plan re-made with pass 1
+    view = window.launch.check_table()
+    assert checked.args[0].ok and view.rows and {r[5] for r in view.rows} == {check_report.OK}, view.rows
+    assert view.summary.text() == "The engine allocated what the plan said (every buffer within 1 MiB)."
+    assert "#c77800" not in window.launch.check.styleSheet()
     with urllib.request.urlopen(url + "/health", timeout=5) as resp:
         assert resp.status == 200
     with urllib.request.urlopen(window.server.settings().base_url() + "/models", timeout=5) as resp:
@@ -83,8 +91,8 @@ def test_a_gpu_plan_run_on_the_cpu_shows_its_table_and_says_why_it_cannot_be_che
     cells = [c for row in view.rows for c in row]
     assert ("CUDA0", "weights") in [(r[0], r[1]) for r in view.rows] and "host" in [r[0] for r in view.rows]
     assert "?" not in cells and "OFF" not in cells
-    assert {r[5] for r in view.rows} <= {check_report.OK, check_report.DIFFERS, check_report.NOT_LOGGED,
-                                          check_report.NOT_PLANNED}
+    assert {r[5] for r in view.rows} <= {check_report.OK, check_report.DIFFERS, check_report.ESTIMATE,
+                                          check_report.NOT_LOGGED, check_report.NOT_PLANNED}
     assert len(view.rows) == len(check.rows) and view.legend.text() == check_report.LEGEND
     assert view.legend.isVisible() and view.summary.isVisible()
     command = window.launch.command.text()

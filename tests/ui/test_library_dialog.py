@@ -21,7 +21,7 @@ from app.ui.library_dialog import LibraryDialog
 from app.ui.main_window import MainWindow
 from app.ui.qt import QFileDialog, QImage, Qt, QTableWidget, QTableWidgetItem
 from app.ui.state import load_state
-from tests.fixtures import gguf_factory
+from tests.fixtures import gguf_factory, shapes
 from tests.fixtures.fake_hub import FakeHub, fake_hub, hf_cache  # noqa: F401 (the fixtures)
 from tests.fixtures.library import PROJECTOR, hf_snapshot
 from tests.ui.library_screenshot import SIZE
@@ -271,3 +271,16 @@ def test_closing_the_window_while_a_search_waits_on_a_silent_hub_does_not_hang(w
     window.close()  # waits a little, then leaves the search to time out on its own
     assert not window.isVisible() and not dialog.isVisible()
     qtbot.waitUntil(lambda: all(t.isFinished() for t in hub_dialog._DETACHED), timeout=20_000)
+
+
+def test_the_projector_column_names_a_projector_only_beside_a_model_it_fits(window, tmp_path, tiny_chat_model,
+                                                                           shape_model, qtbot):
+    models = tmp_path / "mixed"
+    models.mkdir()
+    shutil.copyfile(tiny_chat_model, models / "tiny-chat.gguf")
+    (models / "mmproj-tiny.gguf").symlink_to(gguf_factory.ensure(shapes.TINY_MMPROJ))  # built for n_embd 64
+    (models / "Llama-3.1-8B-Instruct-Q4_K_M.gguf").symlink_to(shape_model("llama-3.1-8b-instruct-q4_k_m"))
+    window.state.library_folders = [str(models)]
+    dialog = open_library(window, qtbot)
+    assert cell(dialog.table, row_of(dialog, "tiny-chat.gguf"), 5).text() == "mmproj-tiny.gguf"
+    assert cell(dialog.table, row_of(dialog, "Llama-3.1-8B-Instruct-Q4_K_M.gguf"), 5).text() == "—"

@@ -163,3 +163,19 @@ def test_a_cancelled_scan_stops(tmp_path: Path, tiny_model: Path) -> None:
 def test_an_empty_or_absent_hf_cache_is_an_empty_library(hf_cache: Path) -> None:
     assert not hf_cache.exists()
     assert scan_library([]) == LibraryScan((), (), 0, ())
+
+
+def test_a_projector_is_paired_only_with_the_models_it_fits(tmp_path: Path, tiny_chat_model: Path,
+                                                            shape_model: Callable[[str], Path]) -> None:
+    """The tiny projector outputs 64 values a token (the tiny llama's n_embd): it is no projector of an
+    8B (4096) or a 30B shape in the same folder, which llama.cpp would refuse ("mismatch between text
+    model (n_embd = …) and mmproj")."""
+    (tmp_path / "mmproj-tiny.gguf").symlink_to(gguf_factory.ensure(shapes.TINY_MMPROJ))
+    (tmp_path / "tiny-chat.gguf").symlink_to(tiny_chat_model)
+    (tmp_path / LLAMA_8B).symlink_to(shape_model("llama-3.1-8b-instruct-q4_k_m"))
+    (tmp_path / "qwen3-30b.gguf").symlink_to(shape_model("qwen3-30b-a3b-q4_k_m"))
+    found = by_name(scan_library([tmp_path], hf=False))
+    assert found["mmproj-tiny.gguf"].is_projector and found["mmproj-tiny.gguf"].width == 64
+    assert found["tiny-chat.gguf"].projector == tmp_path / "mmproj-tiny.gguf"
+    assert found[LLAMA_8B].projector is None and found["qwen3-30b.gguf"].projector is None
+    assert found[LLAMA_8B].width == 4096
