@@ -218,22 +218,27 @@ def render(plan: Plan, title: str, fit: ContextFit, asked: LaunchSettings | None
         out.append(_row(p.replace("_", " "), getattr(h, p), h.sources.get(p, "")))
     out.append(f"  {words.kv_placement(plan)}")
     trained = f"trained {format_tokens(fit.n_ctx_train)}"
+    as_set = words.as_set_launch(plan)
+    # "fully resident" only when the settings as given put everything on the GPU (not -ngl 0, -nkvo)
+    resident = "fully resident" if words.all_on_gpu(as_set) else words.resident_where(as_set)
     if fit.resident == 0:
-        where = "in host RAM" if not plan.gpus else "fully resident"
+        where = "in host RAM" if not plan.gpus else resident
         out.append(f"  largest context: none fits {where} as set ({trained})")
     elif not plan.gpus:
         out.append(f"  largest context: {format_tokens(fit.resident)} in host RAM ({trained})")
     elif plan.mode is PlanMode.WINDOW and fit.with_tail > fit.resident:
-        out.append(f"  largest context: {format_tokens(fit.resident)} fully resident, "
+        out.append(f"  largest context: {format_tokens(fit.resident)} {resident}, "
                    f"{format_tokens(fit.with_tail)} with a host tail ({trained})")
     else:
-        out.append(f"  largest context: {format_tokens(fit.resident)} fully resident ({trained})")
+        out.append(f"  largest context: {format_tokens(fit.resident)} {resident} ({trained})")
     if plan.alternatives and len(plan.alternatives) > 1:
         width = max(14, *(len(a.label) + 1 for a in plan.alternatives))
         out.append("  alternatives (host side of one turn, app/planner/cost.py: bytes read per token, "
                    "seconds of decode + prefill; the cheapest fitting one is chosen):")
+        out.append(f"   {words.ALTERNATIVES_LEGEND}")
         for a in plan.alternatives:
-            mark = "*" if a.chosen else ("-" if not a.feasible else " ")
+            # (an infeasible "chosen" is only where the plan stands when nothing fits: not starred)
+            mark = "-" if not a.feasible else ("*" if a.chosen else " ")
             price = f"{a.decode_s:6.2f} s + {a.prefill_s:5.2f} s" if a.feasible else " " * 17
             out.append(f"   {mark} {a.label:<{width}}{Bytes(a.host_bytes_per_token)!s:>10}  {price}   {a.note}".rstrip())
     if plan.network is not None:

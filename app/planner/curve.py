@@ -197,7 +197,7 @@ def context_curve(request: PlanRequest, settings: LaunchSettings, *, measurement
     mode = PlanMode.CPU if not inv.gpus else PlanMode.WINDOW if window else PlanMode.STOCK
     largest, where, capped = None, "", False
     if fit is not None:
-        n, where, tail = words.largest_for(bool(inv.gpus), fit.resident, fit.with_tail, window)
+        n, where, tail = words.largest_for(bool(inv.gpus), fit.resident, fit.with_tail, window, settings)
         largest = n or None
         capped = fit.tail_capped if tail else fit.resident_capped
     marks = [largest] if largest else []

@@ -7,8 +7,11 @@ Modes (issue 3):
 - *stock*: no position split. The settings as given; else the KV of the fewest layers in host RAM
   with every weight resident (``-ngl`` + ``-ot``), the experts of the fewest layers on the CPU
   (``--n-cpu-moe``, MoE models), the fewest layers moved to the host (``-ngl``), the whole KV on the
-  host (``-nkvo``), or a shorter context — each priced by the time one typical turn spends on the
-  host side (app/planner/cost.py: decode and prefill), the cheapest feasible one chosen, all listed.
+  host (``-nkvo``), a smaller KV type, or a shorter context — each priced by the time one typical
+  turn spends on the host side (app/planner/cost.py: decode and prefill), all listed. The cheapest
+  that keeps the asked context and KV type is chosen; else the smaller KV type; else the shorter
+  context (when nothing keeps the asked one: the largest any of those placements fits, placed the
+  cheapest way there).
 - *cpu*: no GPU; everything in host RAM.
 
 The data types live in :mod:`app.planner.plan_types` and are re-exported here.
@@ -291,34 +294,50 @@ def _smaller_kv(settings: LaunchSettings) -> LaunchSettings | None:
                           type_v="q8_0" if settings.type_v in wide else settings.type_v)
 
 
+def _moved_launch(shape: ModelShape, inv: Inventory, settings: LaunchSettings, kind: AlternativeKind,
+                  n: int) -> LaunchSettings:
+    """``settings`` with ``n`` layers moved the ``kind`` way: their KV to host RAM (KV_HOST_LAYERS),
+    their experts to the CPU (EXPERTS_ON_CPU), or every layer's experts and the KV of ``n`` (BOTH)."""
+    if kind is AlternativeKind.KV_HOST_LAYERS:
+        return kv_host_launch(shape, inv, settings, n)
+    if kind is AlternativeKind.BOTH:
+        return kv_host_launch(shape, inv, settings.with_(n_cpu_moe=shape.n_layer), n)
+    return settings.with_(n_cpu_moe=n)
+
+
+def _moved_range(shape: ModelShape, settings: LaunchSettings, kind: AlternativeKind) -> tuple[int, int] | None:
+    """How many layers a ``kind`` move can take (fewest, most), or None when it does not apply:
+    layers already moved, KV already on the host, weights already placed by -ot, a dense model."""
+    if settings.n_gpu_layers <= shape.n_layer or not settings.offload_kqv or settings.tensor_overrides:
+        return None
+    if kind in (AlternativeKind.EXPERTS_ON_CPU, AlternativeKind.BOTH) and not shape.n_expert:
+        return None
+    hi = shape.n_layer if kind is AlternativeKind.EXPERTS_ON_CPU else shape.n_layer - 1
+    return (1, hi) if hi >= 1 else None
+
+
+#: The layer moves a stock plan searches, in the order it lists them.
+MOVES = (AlternativeKind.KV_HOST_LAYERS, AlternativeKind.EXPERTS_ON_CPU, AlternativeKind.BOTH)
+
+
 def _fewest_moved(shape: ModelShape, inv: Inventory, settings: LaunchSettings, kind: AlternativeKind,
                   pass1: Pass1, safety: int, vram_target: int | None,
                   overhead: int | None) -> Alternative | None:
     """The fewest layers whose KV goes to host RAM (KV_HOST_LAYERS) or whose experts go to the CPU
     (EXPERTS_ON_CPU, MoE models), everything else resident, when such a launch fits; None otherwise
-    (or when it does not apply: layers already moved, KV already on the host, a dense model)."""
-    if settings.n_gpu_layers <= shape.n_layer or not settings.offload_kqv or settings.tensor_overrides:
-        return None
-    if kind in (AlternativeKind.EXPERTS_ON_CPU, AlternativeKind.BOTH) and not shape.n_expert:
+    (or when it does not apply: see ``_moved_range``)."""
+    span = _moved_range(shape, settings, kind)
+    if span is None:
         return None
     if kind is AlternativeKind.BOTH and _fits_as(shape, inv, settings.with_(n_cpu_moe=shape.n_layer), pass1, safety,
                                                   vram_target, overhead):
         return None  # the experts alone do it: EXPERTS_ON_CPU prices that
 
-    def launch(n: int) -> LaunchSettings:
-        if kind is AlternativeKind.KV_HOST_LAYERS:
-            return kv_host_launch(shape, inv, settings, n)
-        if kind is AlternativeKind.BOTH:  # every layer's experts on the CPU, and the KV of the first n
-            return kv_host_launch(shape, inv, settings.with_(n_cpu_moe=shape.n_layer), n)
-        return settings.with_(n_cpu_moe=n)
-
     def ok(n: int) -> bool:
-        return _fits_as(shape, inv, launch(n), pass1, safety, vram_target, overhead)
+        return _fits_as(shape, inv, _moved_launch(shape, inv, settings, kind, n), pass1, safety, vram_target, overhead)
 
-    lo, hi = 1, shape.n_layer if kind is AlternativeKind.EXPERTS_ON_CPU else shape.n_layer - 1
-    if kind is AlternativeKind.BOTH:
-        lo = 1
-    if hi < lo or not ok(hi):
+    lo, hi = span
+    if not ok(hi):
         return None
     while lo < hi:  # more layers moved never needs more on the devices
         mid = (lo + hi) // 2
@@ -329,7 +348,62 @@ def _fewest_moved(shape: ModelShape, inv: Inventory, settings: LaunchSettings, k
         label, note = words.both_label(shape.n_layer, lo), words.both_note(shape.n_layer, lo)
     else:
         label, note = words.experts_on_cpu_label(lo), words.experts_on_cpu_note(shape.n_layer, lo)
-    return _priced(shape, inv, launch(lo), kind, label, note, pass1, safety, vram_target, overhead).alternative
+    return _priced(shape, inv, _moved_launch(shape, inv, settings, kind, lo), kind, label, note, pass1, safety,
+                   vram_target, overhead).alternative
+
+
+def _some_placement_fits(shape: ModelShape, inv: Inventory, settings: LaunchSettings, pass1: Pass1,
+                         safety: int, vram_target: int | None, overhead: int | None) -> bool:
+    """Whether a stock plan of ``settings`` finds a launch that keeps its context and KV type: the
+    settings as given, or a placement at the most it moves (each search above gives up when that
+    does not fit: ``_fewest_moved``, ``_fewest_layers_moved``), or -nkvo."""
+    tries = [settings, settings.with_(n_gpu_layers=0)]
+    if settings.offload_kqv:
+        tries.append(settings.with_(n_gpu_layers=ALL_LAYERS, offload_kqv=False))
+    for kind in MOVES:
+        span = _moved_range(shape, settings, kind)
+        if span is not None:
+            tries.append(_moved_launch(shape, inv, settings, kind, span[1]))
+    return any(_fits_as(shape, inv, t, pass1, safety, vram_target, overhead) for t in tries)
+
+
+def _shorter_context(shape: ModelShape, inv: Inventory, settings: LaunchSettings, keeps_ctx: bool,
+                     pass1: Pass1, safety: int, vram_target: int | None, overhead: int | None) -> Alternative | None:
+    """The SHORTER_CONTEXT alternative. When a launch that keeps the asked context fits
+    (``keeps_ctx``), or some shorter context fits fully resident as set, the largest context the
+    settings as given hold fully resident: the trade of context for speed. When neither, the
+    largest context below the asked one that some placement
+    the planner knows fits (experts on the CPU, the KV of some layers on the host, fewer layers,
+    -nkvo), launched as a stock plan at that context chooses (its cheapest); None when none fits."""
+    args = (pass1, safety, vram_target, overhead)
+    fit = max_context(shape, inv, settings, measurement=pass1.default, safety=safety,
+                      vram_target=vram_target, overhead=overhead).resident
+    if keeps_ctx or fit >= CTX_PAD:  # fully resident as set: no host cost per token (a placement
+        # search would find a longer context whose host tail costs seconds a turn: 96 s for a 14B
+        # at 161k on a 24 GB card, against 0 at 49k)
+        if fit < CTX_PAD:
+            return None
+        return _priced(shape, inv, settings.with_(n_ctx=fit), AlternativeKind.SHORTER_CONTEXT,
+                       words.shorter_context_label(fit), words.shorter_context_note(fit), *args).alternative
+    per = CTX_PAD * max(1, settings.n_parallel) if not settings.kv_unified else CTX_PAD
+    lo, hi = 0, (settings.n_ctx - 1) // per  # below the asked context (it does not fit)
+    while lo < hi:  # a longer context never needs less, whatever the placement
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if _some_placement_fits(shape, inv, settings.with_(n_ctx=mid * per), *args) else (lo, mid - 1)
+    n_ctx = lo * per
+    if n_ctx < CTX_PAD:
+        return None
+    at = _stock_plan(shape, inv, settings.with_(n_ctx=n_ctx), *args, look_shorter=False)  # (no search of its own)
+    placed = next((a for a in at.alternatives if a.chosen), None)
+    if placed is None or not placed.feasible or placed.kind is AlternativeKind.SMALLER_KV_TYPE:
+        return None
+    if placed.kind is AlternativeKind.AS_SET:
+        label, note = words.shorter_context_label(n_ctx), words.shorter_context_note(n_ctx)
+    else:
+        label, note = (words.shorter_context_label(n_ctx, placed.label),
+                       words.shorter_context_note(n_ctx, placed.note))
+    alt = _priced(shape, inv, placed.launch, AlternativeKind.SHORTER_CONTEXT, label, note, *args).alternative
+    return replace(alt, placement="" if placed.kind is AlternativeKind.AS_SET else placed.label)
 
 
 def _kv_host_layers(shape: ModelShape, launch: LaunchSettings) -> int:
@@ -340,14 +414,15 @@ def _kv_host_layers(shape: ModelShape, launch: LaunchSettings) -> int:
 
 
 def _stock_plan(shape: ModelShape, inv: Inventory, settings: LaunchSettings, pass1: Pass1,
-                safety: int, vram_target: int | None, overhead: int | None) -> Plan:
+                safety: int, vram_target: int | None, overhead: int | None, *, look_shorter: bool = True) -> Plan:
+    """``look_shorter``: look for a shorter context too (off for the plan ``_shorter_context`` makes at
+    the context it found: one level, no recursion)."""
     args = (pass1, safety, vram_target, overhead)
-    measurement = pass1.default
     first = _priced(shape, inv, settings, AlternativeKind.AS_SET, words.AS_SET,
                     words.as_set_note(shape.n_layer, settings), *args)
     options = [first.alternative]
     if not first.alternative.feasible:
-        for kind in (AlternativeKind.KV_HOST_LAYERS, AlternativeKind.EXPERTS_ON_CPU, AlternativeKind.BOTH):
+        for kind in MOVES:
             found = _fewest_moved(shape, inv, settings, kind, *args)
             if found is not None:
                 options.append(found)
@@ -368,14 +443,14 @@ def _stock_plan(shape: ModelShape, inv: Inventory, settings: LaunchSettings, pas
                                        words.smaller_kv_label(smaller), words.SMALLER_KV_NOTE, *args).alternative)
             except PlannerError:  # a type this model cannot use (a head size q8_0 does not divide): not offered
                 pass
-        fit = max_context(shape, inv, settings, measurement=measurement, safety=safety,
-                          vram_target=vram_target, overhead=overhead).resident
-        if fit >= CTX_PAD:
-            options.append(_priced(shape, inv, settings.with_(n_ctx=fit), AlternativeKind.SHORTER_CONTEXT,
-                                   words.shorter_context_label(fit), words.shorter_context_note(fit),
-                                   *args).alternative)
+        if look_shorter:
+            keeps = any(a.feasible and a.kind is not AlternativeKind.SMALLER_KV_TYPE for a in options)
+            found = _shorter_context(shape, inv, settings, keeps, *args)
+            if found is not None:
+                options.append(found)
     # A shorter context or a smaller KV type changes what the model can do or computes: offered,
-    # chosen only when nothing that keeps both fits.
+    # chosen only when nothing that keeps both fits; a smaller KV type (listed first) before a
+    # shorter context.
     keep_ctx = [a for a in options if a.feasible and a.launch.n_ctx == settings.n_ctx
                 and a.kind is not AlternativeKind.SMALLER_KV_TYPE]
     shorter = [a for a in options if a.feasible and a not in keep_ctx]

@@ -81,7 +81,7 @@ class AlternativeKind(Enum):
     SMALLER_KV_TYPE = "smaller KV type"  # a q8_0 KV cache instead of a wider one (changes what is computed)
     FEWER_LAYERS = "fewer layers"  # the fewest layers moved to the host (-ngl)
     KV_ON_HOST = "KV on the host"  # the whole KV cache in host RAM (-nkvo)
-    SHORTER_CONTEXT = "shorter context"  # the largest context that is fully resident (-c)
+    SHORTER_CONTEXT = "shorter context"  # the largest shorter context that fits (-c), placed as needed
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -174,6 +174,9 @@ class Alternative:
     #: stock plan chooses by.
     decode_s: float = 0.0
     prefill_s: float = 0.0
+    #: A shorter context's placement when the settings as given do not hold it: the label of the
+    #: alternative a stock plan chose at that context ("--n-cpu-moe 39"); "" otherwise.
+    placement: str = ""
 
     @property
     def turn_s(self) -> float:

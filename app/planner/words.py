@@ -103,11 +103,15 @@ def fewer_layers_note(n_layer: int, moved: int) -> str:
     return f"{layers_on_cpu(n_layer, moved)} and their KV run on the CPU"
 
 
-def shorter_context_label(n_ctx: int) -> str:
-    return f"-c {n_ctx}"
+def shorter_context_label(n_ctx: int, placement: str = "") -> str:
+    """``-c N``, and the placement it needs when the settings as given do not hold it
+    ("-c 32768 --n-cpu-moe 39")."""
+    return f"-c {n_ctx}" + (f" {placement}" if placement else "")
 
 
-def shorter_context_note(n_ctx: int) -> str:
+def shorter_context_note(n_ctx: int, placement_note: str = "") -> str:
+    if placement_note:
+        return f"a shorter context ({format_tokens(n_ctx)}); {placement_note}"
     return f"a shorter context ({format_tokens(n_ctx)}), fully resident"
 
 
@@ -164,6 +168,16 @@ def window_below_ubatch(window: int, n_ubatch: int) -> str:
 
 def chose_instead(why: str, label: str, note: str) -> str:
     return f"the settings as given do not fit ({why}); chose {label}: {note}"
+
+
+def chose_instead_of(plan: Plan) -> str:
+    """The ``chose_instead`` warning a stock plan carries when it chose an alternative ('' when none):
+    the window's verdict says the same, and shows it once."""
+    first = next((a for a in plan.alternatives if a.kind is AlternativeKind.AS_SET), None)
+    chosen = next((a for a in plan.alternatives if a.chosen), None)
+    if first is None or first.feasible or chosen is None or chosen is first or not chosen.feasible:
+        return ""
+    return chose_instead(first.note, chosen.label, chosen.note)
 
 
 def measure_again(label: str) -> str:
@@ -257,8 +271,9 @@ NO_LARGEST = "none (no plan)"
 DOES_NOT_FIT_AS_SET = "Does not fit as set"
 
 
-def planned_instead(label: str) -> str:
-    return f"planned instead: {label}"
+def planned_instead(label: str, why: str = "") -> str:
+    """After "Does not fit as set": why not (the settings as given), and what was planned."""
+    return (f"({why}); " if why else "") + f"planned instead: {label}"
 
 
 def window_drops_kvu(n_parallel: int) -> str:
@@ -283,19 +298,65 @@ def host_traffic(per_token: int | None) -> str:
     return NOT_PRICED if per_token is None else NO_HOST_TRAFFIC if per_token == 0 else f"{Bytes(per_token)}"
 
 
+def as_set_launch(plan: Plan) -> LaunchSettings:
+    """The settings as given that ``plan`` was made for (its largest contexts are searched for
+    these): the stock plan's first alternative, else the plan's launch (a CPU or window plan)."""
+    return next((a.launch for a in plan.alternatives if a.kind is AlternativeKind.AS_SET), plan.launch)
+
+
+def resident_where(settings: LaunchSettings | None) -> str:
+    """Where a context that fits ``settings`` as set lives: "fully on GPU" only when they put every
+    layer, its experts and its KV there (None: not known, the default launch)."""
+    if settings is None:
+        return "fully on GPU"
+    if settings.n_gpu_layers == 0:
+        return "in host RAM"  # every layer and its KV on the CPU
+    if not settings.offload_kqv:
+        return "with the KV in host RAM"
+    if not all_on_gpu(settings):
+        return "with these settings"
+    return "fully on GPU"
+
+
+def all_on_gpu(settings: LaunchSettings) -> bool:
+    """Whether ``settings`` put every layer, its experts and its KV on the GPUs (-ngl all, no -ot,
+    no --n-cpu-moe, no -nkvo)."""
+    return (settings.n_gpu_layers >= ALL_LAYERS and settings.offload_kqv and not settings.tensor_overrides
+            and not settings.n_cpu_moe)
+
+
+def resident_note(settings: LaunchSettings) -> str:
+    """The options row's note on the largest context as set: where its KV and layers are."""
+    where = resident_where(settings)
+    if where == "in host RAM":
+        return "-ngl 0: every layer and its KV in host RAM"
+    if where == "with the KV in host RAM":
+        return "-nkvo: the whole KV cache in host RAM, attention on the CPU"
+    if where == "with these settings":
+        return "placed as the settings say (-ngl, -ot, --n-cpu-moe): part of it runs from host RAM"
+    return "every KV cell resident"
+
+
 def largest_where(plan: Plan, fit_resident: int, fit_tail: int, engine_window: bool) -> tuple[int, str, bool]:
     """The largest context to offer for ``plan`` and where it lives: (tokens, words, with a tail).
-    "with a host tail" only when the tail buys more than the fully resident context."""
-    return largest_for(bool(plan.gpus), fit_resident, fit_tail, engine_window)
+    "with a host tail" only when the tail buys more than the fully resident context; "fully on GPU"
+    only when the settings as given put everything there."""
+    return largest_for(bool(plan.gpus), fit_resident, fit_tail, engine_window, as_set_launch(plan))
 
 
-def largest_for(gpus: bool, fit_resident: int, fit_tail: int, engine_window: bool) -> tuple[int, str, bool]:
-    """``largest_where`` for a plan with (``gpus``) or without GPUs."""
+def largest_for(gpus: bool, fit_resident: int, fit_tail: int, engine_window: bool,
+                settings: LaunchSettings | None = None) -> tuple[int, str, bool]:
+    """``largest_where`` for a plan with (``gpus``) or without GPUs, of ``settings`` as set."""
     if not gpus:
         return fit_resident, "in host RAM", False
     if engine_window and fit_tail > fit_resident:
         return fit_tail, "with a host tail", True
-    return fit_resident, "fully on GPU", False
+    return fit_resident, resident_where(settings), False
+
+
+def none_fits(where: str) -> str:
+    """The largest context when none fits (the settings as given hold not even the smallest)."""
+    return f"none fits {where}"
 
 
 def chart_measured_detail(at: str) -> str:
@@ -311,6 +372,18 @@ def ngl_text(n_gpu_layers: int) -> str:
     return "all" if n_gpu_layers >= ALL_LAYERS else str(n_gpu_layers)
 
 
+NO_GPU_PLANNED = "no GPU: planned for the CPU (-ngl 0)"
+#: What the marks in front of the CLI's alternatives mean.
+ALTERNATIVES_LEGEND = "(* chosen, - does not fit, blank: fits, not chosen)"
+
+
+def only_no_gpu(plan: Plan, asked: LaunchSettings) -> bool:
+    """Whether ``plan`` changed ``asked`` only as having no GPU forces: a CPU plan's -ngl 0, with a
+    vision projector on the CPU too (app/planner/plan.py ``_cpu_plan``)."""
+    return plan.mode is PlanMode.CPU and plan.launch == asked.with_(
+        n_gpu_layers=0, mmproj_offload=plan.launch.mmproj_offload)
+
+
 def changed(plan: Plan, asked: LaunchSettings) -> str:
     """The first line when the plan launches otherwise than asked ('' when it launches as asked):
     "512k DOES NOT FIT as asked (CUDA0 short 87.3 GiB); planned instead: -c 49,664"."""
@@ -318,14 +391,16 @@ def changed(plan: Plan, asked: LaunchSettings) -> str:
     asked = asked.with_(rpc=launch.rpc, tensor_split=launch.tensor_split)  # the devices and the planner's split
     if launch == asked:                                                       # (--rpc, -ts) are not a change
         return ""
-    if plan.mode is PlanMode.CPU and launch == asked.with_(n_gpu_layers=0):
-        return "no GPU: planned for the CPU (-ngl 0)"  # not a change the settings forced: the only way
+    if only_no_gpu(plan, asked):
+        return NO_GPU_PLANNED  # not a change the settings forced: the only way
     if plan.mode is PlanMode.WINDOW and launch == asked.with_(kv_unified=False):
         return window_drops_kvu(asked.n_parallel)
     instead = []
     chosen = next((a for a in plan.alternatives if a.chosen), None)
     if chosen is not None and chosen.kind in (AlternativeKind.KV_HOST_LAYERS, AlternativeKind.EXPERTS_ON_CPU):
         instead.append(chosen.label)  # (its -ngl is the means, not the point)
+    elif chosen is not None and chosen.kind is AlternativeKind.SHORTER_CONTEXT and chosen.placement:
+        instead += [f"-c {format_tokens(launch.n_ctx)}", chosen.placement]  # "-c 32k --n-cpu-moe 39"
     else:
         if launch.n_ctx != asked.n_ctx:
             instead.append(f"-c {format_tokens(launch.n_ctx)}")
@@ -402,7 +477,8 @@ def smaller_kv_label(settings: LaunchSettings) -> str:
 
 
 SMALLER_KV_NOTE = ("a smaller KV cache type, everything resident: it changes the numbers the model computes "
-                   "(offered, chosen only when nothing else fits)")
+                   "(chosen only when nothing that keeps the asked context and KV type fits; before a shorter "
+                   "context)")
 
 
 #: Where a LoRA adapter's bytes are planned (app/planner/extras.py).

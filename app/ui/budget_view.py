@@ -14,7 +14,7 @@ from html import escape
 from typing import TYPE_CHECKING
 
 from app.planner import words
-from app.planner.plan_types import PlanMode
+from app.planner.plan_types import AlternativeKind, PlanMode
 from app.planner.settings import LaunchSettings
 from app.planner.units import Bytes
 from app.ui.budget_parts import (
@@ -188,6 +188,7 @@ class Verdict:
     color: str  # "" = palette text
     action: str = ""  # button text
     settings: LaunchSettings | None = None  # what the button applies
+    says: str = ""  # a plan warning the verdict already says (shown once: here)
 
 
 def verdict(plan: Plan, requested: LaunchSettings | None, fit: ContextFit | None) -> Verdict:
@@ -203,7 +204,7 @@ def verdict(plan: Plan, requested: LaunchSettings | None, fit: ContextFit | None
         return Verdict(head, RED)
     if requested is not None:  # the RPC workers (--rpc) and the planner's split (-ts) are not a change
         requested = requested.with_(rpc=plan.launch.rpc, tensor_split=plan.launch.tensor_split)
-    if requested is not None and not plan.gpus and requested.with_(n_gpu_layers=0) == plan.launch:
+    if requested is not None and words.only_no_gpu(plan, requested):
         # No GPU to plan for: running on the CPU is the only way, not a change the user must apply.
         return Verdict(f"<b>{words.FITS}</b> — {plan.mode} mode: {words.NO_GPU_FITS}", "")
     if requested is not None and plan.mode == PlanMode.WINDOW and requested.with_(kv_unified=False) == plan.launch \
@@ -214,8 +215,10 @@ def verdict(plan: Plan, requested: LaunchSettings | None, fit: ContextFit | None
     if requested is not None and plan.launch != requested:
         chosen = next((a for a in plan.alternatives if a.chosen), None)
         label = alternative_text(chosen) if chosen else plan.reason
-        return Verdict(f"<b>{words.DOES_NOT_FIT_AS_SET}</b>; {escape(words.planned_instead(label))}", AMBER,
-                       f"Apply: {chosen.label if chosen else 'planned settings'}", plan.launch)
+        why = next((a.note for a in plan.alternatives if a.kind is AlternativeKind.AS_SET and not a.feasible), "")
+        return Verdict(f"<b>{words.DOES_NOT_FIT_AS_SET}</b> {escape(words.planned_instead(label, why))}", AMBER,
+                       f"Apply: {chosen.label if chosen else 'planned settings'}", plan.launch,
+                       says=words.chose_instead_of(plan))
     return Verdict(f"<b>{words.FITS}</b> — {plan.mode} mode" + (f": {escape(plan.reason)}" if plan.reason else ""), "")
 
 
@@ -355,10 +358,11 @@ class BudgetView(QWidget):
         self.legend.setText(_legend(shown))
         self.legend.setToolTip(legend_tooltip(shown))
         self.window_numbers.setText(window_text(plan))
-        self.warnings.setText("<br>".join(f"⚠ {escape(w)}" for w in plan.warnings))
-        self.warnings.setVisible(bool(plan.warnings))
         v = verdict(plan, requested, fit)
         self._verdict = v
+        shown_warnings = [w for w in plan.warnings if w != v.says]
+        self.warnings.setText("<br>".join(f"⚠ {escape(w)}" for w in shown_warnings))
+        self.warnings.setVisible(bool(shown_warnings))
         self.verdict.setText(v.text)
         self.verdict.setStyleSheet(f"color: {v.color};" if v.color else "")
         self.alternative.setVisible(v.settings is not None)

@@ -103,6 +103,7 @@ class ContextControl(QWidget):
         self._fits_value = n_ctx
         if n_ctx is None:
             self.fits.setText(f"largest that fits: {note or words.NO_LARGEST}")
+            self.fits.setToolTip(f"No context to use: {note or words.NO_LARGEST}")
             self.fits.setEnabled(False)
         else:
             self.fits.setText(f"largest that fits: {'≥ ' if capped else ''}{tokens_text(n_ctx)}"

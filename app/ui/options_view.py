@@ -37,25 +37,28 @@ class Option:
 
 def cap_text(fit: ContextFit) -> str:
     """Why a largest context equals the search's cap: the search stopped there, not the memory."""
-    cap = tokens_text(fit.searched_to)
+    cap, trained = tokens_text(fit.searched_to), tokens_text(fit.n_ctx_train)
     if fit.searched_to <= fit.n_ctx_train:
-        return f"fits beyond its trained {tokens_text(fit.n_ctx_train)} (searched up to {cap})"
-    return f"all of {cap} fits (searched up to {cap})"
+        return f"all of its trained {trained} fits; searched no further, more may fit"
+    return f"all of the asked {cap} fits, beyond its trained {trained}; searched no further, more may fit"
 
 
 def options(plan: Plan, fit: ContextFit | None, engine_window: bool) -> list[Option]:
     """The rows for ``plan``: largest contexts first (as the user would reach for them), then the
-    planner's alternatives in its own order (best first)."""
+    planner's alternatives in its own order (best first). The largest contexts are searched for the
+    settings as given (not the alternative a stock plan chose): their rows apply those."""
     rows: list[Option] = []
     n_ctx = plan.launch.n_ctx
+    as_set = words.as_set_launch(plan)
     if fit is not None:
         if fit.resident > 0:
-            where = "fully on GPU" if plan.gpus else "in host RAM"  # no GPU: the CPU plan's largest
-            note = "every KV cell resident" if plan.gpus else "no GPU: runs on the CPU"
+            _n, where, _tail = words.largest_where(plan, fit.resident, fit.with_tail, False)
+            note = words.resident_note(as_set) if plan.gpus else "no GPU: runs on the CPU"
             if fit.resident_capped:
                 note += f"; {cap_text(fit)}"
-            rows.append(Option(f"Largest context {where}: {tokens_text(fit.resident)}", True, 0, note,
-                               plan.launch.with_(n_ctx=fit.resident), fit.resident == n_ctx))
+            traffic = 0 if plan.gpus and words.all_on_gpu(as_set) else None  # "none" only when all is on the GPU
+            rows.append(Option(f"Largest context {where}: {tokens_text(fit.resident)}", True, traffic, note,
+                               as_set.with_(n_ctx=fit.resident), fit.resident == n_ctx and as_set == plan.launch))
         if engine_window and fit.with_tail > fit.resident:
             rows.append(Option(f"Largest context with a host tail: {tokens_text(fit.with_tail)}", True, None,
                                "rolling KV window; the tail streams from host RAM"
@@ -64,8 +67,8 @@ def options(plan: Plan, fit: ContextFit | None, engine_window: bool) -> list[Opt
         if fit.n_ctx_train > 0:
             fits_train = fit.n_ctx_train <= (fit.with_tail if engine_window else fit.resident)
             rows.append(Option(f"Trained context: {tokens_text(fit.n_ctx_train)}", fits_train, None,
-                               "what the model was trained for", plan.launch.with_(n_ctx=fit.n_ctx_train),
-                               fit.n_ctx_train == n_ctx))
+                               "what the model was trained for", as_set.with_(n_ctx=fit.n_ctx_train),
+                               fit.n_ctx_train == n_ctx and as_set == plan.launch))
     for alt in plan.alternatives:
         rows.append(Option(alt.label, alt.feasible, alt.host_bytes_per_token, alt.note, alt.launch,
                            alt.chosen))

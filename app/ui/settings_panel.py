@@ -446,7 +446,10 @@ class SettingsPanel(QWidget):
             return
         n_ctx, where, tail = words.largest_where(plan, fit.resident, fit.with_tail, engine_window)
         capped = fit.tail_capped if tail else fit.resident_capped  # the search stopped, not the memory
-        self.context.set_largest_fit(n_ctx or None, where, capped=cap_text(fit) if capped else "")
+        if not n_ctx:  # not even the smallest context fits as set: say so, not a bare "fully on GPU"
+            self.context.set_largest_fit(None, words.none_fits(where))
+            return
+        self.context.set_largest_fit(n_ctx, where, capped=cap_text(fit) if capped else "")
 
     # ---- engines -------------------------------------------------------------------------------
     def show_engines(self, engines: list[EngineInfo] | None) -> None:

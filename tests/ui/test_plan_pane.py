@@ -142,9 +142,11 @@ def test_a_largest_context_at_the_search_cap_says_more_fits(window, tiny_model, 
         assert window.open_model(tiny_model)
     fits = window.settings.context.fits
     assert fits.text().startswith("largest that fits: ≥ ") and fits.text().endswith("fully on GPU")
-    assert "fits beyond its trained" in fits.toolTip()
+    trained = tokens_text(window.current.fit.n_ctx_train)
+    said = f"all of its trained {trained} fits; searched no further, more may fit"  # not "fits beyond its trained"
+    assert said in fits.toolTip()
     row = window.budget.options.rows[0]
-    assert row.label.startswith("Largest context fully on GPU") and "fits beyond its trained" in row.note
+    assert row.label.startswith("Largest context fully on GPU") and said in row.note and "beyond" not in row.note
 
 
 def test_options_table_lists_largest_contexts_and_applies_one(window, qtbot):

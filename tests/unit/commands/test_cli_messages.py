@@ -17,6 +17,8 @@ import pytest
 
 from app import cli
 from app.engine.native_build import EngineBuild
+from app.planner import devices
+from app.planner.devices import HostMemory
 from app.planner.units import Bytes, GiB
 
 QWEN14B = "qwen2.5-14b-instruct-1m-q8_0"
@@ -76,16 +78,21 @@ def test_serve_refuses_a_card_this_machine_does_not_have(engine_build: EngineBui
 # --- 4. the verdict first when the plan picked an alternative ---
 
 def test_a_context_that_does_not_fit_says_so_on_the_first_line(
-        shape_model: Callable[[str], Path], capsys: pytest.CaptureFixture[str]) -> None:
+        shape_model: Callable[[str], Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    # Host RAM held still (a shorter context with a host tail would depend on it; the one chosen does not).
+    monkeypatch.setattr(devices, "host_memory", lambda: HostMemory(32 * GiB, 30 * GiB))
     model = str(shape_model(QWEN14B))
     assert cli.main(["plan", model, "--ctx", "512k", "--gpu", "RTX 4090"]) == 0
-    first = capsys.readouterr().out.splitlines()[0]
-    assert first == "512k DOES NOT FIT as asked (CUDA0 is short by 87.3 GiB); planned instead: -c 49,664"
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == ("512k DOES NOT FIT as asked (CUDA0 is short by 87.3 GiB); planned instead: "
+                        "-c 49,664")  # fully resident: a longer one with a host tail costs seconds a turn
+    assert "  largest context: 49,664 fully resident (trained 1,010,000)" in lines  # the trade, one line
     # --json is data: no such line, the same keys as before
     assert cli.main(["plan", model, "--ctx", "512k", "--gpu", "RTX 4090", "--json"]) == 0
     text = capsys.readouterr().out
     data = json.loads(text)
     assert data["launch"]["n_ctx"] == 49664 and data["feasible"] and "DOES NOT FIT" not in text
+    assert data["max_context"]["resident"] == 49664
     # as asked and fitting: no such line
     assert cli.main(["plan", model, "--ctx", "32k", "--gpu", "H200"]) == 0
     assert "DOES NOT FIT" not in capsys.readouterr().out
