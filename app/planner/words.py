@@ -397,8 +397,9 @@ def changed(plan: Plan, asked: LaunchSettings) -> str:
         return window_drops_kvu(asked.n_parallel)
     instead = []
     chosen = next((a for a in plan.alternatives if a.chosen), None)
-    if chosen is not None and chosen.kind in (AlternativeKind.KV_HOST_LAYERS, AlternativeKind.EXPERTS_ON_CPU):
-        instead.append(chosen.label)  # (its -ngl is the means, not the point)
+    if chosen is not None and chosen.kind in (AlternativeKind.KV_HOST_LAYERS, AlternativeKind.EXPERTS_ON_CPU,
+                                              AlternativeKind.BOTH, AlternativeKind.SMALLER_KV_TYPE):
+        instead.append(chosen.label)  # (its -ngl is the means, not the point; "-ctk q8_0 -ctv q8_0")
     elif chosen is not None and chosen.kind is AlternativeKind.SHORTER_CONTEXT and chosen.placement:
         instead += [f"-c {format_tokens(launch.n_ctx)}", chosen.placement]  # "-c 32k --n-cpu-moe 39"
     else:

@@ -168,3 +168,15 @@ def test_sessions_url_that_is_not_one_says_so(url: str, capsys: pytest.CaptureFi
 def test_sessions_without_url_says_where_it_goes(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["sessions", "list"]) == 2
     assert "--url is required (before or after the action)" in capsys.readouterr().err
+
+
+def test_a_smaller_kv_type_chosen_is_named_on_the_first_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # The demo's case: 512k of a 7B on a 24 GB card fits with a q8_0 cache; the first line said
+    # "planned instead: other settings".
+    from app.ui.demo import write_demo_model
+
+    model = str(write_demo_model(tmp_path / "demo.gguf"))
+    assert cli.main(["plan", model, "--ctx", "512k", "--gpu", "RTX 4090"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.endswith("planned instead: -ctk q8_0 -ctv q8_0"), first
