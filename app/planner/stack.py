@@ -142,16 +142,18 @@ def stack(shape: ModelShape, inv: Inventory, settings: LaunchSettings, ws: Weigh
           resident_cells: int, compute: Compute, overhead: int | None, safety: int,
           ) -> Stacked:
     """The per-device stacks for this configuration, and the host-side bytes touched per token."""
-    kv_gpu = [0] * len(inv.gpus)
-    kv_host = 0
+    # Each layer's KV with its layer's device (all of it on the host with -nkvo); summed per device
+    # first, then sized: a plan prices hundreds of launches (the searches, the context chart).
+    n_gpu = len(inv.gpus)
+    fixed_on, cell_on = [0] * (n_gpu + 1), [0] * (n_gpu + 1)  # [n_gpu]: the host
+    fixed_get, cell_get = kvp.fixed.get, kvp.per_cell.get
     for il, dev in enumerate(ws.devices[:shape.n_layer]):
-        fixed = kvp.fixed.get(il, 0)
-        cell = kvp.per_cell.get(il, 0)
-        if dev is None or not settings.offload_kqv:
-            kv_host += fixed + cell * kvp.cells
-        else:
-            kv_gpu[dev] += fixed + cell * resident_cells
-            kv_host += cell * (kvp.cells - resident_cells)
+        d = n_gpu if dev is None or not settings.offload_kqv else dev
+        fixed_on[d] += fixed_get(il, 0)
+        cell_on[d] += cell_get(il, 0)
+    kv_gpu = [fixed_on[i] + cell_on[i] * resident_cells for i in range(n_gpu)]
+    kv_host = (fixed_on[n_gpu] + cell_on[n_gpu] * kvp.cells
+               + sum(cell_on[:n_gpu]) * (kvp.cells - resident_cells))
     more, host_more = _extras(shape, inv, settings, ws, compute)
     ovh = DEFAULT_GPU_OVERHEAD if overhead is None else overhead
     ovh_src = (DEFAULT_GPU_OVERHEAD_SOURCE if overhead is None
