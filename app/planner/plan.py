@@ -387,6 +387,9 @@ def _shorter_context(shape: ModelShape, inv: Inventory, settings: LaunchSettings
                        words.shorter_context_label(fit), words.shorter_context_note(fit), *args).alternative
     per = CTX_PAD * max(1, settings.n_parallel) if not settings.kv_unified else CTX_PAD
     lo, hi = 0, (settings.n_ctx - 1) // per  # below the asked context (it does not fit)
+    if hi < 1 or not _some_placement_fits(shape, inv, settings.with_(n_ctx=per), *args):
+        return None  # not even the shortest context fits (the weights alone do not): no search
+    lo = 1
     while lo < hi:  # a longer context never needs less, whatever the placement
         mid = (lo + hi + 1) // 2
         lo, hi = (mid, hi) if _some_placement_fits(shape, inv, settings.with_(n_ctx=mid * per), *args) else (lo, mid - 1)
