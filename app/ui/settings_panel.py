@@ -77,6 +77,10 @@ def _row(*widgets: QWidget) -> QWidget:
     return box
 
 
+#: The longest projector file name the form shows whole ("mmproj-model-f16.gguf" fits; a longer one
+#: is cut in the middle, so the settings column keeps its width).
+PROJECTOR_NAME_CHARS = 28
+
 #: What each setting means, in the user's words (the llama-server flag in brackets).
 TIPS = {
     "type_k": "K cache type (-ctk): how each cached key is stored. f16 is exact; q8_0 halves the KV "
@@ -172,7 +176,7 @@ class SettingsPanel(QWidget):
         # default); hidden when there is none (app/planner/projector.py projector_beside).
         self.mmproj = QCheckBox("Vision projector")
         self.mmproj.setToolTip("--mmproj: load this vision projector (its weights and compute are planned)")
-        self.mmproj_cpu = QCheckBox("on the CPU (--no-mmproj-offload)")
+        self.mmproj_cpu = QCheckBox("on the CPU")
         self.mmproj_cpu.setToolTip("--no-mmproj-offload: keep the projector in host RAM, not on the GPU")
         self._mmproj_path = ""
         # LoRA adapters and a draft model: a section that stays one line high until something is chosen.
@@ -239,6 +243,20 @@ class SettingsPanel(QWidget):
             mmproj=self._mmproj_path if self.mmproj.isChecked() else "", mmproj_offload=not self.mmproj_cpu.isChecked(),
             **self.extras.values())
 
+    def _show_projector(self, path: Path | None) -> None:
+        """"Vision projector: NAME", the name cut in the middle past PROJECTOR_NAME_CHARS (the form
+        never grows wider for a long file name; the whole path is the tooltip)."""
+        if path is None:
+            self.mmproj.setText("Vision projector")
+            self.mmproj.setToolTip("")
+            return
+        name = path.name
+        if len(name) > PROJECTOR_NAME_CHARS:
+            half = (PROJECTOR_NAME_CHARS - 1) // 2
+            name = f"{name[:half]}…{name[-half:]}"
+        self.mmproj.setText(f"Vision projector: {name}")
+        self.mmproj.setToolTip(f"--mmproj {path}")
+
     def offer_projector(self, model: str | Path | None, *, emit: bool = True) -> bool:
         """Show "Vision projector: FILE" (checked) when a projector for ``model`` lies beside it, else
         hide the row (and plan without one). True when that changed the settings (then ``changed`` is
@@ -250,7 +268,7 @@ class SettingsPanel(QWidget):
         self._mmproj_path = str(found) if found is not None else ""
         for w in (self.mmproj, self.mmproj_cpu):
             w.blockSignals(True)
-        self.mmproj.setText(f"Vision projector: {found.name}" if found is not None else "Vision projector")
+        self._show_projector(found)
         self.mmproj.setChecked(found is not None)
         self.mmproj_cpu.setChecked(False)
         for w in (self.mmproj, self.mmproj_cpu):
@@ -290,7 +308,7 @@ class SettingsPanel(QWidget):
                 check.blockSignals(True)
                 check.setChecked(on)
                 check.blockSignals(False)
-            self.mmproj.setText(f"Vision projector: {Path(s.mmproj).name}")
+            self._show_projector(Path(s.mmproj))
             self._mmproj_row.setVisible(True)
         for w in widgets:
             w.blockSignals(False)

@@ -43,3 +43,21 @@ def test_the_projector_beside_the_model_is_offered_and_planned(qtbot, tmp_path):
     state.use_model(WindowState.read_model(alone))
     assert not panel.mmproj.isVisibleTo(panel) and not panel.settings().mmproj
     assert state.plan is not None and state.plan.projector is None
+
+
+def test_a_long_projector_name_is_cut_in_the_middle_and_the_form_keeps_its_width(qtbot, tmp_path):
+    """A Hub file name of 50 characters widened the settings column past the window (its right edge cut)."""
+    from pathlib import Path
+
+    from app.ui.settings_panel import PROJECTOR_NAME_CHARS, SettingsPanel
+
+    panel = SettingsPanel()
+    qtbot.addWidget(panel)
+    before = panel.sizeHint().width()
+    long = Path(tmp_path / "mmproj-Qwen2.5-VL-7B-Instruct-abliterated-f16-b873735838da.gguf")
+    panel._show_projector(long)
+    shown = panel.mmproj.text().removeprefix("Vision projector: ")
+    assert len(shown) <= PROJECTOR_NAME_CHARS and shown.startswith("mmproj-Qwen2.") and shown.endswith("5838da.gguf")
+    assert str(long) in panel.mmproj.toolTip()
+    panel._mmproj_row.setVisible(True)
+    assert panel.sizeHint().width() <= max(before, 480)
