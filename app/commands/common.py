@@ -280,11 +280,6 @@ def model_text(text: str) -> str:
     return "\n".join("\t".join(printable(cell) for cell in line.split("\t")) for line in text.split("\n"))
 
 
-def plural(n: int, noun: str, plural_form: str = "") -> str:
-    """``1 slot``, ``2 slots``, ``0 slots`` (``plural_form`` when adding an s is wrong)."""
-    return f"{n} {noun if n == 1 else plural_form or noun + 's'}"
-
-
 def advisory_lines(items: Sequence[Any]) -> list[str]:
     """Engine advisories as printed by ``plan`` and ``serve`` (one line each)."""
     return [f"advisory: {a}" for a in items]

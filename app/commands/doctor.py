@@ -12,6 +12,7 @@ from app import __version__, paths
 from app.engine import native_build
 from app.engine.libpath import ensure_llama_cpp_lib, gpu_backends
 from app.planner.units import Bytes
+from app.planner.words import plural
 
 
 def register(sub: Any) -> None:
@@ -68,11 +69,11 @@ def _nvml_lines(nv: dict[str, Any]) -> list[str]:
         return [_line("NVML", f"unavailable — {nv.get('reason') or 'unknown reason'}; planning uses the CPU "
                               "or simulated GPUs (--gpu H200)")]
     lines = [_line("NVML", f"driver {nv.get('driver') or '?'}, CUDA {nv.get('cuda') or '?'}, "
-                           f"{nv.get('gpus', 0)} GPU(s)" + (f" — {nv['reason']}" if nv.get("reason") else ""))]
+                           f"{plural(nv.get('gpus', 0), 'GPU')}" + (f" — {nv['reason']}" if nv.get("reason") else ""))]
     for d in nv.get("devices", []):
         link = f", PCIe gen{d['pcie_gen']} x{d['pcie_width']}" if d.get("pcie_gen") else ""
         lines.append(_line(f"  GPU {d['index']}", f"{d['name']}: {Bytes(d['free'])} free of {Bytes(d['total'])}"
-                                                  f" ({len(d['processes'])} process(es){link})"))
+                                                  f" ({plural(len(d['processes']), 'process', 'processes')}{link})"))
     lines += [_line("  warning", w) for w in nv.get("warnings", [])]
     return lines
 

@@ -17,7 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from app.commands.common import exit_status, model_text, plural
+from app.commands.common import exit_status, model_text
+from app.planner.words import plural
 from app.sessions import fork as ops
 from app.sessions.client import EngineClient, EngineError, EngineRejected
 from app.sessions.smoke import TOO_FEW_SLOTS, run_smoke

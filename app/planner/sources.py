@@ -7,7 +7,7 @@ plan's JSON carries the same string (``PLAN_JSON_VERSION`` 1: ``"sources": {part
     Source(SourceKind.MEASURED)                                  measured by pass 1
     Source(SourceKind.MEASURED_ELSEWHERE, "-c 4096 (not 8192)")  measured by pass 1 for other settings at -c 4096 (not 8192)
     Source(SourceKind.MEASURED_HERE, "NVML, pid 42")             measured on this GPU and driver (NVML, pid 42)
-    Source(SourceKind.FROM_NVML, "2 process(es) hold …")         from NVML: 2 process(es) hold …
+    Source(SourceKind.FROM_NVML, "2 processes hold …")         from NVML: 2 processes hold …
     Source(SourceKind.DEFAULT, "~590 MiB measured on an H200")   default: ~590 MiB measured on an H200
 """
 

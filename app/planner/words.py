@@ -16,6 +16,12 @@ from app.planner.settings import ALL_LAYERS, AUTO_CACHE_RESERVE_MIB, DEFAULT_CAC
 from app.planner.sources import Source, SourceKind
 from app.planner.units import Bytes, format_tokens
 
+
+def plural(n: int, noun: str, plural_form: str = "") -> str:
+    """``1 slot``, ``2 slots``, ``0 slots`` (``plural_form`` when adding an s is wrong)."""
+    return f"{n} {noun if n == 1 else plural_form or noun + 's'}"
+
+
 # ---- Text from a model file (general.name, general.architecture: written by strangers) ----------
 
 
@@ -196,7 +202,8 @@ def repacked_detail(repacked: int) -> str:
 
 
 def nvml_processes_detail(n_processes: int, held: int, reserve: int) -> str:
-    return f"{n_processes} process(es) hold {Bytes(held)}, the driver keeps {Bytes(reserve)}"
+    verb = "holds" if n_processes == 1 else "hold"
+    return f"{plural(n_processes, 'process', 'processes')} {verb} {Bytes(held)}, the driver keeps {Bytes(reserve)}"
 
 
 # ---- Launching a plan ------------------------------------------------------------------------------
@@ -250,7 +257,7 @@ def kv_placement(plan: Plan) -> str:
     if plan.kv_host_layers and n_layer:
         resident = n_layer - plan.kv_host_layers
         return (f"KV cache by layer: {resident} of {n_layer} layers resident ({Bytes(on_gpu)}), host tail "
-                f"{plan.kv_host_layers} layer(s) in host RAM ({Bytes(on_host)}), all {format_tokens(cells)} cells each")
+                f"{plural(plan.kv_host_layers, 'layer')} in host RAM ({Bytes(on_host)}), all {format_tokens(cells)} cells each")
     return (f"KV cache by layer: {Bytes(on_gpu)} on the GPU, {Bytes(on_host)} in host RAM "
             "(the KV of the layers on the CPU)")
 
@@ -423,12 +430,12 @@ def dead_worker(endpoint: str, why: str) -> str:
 def network_summary(per_token: int, per_ubatch: int, n_ubatch: int, load: int, crossings: int) -> str:
     """What crosses the network for a plan over RPC workers, in one line."""
     return (f"network: {Bytes(per_token)} per generated token and {Bytes(per_ubatch)} per {n_ubatch}-token "
-            f"prefill batch ({crossings} crossing(s) of the hidden state, the logits when a worker holds the "
+            f"prefill batch ({plural(crossings, 'crossing')} of the hidden state, the logits when a worker holds the "
             f"output layer); {Bytes(load)} of weights sent once at load (ggml-rpc-server -c caches them)")
 
 
 def kv_host_layers_label(n: int) -> str:
-    return f"KV of {n} layer(s) on host"
+    return f"KV of {plural(n, 'layer')} on host"
 
 
 def kv_host_layers_note(n_layer: int, n: int) -> str:
@@ -465,7 +472,7 @@ UNLIMITED_PROMPT_CACHE = ("--cache-ram -1: the server's prompt cache has no limi
 
 
 def both_label(n_layer: int, n: int) -> str:
-    return f"--n-cpu-moe {n_layer} + KV of {n} layer(s) on host"
+    return f"--n-cpu-moe {n_layer} + KV of {plural(n, 'layer')} on host"
 
 
 def both_note(n_layer: int, n: int) -> str:

@@ -19,6 +19,7 @@ from app.engine.rpc import (
     query_workers,
     rpc_query_server,
 )
+from app.planner.words import plural
 from app.ui.qt import QHBoxLayout, QLabel, QLineEdit, QPushButton, Qt, QVBoxLayout, QWidget, Signal
 from app.ui.workers import TaskThread
 
@@ -88,7 +89,7 @@ class WorkersRow(QWidget):
             self._say("")
             self.readingsChanged.emit(())
             return
-        self._say(f"asking {len(endpoints)} worker(s) for their devices…")
+        self._say(f"asking {plural(len(endpoints), 'worker')} for their devices…")
         self.button.setEnabled(False)
 
         def work(cancel: threading.Event) -> object:

@@ -48,7 +48,7 @@ def test_another_app_taking_gpu_memory_replans_the_bars(qtbot, tmp_path, shape_m
     assert f"driver reserve {Bytes(rec.total - rec.ctx_free - held)}" in caption
     assert f"other apps {Bytes(held)}" in caption
     seg = next(s for s in w.budget.rows[0].bar.segments if s.key == "other_processes")
-    assert "1 process(es) hold" in seg.tooltip
+    assert "1 process holds" in seg.tooltip
     assert w.live.applied == 1
     w.close()
 

@@ -136,8 +136,8 @@ def test_doctor_nvml_report() -> None:
         "ok": True, "reason": "", "driver": "580.159.04", "cuda": "13.0", "gpus": 1}
     assert status["devices"][0]["processes"][0]["pid"] == 419
     lines = _nvml_lines(status)
-    assert "driver 580.159.04, CUDA 13.0, 1 GPU(s)" in lines[0]
-    assert "NVIDIA H200: 139.3 GiB free of 140.4 GiB (1 process(es), PCIe gen5 x16)" in lines[1]
+    assert "driver 580.159.04, CUDA 13.0, 1 GPU" in lines[0]
+    assert "NVIDIA H200: 139.3 GiB free of 140.4 GiB (1 process, PCIe gen5 x16)" in lines[1]
     down = _nvml_lines(nvml_status(FakeNvml(init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)))
     assert "unavailable — no NVIDIA driver found" in down[0]
 
