@@ -85,6 +85,22 @@ def model_values(settings: LaunchSettings) -> dict[str, Any]:
     return {"n_gpu_layers": settings.n_gpu_layers, "no_alloc": True, "load_mode": LOAD_MODE_NONE}
 
 
+def model_params(lib: Any, settings: LaunchSettings) -> Any:
+    """A ``llama_model_params`` with ``model_values(settings)`` set over the library's defaults."""
+    mparams = lib.llama_model_default_params()
+    for name, value in model_values(settings).items():
+        setattr(mparams, name, value)
+    return mparams
+
+
+def context_params(lib: Any, settings: LaunchSettings) -> Any:
+    """A ``llama_context_params`` with ``context_values(settings)`` set over the library's defaults."""
+    cparams = lib.llama_context_default_params()
+    for name, value in context_values(settings).items():
+        setattr(cparams, name, value)
+    return cparams
+
+
 def _ggml(lib_dir: str | None) -> Any:
     """The ggml library beside the libllama the probe loaded (the same handle: it is loaded already),
     with the device-listing calls typed."""
@@ -197,9 +213,7 @@ def probe(model_path: str, settings: LaunchSettings) -> dict[str, Any]:
     result: dict[str, Any] = {"ok": False, "error": "", "lib_dir": lib_dir or "",
                               "gpu_offload": bool(lib.llama_supports_gpu_offload()),
                               "bindings": _bindings_version()}
-    mparams = lib.llama_model_default_params()
-    for name, value in model_values(settings).items():
-        setattr(mparams, name, value)
+    mparams = model_params(lib, settings)
     split = tensor_split_array(lib, settings.tensor_split) if settings.tensor_split else None
     if split is not None:
         mparams.tensor_split = split  # kept alive by ``split`` until the model is freed
@@ -211,9 +225,7 @@ def probe(model_path: str, settings: LaunchSettings) -> dict[str, Any]:
     if not model:
         result["error"] = f"llama.cpp could not load {model_path} (see its log)"
         return result
-    cparams = lib.llama_context_default_params()
-    for name, value in context_values(settings).items():
-        setattr(cparams, name, value)
+    cparams = context_params(lib, settings)
     ctx = lib.llama_init_from_model(model, cparams)
     if not ctx:
         lib.llama_model_free(model)
@@ -245,17 +257,13 @@ def _probe_draft(lib: Any, settings: LaunchSettings, split: Any) -> str:
     model's split, its own context parameters): '' when it loaded, else why not."""
     _emit(DRAFT_MARKER.format(settings.draft_model))
     draft = settings.draft_settings()
-    mparams = lib.llama_model_default_params()
-    for name, value in model_values(draft).items():
-        setattr(mparams, name, value)
+    mparams = model_params(lib, draft)
     if split is not None:
         mparams.tensor_split = split
     model = lib.llama_model_load_from_file(settings.draft_model.encode(), mparams)
     if not model:
         return f"llama.cpp could not load the draft model {settings.draft_model} (see its log)"
-    cparams = lib.llama_context_default_params()
-    for name, value in context_values(draft).items():
-        setattr(cparams, name, value)
+    cparams = context_params(lib, draft)
     ctx = lib.llama_init_from_model(model, cparams)
     if ctx:
         lib.llama_free(ctx)
