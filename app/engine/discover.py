@@ -80,7 +80,7 @@ class EngineInfo:
 
     @property
     def llama_cpp(self) -> str:
-        """``llama.cpp 0c1e57098 + 2 Headroom patches``: which llama.cpp the engine is."""
+        """``llama.cpp 0c1e57098 + 3 Headroom patches``: which llama.cpp the engine is."""
         return engine_label(self.commit, self.patches)
 
     @property

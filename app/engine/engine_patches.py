@@ -64,7 +64,7 @@ def patch_series(folder: Path = PATCH_DIR) -> PatchSeries:
 
 
 def engine_label(commit: str, patches: tuple[str, ...] | list[str]) -> str:
-    """``llama.cpp 0c1e57098 + 2 Headroom patches`` (or just ``llama.cpp 0c1e57098``)."""
+    """``llama.cpp 0c1e57098 + 3 Headroom patches`` (or just ``llama.cpp 0c1e57098``)."""
     label = "llama.cpp (commit unknown)" if not commit or commit == "unknown" else f"llama.cpp {commit[:9]}"
     if patches:
         label += f" + {len(patches)} Headroom patch{'es' if len(patches) != 1 else ''}"

@@ -45,7 +45,7 @@ def test_doctor_inside_the_bundle_reports_its_engine(bundle: Bundle, tmp_path: P
     assert proc.returncode == 0, proc.stderr
     bin_dir = bundle.folder / "engine" / "build" / "bin"
     engine = _line(proc.stdout, "Engine")
-    assert engine.endswith(f"(llama.cpp 0c1e57098 + 2 Headroom patches) at {bin_dir}/llama-server (bundle)")
+    assert engine.endswith(f"(llama.cpp 0c1e57098 + 3 Headroom patches) at {bin_dir}/llama-server (bundle)")
     assert f"library from {bin_dir}" in _line(proc.stdout, "llama-cpp-python")  # pass 1 loads that same build
     assert _line(proc.stdout, "Python").endswith(f"({bundle.exe})")  # no interpreter of the machine's
     assert str(bundle.folder) in _line(proc.stdout, "Bundle")

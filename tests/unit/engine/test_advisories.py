@@ -88,7 +88,7 @@ def test_props_build_info_parses_like_the_version_line() -> None:
 
 
 #: What the engine Headroom builds carries (its build.json ``fixes``, from the patches' Headroom-Fix lines).
-PATCHED = ("b11412", "43fe9c642")
+PATCHED = ("b11412", "43fe9c642", "fork-in-a-full-pool")
 
 
 def test_headroom_patched_engine_says_fixed_in_this_build_instead_of_warning() -> None:

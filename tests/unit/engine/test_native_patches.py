@@ -17,15 +17,16 @@ from app.engine.engine_patches import UNPATCHED, PatchSeries, patch_series
 from app.engine.native_build import EngineBuild
 
 COMMIT = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
-NAMES = ("0001-kpool-one-graph-shape.patch", "0002-kpool-one-scatter-row-per-rep.patch")
+PORTS = ("0001-kpool-one-graph-shape.patch", "0002-kpool-one-scatter-row-per-rep.patch")
+NAMES = (*PORTS, "0003-fork-children-free-their-cells.patch")
 
 
-def test_the_series_is_the_two_kpool_ports_in_order() -> None:
+def test_the_series_is_the_two_kpool_ports_then_headrooms_fork_fix() -> None:
     series = patch_series()
     assert series.names == NAMES
-    assert series.fixes == ("b11412", "43fe9c642")
+    assert series.fixes == ("b11412", "43fe9c642", "fork-in-a-full-pool")
     assert re.fullmatch(r"[0-9a-f]{8}", series.digest)
-    assert engine_patches.engine_label(COMMIT, series.names) == "llama.cpp 0c1e57098 + 2 Headroom patches"
+    assert engine_patches.engine_label(COMMIT, series.names) == "llama.cpp 0c1e57098 + 3 Headroom patches"
     assert engine_patches.engine_label(COMMIT, ()) == "llama.cpp 0c1e57098"
 
 
@@ -34,14 +35,18 @@ def test_each_patch_opens_with_what_it_changes_why_and_the_fix_it_ports(name: st
     text = (engine_patches.PATCH_DIR / name).read_text()
     head = text[: text.index("diff --git")]
     assert "What it changes" in head and "\nWhy\n" in head
-    assert re.search(r"^Ports: llama\.cpp (b11412|43fe9c642), .+ \(#\d+, 2026-10-06\)$", head, re.MULTILINE)
+    assert head.startswith(f"Headroom patch {NAMES.index(name) + 1} of {len(NAMES)} for llama.cpp 0c1e57098")
+    if name in PORTS:
+        assert re.search(r"^Ports: llama\.cpp (b11412|43fe9c642), .+ \(#\d+, 2026-10-06\)$", head, re.MULTILINE)
+    else:  # Headroom's own: it says so, and that upstream has the bug too
+        assert re.search(r"^Ports: nothing; Headroom's own fix \(0c1e57098 has both bugs, .+\)$", head, re.MULTILINE)
 
 
 def test_the_series_applies_to_the_pinned_tree_as_it_is(tmp_path: Path) -> None:
     tree = native_build.source_tree() / "vendor" / "llama.cpp"
     root = tmp_path / "llama.cpp"  # the files the series touches, copied
     for rel in ("src/models/glm5-next.cpp", "src/llama-memory-hybrid-idx.cpp", "src/llama-memory-hybrid-idx.h",
-                "ggml/src/ggml-cuda/ggml-cuda.cu"):
+                "ggml/src/ggml-cuda/ggml-cuda.cu", "tools/server/server-context.cpp"):
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(tree / rel, root / rel)
     env = dict(os.environ, GIT_CEILING_DIRECTORIES=str(tmp_path))
@@ -51,6 +56,8 @@ def test_the_series_applies_to_the_pinned_tree_as_it_is(tmp_path: Path) -> None:
     hybrid = (root / "src" / "llama-memory-hybrid-idx.cpp").read_text()
     assert "cache_safe" not in hybrid and "rep_gen" in hybrid and "partial seq_cp is not supported" in hybrid
     assert "cache_safe" not in (root / "src" / "models" / "glm5-next.cpp").read_text()
+    server = (root / "tools" / "server" / "server-context.cpp").read_text()
+    assert "cached tokens for the child of task" in server and "&& prompt_decoded" in server
     assert "cache_safe" in (tree / "src" / "llama-memory-hybrid-idx.cpp").read_text(), "the cached tree is pristine"
 
 
