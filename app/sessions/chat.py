@@ -20,6 +20,7 @@ What this build's server does with chat requests: docs/domain.md §1 (llama-serv
 from __future__ import annotations
 
 import http.client
+import re
 import socket
 import threading
 from dataclasses import dataclass
@@ -129,6 +130,20 @@ class StopSwitch:
                     pass
 
 
+class ChatTooLong(EngineRejected):
+    """The chat, as the model's template writes it, is longer than one session's context."""
+
+    def __init__(self, rejected: EngineRejected, tokens: int, n_ctx: int) -> None:
+        super().__init__(rejected.status, rejected.server_message, rejected.error_type)
+        self.tokens, self.n_ctx = tokens, n_ctx
+        self.args = (f"this chat is {tokens:,} tokens, more than the {n_ctx:,} tokens of context a session has "
+                     "on this engine: start a New chat, or launch with a longer context",)
+
+
+#: tools/server/server-context.cpp: "request (5587 tokens) exceeds the available context size (4096 tokens), ..."
+_TOO_LONG_RE = re.compile(r"request \((\d+) tokens\) exceeds the available context size \((\d+) tokens\)")
+
+
 def request_body(messages: list[Message], sampling: Sampling, k: int = 1) -> dict[str, Any]:
     """The JSON a chat request sends (``n_predict``/``temperature``/``seed`` as ``Sampling`` has them)."""
     if not messages:
@@ -151,6 +166,8 @@ def chat(client: EngineClient, messages: list[Message], sampling: Sampling = REP
     except EngineRejected as exc:
         if k > 1 and ("n_cmpl" in exc.server_message or "value <=" in exc.server_message):
             raise ForkTooLarge(f"the engine refused a fork of {k}: {exc.server_message}") from exc
+        if (m := _TOO_LONG_RE.search(exc.server_message)) is not None:
+            raise ChatTooLong(exc, int(m.group(1)), int(m.group(2))) from exc
         raise
     switch = stop or StopSwitch()
     switch.attach(conn)

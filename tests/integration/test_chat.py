@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from app.engine.native_build import EngineBuild
-from app.sessions.chat import ChatOutcome, Message, StopSwitch, chat
+from app.sessions.chat import ChatOutcome, ChatTooLong, Message, StopSwitch, chat
 from app.sessions.client import EngineClient
 from app.sessions.fork import ForkTooLarge, Sampling
 from tests.fixtures.server_proc import RunningServer, running_server
@@ -71,6 +71,20 @@ def test_a_fork_of_three_evaluates_the_prompt_once(engine: RunningServer) -> Non
 def test_a_fork_larger_than_the_slots_is_refused_before_sending(engine: RunningServer) -> None:
     with pytest.raises(ForkTooLarge, match=r"needs 4 slots, but the engine .* has 3"):
         chat(EngineClient(engine.base_url), [Message("user", "hi")], Sampling(4), k=4)
+
+
+def test_a_chat_longer_than_a_sessions_context_is_refused_with_both_lengths(engine: RunningServer) -> None:
+    client = EngineClient(engine.base_url)
+    long_text = " word" * 5000
+    assert len(client.tokenize(long_text)) > 4096
+    with pytest.raises(ChatTooLong) as refused:
+        chat(client, [Message("user", "hi"), Message("assistant", long_text), Message("user", "and?")], Sampling(4))
+    assert refused.value.n_ctx == 4096 and refused.value.tokens > 4096
+    assert str(refused.value) == (f"this chat is {refused.value.tokens:,} tokens, more than the 4,096 tokens of "
+                                  "context a session has on this engine: start a New chat, or launch with a longer "
+                                  "context")
+    out = chat(client, [Message("user", "hi")], Sampling(4))  # the engine goes on serving
+    assert out.ok, out.error
 
 
 def test_stop_ends_a_reply_that_would_not_end_by_itself_and_frees_the_slot(engine: RunningServer) -> None:
