@@ -52,7 +52,8 @@ def _llama_cpp() -> dict[str, Any]:
         "llama_supports_gpu_offload": bool(llama_cpp.llama_supports_gpu_offload()),
         "lib_dir": lib_dir,
         "note": "" if offload else
-        'CPU build: pass 1 measures CPU buffers only; for GPU numbers install a CUDA build '
+        'CPU build: pass 1 measures CPU buffers only; for GPU numbers build the engine with CUDA '
+        '(headroom engine build, with nvcc and cuBLAS installed) or install a CUDA build of llama-cpp-python '
         '(CMAKE_ARGS="-DGGML_CUDA=on" pip install llama-cpp-python==0.3.36)',
     }
 

@@ -84,7 +84,9 @@ def gpu_caveat(measurement: Measurement, *, targets_gpu: bool, fit_params_tool: 
     is offered as a way to measure (app/probe/fit_params.py)."""
     if not targets_gpu or any(not d.host for d in measurement.devices):
         return None
-    options = ["install a CUDA build of llama-cpp-python "
+    options = ["build the engine with CUDA (`headroom engine build` with nvcc and cuBLAS installed: pass 1 then "
+               "loads that build's library)",
+               "install a CUDA build of llama-cpp-python "
                '(CMAKE_ARGS="-DGGML_CUDA=on" pip install --force-reinstall --no-cache-dir llama-cpp-python==0.3.36; '
                "`headroom doctor` shows which build you have)"]
     if fit_params_tool is not None:
@@ -92,4 +94,4 @@ def gpu_caveat(measurement: Measurement, *, targets_gpu: bool, fit_params_tool: 
                           "llama-server's context parameters (headroom measure --with fit-params)")
     return (f"Pass 1 measured with the {measurement.backend} backend (llama-cpp-python here cannot offload "
             f"to a GPU): its compute buffer is the {measurement.backend} backend's, not the GPU's, so a plan "
-            "for GPUs estimates their compute buffers. For GPU numbers, " + " or ".join(options) + ".")
+            "for GPUs estimates their compute buffers. For GPU numbers, " + ", or ".join(options) + ".")

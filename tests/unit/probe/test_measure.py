@@ -138,7 +138,7 @@ def test_cpu_numbers_for_a_gpu_plan_carry_a_caveat(engine_build: EngineBuild) ->
     text = gpu_caveat(cpu, targets_gpu=True, engine=engine_build)
     assert text is not None
     assert "headroom measure --with fit-params" in text and "llama-server's context parameters" in text
-    assert 'CMAKE_ARGS="-DGGML_CUDA=on"' in text
+    assert 'CMAKE_ARGS="-DGGML_CUDA=on"' in text and "build the engine with CUDA (`headroom engine build`" in text
     assert gpu_caveat(cpu, targets_gpu=False) is None
     cuda = Measurement((DeviceMeasurement("CUDA0", 600 * MiB, 0, False),), "CUDA", "x", 1.2)
     assert gpu_caveat(cuda, targets_gpu=True) is None
