@@ -316,11 +316,17 @@ class ChatPanel(QWidget):
         with self._lock:
             self._pieces = {}
         asked, k = self.asking, len(result.replies)
-        if k > 1:
+        if k > 1 and not any(r.text for r in result.replies):  # nothing to choose from
+            self._show_forks(0)
+            self.fork_replies, self.fork_message = [], None
+            self._give_back(asked)
+        elif k > 1:
             self.fork_replies = result.replies
         elif asked is not None and (result.replies[0].text or result.replies[0].finished):
             reply = result.replies[0]
             self.transcript += [(asked, ""), (Message("assistant", reply.text), reply.stats())]
+        else:
+            self._give_back(asked)
         self.asking, self.live, self._switch = None, [], None
         self._enable()
         self._render()
@@ -338,11 +344,18 @@ class ChatPanel(QWidget):
         if self.asking is not None and len(self.live) > 1:
             self._show_forks(0)
             self.fork_replies, self.fork_message = [], None
+        self._give_back(self.asking)
         self.asking, self.live, self._switch = None, [], None
         self._enable()
         self._render()
         self.status.setText(f"<span style='color:{ERROR}'>{escape(message)}</span>")
         self.failed.emit(message)
+
+    def _give_back(self, asked: Message | None) -> None:
+        """A message the model never answered goes back into the box, to send again or change
+        (unless something new was typed there meanwhile)."""
+        if asked is not None and not self.message.text():
+            self.message.setText(asked.content)
 
     def _forget(self, task: TaskThread) -> None:
         self._tasks.discard(task)

@@ -120,6 +120,16 @@ def test_an_engine_with_one_slot_chats_but_offers_no_fork(window, tiny_chat_mode
     out = _send(chat, qtbot, "hi")
     assert out.ok, out.error
     assert out.replies[0].stats() in chat.view.toPlainText()
+    # A message longer than the context: refused with the numbers, and the message is still there.
+    before = list(chat.transcript)
+    long_text = "word " * 6000
+    chat.message.setText(long_text)
+    with qtbot.waitSignal(chat.failed, timeout=120_000) as refused:
+        qtbot.mouseClick(chat.send_button, LEFT)
+    assert "more than the 4,096 tokens of context a session has on this engine" in refused.args[0]
+    assert "start a New chat, or launch with a longer context" in chat.status.text()
+    assert chat.message.text() == long_text and chat.transcript == before
+    assert chat.send_button.isEnabled()
     qtbot.mouseClick(chat.new_button, LEFT)
     assert chat.transcript == [] and chat.view.toPlainText() == ""
     with qtbot.waitSignal(window.launch.engineStopped, timeout=30_000):
