@@ -284,7 +284,10 @@ def run(args: argparse.Namespace) -> int:
     def on_signal(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt  # SIGTERM stops as cleanly as Ctrl-C
 
-    previous = signal.signal(signal.SIGTERM, on_signal)
+    # SIGINT too: a process started in the background by a shell without job control (`headroom
+    # serve … &` in a script) inherits SIGINT ignored, and Python keeps it so: Ctrl-C and `kill -INT`
+    # would leave the engine running.
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         server.start()
         server.wait_ready(timeout=args.timeout)
@@ -310,7 +313,8 @@ def run(args: argparse.Namespace) -> int:
         pass
     finally:
         code = server.stop()
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     print(f"engine stopped (exit code {code})")
     return 0
 

@@ -170,6 +170,29 @@ def test_headroom_serve_plans_launches_checks_smokes_and_stops_on_ctrl_c(engine_
     assert _wait_gone(pid)
 
 
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def test_headroom_serve_started_in_the_background_still_stops_on_sigint(engine_build: object,
+                                                                       tiny_model: Path) -> None:
+    """`headroom serve … &` from a script (no job control) inherits SIGINT ignored; kill -INT still stops it."""
+    proc = subprocess.Popen([sys.executable, "-m", "app", "serve", str(tiny_model), "--no-measure"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+                            env=dict(os.environ, PYTHONPATH=str(ROOT)), preexec_fn=_ignore_sigint)
+    out: list[str] = []
+    try:
+        _read_until_serving(proc, out)
+        assert out[-1].startswith("serving at "), "\n".join(out)
+        pid = int(next(ln for ln in out if ln.startswith("engine: starting")).rsplit(" ", 1)[1])
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0 and "engine stopped" in rest, rest
+    assert _wait_gone(pid)
+
+
 def test_headroom_serve_slot_save_path_lets_sessions_save_a_slot(engine_build: object, tiny_model: Path,
                                                                  tmp_path: Path) -> None:
     # `sessions save` tells the user to restart with --slot-save-path: serve must be able to say it.
