@@ -203,10 +203,16 @@ def keep(store: SessionStore, result: TurnResult) -> None:
     host prompt cache)."""
     taken = {s.slot for s in result.sessions if s.slot is not None}
     names = {s.name for s in result.sessions}
-    for other in store.sessions.values():
-        if other.name not in names and other.slot in taken:
-            other.slot = None
-    store.put(*result.sessions)
+
+    def change(stored: dict[str, Session]) -> None:
+        for other in stored.values():
+            if other.name not in names and other.slot in taken:
+                other.slot = None
+        stored.update({s.name: s for s in result.sessions})
+
+    for s in result.sessions:
+        check_name(s.name)
+    store.update(change)
 
 
 def check_fork_size(client: EngineClient, k: int) -> None:

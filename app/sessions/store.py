@@ -2,7 +2,9 @@
 
 ``<cache>/sessions/<sha256(url)[:16]>.json``, written atomically (temporary file in the same
 directory, then ``os.replace``), so a crash mid-write never leaves half a file and the text a
-session has received is never lost to a failed save.
+session has received is never lost to a failed save. The CLI and the window share the file: every
+change re-reads it under a lock (``update``), so one never writes back a stale copy over sessions
+the other made since.
 """
 
 from __future__ import annotations
@@ -12,11 +14,18 @@ import json
 import os
 import re
 import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from app.paths import cache_dir
+
+try:
+    import fcntl
+except ImportError:  # Windows: no advisory locks; the re-read still keeps what others wrote before
+    fcntl = None  # type: ignore[assignment]
 
 VERSION = 1
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -70,12 +79,33 @@ class SessionStore:
         try:
             data = json.loads(self.path.read_text(encoding="utf-8"))
         except FileNotFoundError:
+            self.sessions = {}
             return
         except (OSError, ValueError) as exc:
             raise ValueError(f"session file {self.path} is unreadable ({exc}); move it aside") from exc
-        for item in data.get("sessions", []):
-            s = Session.from_json(item)
-            self.sessions[s.name] = s
+        self.sessions = {s.name: s for s in (Session.from_json(item) for item in data.get("sessions", []))}
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        """The file to itself while it is read and written (another ``headroom`` may be at it too)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path.with_suffix(".lock"), "a") as lock:
+            if fcntl is not None:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
+
+    def reload(self) -> None:
+        """The sessions as the file has them now."""
+        with self._locked():
+            self._load()
+
+    def update(self, change: Callable[[dict[str, Session]], None]) -> None:
+        """Read the file as it is now, apply ``change`` to its sessions, write it: what another
+        process stored since this store was read is kept."""
+        with self._locked():
+            self._load()
+            change(self.sessions)
+            self.save()
 
     def get(self, name: str) -> Session | None:
         return self.sessions.get(name)
@@ -83,14 +113,13 @@ class SessionStore:
     def put(self, *sessions: Session) -> None:
         """Add or replace sessions and write the file at once."""
         for s in sessions:
-            self.sessions[check_name(s.name)] = s
-        self.save()
+            check_name(s.name)
+        self.update(lambda stored: stored.update({s.name: s for s in sessions}))
 
     def remove(self, name: str) -> bool:
-        found = self.sessions.pop(name, None) is not None
-        if found:
-            self.save()
-        return found
+        found: list[bool] = []
+        self.update(lambda stored: found.append(stored.pop(name, None) is not None))
+        return found[0]
 
     def save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)

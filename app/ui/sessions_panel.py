@@ -30,6 +30,7 @@ from app.ui.qt import (
     QLineEdit,
     QPlainTextEdit,
     QPushButton,
+    QShowEvent,
     QSpinBox,
     Qt,
     QTimer,
@@ -186,11 +187,31 @@ class SessionsPanel(QGroupBox):
             self.result.setText(f"<span style='color:#d62728'>{escape(str(exc))}</span>")
             self.store = None
             return
-        for s in [*store.sessions.values(), *self.sessions.values()]:
-            s.slot = None
-        store.sessions = {**store.sessions, **self.sessions}
+        shown = dict(self.sessions)
+
+        def adopt(stored: dict[str, Session]) -> None:
+            for name, s in shown.items():  # the stored one (the CLI may have continued it) wins
+                stored.setdefault(name, s)
+            for s in stored.values():
+                s.slot = None
+
+        try:
+            store.update(adopt)
+        except (OSError, ValueError) as exc:
+            self.result.setText(f"<span style='color:#d62728'>{escape(str(exc))}</span>")
         self.store = store
         self._show_sessions(store.sessions)
+
+    def showEvent(self, event: QShowEvent) -> None:
+        """Shown again: the sessions as the store has them now (the CLI may have made some)."""
+        super().showEvent(event)
+        if self.store is not None and not self._tasks:
+            try:
+                self.store.reload()
+            except (OSError, ValueError) as exc:
+                self.result.setText(f"<span style='color:#d62728'>{escape(str(exc))}</span>")
+                return
+            self._show_sessions(self.store.sessions)
 
     def _show_sessions(self, sessions: dict[str, Session], current: str | None = None) -> None:
         self.sessions = dict(sessions)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.ui.qt import Qt
+from app.sessions.store import Session, SessionStore
+from app.ui.qt import Qt, QTabWidget
 
 LEFT = Qt.MouseButton.LeftButton
 
@@ -30,6 +31,13 @@ def test_fork_three_sessions_then_continue_one(window, tiny_model, engine_build,
         qtbot.mouseClick(window.launch.launch_button, LEFT)
     assert window.sessions.fork_button.isEnabled()
     assert window.sessions.k.maximum() == 3
+    # A session the CLI makes on this engine meanwhile (the window's store is the CLI's file)
+    cli = SessionStore(window.sessions.base_url, window.state_file.parent)
+    cli.put(Session("cli1", None, "made in a terminal"))
+    tabs = window.chat.parentWidget().parentWidget()
+    assert isinstance(tabs, QTabWidget) and tabs.tabText(1) == "Shared sessions"
+    tabs.setCurrentIndex(1)  # the tab shown: what the store holds now
+    assert "cli1" in [window.sessions.chosen.itemText(i) for i in range(window.sessions.chosen.count())]
     window.sessions.prompt.setText("Once upon a time")
     window.sessions.k.setValue(3)
     with qtbot.waitSignal(window.sessions.turnDone, timeout=120_000) as done:
@@ -37,7 +45,7 @@ def test_fork_three_sessions_then_continue_one(window, tiny_model, engine_build,
     result = done.args[0]
     assert result.ok, result.error
     assert [s.name for s in result.sessions] == ["s1", "s2", "s3"]
-    assert window.sessions.chosen.count() == 3
+    assert window.sessions.chosen.count() == 4  # s1–s3 and the CLI's
     assert str(result.proof) in window.sessions.result.text()
     assert "prompt evaluated once, shared by 3" in window.sessions.result.text()
     assert _shown(window.sessions.text.toPlainText()) == _shown(result.sessions[0].text)
@@ -49,6 +57,8 @@ def test_fork_three_sessions_then_continue_one(window, tiny_model, engine_build,
     assert s2.name == "s2" and s2.turns == 2
     assert s2.text.startswith(result.sessions[1].text + " and then")
     assert _shown(window.sessions.text.toPlainText()) == _shown(s2.text)
+    cli.reload()  # the window's fork and continue kept the CLI's session
+    assert set(cli.sessions) == {"cli1", "s1", "s2", "s3"} and cli.sessions["s2"].turns == 2
     with qtbot.waitSignal(window.launch.engineStopped, timeout=30_000):
         qtbot.mouseClick(window.launch.stop_button, LEFT)
     assert not window.sessions.fork_button.isEnabled()

@@ -29,9 +29,26 @@ def test_save_replaces_the_file_atomically_and_leaves_no_temporaries(tmp_path: P
     store = SessionStore("http://h:1", root=tmp_path)
     store.put(Session("a", 0, "one"))
     store.put(Session("a", 0, "one two"))
-    files = list(store.path.parent.iterdir())
-    assert files == [store.path]
+    files = sorted(store.path.parent.iterdir())
+    assert files == [store.path, store.path.with_suffix(".lock")]  # the file and its lock, nothing else
     assert json.loads(store.path.read_text())["sessions"][0]["text"] == "one two"
+
+
+def test_two_stores_of_one_url_keep_what_the_other_wrote(tmp_path: Path) -> None:
+    """The window opens its store when its engine is up; the CLI then makes sessions on that engine.
+    The window's next write must not put its stale copy back over them."""
+    window = SessionStore("http://127.0.0.1:8080", root=tmp_path)
+    cli = SessionStore("http://127.0.0.1:8080", root=tmp_path)
+    cli.put(Session("cli1", 0, "made in a terminal"), Session("cli2", 1, "also"))
+    window.put(Session("w", 2, "made in the window"))
+    assert set(window.sessions) == {"cli1", "cli2", "w"}  # and the window now shows them
+    assert set(SessionStore("http://127.0.0.1:8080", root=tmp_path).sessions) == {"cli1", "cli2", "w"}
+    cli.remove("cli2")
+    window.put(Session("w", 2, "made in the window, continued"))
+    stored = SessionStore("http://127.0.0.1:8080", root=tmp_path).sessions
+    assert set(stored) == {"cli1", "w"} and stored["w"].text.endswith("continued")  # no removed one comes back
+    cli.reload()
+    assert cli.get("w") == stored["w"]
 
 
 def test_a_corrupt_file_is_reported_with_its_path(tmp_path: Path) -> None:
