@@ -22,7 +22,6 @@ from app.sessions.fork import Sampling
 from app.ui.qt import (
     QHBoxLayout,
     QLabel,
-    QLineEdit,
     QPushButton,
     QSpinBox,
     QSplitter,
@@ -32,6 +31,7 @@ from app.ui.qt import (
     QVBoxLayout,
     QWidget,
     Signal,
+    prompt_line,
 )
 from app.ui.window_state import WindowState
 from app.ui.workers import TaskThread
@@ -139,7 +139,7 @@ class ChatPanel(QWidget):
         split.addWidget(self.forks)
         split.setChildrenCollapsible(False)
         self.split = split
-        self.message = QLineEdit()
+        self.message = prompt_line()
         self.message.setPlaceholderText("Message to the model (Enter sends)")
         self.message.setAccessibleName("Chat message")
         self.message.returnPressed.connect(self.send)
@@ -270,7 +270,11 @@ class ChatPanel(QWidget):
 
     def _ask(self, k: int) -> None:
         text = self.message.text()
-        if not self.base_url or self.asking is not None or not text.strip():
+        if not self.base_url or self.asking is not None:
+            return
+        if not text.strip():
+            self._say("Type a message first: Send gets the model's reply to it, Fork gets K replies.")
+            self.message.setFocus()
             return
         self.asking = Message("user", text)
         messages = [m for m, _ in self.transcript] + [self.asking]

@@ -162,7 +162,20 @@ __all__ = [
     "Signal",
     "Slot",
     "clear_layout",
+    "prompt_line",
 ]
+
+
+#: The most a prompt box takes: as much as Qt allows. Its default, 32,767 characters, cut a pasted
+#: document without a word.
+PROMPT_MAX_CHARS = 2**31 - 1
+
+
+def prompt_line() -> QLineEdit:
+    """A one-line box for prompts and chat messages that takes a whole pasted document."""
+    line = QLineEdit()
+    line.setMaxLength(PROMPT_MAX_CHARS)
+    return line
 
 
 def clear_layout(layout: QLayout) -> None:

@@ -27,7 +27,6 @@ from app.ui.qt import (
     QGroupBox,
     QHBoxLayout,
     QLabel,
-    QLineEdit,
     QPlainTextEdit,
     QPushButton,
     QShowEvent,
@@ -37,6 +36,7 @@ from app.ui.qt import (
     QVBoxLayout,
     QWidget,
     Signal,
+    prompt_line,
 )
 from app.ui.window_state import WindowState
 from app.ui.workers import TaskThread
@@ -66,7 +66,7 @@ class SessionsPanel(QGroupBox):
         self.advisories = QLabel()
         self.advisories.setWordWrap(True)
         self.advisories.setObjectName("advisories")
-        self.prompt = QLineEdit()
+        self.prompt = prompt_line()
         self.prompt.setPlaceholderText("Prompt to fork or continue")
         self.prompt.setToolTip("A prompt to fork into sessions, or to continue the chosen session with")
         self.prompt.setAccessibleName("Session prompt")
@@ -226,6 +226,13 @@ class SessionsPanel(QGroupBox):
 
     # ---- actions -------------------------------------------------------------------------------
     def fork(self) -> None:
+        if self.store is not None:  # the names the CLI took since are not free either
+            try:
+                self.store.reload()
+                self._show_sessions(self.store.sessions)
+            except (OSError, ValueError) as exc:
+                self.result.setText(f"<span style='color:#d62728'>{escape(str(exc))}</span>")
+                return
         free = (f"s{i}" for i in range(1, 10_000) if f"s{i}" not in self.sessions)
         names = [next(free) for _ in range(self.k.value())]
         prompt, client = self.prompt.text(), EngineClient(self.base_url, self.api_key)

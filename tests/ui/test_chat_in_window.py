@@ -120,13 +120,20 @@ def test_an_engine_with_one_slot_chats_but_offers_no_fork(window, tiny_chat_mode
     out = _send(chat, qtbot, "hi")
     assert out.ok, out.error
     assert out.replies[0].stats() in chat.view.toPlainText()
-    # A message longer than the context: refused with the numbers, and the message is still there.
+    # Send with nothing typed says so.
+    qtbot.mouseClick(chat.send_button, LEFT)
+    assert "Type a message first" in chat.status.text() and chat.asking is None
+    # A pasted document longer than the context (and than Qt's default 32,767 characters for a line):
+    # all of it taken, refused with the numbers, and still there.
     before = list(chat.transcript)
-    long_text = "word " * 6000
+    long_text = "word " * 40_000
     chat.message.setText(long_text)
+    assert chat.message.text() == long_text
     with qtbot.waitSignal(chat.failed, timeout=120_000) as refused:
         qtbot.mouseClick(chat.send_button, LEFT)
     assert "more than the 4,096 tokens of context a session has on this engine" in refused.args[0]
+    tokens = int(refused.args[0].split(" tokens")[0].rsplit(" ", 1)[1].replace(",", ""))
+    assert tokens > 40_000  # the whole paste was counted
     assert "start a New chat, or launch with a longer context" in chat.status.text()
     assert chat.message.text() == long_text and chat.transcript == before
     assert chat.send_button.isEnabled()
