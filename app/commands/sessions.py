@@ -163,15 +163,20 @@ def _list(client: EngineClient, store: SessionStore, args: argparse.Namespace) -
         print(f"engine at {client.base_url}: not answering")
     for s in store.sessions.values():
         held = slots.get(s.slot) if s.slot is not None else None
-        where = f"slot {s.slot}" + (f" ({held.n_prompt_tokens} tokens cached)" if held else "")
+        where = _slot(s.slot) + (f" ({held.n_prompt_tokens} tokens cached)" if held else "")
         flag = "" if s.complete else "  [last reply cut off]"
-        print(f"  {s.name:<16} {where:<32} {len(s.text):>7} chars, {plural(s.turns, 'turn')} {s.origin}{flag}")
+        origin = f", {s.origin}" if s.origin else ""
+        print(f"  {s.name:<16} {where:<32} {len(s.text):>7} chars, {plural(s.turns, 'turn')}{origin}{flag}")
     if not store.sessions and error is None:
         print(f"  ({_first_step(len(slots))})")
     if error is not None:
         print(f"headroom sessions: {_explain(error)}", file=sys.stderr)
         return 1
     return 0
+
+
+def _slot(slot: int | None) -> str:
+    return f"slot {slot}" if slot is not None else "no slot"
 
 
 def _first_step(n_slots: int) -> str:
@@ -206,12 +211,12 @@ def _finish(result: ops.TurnResult, printer: _Printer) -> int:
     printer.done()
     if len(result.sessions) > 1:
         for s, comp in zip(result.sessions, result.completions, strict=True):
-            print(f"[{s.name}] (slot {s.slot}){model_text(comp.text)}\n")
+            print(f"[{s.name}] ({_slot(s.slot)}){model_text(comp.text)}\n")
     else:
         print()
     for s in result.sessions:
         reuse = result.reuse(s.name)
-        print(f"session {s.name}: slot {s.slot}, {len(s.text)} chars" + (f"; {reuse}" if reuse else ""))
+        print(f"session {s.name}: {_slot(s.slot)}, {len(s.text)} chars" + (f"; {reuse}" if reuse else ""))
     if result.proof is not None:
         print(result.proof)
     if result.error:
@@ -232,10 +237,14 @@ def _fork(client: EngineClient, store: SessionStore, args: argparse.Namespace) -
     k = args.k if args.k is not None else (len(names) or 2)
     if k < 2:
         raise ValueError(f"--k {k}: a fork makes at least 2 sessions (to start one, use: send NAME PROMPT)")
-    if not names:
-        names = [f"s{i + 1}" for i in range(k)]
+    if not names:  # the first free ones: a fork never replaces a session it was not told to
+        free = (f"s{i}" for i in range(1, 1_000_000) if f"s{i}" not in store.sessions)
+        names = [next(free) for _ in range(k)]
     if len(names) != k:
         raise ValueError(f"--k {k} but {len(names)} names given")
+    if replaced := [n for n in names if n in store.sessions]:
+        print(f"headroom sessions: replacing {', '.join(replaced)} (--names): the text they held is dropped",
+              file=sys.stderr)
     printer = _Printer(names)
     result = ops.fork(client, _prompt(args.prompt), names, _sampling(args), printer)
     ops.keep(store, result)  # whatever arrived, before anything is printed

@@ -18,7 +18,7 @@ from app.engine.native_build import EngineBuild
 from app.sessions.client import EngineClient, EngineRejected, EngineUnreachable
 from app.sessions.fork import ForkTooLarge, Sampling, fork, restore, save, send
 from app.sessions.smoke import run_smoke
-from app.sessions.store import SessionStore
+from app.sessions.store import Session, SessionStore
 from tests.fixtures.server_proc import RunningServer, running_server
 
 pytestmark = pytest.mark.engine
@@ -127,7 +127,18 @@ def test_cli_fork_continue_list_and_refusals(engine: RunningServer, tmp_path: Pa
     assert main([*base, "list"]) == 0
     out = capsys.readouterr().out
     assert "engine at" in out and "4 slots" in out
-    assert "2 turns fork of 3 (x, y, z)" in out and "1 turn fork of 3 (x, y, z)" in out
+    assert "2 turns, fork of 3 (x, y, z)" in out and "1 turn, fork of 3 (x, y, z)" in out
+    # A fork without --names takes free names twice over; one told to reuse names says it replaces them.
+    assert main([*base, "fork", "Two ways", "--k", "2", "--n-predict", "2"]) == 0
+    assert main([*base, "fork", "Two more", "--k", "2", "--n-predict", "2"]) == 0
+    assert {"s1", "s2", "s3", "s4", "x", "y", "z"} <= set(SessionStore(engine.base_url).sessions)
+    capsys.readouterr()
+    assert main([*base, "fork", "Again", "--names", "x,new", "--n-predict", "2"]) == 0
+    assert "replacing x (--names): the text they held is dropped" in capsys.readouterr().err
+    SessionStore(engine.base_url).put(Session("kept", None, "text from an engine since stopped"))
+    assert main([*base, "list"]) == 0
+    kept = next(line for line in capsys.readouterr().out.splitlines() if line.strip().startswith("kept "))
+    assert "no slot" in kept and "None" not in kept
     assert main([*base, "fork", DOCUMENT, "--k", "5"]) == 2  # a request the engine cannot take
     assert "needs 5 slots" in capsys.readouterr().err
     assert main([*base, "continue", "nobody", "hi"]) == 2
