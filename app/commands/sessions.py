@@ -75,10 +75,27 @@ class _ActionParser(argparse.ArgumentParser):
         _engine_args(self, after=True)
 
 
+def _n_predict(text: str) -> int:
+    n = int(text)
+    if n < -1:
+        raise argparse.ArgumentTypeError(f"{n}: tokens to generate are -1 (until the model stops) or 0 and up")
+    return n
+
+
+def _temperature(text: str) -> float:
+    t = float(text)
+    if t < 0:
+        raise argparse.ArgumentTypeError(f"{t}: the temperature is 0 (always the likeliest token) or more")
+    return t
+
+
 def _sampling_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--n-predict", type=int, default=128)
-    p.add_argument("--temperature", type=float, default=0.8)
-    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--n-predict", type=_n_predict, default=128, metavar="N",
+                   help="tokens to generate per reply (-1: until the model stops; default 128)")
+    p.add_argument("--temperature", type=_temperature, default=0.8, metavar="T",
+                   help="sampling temperature (0: always the likeliest token; default 0.8)")
+    p.add_argument("--seed", type=int, default=None, metavar="S",
+                   help="sampling seed, for replies you can get again (default: a new one each time)")
 
 
 def _prompt(text: str) -> str:

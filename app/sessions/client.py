@@ -130,8 +130,8 @@ class EngineClient:
         except OSError as exc:  # refused, reset, timed out
             conn.close()
             raise EngineUnreachable(
-                f"no engine answers at {self.base_url} ({exc.__class__.__name__}: {exc}); it may have "
-                "exited — check its log, restart it, and the session text kept by Headroom is re-sent"
+                f"no engine answers at {self.base_url} ({exc.strerror or exc}); it may have exited: check "
+                "its log and start it again (the sessions' text is kept, and is sent again when you continue)"
             ) from exc
         except http.client.HTTPException as exc:
             conn.close()
@@ -282,4 +282,7 @@ def _rejected(status: int, body: bytes) -> EngineRejected:
         err = json.loads(text).get("error", {})
         return EngineRejected(status, _message(err), str(err.get("type", "")) if isinstance(err, dict) else "")
     except (ValueError, AttributeError):
+        if text.lstrip()[:1] == "<":  # a web page: some other server holds the port
+            return EngineRejected(status, "the answer is a web page, not llama-server's JSON: is this URL a "
+                                          "llama-server? (another program may hold the port)")
         return EngineRejected(status, text.strip()[:300] or "(empty answer)")

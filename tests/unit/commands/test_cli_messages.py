@@ -156,6 +156,35 @@ def test_sessions_url_after_the_action_and_an_engine_not_answering(
         out, err = capsys.readouterr()
         assert out == f"engine at {url}: not answering\n"  # not also "(no sessions yet …)"
         assert f"no engine answers at {url}" in err
+        assert "Connection refused" in err and "ConnectionRefusedError" not in err  # words, not a class name
+
+
+def test_sessions_against_a_web_server_that_is_no_engine_says_so(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import http.server
+    import threading
+
+    monkeypatch.setenv("HEADROOM_CACHE_DIR", str(tmp_path))
+    web = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=web.serve_forever, daemon=True).start()
+    try:
+        assert cli.main(["sessions", "--url", f"http://127.0.0.1:{web.server_port}", "list"]) == 1
+    finally:
+        web.shutdown()
+    err = capsys.readouterr().err
+    assert "the answer is a web page, not llama-server's JSON: is this URL a llama-server?" in err
+    assert "<html" not in err.lower()
+
+
+def test_sessions_sampling_flags_are_checked_before_sending(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as bad:
+        cli.main(["sessions", "--url", "http://127.0.0.1:9", "send", "a", "hi", "--n-predict", "-5"])
+    assert bad.value.code == 2
+    assert "-5: tokens to generate are -1 (until the model stops) or 0 and up" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["sessions", "--url", "http://127.0.0.1:9", "fork", "p", "--help"])
+    shown = capsys.readouterr().out
+    assert "tokens to generate per reply" in shown and "sampling temperature" in shown and "sampling seed" in shown
 
 
 @pytest.mark.parametrize("url", ["notaurl", "ftp://127.0.0.1:8080"])
