@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.ui.chat_panel import USER_COLOURS, ChatPanel, shown
+from app.ui.chat_panel import FORK_LINES, USER_COLOURS, ChatPanel, lines_tall, shown
 from app.ui.qt import Qt, QTabWidget, QTextDocument
 
 LEFT = Qt.MouseButton.LeftButton
@@ -47,6 +47,7 @@ def test_chat_two_turns_a_fork_kept_then_stop(window, tiny_chat_model, engine_bu
     assert isinstance(tabs, QTabWidget) and tabs.tabText(0) == "Chat" and tabs.tabText(1) == "Shared sessions"
     assert tabs.currentWidget() is chat  # the chat is what the tab shows first
     assert not chat.send_button.isEnabled() and "Launch the engine" in chat.status.text()
+    window.resize(1280, 860)  # the window's size on a first run
     _launch(window, tiny_chat_model, engine_build, qtbot, 3)
     assert chat.send_button.isEnabled() and chat.fork_button.isEnabled()
     assert chat.k.maximum() == 3 and "Engine ready" in chat.status.text()
@@ -77,6 +78,8 @@ def test_chat_two_turns_a_fork_kept_then_stop(window, tiny_chat_model, engine_bu
     fork = _send(chat, qtbot, "Three ways to go on", chat.fork_button)
     assert fork.ok, fork.error
     assert len(chat.columns) == 3 and all(c.isVisible() for c in chat.columns)  # side by side
+    qtbot.waitUntil(lambda: all(c.text.height() >= lines_tall(c.text, FORK_LINES) for c in chat.columns)
+                    and chat.view.height() >= lines_tall(chat.view, FORK_LINES), timeout=5_000)  # at the first-run size
     assert len({r.text for r in fork.replies}) == 3
     for col, r in zip(chat.columns, fork.replies, strict=True):
         assert _shown(r.text) in col.text.toPlainText()
