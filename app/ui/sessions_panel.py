@@ -274,17 +274,22 @@ class SessionsPanel(QGroupBox):
             self.smokeDone.emit(result)
         elif isinstance(result, TurnResult) and self.base_url:  # not from an engine since stopped
             store = self.store
+            store_error = ""
             if store is not None:
                 if result.proof is not None:  # a fork (a continuation was stored by ``turn``)
-                    keep(store, result)
-                sessions = store.sessions
+                    try:
+                        keep(store, result)
+                    except (OSError, ValueError) as exc:  # the replies stay shown, the file says why
+                        store_error = f"not stored: {exc}"
+                sessions = {**store.sessions, **{s.name: s for s in result.sessions}}
             else:
                 sessions = {**self.sessions, **{s.name: s for s in result.sessions}}
             self._show_sessions(sessions, result.sessions[0].name)
             parts = [escape(str(result.proof))] if result.proof is not None else []
             parts += [escape(f"{s.name}: {line}") for s in result.sessions if (line := result.reuse(s.name))]
-            if result.error:
-                parts.append(f"<span style='color:#d62728'>{escape(result.error)}</span>")
+            for problem in (result.error, store_error):
+                if problem:
+                    parts.append(f"<span style='color:#d62728'>{escape(problem)}</span>")
             self.result.setText("<br>".join(parts))
             self.turnDone.emit(result)
         self.set_engine(self.base_url, self.log_tail, self.n_slots)

@@ -59,6 +59,13 @@ def test_fork_three_sessions_then_continue_one(window, tiny_model, engine_build,
     assert _shown(window.sessions.text.toPlainText()) == _shown(s2.text)
     cli.reload()  # the window's fork and continue kept the CLI's session
     assert set(cli.sessions) == {"cli1", "s1", "s2", "s3"} and cli.sessions["s2"].turns == 2
+    # A store file broken meanwhile: the fork says so before it sends anything, and the window does
+    # not write over a file it cannot read.
+    cli.path.write_text("{not json")
+    window.sessions.prompt.setText("Once more")
+    qtbot.mouseClick(window.sessions.fork_button, LEFT)
+    assert "is unreadable" in window.sessions.result.text() and "move it aside" in window.sessions.result.text()
+    assert cli.path.read_text() == "{not json" and window.sessions.fork_button.isEnabled()
     with qtbot.waitSignal(window.launch.engineStopped, timeout=30_000):
         qtbot.mouseClick(window.launch.stop_button, LEFT)
     assert not window.sessions.fork_button.isEnabled()
