@@ -22,7 +22,7 @@ from app.planner.words import plural
 from app.sessions import fork as ops
 from app.sessions.client import EngineClient, EngineError, EngineRejected
 from app.sessions.smoke import TOO_FEW_SLOTS, run_smoke
-from app.sessions.store import SessionStore
+from app.sessions.store import SessionStore, free_names
 
 EXIT_STATUS = exit_status("the action ran", "it ran but failed (the engine is not answering, refused the request "
                           "or cut a reply off)", "the request cannot be used (a bad URL, flag or prompt file, "
@@ -255,8 +255,7 @@ def _fork(client: EngineClient, store: SessionStore, args: argparse.Namespace) -
     if k < 2:
         raise ValueError(f"--k {k}: a fork makes at least 2 sessions (to start one, use: send NAME PROMPT)")
     if not names:  # the first free ones: a fork never replaces a session it was not told to
-        free = (f"s{i}" for i in range(1, 1_000_000) if f"s{i}" not in store.sessions)
-        names = [next(free) for _ in range(k)]
+        names = free_names(store.sessions, k)
     if len(names) != k:
         raise ValueError(f"--k {k} but {len(names)} names given")
     if replaced := [n for n in names if n in store.sessions]:

@@ -10,11 +10,12 @@ the other made since.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import re
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Container, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -59,6 +60,12 @@ def check_name(name: str) -> str:
     if not _NAME_RE.match(name):
         raise ValueError(f"bad session name {name!r}: use letters, digits, '_', '.', '-' (max 64)")
     return name
+
+
+def free_names(taken: Container[str], k: int) -> list[str]:
+    """The first ``k`` of ``s1``, ``s2``, … not in ``taken``: a fork's names when it is given none."""
+    free = (f"s{i}" for i in itertools.count(1) if f"s{i}" not in taken)
+    return [next(free) for _ in range(k)]
 
 
 def store_path(base_url: str, root: Path | None = None) -> Path:

@@ -21,7 +21,7 @@ from app.engine.advisories import Advisory, Severity
 from app.sessions.client import EngineClient
 from app.sessions.fork import Sampling, TurnResult, fork, keep, turn
 from app.sessions.smoke import SmokeResult, run_smoke
-from app.sessions.store import Session, SessionStore
+from app.sessions.store import Session, SessionStore, free_names
 from app.ui.qt import (
     QComboBox,
     QGroupBox,
@@ -233,8 +233,7 @@ class SessionsPanel(QGroupBox):
             except (OSError, ValueError) as exc:
                 self.result.setText(f"<span style='color:#d62728'>{escape(str(exc))}</span>")
                 return
-        free = (f"s{i}" for i in range(1, 10_000) if f"s{i}" not in self.sessions)
-        names = [next(free) for _ in range(self.k.value())]
+        names = free_names(self.sessions, self.k.value())
         prompt, client = self.prompt.text(), EngineClient(self.base_url, self.api_key)
         self._busy(f"Forking into {', '.join(names)}…")
         self._run(lambda _c: fork(client, prompt, names, Sampling(N_PREDICT),
