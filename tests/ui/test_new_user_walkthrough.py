@@ -28,6 +28,23 @@ def _engine(window, engine_build, qtbot) -> None:
     window.settings.engine.setCurrentIndex(window.settings.engine.findData(str(engine_build.server)))
 
 
+def _launched_and_greeted(window, engine_build, qtbot, model: Path, *, n_parallel: int, max_tokens: int):
+    """``model`` launched on Headroom's engine with ``n_parallel`` slots over one pool, and one chat
+    turn ("Hello") answered; the chat panel."""
+    _engine(window, engine_build, qtbot)
+    window.settings.n_parallel.setValue(n_parallel)
+    window.settings.kv_unified.setChecked(True)
+    assert window.open_model(model)
+    with qtbot.waitSignal(window.launch.engineReady, timeout=180_000):
+        qtbot.mouseClick(window.launch.launch_button, LEFT)
+    chat = window.chat
+    chat.max_tokens.setValue(max_tokens)
+    chat.message.setText("Hello")
+    with qtbot.waitSignal(chat.replyDone, timeout=120_000):
+        qtbot.mouseClick(chat.send_button, LEFT)
+    return chat
+
+
 def _child_probe(code: str):
     """Pass 1 through a real child process running ``code`` instead of the probe worker."""
     worker = [sys.executable, "-c", code]
@@ -82,17 +99,7 @@ def test_cancel_during_launchs_pass_1_launches_nothing(window, tiny_model, engin
 @pytest.mark.engine
 def test_another_model_starts_with_an_empty_chat_sessions_and_console(window, tiny_chat_model, tiny_model,
                                                                        engine_build, qtbot):
-    _engine(window, engine_build, qtbot)
-    window.settings.n_parallel.setValue(2)
-    window.settings.kv_unified.setChecked(True)
-    assert window.open_model(tiny_chat_model)
-    with qtbot.waitSignal(window.launch.engineReady, timeout=180_000):
-        qtbot.mouseClick(window.launch.launch_button, LEFT)
-    chat = window.chat
-    chat.max_tokens.setValue(4)
-    chat.message.setText("Hello")
-    with qtbot.waitSignal(chat.replyDone, timeout=120_000):
-        qtbot.mouseClick(chat.send_button, LEFT)
+    chat = _launched_and_greeted(window, engine_build, qtbot, tiny_chat_model, n_parallel=2, max_tokens=4)
     chat.message.setText("Fork me")
     with qtbot.waitSignal(chat.replyDone, timeout=120_000):
         qtbot.mouseClick(chat.fork_button, LEFT)
@@ -116,17 +123,7 @@ def test_another_model_starts_with_an_empty_chat_sessions_and_console(window, ti
 def test_a_fork_at_1400x900_leaves_the_chat_and_each_reply_room_to_read(window, tiny_chat_model, engine_build,
                                                                          qtbot):
     window.resize(1400, 900)
-    _engine(window, engine_build, qtbot)
-    window.settings.n_parallel.setValue(3)
-    window.settings.kv_unified.setChecked(True)
-    assert window.open_model(tiny_chat_model)
-    with qtbot.waitSignal(window.launch.engineReady, timeout=180_000):
-        qtbot.mouseClick(window.launch.launch_button, LEFT)
-    chat = window.chat
-    chat.max_tokens.setValue(8)
-    chat.message.setText("Hello")
-    with qtbot.waitSignal(chat.replyDone, timeout=120_000):
-        qtbot.mouseClick(chat.send_button, LEFT)
+    chat = _launched_and_greeted(window, engine_build, qtbot, tiny_chat_model, n_parallel=3, max_tokens=8)
     chat.k.setValue(3)
     chat.message.setText("Tell me three ways")
     with qtbot.waitSignal(chat.replyDone, timeout=120_000):
