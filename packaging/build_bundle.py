@@ -3,11 +3,13 @@
 Steps, each timed:
 
 1. PyInstaller runs packaging/headroom.spec: ``dist/headroom/headroom`` and ``dist/headroom/_internal``.
-2. The engine native/ built (``native_build.find_build``), when there is one, is copied beside the
-   executable: ``dist/headroom/engine/build/bin/{llama-server,llama-fit-params,ggml-rpc-server,lib*.so*}``
-   and ``engine/build.json`` with a relative ``bin_dir``. CMake linked the binaries with the build
-   folder as RUNPATH; each copy's RUNPATH becomes ``$ORIGIN``, so the engine runs wherever the
-   bundle is unpacked.
+2. The portable engine (``native/build.py --portable``: no ``-march=native``, one
+   ``libggml-cpu-<variant>.so`` per instruction set, chosen at run time by CPUID, none with AMX; built
+   here first when the cache has none) is copied beside the executable:
+   ``dist/headroom/engine/build/bin/{llama-server,llama-fit-params,ggml-rpc-server,lib*.so*}`` and
+   ``engine/build.json`` with a relative ``bin_dir``. CMake linked the binaries with the build folder as
+   RUNPATH; each copy's RUNPATH becomes ``$ORIGIN``, so the engine runs wherever the bundle is unpacked.
+   A native build is never shipped: it carries the build machine's instruction set (README, "Which CPUs").
 3. The desktop files (resources/: entry, icons, GGUF MIME type) and the two install scripts go in:
    ``install.sh`` (packaging/install-bundle.sh) and ``install-desktop.sh``.
 4. ``dist/headroom-<version>-linux-<machine>.tar.gz`` is packed, and ``dist/bundle-report.json``
@@ -164,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dist", type=Path, default=ROOT / "dist", help="where the bundle and tarball go")
     parser.add_argument("--work", type=Path, default=ROOT / "build" / "pyinstaller", help="PyInstaller's work folder")
-    parser.add_argument("--no-engine", action="store_true", help="leave the engine out even when one is built")
+    parser.add_argument("--no-engine", action="store_true",
+                        help="leave the engine out (else the portable engine goes in, built first when missing)")
     parser.add_argument("--no-tarball", action="store_true", help="only the folder")
     parser.add_argument("--compresslevel", type=int, default=6, choices=range(1, 10), metavar="1-9",
                         help="gzip level of the tarball (6: 97 MiB; tests/bundle uses 1: 106 MiB, 3x faster)")
@@ -176,15 +179,21 @@ def main(argv: list[str] | None = None) -> int:
     run_pyinstaller(dist, args.work.resolve())
     times["pyinstaller_s"] = round(time.monotonic() - t0, 1)
     bundle = dist / NAME
-    build = None if args.no_engine else native_build.find_build(bundled=False)
+    t = time.monotonic()
+    build = None
+    if not args.no_engine:
+        build = native_build.find_build(bundled=False, portable=True)
+        if build is None:
+            _log("engine: building the portable engine first (native/build.py --portable)")
+            build = native_build.build(portable=True)
+        times["engine_build_s"] = round(time.monotonic() - t, 1)
     t = time.monotonic()
     if build is not None:
         copy = place_engine(build, bundle / native_build.BUNDLE_ENGINE_DIR)
-        _log(f"engine: {build.label} ({build.backend}) from {build.bin_dir}, RUNPATH $ORIGIN")
-        engine = {"label": copy.label, "backend": copy.backend, "from": build.bin_dir}
+        _log(f"engine: {build.label} ({build.backend}, {build.cpu}) from {build.bin_dir}, RUNPATH $ORIGIN")
+        engine = {"label": copy.label, "backend": copy.backend, "cpu": copy.cpu, "from": build.bin_dir}
     else:
-        _log("engine: none built (run `headroom engine build` first to carry one); the bundle will "
-             "look for one, or build one, at first run")
+        _log("engine: left out (--no-engine); the bundle will look for one, or build one, at first run")
         engine = None
     add_desktop_files(bundle)
     times["engine_and_files_s"] = round(time.monotonic() - t, 1)

@@ -7,6 +7,7 @@ that ships its own library (e.g. a CUDA build the user installed) is left alone.
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 import os
 from pathlib import Path
@@ -39,6 +40,28 @@ def ensure_llama_cpp_lib() -> str | None:
         return None
     os.environ["LLAMA_CPP_LIB_PATH"] = build.bin_dir
     return build.bin_dir
+
+
+def is_portable(lib_dir: str | Path | None) -> bool:
+    """Whether ``lib_dir`` holds a portable build's libraries: its backends are modules loaded at run
+    time (``GGML_BACKEND_DL``), the CPU one from a ``libggml-cpu-<variant>.so`` chosen by CPUID."""
+    return bool(lib_dir) and any(Path(str(lib_dir)).glob("libggml-cpu-*.so"))
+
+
+def load_backends(lib_dir: str | None) -> int:
+    """Load a portable build's backends from ``lib_dir`` (call after the bindings loaded libllama,
+    before ``llama_backend_init``): ggml looks for them beside the executable, which for pass 1 is
+    Python, and in the working directory (ggml/src/ggml-backend-reg.cpp ``ggml_backend_load_best``).
+    A native build links its backends: nothing to do. Returns how many backends are registered."""
+    if not is_portable(lib_dir):
+        return 0
+    assert lib_dir is not None
+    ggml = ctypes.CDLL(str(Path(lib_dir) / "libggml.so"))  # the one libllama loaded (same path)
+    ggml.ggml_backend_load_all_from_path.argtypes = [ctypes.c_char_p]
+    ggml.ggml_backend_load_all_from_path.restype = None
+    ggml.ggml_backend_reg_count.restype = ctypes.c_size_t
+    ggml.ggml_backend_load_all_from_path(str(lib_dir).encode())
+    return int(ggml.ggml_backend_reg_count())
 
 
 #: ggml backend libraries that put work on a GPU (the RPC backend is not one of them).

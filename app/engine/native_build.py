@@ -11,6 +11,16 @@ digest, so a changed patch builds again::
 
     ~/.cache/headroom/engines/llama.cpp-<commit9>-<backend>-p<series8>/build/bin/{llama-server,...,libllama.so}
 
+Two kinds of CPU code (docs/domain.md §11, README "Which CPUs"):
+
+- **native** (the default, ``./dev``): ``-march=native`` for this machine's CPU, but never ggml's AMX
+  code (``NO_AMX_FLAGS``): its tile instructions trap on Intel virtual machines that grant the tile
+  state. Keyed by a digest of this CPU's flags (``cpu_key``), so a cache moved to another machine is
+  never used there: ``llama.cpp-<commit9>-<backend>-native-<cpu8>-p<series8>``.
+- **portable** (``--portable``, what a bundle ships): ``GGML_NATIVE=OFF`` with ``GGML_BACKEND_DL`` and one
+  ``libggml-cpu-<variant>.so`` per instruction set in ``PORTABLE_CPU_VARIANTS`` (patch 0004), chosen at
+  run time by CPUID; none of them has AMX. ``llama.cpp-<commit9>-<backend>-portable-p<series8>``.
+
 ``--unpatched`` builds the vendored tree as it is, under the key without ``-p<series8>`` (what the
 tests that show each patch's bug run against, when that build is there).
 
@@ -32,8 +42,10 @@ from __future__ import annotations
 
 import argparse
 import glob
+import hashlib
 import json
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -60,6 +72,18 @@ COMMIT_FILE = "HEADROOM_LLAMA_COMMIT"
 SDIST_BUILD_NUMBER = 1
 #: The folder of a bundle that holds its copy of the engine (packaging/build_bundle.py).
 BUNDLE_ENGINE_DIR = "engine"
+#: What a native x86 build leaves out of ``-march=native``: ggml's AMX code (``ggml-cpu/amx``, the ``AMX``
+#: weight buffer) compiles only with ``__AMX_INT8__``, and on some Intel virtual machines the tile
+#: instructions trap although the kernel grants the tile state (docs/domain.md §11). GCC lets an explicit
+#: ``-mno-*`` win over ``-march=native`` whatever their order.
+NO_AMX_FLAGS = ("-mno-amx-tile", "-mno-amx-int8", "-mno-amx-bf16")
+#: The CPU variants a portable build carries (ggml/src/CMakeLists.txt's x86 list, patch 0004), from the
+#: baseline up; the engine loads the best one this CPU runs. Left out: sapphirerapids (AMX), and
+#: sse42/sandybridge/ivybridge/piledriver/cannonlake/cascadelake/cooperlake, whose CPUs run the next one
+#: down (x64, haswell, skylakex) at little cost: each variant compiles the CPU backend again.
+PORTABLE_CPU_VARIANTS = ("x64", "haswell", "alderlake", "skylakex", "icelake", "zen4")
+#: ``EngineBuild.cpu`` of a portable build; a native one's is ``native-<cpu8>``.
+PORTABLE = "portable"
 
 
 @dataclass(frozen=True)
@@ -75,6 +99,13 @@ class EngineBuild:
     patches: tuple[str, ...] = ()
     series: str = ""
     fixes: tuple[str, ...] = ()
+    #: ``native-<cpu8>`` (built for the CPU whose flags digest to ``cpu8``) or ``portable``; ``""``: a
+    #: build from before Headroom recorded it (treated as native for an unknown CPU: never found).
+    cpu: str = ""
+
+    @property
+    def portable(self) -> bool:
+        return self.cpu == PORTABLE
 
     @property
     def label(self) -> str:
@@ -187,9 +218,31 @@ def detect_backend() -> tuple[str, str]:
     return "cuda", f"CUDA on: nvcc at {nvcc} and cuBLAS found"
 
 
-def build_dir(commit: str, backend: str, series: PatchSeries = UNPATCHED) -> Path:
+def cpu_key(cpuinfo: str | None = None) -> str:
+    """``native-<8 hex>``: a digest of this CPU's vendor, model and feature flags (the first CPU in
+    /proc/cpuinfo, or ``cpuinfo``), what a native build is built for and found by."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(errors="replace")
+        except OSError:
+            cpuinfo = ""
+    first = cpuinfo.split("\n\n", 1)[0]
+    fields = {}
+    for line in first.splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            fields[key.strip()] = value.strip()
+    flags = " ".join(sorted((fields.get("flags") or fields.get("Features") or "").split()))
+    ident = "\n".join((fields.get("vendor_id", ""), fields.get("cpu family", ""), fields.get("model", ""),
+                       platform.machine(), flags))
+    return "native-" + hashlib.sha256(ident.encode()).hexdigest()[:8]
+
+
+def build_dir(commit: str, backend: str, series: PatchSeries = UNPATCHED, cpu: str = "") -> Path:
+    """``llama.cpp-<commit9>-<backend>[-<cpu>][-p<series8>]`` under the cache."""
+    middle = f"-{cpu}" if cpu else ""
     suffix = f"-p{series.digest}" if series.patches else ""
-    return cache_dir() / "engines" / f"llama.cpp-{commit[:9]}-{backend}{suffix}"
+    return cache_dir() / "engines" / f"llama.cpp-{commit[:9]}-{backend}{middle}{suffix}"
 
 
 def _read_stamp(stamp: Path) -> EngineBuild | None:
@@ -227,21 +280,24 @@ def bundled_build() -> EngineBuild | None:
 
 
 def find_build(backend: str | None = None, series: PatchSeries | None = None, *,
-               bundled: bool = True) -> EngineBuild | None:
-    """A finished build of ``series`` (default: Headroom's current patch series) in the cache, the
-    CUDA one preferred, else (``bundled``) the bundle's own engine of that series, or None. Never
-    builds. ``series=UNPATCHED``: the vendored tree as it is."""
+               bundled: bool = True, portable: bool = False) -> EngineBuild | None:
+    """A finished build of ``series`` (default: Headroom's current patch series) in the cache that runs
+    on this CPU: a native one built for it (a cache copied from another machine is skipped) or a
+    portable one; the CUDA one preferred, then native. ``portable``: only a portable build. Else
+    (``bundled``) the bundle's own engine of that series, or None. Never builds.
+    ``series=UNPATCHED``: the vendored tree as it is."""
     want = (series if series is not None else patch_series()).digest
+    here = cpu_key()
     root = cache_dir() / "engines"
     candidates = sorted(root.glob("llama.cpp-*/build.json"))
     builds: list[EngineBuild] = []
     for stamp in candidates:
         build = _read_stamp(stamp)
-        if build is None or build.series != want:
+        if build is None or build.series != want or build.cpu not in ((PORTABLE,) if portable else (here, PORTABLE)):
             continue
         if build.server.is_file() and (backend is None or build.backend == backend):
             builds.append(build)
-    builds.sort(key=lambda b: (b.backend != "cuda", b.commit))
+    builds.sort(key=lambda b: (b.backend != "cuda", b.portable, b.commit))
     if builds:
         return builds[0]
     shipped = bundled_build() if bundled else None
@@ -250,7 +306,24 @@ def find_build(backend: str | None = None, series: PatchSeries | None = None, *,
     return None
 
 
-def cmake_args(backend: str, commit: str | None = None) -> list[str]:
+def is_x86() -> bool:
+    return platform.machine().lower() in ("x86_64", "amd64", "i686", "i386")
+
+
+def cpu_args(portable: bool, x86: bool | None = None) -> list[str]:
+    """The CMake options that choose the CPU code (module notes): native without AMX, or portable."""
+    x86 = is_x86() if x86 is None else x86
+    if portable:
+        args = ["-DGGML_NATIVE=OFF", "-DGGML_BACKEND_DL=ON", "-DGGML_CPU_ALL_VARIANTS=ON"]
+        return args + ([f"-DGGML_CPU_VARIANTS={';'.join(PORTABLE_CPU_VARIANTS)}"] if x86 else [])
+    args = ["-DGGML_NATIVE=ON"]
+    if x86:
+        flags = " ".join(NO_AMX_FLAGS)
+        args += [f"-DCMAKE_C_FLAGS={flags}", f"-DCMAKE_CXX_FLAGS={flags}"]
+    return args
+
+
+def cmake_args(backend: str, commit: str | None = None, portable: bool = False) -> list[str]:
     """CMake's options. A known ``commit`` is passed as the build info, so ``llama-server --version``
     names it also for a tree without git metadata (llama.cpp CMakeLists.txt: LLAMA_BUILD_COMMIT/NUMBER)."""
     args = [
@@ -260,7 +333,7 @@ def cmake_args(backend: str, commit: str | None = None) -> list[str]:
         "-DLLAMA_OPENSSL=OFF",  # loopback serving needs no TLS
         "-DGGML_RPC=ON",
         "-DLLAMA_BUILD_TESTS=OFF",
-        "-DGGML_NATIVE=OFF" if os.environ.get("HEADROOM_PORTABLE") else "-DGGML_NATIVE=ON",
+        *cpu_args(portable),
     ]
     if commit and commit != "unknown":
         args += [f"-DLLAMA_BUILD_COMMIT={commit[:7]}", f"-DLLAMA_BUILD_NUMBER={SDIST_BUILD_NUMBER}"]
@@ -278,18 +351,20 @@ def cmake_args(backend: str, commit: str | None = None) -> list[str]:
 
 
 def build(python: str = sys.executable, jobs: int | None = None, source: Path | None = None,
-          series: PatchSeries | None = None) -> EngineBuild:
+          series: PatchSeries | None = None, portable: bool = False) -> EngineBuild:
     """Build (or find in the cache) the engine: the vendored llama.cpp with ``series`` applied
-    (default: Headroom's patch series). Returns where it is."""
+    (default: Headroom's patch series), native for this CPU or ``portable``. Returns where it is."""
     started = time.monotonic()
     series = series if series is not None else patch_series()
     src, commit = llama_source(source, python)
     backend, reason = detect_backend()
     _log(reason)
-    out = build_dir(commit, backend, series)
+    cpu = PORTABLE if portable else cpu_key()
+    _log(f"CPU code: {'portable, chosen at run time from ' + ', '.join(PORTABLE_CPU_VARIANTS) if portable else 'native for this CPU (' + cpu + '), without AMX'}")
+    out = build_dir(commit, backend, series, cpu)
     stamp = out / "build.json"
     cached = _read_stamp(stamp)
-    if cached is not None and cached.server.is_file() and cached.series == series.digest:
+    if cached is not None and cached.server.is_file() and cached.series == series.digest and cached.cpu == cpu:
         _log(f"cache hit: {out} ({cached.label}, {backend}), nothing to do")
         return cached
     if shutil.which("cmake") is None:
@@ -299,7 +374,7 @@ def build(python: str = sys.executable, jobs: int | None = None, source: Path | 
     bdir = out / "build"
     bdir.mkdir(parents=True, exist_ok=True)
     _log(f"configuring {engine_label(commit, series.names)} ({backend}) from {src} in {bdir}")
-    subprocess.run(["cmake", "-S", str(src), "-B", str(bdir), *cmake_args(backend, commit)], check=True)
+    subprocess.run(["cmake", "-S", str(src), "-B", str(bdir), *cmake_args(backend, commit, portable)], check=True)
     n = jobs or os.cpu_count() or 2
     _log(f"building {', '.join(TARGETS)} with {n} jobs")
     subprocess.run(
@@ -310,7 +385,7 @@ def build(python: str = sys.executable, jobs: int | None = None, source: Path | 
         if not (bdir / "bin" / name).is_file():
             raise RuntimeError(f"build finished but {name} is missing in {bdir / 'bin'}")
     result = EngineBuild(commit, backend, reason, str(bdir / "bin"), round(time.monotonic() - started, 1),
-                         series.names, series.digest, series.fixes)
+                         series.names, series.digest, series.fixes, cpu)
     stamp.write_text(json.dumps(asdict(result), indent=2))
     _log(f"done in {result.seconds:.0f} s: {result.bin_dir}")
     return result
@@ -336,11 +411,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--print-bin-dir", action="store_true")
     parser.add_argument("--source", type=Path, default=None,
                         help="an extracted llama.cpp tree to build instead of the sdist's (or $HEADROOM_LLAMA_SRC)")
+    parser.add_argument("--portable", action="store_true",
+                        help="CPU code for any x86-64 CPU, chosen at run time (what a bundle ships), not -march=native")
     parser.add_argument("--unpatched", action="store_true",
                         help="build the vendored tree without Headroom's patches (to show what they fix)")
     args = parser.parse_args(argv)
     try:
-        info = build(args.python, args.jobs, args.source, UNPATCHED if args.unpatched else None)
+        info = build(args.python, args.jobs, args.source, UNPATCHED if args.unpatched else None,
+                     args.portable or bool(os.environ.get("HEADROOM_PORTABLE")))
         if args.bindings:
             install_bindings(args.python, info)
     except (RuntimeError, OSError, subprocess.CalledProcessError) as exc:

@@ -190,7 +190,7 @@ def _emit(text: str) -> None:
 
 def probe(model_path: str, settings: LaunchSettings) -> dict[str, Any]:
     """Run the probe in this process (the worker's body). Logs to stderr; returns the result."""
-    from app.engine.libpath import ensure_llama_cpp_lib
+    from app.engine.libpath import ensure_llama_cpp_lib, load_backends
 
     started = time.monotonic()
     lib_dir = ensure_llama_cpp_lib()
@@ -208,6 +208,7 @@ def probe(model_path: str, settings: LaunchSettings) -> dict[str, Any]:
             _emit(line)
 
     lib.llama_log_set(on_log, ctypes.c_void_p(0))
+    load_backends(lib_dir)  # a portable build's (the bundle's): ggml would look beside Python
     lib.llama_backend_init()
     add_rpc_servers(lib_dir, settings.rpc)
     result: dict[str, Any] = {"ok": False, "error": "", "lib_dir": lib_dir or "",

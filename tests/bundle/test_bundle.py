@@ -45,7 +45,10 @@ def test_doctor_inside_the_bundle_reports_its_engine(bundle: Bundle, tmp_path: P
     assert proc.returncode == 0, proc.stderr
     bin_dir = bundle.folder / "engine" / "build" / "bin"
     engine = _line(proc.stdout, "Engine")
-    assert engine.endswith(f"(llama.cpp 0c1e57098 + 3 Headroom patches) at {bin_dir}/llama-server (bundle)")
+    assert engine.endswith(f"(llama.cpp 0c1e57098 + 4 Headroom patches) at {bin_dir}/llama-server (bundle)")
+    assert _line(proc.stdout, "  CPU code").endswith("portable: the CPU code is chosen at run time, without AMX")
+    selftest = _line(proc.stdout, "Engine self-test")  # the bundle's engine, really started on this CPU
+    assert f"{bin_dir}/llama-server serves on this CPU: loaded a Q4_0 model and answered in" in selftest
     assert f"library from {bin_dir}" in _line(proc.stdout, "llama-cpp-python")  # pass 1 loads that same build
     assert _line(proc.stdout, "Python").endswith(f"({bundle.exe})")  # no interpreter of the machine's
     assert str(bundle.folder) in _line(proc.stdout, "Bundle")
@@ -95,7 +98,8 @@ def test_what_the_bundle_starts_gets_the_users_library_path(bundle: Bundle, tmp_
     spy.write_text(f'#!/bin/sh\necho "${{LD_LIBRARY_PATH-unset}}" >> {seen}\n'
                    'echo "version: 1 (build 1, commit 0c1e570)"\n')
     spy.chmod(0o755)
-    proc = _run(bundle, tmp_path, "doctor", PATH=f"{bin_dir}:/usr/bin:/bin", LD_LIBRARY_PATH="/opt/user-libs")
+    proc = _run(bundle, tmp_path, "doctor", "--no-selftest", PATH=f"{bin_dir}:/usr/bin:/bin",
+                LD_LIBRARY_PATH="/opt/user-libs")
     assert proc.returncode == 0, proc.stderr
     assert f"at {spy} (PATH)" in proc.stdout
     assert set(seen.read_text().split()) == {"/opt/user-libs"}

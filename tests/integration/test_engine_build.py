@@ -35,3 +35,23 @@ def test_a_second_build_is_a_cache_hit(engine_build: EngineBuild, tmp_path: Path
     assert not calls.exists(), f"cmake was run: {calls.read_text()}"
     assert (stamp.read_bytes(), stamp.stat().st_mtime_ns) == before
     assert json.loads(before[0])["commit"] == engine_build.commit
+
+
+def test_the_native_build_has_no_amx_code_and_says_which_cpu_it_is_for(engine_build: EngineBuild,
+                                                                        tmp_path: Path) -> None:
+    """``-march=native`` without AMX (native_build.NO_AMX_FLAGS): no tile instruction in any library of
+    the build, seen with objdump on any CPU. A tiny object compiled with ``-mamx-tile`` shows the check
+    finds them where they are."""
+    from app.engine.native_build import cpu_key
+    from tests.fixtures.cpu import tile_instructions
+
+    probe = tmp_path / "tile.c"
+    probe.write_text("#include <immintrin.h>\nvoid zero(void) { _tile_zero(0); }\n")
+    subprocess.run(["gcc", "-c", "-O2", "-mamx-tile", str(probe), "-o", str(tmp_path / "tile.o")], check=True)
+    assert tile_instructions(tmp_path / "tile.o") == ["tilezero"]
+    libs = sorted(Path(engine_build.bin_dir).glob("libggml-cpu*.so*"))
+    assert libs, engine_build.bin_dir
+    for lib in libs:
+        if not lib.is_symlink():
+            assert not tile_instructions(lib), lib.name
+    assert engine_build.cpu == cpu_key()  # found again only on this CPU (a copied cache is not used)

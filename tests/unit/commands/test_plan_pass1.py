@@ -79,12 +79,12 @@ def test_plan_names_the_engine_and_its_advisories(engine_build: EngineBuild, tin
     rc, out = _plan(capsys, str(tiny_model), "-np", "2", "-kvu")
     assert rc == 0
     assert "engine: llama-server" in out and str(engine_build.server) in out
-    assert "(llama.cpp 0c1e57098 + 3 Headroom patches)" in out
+    assert "(llama.cpp 0c1e57098 + 4 Headroom patches)" in out
     assert "advisories: none known" in out
     rc = cli.main(["plan", str(tiny_model), "--json"])
     data = json.loads(capsys.readouterr().out)
     assert data["engine"]["path"] == str(engine_build.server) and data["advisories"] == []
-    assert data["engine"]["llama_cpp"] == "llama.cpp 0c1e57098 + 3 Headroom patches"
+    assert data["engine"]["llama_cpp"] == "llama.cpp 0c1e57098 + 4 Headroom patches"
     assert data["engine"]["fixes"] == ["b11412", "43fe9c642", "fork-in-a-full-pool"]
 
 

@@ -84,7 +84,7 @@ def test_the_engine_headroom_builds_says_fixed_in_this_build_for_glm5_next_with_
 
     (built,) = [e for e in discover_engines() if e.source == "headroom build"]
     assert built.fixes == ("b11412", "43fe9c642", "fork-in-a-full-pool")
-    assert built.llama_cpp == "llama.cpp 0c1e57098 + 3 Headroom patches"
+    assert built.llama_cpp == "llama.cpp 0c1e57098 + 4 Headroom patches"
     shared = _plan(PlanMode.STOCK, LaunchSettings(n_parallel=2, kv_unified=True))
     spec = prepare(shared, MODEL, [built], port=8080, arch="glm5-next")
     assert [(a.key, a.severity) for a in spec.advisories] == [("kpool-fixed-in-build", Severity.INFO)]

@@ -18,15 +18,18 @@ from app.engine.native_build import EngineBuild
 
 COMMIT = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
 PORTS = ("0001-kpool-one-graph-shape.patch", "0002-kpool-one-scatter-row-per-rep.patch")
-NAMES = (*PORTS, "0003-fork-children-free-their-cells.patch")
+FIXES = (*PORTS, "0003-fork-children-free-their-cells.patch")
+#: A build option, not a fix: it names no Headroom-Fix.
+BUILD = "0004-cpu-variants-list.patch"
+NAMES = (*FIXES, BUILD)
 
 
-def test_the_series_is_the_two_kpool_ports_then_headrooms_fork_fix() -> None:
+def test_the_series_is_the_two_kpool_ports_headrooms_fork_fix_then_the_cpu_variants_option() -> None:
     series = patch_series()
     assert series.names == NAMES
     assert series.fixes == ("b11412", "43fe9c642", "fork-in-a-full-pool")
     assert re.fullmatch(r"[0-9a-f]{8}", series.digest)
-    assert engine_patches.engine_label(COMMIT, series.names) == "llama.cpp 0c1e57098 + 3 Headroom patches"
+    assert engine_patches.engine_label(COMMIT, series.names) == "llama.cpp 0c1e57098 + 4 Headroom patches"
     assert engine_patches.engine_label(COMMIT, ()) == "llama.cpp 0c1e57098"
 
 
@@ -38,6 +41,9 @@ def test_each_patch_opens_with_what_it_changes_why_and_the_fix_it_ports(name: st
     assert head.startswith(f"Headroom patch {NAMES.index(name) + 1} of {len(NAMES)} for llama.cpp 0c1e57098")
     if name in PORTS:
         assert re.search(r"^Ports: llama\.cpp (b11412|43fe9c642), .+ \(#\d+, 2026-10-06\)$", head, re.MULTILINE)
+    elif name == BUILD:  # no engine code: a CMake list, and why the bundle needs it
+        assert re.search(r"^Ports: nothing; Headroom's own build option", head, re.MULTILINE)
+        assert "Headroom-Fix" not in head and "sapphirerapids" in head and "AMX" in head
     else:  # Headroom's own: it says so, and that upstream has the bug too
         assert re.search(r"^Ports: nothing; Headroom's own fix \(0c1e57098 has both bugs, .+\)$", head, re.MULTILINE)
 
@@ -46,7 +52,8 @@ def test_the_series_applies_to_the_pinned_tree_as_it_is(tmp_path: Path) -> None:
     tree = native_build.source_tree() / "vendor" / "llama.cpp"
     root = tmp_path / "llama.cpp"  # the files the series touches, copied
     for rel in ("src/models/glm5-next.cpp", "src/llama-memory-hybrid-idx.cpp", "src/llama-memory-hybrid-idx.h",
-                "ggml/src/ggml-cuda/ggml-cuda.cu", "tools/server/server-context.cpp"):
+                "ggml/src/ggml-cuda/ggml-cuda.cu", "tools/server/server-context.cpp", "ggml/CMakeLists.txt",
+                "ggml/src/CMakeLists.txt"):
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(tree / rel, root / rel)
     env = dict(os.environ, GIT_CEILING_DIRECTORIES=str(tmp_path))
@@ -58,6 +65,7 @@ def test_the_series_applies_to_the_pinned_tree_as_it_is(tmp_path: Path) -> None:
     assert "cache_safe" not in (root / "src" / "models" / "glm5-next.cpp").read_text()
     server = (root / "tools" / "server" / "server-context.cpp").read_text()
     assert "cached tokens for the child of task" in server and "&& prompt_decoded" in server
+    assert "GGML_CPU_VARIANTS" in (root / "ggml" / "src" / "CMakeLists.txt").read_text()
     assert "cache_safe" in (tree / "src" / "llama-memory-hybrid-idx.cpp").read_text(), "the cached tree is pristine"
 
 
@@ -128,7 +136,7 @@ def _stamp(cache: Path, name: str, series: PatchSeries) -> EngineBuild:
     (out / "build" / "bin").mkdir(parents=True)
     (out / "build" / "bin" / "llama-server").write_text("")
     build = EngineBuild(COMMIT, "cpu", "test", str(out / "build" / "bin"), 1.0, series.names, series.digest,
-                        series.fixes)
+                        series.fixes, native_build.cpu_key())
     data = json.loads(json.dumps(build.__dict__))
     if not series.patches:  # a stamp written before the series existed
         for key in ("patches", "series", "fixes"):
