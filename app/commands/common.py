@@ -254,6 +254,13 @@ def inventory_from_args(args: argparse.Namespace, *, quiet: bool = False) -> Inv
         if not quiet:
             for endpoint, why in inventory.dead_workers:
                 print(f"RPC worker {endpoint} did not answer: {why}; planning without it", file=sys.stderr)
+    if not inventory.gpus:  # a CPU plan: which host weights the engine repacks is its CPU code's choice
+        from dataclasses import replace
+
+        from app.engine.discover import engine_cpu_features
+
+        engine = getattr(args, "engine", None)
+        inventory = replace(inventory, cpu=engine_cpu_features(Path(engine) if engine else None))
     budgets = getattr(args, "device_budgets", None) or {}
     return with_budgets(inventory, budgets) if budgets else inventory
 

@@ -1,4 +1,5 @@
-"""``headroom doctor``: a true report of what this machine has for Headroom."""
+"""``headroom doctor``: a true report of what this machine has for Headroom, and whether the engine
+Headroom would launch serves on this CPU (app/engine/selftest.py: a real load of a tiny model)."""
 
 from __future__ import annotations
 
@@ -10,15 +11,19 @@ from typing import Any
 
 from app import __version__, paths
 from app.engine import native_build
-from app.engine.libpath import ensure_llama_cpp_lib, gpu_backends
+from app.engine.libpath import ensure_llama_cpp_lib, gpu_backends, load_backends
 from app.planner.units import Bytes
 from app.planner.words import plural
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser("doctor", allow_abbrev=False,
-                       epilog="Exit status: 0 the report was printed (any problem is in it); 2 bad flags.", help="report Python, Qt, llama-cpp-python, NVML, engines, cache")
+                       epilog="Exit status: 0 the report was printed (any other problem is in it); 1 the engine "
+                              "Headroom would launch cannot serve on this CPU (its self-test failed); 2 bad flags.",
+                       help="report Python, Qt, llama-cpp-python, NVML, engines, cache; test the engine on this CPU")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--no-selftest", action="store_true",
+                   help="do not start the engine on a tiny model (the report only; exit 0)")
     p.set_defaults(func=run)
 
 
@@ -40,6 +45,7 @@ def _llama_cpp() -> dict[str, Any]:
     lib_dir = ensure_llama_cpp_lib()
     try:
         import llama_cpp
+        load_backends(lib_dir)  # a portable build's backends (the bundle's): ggml would look beside Python
     except (ImportError, OSError, RuntimeError, FileNotFoundError) as exc:
         return {"ok": False, "reason": f"llama-cpp-python not loadable: {exc}", "lib_dir": lib_dir}
     backends = gpu_backends(lib_dir)
@@ -109,10 +115,26 @@ def _hub_line(hub: dict[str, Any]) -> str:
 def _engines() -> list[dict[str, Any]]:
     from app.engine.discover import discover_engines
 
-    return [e.to_json() for e in discover_engines()]
+    return [e.to_json() | {"cpu_code": e.cpu_code, "system_info": e.system_info} for e in discover_engines()]
 
 
-def collect() -> dict[str, Any]:
+def _selftest() -> dict[str, Any] | None:
+    """The engine a launch would use (the first found), started once on the self-test model; None
+    when there is no engine."""
+    from app.engine.discover import choose, discover_engines
+    from app.engine.selftest import run_selftest
+    from app.planner.plan_types import PlanMode
+
+    engine = choose(discover_engines(), PlanMode.CPU)
+    if engine is None:
+        return None
+    result = run_selftest(engine)
+    return {"ok": result.ok, "engine": result.engine, "seconds": round(result.seconds, 2), "words": str(result),
+            "kind": None if result.failure is None else result.failure.kind, "system_info": result.cpu_line,
+            "log_tail": [] if result.failure is None else list(result.failure.tail)}
+
+
+def collect(selftest: bool = False) -> dict[str, Any]:
     report: dict[str, Any] = {
         "headroom": __version__,
         "python": f"{platform.python_version()} ({sys.executable})",
@@ -134,6 +156,8 @@ def collect() -> dict[str, Any]:
         report["engines"] = [] if build is None else [{"path": str(build.server), "kind": "llama-server",
                                                        "version": build.commit[:9], "backend": build.backend,
                                                        "llama_cpp": build.label, "patches": list(build.patches)}]
+    if selftest:
+        report["selftest"] = _selftest()
     return report
 
 
@@ -142,10 +166,12 @@ def _line(label: str, value: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    report = collect()
+    report = collect(selftest=not args.no_selftest)
+    test = report.get("selftest")
+    status = 1 if test is not None and not test["ok"] else 0
     if args.json:
         print(json.dumps(report, indent=2))
-        return 0
+        return status
     print(_line("Headroom", report["headroom"]))
     print(_line("Python", report["python"]))
     if report["bundle"]:
@@ -171,6 +197,12 @@ def run(args: argparse.Namespace) -> int:
         what = f" ({e['llama_cpp']})" if e.get("llama_cpp") else ""
         where = f" ({e['source']})" if e.get("source") else ""
         print(_line("Engine", f"{e.get('kind', '?')} {e.get('version', '')}{what} at {e.get('path', '?')}{where}"))
+        if e.get("cpu_code"):
+            print(_line("  CPU code", e["cpu_code"]))
+    if test is not None:
+        print(_line("Engine self-test", f"{test['engine']} {test['words']}"))
+        for line in test["log_tail"]:
+            print(_line("", f"  {line}"))
     print(_hub_line(report["hub"]))
     print(_line("Cache", report["cache_dir"]))
-    return 0
+    return status

@@ -39,7 +39,10 @@ PROBES: dict[str, tuple[str, ...]] = {
     "--cache-ram": ("--cache-ram", "0"),
     "-ot": ("-ot", "blk\\.0\\.=CPU"),
     "--n-cpu-moe": ("--n-cpu-moe", "1"),
+    # at -lv 4 the engine also logs its system_info line before the model (Capabilities.system_info)
     "-lv": ("-lv", "4"),
+    # --no-repack: no extra weight buffer types (no AMX, no CPU_REPACK); what an AMX engine is launched with
+    "-nr": ("-nr",),
     # The handler opens the file while parsing (common/arg.cpp): /dev/null is an empty key list.
     "--api-key-file": ("--api-key-file", os.devnull),
     **{f"-ctk {t}": ("-ctk", t) for t in KV_TYPES},
@@ -50,7 +53,7 @@ PROBE_TIMEOUT_S = 15.0
 CACHE_FILE = "engine-capabilities.json"
 #: Bump when the verdict rules change, so old cache entries are re-probed (a change to PROBES
 #: re-probes by itself: the stamp carries their digest).
-CACHE_VERSION = 2
+CACHE_VERSION = 3
 
 # common/arg.cpp, common_params_parse_ex:
 # error: invalid argument: --kv-residency-mode
@@ -65,6 +68,9 @@ _BAD_VALUE = re.compile(r'error while handling argument "([^"]+)"')
 # ggml/src/ggml-rpc/ggml-rpc.cpp (``--rpc`` connects while parsing, so this also means accepted):
 # .../ggml-rpc.cpp:547: Failed to connect to 127.0.0.1:1
 _ACCEPTED = re.compile(r"failed to open GGUF file|failed to load model|error loading model|Failed to connect to")
+# common/common.cpp common_params_get_system_info, logged by common_init() at -lv 4 before the model:
+# system_info: n_threads = 2 (n_threads_batch = 2) / 2 | CPU : SSE3 = 1 | SSSE3 = 1 | AVX = 1 | AVX2 = 1 | REPACK = 1 |
+_SYSTEM_INFO = re.compile(r"system_info: .*")
 
 
 @dataclass(frozen=True)
@@ -78,6 +84,9 @@ class Capabilities:
     """Probe verdicts per capability name (keys of PROBES)."""
 
     results: dict[str, ProbeResult] = field(default_factory=dict)
+    #: The engine's own ``system_info`` line (its CPU code: ``AVX2 = 1 | AVX512 = 1 | REPACK = 1``…),
+    #: from the ``-lv 4`` probe; ``""`` when it printed none.
+    system_info: str = ""
 
     def accepts(self, name: str) -> bool:
         r = self.results.get(name)
@@ -91,8 +100,14 @@ class Capabilities:
         return {k: {"verdict": v.verdict, "detail": v.detail} for k, v in self.results.items()}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Capabilities:
-        return cls({k: ProbeResult(v["verdict"], v.get("detail", "")) for k, v in data.items()})
+    def from_json(cls, data: dict[str, Any], system_info: str = "") -> Capabilities:
+        return cls({k: ProbeResult(v["verdict"], v.get("detail", "")) for k, v in data.items()}, system_info)
+
+
+def system_info_line(output: str) -> str:
+    """The ``system_info: …`` line of an engine's output, or ``""``."""
+    m = _SYSTEM_INFO.search(output)
+    return m.group(0).strip() if m else ""
 
 
 def verdict(output: str, timed_out: bool = False) -> ProbeResult:
@@ -140,25 +155,33 @@ def engine_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_ARG_") and k != API_KEY_ENV}
 
 
-def probe_one(command: Sequence[str], args: Sequence[str], timeout: float = PROBE_TIMEOUT_S) -> ProbeResult:
+def _probe(command: Sequence[str], args: Sequence[str], timeout: float) -> tuple[ProbeResult, str]:
+    """One probe's verdict and its output."""
     argv = [*command, *args, "--host", "127.0.0.1", "--port", str(free_port()), "-m", MISSING_MODEL]
     try:
         proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout,
                               env=engine_env(), check=False)
     except subprocess.TimeoutExpired as exc:
-        out = (exc.stdout or b"") + (exc.stderr or b"")
-        return verdict(out.decode("utf-8", "replace"), timed_out=True)
+        out = ((exc.stdout or b"") + (exc.stderr or b"")).decode("utf-8", "replace")
+        return verdict(out, timed_out=True), out
     except OSError as exc:
-        return ProbeResult("unknown", f"cannot run {command[0]}: {exc}")
-    return verdict((proc.stdout + proc.stderr).decode("utf-8", "replace"))
+        return ProbeResult("unknown", f"cannot run {command[0]}: {exc}"), ""
+    out = (proc.stdout + proc.stderr).decode("utf-8", "replace")
+    return verdict(out), out
+
+
+def probe_one(command: Sequence[str], args: Sequence[str], timeout: float = PROBE_TIMEOUT_S) -> ProbeResult:
+    return _probe(command, args, timeout)[0]
 
 
 def probe_all(command: Sequence[str], names: Sequence[str] | None = None, workers: int = 4) -> Capabilities:
-    """Run the probes for ``names`` (default: all of PROBES) concurrently."""
+    """Run the probes for ``names`` (default: all of PROBES) concurrently; the engine's ``system_info``
+    line is kept from whichever printed it (the ``-lv 4`` one)."""
     todo = list(names or PROBES)
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        answers = list(pool.map(lambda n: probe_one(command, PROBES[n]), todo))
-    return Capabilities(dict(zip(todo, answers, strict=True)))
+        answers = list(pool.map(lambda n: _probe(command, PROBES[n], PROBE_TIMEOUT_S), todo))
+    info = next((line for _, out in answers if (line := system_info_line(out))), "")
+    return Capabilities(dict(zip(todo, (r for r, _ in answers), strict=True)), info)
 
 
 def _probes_digest() -> str:
@@ -186,10 +209,10 @@ def capabilities(binary: Path, command: Sequence[str], *, refresh: bool = False)
     entries = _read_cache(file)
     entry = entries.get(str(binary))
     if not refresh and isinstance(entry, dict) and entry.get("stamp") == stamp:
-        return Capabilities.from_json(entry["results"])
+        return Capabilities.from_json(entry["results"], str(entry.get("system_info") or ""))
     caps = probe_all(command)
     entries = _read_cache(file)  # re-read: another process may have written meanwhile
-    entries[str(binary)] = {"stamp": stamp, "results": caps.to_json()}
+    entries[str(binary)] = {"stamp": stamp, "results": caps.to_json(), "system_info": caps.system_info}
     file.parent.mkdir(parents=True, exist_ok=True)
     tmp = file.with_name(f".{CACHE_FILE}.{os.getpid()}")
     tmp.write_text(json.dumps(entries, indent=1, sort_keys=True))

@@ -24,6 +24,7 @@ from app.engine.capabilities import Capabilities, capabilities, engine_env
 from app.engine.engine_patches import engine_label
 from app.paths import data_dir
 from app.planner.plan_types import PlanMode
+from app.planner.repack import CpuFeatures
 
 
 class EngineKind(StrEnum):
@@ -77,11 +78,45 @@ class EngineInfo:
     capabilities: Capabilities | None = None
     patches: tuple[str, ...] = ()
     fixes: tuple[str, ...] = ()
+    #: A Headroom build's CPU code (``native-<cpu8>`` or ``portable``, native_build.EngineBuild.cpu).
+    build_cpu: str = ""
 
     @property
     def llama_cpp(self) -> str:
         """``llama.cpp 0c1e57098 + 3 Headroom patches``: which llama.cpp the engine is."""
         return engine_label(self.commit, self.patches)
+
+    @property
+    def system_info(self) -> str:
+        """The engine's own ``system_info`` line (from probing it), or ``""``."""
+        return self.capabilities.system_info if self.capabilities is not None else ""
+
+    @property
+    def uses_amx(self) -> bool:
+        """The engine's CPU code has ggml's AMX kernels (``AMX_INT8 = 1``): Headroom launches it with
+        ``-nr`` (app/engine/argv.py), since the tile instructions trap on some Intel machines that
+        report them (docs/domain.md §11). Headroom's own builds never have them."""
+        return re.search(r"\bAMX_INT8 = 1\b", self.system_info) is not None
+
+    @property
+    def cpu_features(self) -> CpuFeatures | None:
+        """The CPU backend's features as this engine reports them and as Headroom launches it (no
+        repack buffer for an AMX engine, which runs with ``-nr``); None when it printed no system_info."""
+        if not self.system_info:
+            return None
+        found = CpuFeatures.from_system_info(self.system_info)
+        return CpuFeatures(found.names, repack=False) if self.uses_amx else found
+
+    @property
+    def cpu_code(self) -> str:
+        """What CPU code the engine runs, in words (doctor, the window's engine line)."""
+        if self.build_cpu == native_build.PORTABLE:
+            return "portable: the CPU code is chosen at run time, without AMX"
+        if self.build_cpu:
+            return "native for this CPU, without AMX"
+        if self.uses_amx:
+            return "uses AMX: launched with -nr (no AMX buffer)"
+        return ""
 
     @property
     def is_llamafile(self) -> bool:
@@ -221,9 +256,16 @@ def discover_engines(chosen: Path | None = None, *, probe: bool = True) -> list[
             # its --version names 7 digits (or none): the stamp has the commit and the patches
             known = info.commit != "unknown" and not build.commit.startswith(info.commit)
             info = replace(info, commit=info.commit if known else build.commit[:9],
-                           patches=build.patches, fixes=build.fixes)
+                           patches=build.patches, fixes=build.fixes, build_cpu=build.cpu)
         engines.append(info)
     return engines
+
+
+def engine_cpu_features(chosen: Path | None = None) -> CpuFeatures | None:
+    """The CPU features of the engine a CPU plan launches (``chosen``, else the first found), as it
+    reports them; None when there is none or it printed no system_info."""
+    engine = choose(discover_engines(chosen), PlanMode.CPU)
+    return engine.cpu_features if engine is not None else None
 
 
 def choose(engines: list[EngineInfo], mode: PlanMode) -> EngineInfo | None:

@@ -147,17 +147,96 @@ _SIGNAL_HINTS = {
                "(`journalctl -k` or `dmesg` names an out-of-memory kill).",
     "SIGSEGV": "The engine crashed (a segmentation fault): an engine bug, or a damaged model file.",
     "SIGABRT": "The engine aborted itself (a failed check inside llama.cpp).",
+    "SIGILL": "The engine ran an instruction this CPU does not execute: it was built for another CPU "
+              "(-march=native on the machine that built it). Use an engine built here (headroom engine "
+              "build) or the bundle's, which picks its CPU code at run time.",
 }
+
+# common/common.cpp common_params_get_system_info (llama-server logs it at start, -lv 4 or not):
+# system_info: n_threads = 2 (n_threads_batch = 2) / 2 | CPU : SSE3 = 1 | AVX512 = 1 | AMX_INT8 = 1 | REPACK = 1 |
+_SYSTEM_INFO = re.compile(r"system_info: .*\bCPU : (?P<cpu>.*)")
+# common/common.cpp common_init_from_params, the empty run before the server is ready:
+# common_init_: warming up the model with an empty run - please wait ... (--no-warmup to disable)
+_WARMUP = re.compile(r"warming up the model")
+# ggml/src/ggml-backend-reg.cpp load_backend (a portable build, GGML_BACKEND_DL: the variant CPUID chose):
+# load_backend: loaded CPU backend from /opt/headroom/engine/build/bin/libggml-cpu-haswell.so
+_CPU_VARIANT = re.compile(r"loaded CPU backend from \S*libggml-cpu-(?P<variant>[\w.]+)\.so")
+#: The instruction sets a ``system_info`` line names that a CPU may lack, newest first.
+_ISA_NAMES = ("AMX_INT8", "AVX512_BF16", "AVX512_VNNI", "AVX512_VBMI", "AVX512", "AVX_VNNI", "AVX2", "FMA",
+              "F16C", "AVX", "SSE3")
+
+
+@dataclass(frozen=True)
+class EngineCpu:
+    """The CPU code an engine log says it runs: the instruction sets in its ``system_info`` line, and
+    the variant a portable build loaded (``""`` for a native build)."""
+
+    isas: tuple[str, ...]
+    variant: str = ""
+
+    @property
+    def amx(self) -> bool:
+        return "AMX_INT8" in self.isas
+
+    def __str__(self) -> str:
+        sets = ", ".join(self.isas) or "no SIMD extension"
+        return f"the {self.variant} variant ({sets})" if self.variant else sets
+
+
+def is_cpu_line(line: str) -> bool:
+    """A line ``engine_cpu`` reads (a supervisor keeps these past its bounded tail)."""
+    return _SYSTEM_INFO.search(line) is not None or _CPU_VARIANT.search(line) is not None
+
+
+def engine_cpu(lines: Iterable[str]) -> EngineCpu | None:
+    """What the log's ``system_info`` (and a portable build's ``load_backend``) line say; None when
+    the engine died before printing them."""
+    cpu: EngineCpu | None = None
+    variant = ""
+    for line in lines:
+        if m := _CPU_VARIANT.search(line):
+            variant = m.group("variant")
+        elif m := _SYSTEM_INFO.search(line):
+            on = set(re.findall(r"(\w+) = 1\b", m.group("cpu")))
+            cpu = EngineCpu(tuple(n for n in _ISA_NAMES if n in on))
+    return EngineCpu(cpu.isas, variant) if cpu is not None else None
+
+
+def _cpu_crash(seq: Sequence[str], name: str) -> str | None:
+    """The sentence for an engine killed by SIGILL, or by SIGSEGV while warming up on a CPU build that
+    uses AMX: which CPU code ran, and what to do. None when the log says nothing about the CPU code."""
+    cpu = engine_cpu(seq)
+    if cpu is None:
+        return None
+    warming = any(_WARMUP.search(line) for line in seq)
+    when = " while warming up the model" if warming else ""
+    if cpu.amx and (name == "SIGILL" or warming):
+        return (f"The engine was killed by {name}{when}, running CPU code with {cpu}. Its AMX code (Intel's "
+                "tile instructions, 'AMX_INT8 = 1' in its system_info line) traps on this machine, as it does "
+                "on some Intel virtual machines. Headroom's own engine is built without AMX: use it (headroom "
+                "engine build, or the bundle's), or start this engine with --no-repack (-nr), which keeps the "
+                "weights out of its AMX buffer.")
+    if name != "SIGILL":
+        return None
+    fix = ("its portable build did not choose it well: report it, and start the engine with -nr meanwhile"
+           if cpu.variant else
+           "it was built for another CPU (-march=native on the machine that built it). Build it here "
+           "(headroom engine build: native code for this CPU), or use the bundle's engine, which picks its "
+           "CPU code at run time")
+    return (f"The engine was killed by SIGILL (an instruction this CPU does not execute){when}, running CPU "
+            f"code with {cpu}: {fix}.")
 
 
 def classify(lines: Iterable[str], exit_code: int | None = None, *, serving_at: str | None = None,
-             served_for: float | None = None) -> Failure:
+             served_for: float | None = None, cpu_lines: Sequence[str] = ()) -> Failure:
     """The most specific known failure in ``lines`` (an engine log), else a generic one.
 
     All lines are scanned and the rule that comes first in RULES wins, so "cudaMalloc failed" beats
     the "failed to load model" that follows it a few lines later. ``serving_at``: the engine had
     been ready at that URL (for ``served_for`` seconds) when it ended, so it did not fail to start:
-    it stopped serving. A negative ``exit_code`` is a signal, said by name (-9: SIGKILL).
+    it stopped serving. A negative ``exit_code`` is a signal, said by name (-9: SIGKILL); SIGILL, or
+    SIGSEGV at warm-up with AMX code, is said with the CPU code that ran (``cpu_lines``: the log's
+    system_info and backend lines when the tail no longer holds them).
     """
     seq: Sequence[str] = list(lines)
     tail = tuple(seq[-TAIL_LINES:])
@@ -174,6 +253,9 @@ def classify(lines: Iterable[str], exit_code: int | None = None, *, serving_at: 
         if exit_code is not None and exit_code < 0:
             name = signal_name(exit_code)
             kind, how, hint = "killed", f"was killed by {name}", _SIGNAL_HINTS.get(name, "")
+            cpu_words = _cpu_crash([*cpu_lines, *seq], name) if serving_at is None else None
+            if cpu_words is not None:
+                return Failure("cpu_code", cpu_words, "", tail)
         elif exit_code is not None:
             how = f"exited with code {exit_code}"
         if serving_at is not None:  # it served: the log's last line is traffic, not a cause

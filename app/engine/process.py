@@ -48,7 +48,7 @@ from typing import IO, NamedTuple, NoReturn
 import psutil
 
 from app.engine.capabilities import engine_env
-from app.engine.failures import Failure, classify, foreign_server
+from app.engine.failures import Failure, classify, foreign_server, is_cpu_line
 from app.paths import cache_dir
 
 POLL_S = 0.25
@@ -299,6 +299,7 @@ class ServerProcess:
         self.failure: Failure | None = None
         self.exit_code: int | None = None
         self._tail: deque[str] = deque(maxlen=tail_lines)
+        self._cpu_lines: list[str] = []
         self._listeners: list[Listener] = []
         self._line_listeners: list[Callable[[str], None]] = []
         self._proc: subprocess.Popen[bytes] | None = None
@@ -412,6 +413,8 @@ class ServerProcess:
         lines = [raw.decode("utf-8", "replace").rstrip("\r") for raw in raw_lines]
         with self._lock:
             self._tail.extend(lines)
+            # what CPU code runs, kept past the bounded tail for the words of a crash (failures.engine_cpu)
+            self._cpu_lines += [ln for ln in lines if is_cpu_line(ln)]
         for line in lines:
             for cb in list(self._line_listeners):
                 # A failing listener (a console piped into `head`) must not stop this thread: the
@@ -483,8 +486,10 @@ class ServerProcess:
         self._cleanup()
         serving = self.status == ServerStatus.READY and self._ready_at is not None
         served_for = time.monotonic() - self._ready_at if serving and self._ready_at is not None else None
+        with self._lock:
+            cpu_lines = tuple(self._cpu_lines)
         failure = classify(self.tail(), self.exit_code, serving_at=self.base_url if serving else None,
-                           served_for=served_for)
+                           served_for=served_for, cpu_lines=cpu_lines)
         if self._foreign and failure.kind == "port_in_use":  # say who holds it: it answered us
             failure = foreign_server(self.host, self.port, self._foreign, shared=False, tail=failure.tail)
         self._fail(failure)

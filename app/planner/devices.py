@@ -24,6 +24,7 @@ import psutil
 
 from app.planner.gpu_table import SIMULATED_SUFFIX, parse_spec
 from app.planner.nvml_session import NvmlSession, ProcessReading, StaticInfo
+from app.planner.repack import CpuFeatures
 
 
 @dataclass(frozen=True)
@@ -118,6 +119,10 @@ class Inventory:
     warnings: tuple[str, ...] = field(default=())
     #: RPC workers that did not answer: (endpoint, why). The plan goes on without them.
     dead_workers: tuple[tuple[str, str], ...] = ()
+    #: The CPU backend's features as the engine that will run reports them (its ``system_info`` line,
+    #: app/engine/discover.py ``EngineInfo.cpu_features``): which host weights it repacks. None: not
+    #: known, a native build's (this machine's /proc/cpuinfo, app/planner/repack.py).
+    cpu: CpuFeatures | None = None
 
     @property
     def local_gpus(self) -> tuple[GpuDevice, ...]:

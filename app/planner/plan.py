@@ -137,7 +137,7 @@ def _cpu_plan(shape: ModelShape, inv: Inventory, settings: LaunchSettings,
     launch = settings.with_(n_gpu_layers=0, mmproj_offload=not settings.mmproj)  # the projector too on the CPU
     kvp = kv_per_layer(shape, launch)
     compute = compute_for(shape, inv, launch, measurement, kvp.layout)
-    stacked = stack(shape, inv, launch, weight_split(shape, 0, []), kvp, 0, compute, None, 0)
+    stacked = stack(shape, inv, launch, weight_split(shape, 0, [], cpu=inv.cpu), kvp, 0, compute, None, 0)
     why = _fits(stacked.gpus, stacked.host, None)
     warnings = _common_warnings(shape, launch, compute, measurement)
     if inv.reason:

@@ -247,7 +247,7 @@ def _extras(shape: ModelShape, inv: Inventory, settings: LaunchSettings, ws: Wei
         dshape, ds = extras.draft_shape(settings.draft_model), settings.draft_settings()
         share = list(settings.tensor_split[:n]) + [0] * (n - len(settings.tensor_split)) if settings.tensor_split \
             else [g.free for g in inv.gpus]
-        dws = weight_split(dshape, ds.n_gpu_layers if n else 0, share if n else [])
+        dws = weight_split(dshape, ds.n_gpu_layers if n else 0, share if n else [], cpu=inv.cpu)
         dkv = kv_per_layer(dshape, ds)
         drafted = stack(dshape, inv, ds, dws, dkv, dkv.cells if ds.offload_kqv else 0, compute.draft, 0, 0)
         d_gpus, d_host, d_src = drafted.gpus, drafted.host, compute.draft.source

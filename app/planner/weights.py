@@ -212,8 +212,9 @@ def weight_split(shape: ModelShape, n_gpu_layers: int, gpu_free: Sequence[int], 
     """Weights per device for ``-ngl n_gpu_layers`` over devices with these split shares (their
     free memory, or ``-ts``: see ``layer_devices``).
 
-    ``cpu``: the CPU backend's features (default: this machine's, as a native build has them). They
-    matter only without GPUs: with one, nothing is repacked (see the module notes).
+    ``cpu``: the CPU backend's features as the engine reports them (``Inventory.cpu``; default: this
+    machine's, as a native build has them). They matter only without GPUs: with one, nothing is
+    repacked (see the module notes).
     """
     features = NO_REPACK if gpu_free else (host_cpu_features() if cpu is None else cpu)
     ngl = min(n_gpu_layers, shape.n_layer + 1)

@@ -24,7 +24,7 @@ Signals (the argument's type after the colon):
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from app.engine.discover import EngineInfo
@@ -190,13 +190,20 @@ class WindowState(QObject):
         started = time.perf_counter()
         try:
             self.plan, self.fit = self._planner.plan(
-                model.shape, self.inventory, settings.launch, engine_window=settings.engine_window,
+                model.shape, self.planning_inventory(), settings.launch, engine_window=settings.engine_window,
                 safety=settings.safety, vram_target=settings.vram_target, lookup=self.measurement_for)
         except (PlannerError, ValueError) as exc:
             self._no_plan(str(exc))
             return
         self.plan_ms = (time.perf_counter() - started) * 1000
         self.planChanged.emit(self.plan)
+
+    def planning_inventory(self) -> Inventory:
+        """The devices, and for a plan without GPUs the chosen engine's CPU features (which host
+        weights its CPU code repacks, from its own system_info line)."""
+        if self.inventory.gpus or self.engine is None or self.engine.cpu_features is None:
+            return self.inventory
+        return replace(self.inventory, cpu=self.engine.cpu_features)
 
     def plan_request(self) -> PlanRequest | None:
         """The planner's request the plans now come from (None before a model is open): the same
@@ -205,7 +212,7 @@ class WindowState(QObject):
         model, settings = self.model, self.settings
         if model is None:
             return None
-        return self._planner.request(model.shape, self.inventory, engine_window=settings.engine_window,
+        return self._planner.request(model.shape, self.planning_inventory(), engine_window=settings.engine_window,
                                      safety=settings.safety, vram_target=settings.vram_target,
                                      lookup=self.measurement_for)
 

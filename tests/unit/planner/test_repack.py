@@ -151,3 +151,27 @@ def test_a_gpu_plan_with_layers_on_the_host_repacks_nothing(monkeypatch: pytest.
     assert plan.mode == PlanMode.STOCK and plan.host.weights_repacked == 0
     assert plan.host.weights_mapped == weight_split(s, plan.launch.n_gpu_layers, [8 * GiB], cpu=NO_REPACK).host
     assert plan.host.weights_mapped > mib_to_bytes(3000)  # most layers stay on the host, mapped
+
+
+
+#: The portable engine's own system_info lines on two older CPUs (qemu-x86_64 -cpu Haswell: its haswell
+#: variant; -cpu Nehalem: its x64 variant, no AVX).
+HASWELL_INFO = ("system_info: n_threads = 2 (n_threads_batch = 2) / 2 | CPU : SSE3 = 1 | SSSE3 = 1 | AVX = 1 | "
+                "AVX2 = 1 | F16C = 1 | FMA = 1 | BMI2 = 1 | LLAMAFILE = 1 | OPENMP = 1 | REPACK = 1 | ")
+X64_INFO = ("system_info: n_threads = 2 (n_threads_batch = 2) / 2 | CPU : LLAMAFILE = 1 | "
+            "OPENMP = 1 | REPACK = 1 | ")
+
+
+def test_a_cpu_plan_repacks_what_the_engine_it_launches_repacks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The host weights follow the engine's CPU code (``Inventory.cpu``, from its system_info line), not
+    this machine's /proc/cpuinfo: the portable engine's haswell variant repacks the Q4_K layers, its x64
+    variant (a CPU without AVX2) has no layout for them, and an AMX engine, launched with -nr, none."""
+    monkeypatch.setattr(weights, "host_cpu_features", lambda: pytest.fail("the engine's features were given"))
+    s = read_shape(gguf_factory.ensure(shapes.GEMMA3_12B))
+
+    def plan(cpu: CpuFeatures) -> int:
+        return make_plan(s, Inventory((), _host(), cpu=cpu), NO_PROMPT_CACHE).host.weights_repacked
+
+    assert plan(CpuFeatures.from_system_info(HASWELL_INFO)) == weight_split(s, 0, [], cpu=AVX2).repacked > 0
+    assert plan(CpuFeatures.from_system_info(X64_INFO)) == 0
+    assert plan(CpuFeatures(frozenset({"AVX2", "AVX512", "AMX_INT8"}), repack=False)) == 0

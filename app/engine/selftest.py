@@ -1,0 +1,179 @@
+"""Does an engine serve on this CPU? Run it once on a tiny quantized model (``headroom doctor``).
+
+An engine built for another CPU, or one whose AMX code traps on this machine, dies when it first runs
+its CPU kernels: at warm-up, before it is ready (docs/domain.md §11). Flags and ``--version`` never
+reach those kernels, so the only true answer is a real load of a real quantized model: Headroom writes
+one of about 1 MiB (``selftest_model``: a 2-layer llama with Q4_0 matrices, the type every CPU code
+path repacks or tiles), starts the engine on the CPU only (``-ngl 0``) on a free loopback port, waits
+for ``/health``, asks for four tokens and stops it. A failure is classified like any launch's
+(app/engine/failures.py), so a SIGILL or an AMX crash is said with the CPU code that was running.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from app.engine.capabilities import free_port
+from app.engine.discover import EngineInfo
+from app.engine.failures import Failure
+from app.engine.process import EngineFailed, ServerProcess
+from app.paths import cache_dir
+
+#: Bump when the model below changes: the file name carries it, so an old one is not reused.
+MODEL_VERSION = 1
+#: Loading a 1 MiB model takes well under a second; a slow machine or emulator gets plenty more.
+READY_TIMEOUT_S = 60.0
+REPLY_TIMEOUT_S = 60.0
+
+# The model: llama, 2 layers of width 256 (4 heads of 64), FFN 512, a byte vocabulary (SentencePiece
+# byte fallback: <unk> <s> </s> then <0x00>..<0xFF>), seeded random weights.
+_N_LAYER, _N_EMBD, _N_HEAD, _N_FF = 2, 256, 4, 512
+_N_VOCAB = 3 + 256
+
+
+def selftest_model(folder: Path | None = None) -> Path:
+    """The self-test model, written once (atomically) under the cache."""
+    folder = folder or cache_dir() / "selftest"
+    path = folder / f"headroom-selftest-q4_0-v{MODEL_VERSION}.gguf"
+    if path.is_file():
+        return path
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    try:
+        _write_model(tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def _write_model(path: Path) -> None:
+    import numpy as np
+    from gguf import GGMLQuantizationType, GGUFValueType, GGUFWriter, LlamaFileType
+    from gguf.quants import quantize
+
+    rng = np.random.default_rng(27)
+    w = GGUFWriter(path, "llama")
+    w.add_name("headroom-selftest")
+    w.add_context_length(2048)
+    w.add_embedding_length(_N_EMBD)
+    w.add_block_count(_N_LAYER)
+    w.add_feed_forward_length(_N_FF)
+    w.add_head_count(_N_HEAD)
+    w.add_head_count_kv(_N_HEAD)
+    w.add_rope_dimension_count(_N_EMBD // _N_HEAD)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_file_type(LlamaFileType.MOSTLY_Q4_0)
+    tokens = ["<unk>", "<s>", "</s>", *(f"<0x{b:02X}>" for b in range(256))]
+    w.add_string("tokenizer.ggml.model", "llama")
+    w.add_key_value("tokenizer.ggml.tokens", tokens, GGUFValueType.ARRAY, sub_type=GGUFValueType.STRING)
+    w.add_key_value("tokenizer.ggml.scores", [0.0] * _N_VOCAB, GGUFValueType.ARRAY, sub_type=GGUFValueType.FLOAT32)
+    w.add_key_value("tokenizer.ggml.token_type", [2, 3, 3] + [6] * 256, GGUFValueType.ARRAY,
+                    sub_type=GGUFValueType.INT32)
+    w.add_uint32("tokenizer.ggml.unknown_token_id", 0)
+    w.add_uint32("tokenizer.ggml.bos_token_id", 1)
+    w.add_uint32("tokenizer.ggml.eos_token_id", 2)
+
+    def f32(*shape: int) -> np.ndarray:
+        return rng.normal(0.0, 0.08, size=shape).astype(np.float32)
+
+    def q4_0(name: str, rows: int, cols: int) -> None:
+        # the quantized rows' bytes: gguf-py turns that byte shape back into (rows, cols) elements
+        w.add_tensor(name, quantize(f32(rows, cols), GGMLQuantizationType.Q4_0), raw_dtype=GGMLQuantizationType.Q4_0)
+
+    w.add_tensor("token_embd.weight", f32(_N_VOCAB, _N_EMBD))
+    for i in range(_N_LAYER):
+        p = f"blk.{i}."
+        w.add_tensor(p + "attn_norm.weight", np.ones(_N_EMBD, dtype=np.float32))
+        for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
+            q4_0(p + name + ".weight", _N_EMBD, _N_EMBD)
+        w.add_tensor(p + "ffn_norm.weight", np.ones(_N_EMBD, dtype=np.float32))
+        q4_0(p + "ffn_gate.weight", _N_FF, _N_EMBD)
+        q4_0(p + "ffn_up.weight", _N_FF, _N_EMBD)
+        q4_0(p + "ffn_down.weight", _N_EMBD, _N_FF)
+    w.add_tensor("output_norm.weight", np.ones(_N_EMBD, dtype=np.float32))
+    w.add_tensor("output.weight", f32(_N_VOCAB, _N_EMBD))  # 259 rows: f32, as a small vocab's output often is
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+@dataclass(frozen=True)
+class SelfTest:
+    """What the self-test saw: the engine served (``reply``) or ``failure`` says why not."""
+
+    engine: str
+    seconds: float
+    reply: str = ""
+    failure: Failure | None = None
+    cpu_line: str = ""  # the engine's system_info line, when it printed one
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None
+
+    def __str__(self) -> str:
+        if self.ok:
+            return f"serves on this CPU: loaded a Q4_0 model and answered in {self.seconds:.1f} s"
+        assert self.failure is not None
+        return f"cannot serve on this CPU: {self.failure.message}"
+
+
+def selftest_argv(engine: EngineInfo, model: Path, port: int) -> list[str]:
+    """The command line: the CPU only, a 256-token context, one slot, on loopback."""
+    argv = [*engine.server_prefix, *(["--gpu", "disable"] if engine.is_llamafile else [])]
+    argv += ["-m", str(model), "-c", "256", "-np", "1", "-ngl", "0", "--host", "127.0.0.1", "--port", str(port)]
+    caps = engine.capabilities
+    if engine.uses_amx and (caps is None or caps.accepts("-nr")):  # as Headroom launches it (app/engine/argv.py)
+        argv.append("-nr")
+    if caps is None or caps.accepts("-lv"):
+        argv += ["-lv", "4"]  # the system_info line, for the words of a crash
+    return argv
+
+
+def run_selftest(engine: EngineInfo, *, model: Path | None = None) -> SelfTest:
+    """Start ``engine`` on the self-test model, ask for four tokens, stop it."""
+    model = model or selftest_model()
+    port = free_port()
+    started = time.monotonic()
+    server = ServerProcess(selftest_argv(engine, model, port), "127.0.0.1", port)  # its log: with the others
+    try:
+        with server:
+            server.start()
+            server.wait_ready(timeout=READY_TIMEOUT_S, stall=READY_TIMEOUT_S)
+            reply = _complete(port)
+            server.check_alive()
+    except EngineFailed as exc:
+        return SelfTest(engine.path, time.monotonic() - started, failure=exc.failure,
+                        cpu_line=_cpu_line(server))
+    except (OSError, ValueError, http.client.HTTPException) as exc:
+        failure = Failure("no_reply", f"the engine was ready but did not answer a completion: {exc}")
+        return SelfTest(engine.path, time.monotonic() - started, failure=failure, cpu_line=_cpu_line(server))
+    return SelfTest(engine.path, time.monotonic() - started, reply=reply, cpu_line=_cpu_line(server))
+
+
+def _cpu_line(server: ServerProcess) -> str:
+    return next((ln.strip() for ln in server.log_lines() if "system_info:" in ln), "")
+
+
+def _complete(port: int) -> str:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=REPLY_TIMEOUT_S)
+    try:
+        body = json.dumps({"prompt": "Hello", "n_predict": 4, "temperature": 0}).encode()
+        conn.request("POST", "/completion", body, {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        data = resp.read(1 << 20)
+        if resp.status != 200:
+            raise ValueError(f"HTTP {resp.status}: {data[:200].decode('utf-8', 'replace')}")
+        answer = json.loads(data)
+        if not isinstance(answer, dict) or not isinstance(answer.get("content"), str):
+            raise ValueError("the answer has no text")
+        return str(answer["content"])
+    finally:
+        conn.close()
