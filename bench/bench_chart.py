@@ -31,7 +31,8 @@ from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from app.planner.devices import Inventory, resolve_gpus
+from app.machine.devices import resolve_gpus
+from app.planner.devices import Inventory
 from app.planner.settings import LaunchSettings
 from app.planner.units import MiB
 from app.ui.context_chart import ContextChart

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from app.planner.devices import Poller  # noqa: E402
+from app.machine.devices import Poller  # noqa: E402
 from app.planner.units import GiB  # noqa: E402
 from bench.report import Target, Verdicts, table  # noqa: E402
 from tests.fixtures.fake_nvml import FakeNvml  # noqa: E402

@@ -29,8 +29,9 @@ from app.engine.discover import EngineInfo, EngineKind, EngineOrigin
 from app.engine.native_build import EngineBuild, find_build
 from app.engine.process import ServerProcess
 from app.engine.rpc import add_workers, query_workers, rpc_query_server
+from app.machine.devices import resolve_gpus
 from app.planner.cost import HOST_BANDWIDTH, TURN_PROMPT, TURN_REPLY
-from app.planner.devices import resolve_gpus, with_budgets
+from app.planner.devices import with_budgets
 from app.planner.gguf_model import read_shape
 from app.planner.measurement import Measurement
 from app.planner.plan_types import Alternative, PlanMode

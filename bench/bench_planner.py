@@ -19,7 +19,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from app.planner.devices import Inventory, resolve_gpus
+from app.machine.devices import resolve_gpus
+from app.planner.devices import Inventory
 from app.planner.gguf_model import ModelShape, _read_shape_cached, read_shape
 from app.planner.measurement import DeviceMeasurement, Measurement
 from app.planner.plan import make_plan, max_context

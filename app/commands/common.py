@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from app.machine.overhead import request_for_machine
 from app.planner.devices import Inventory
 from app.planner.gguf_model import ModelShape
 from app.planner.request import DEFAULT_SAFETY, MeasurementLookup, PlanRequest
@@ -242,7 +243,8 @@ def inventory_from_args(args: argparse.Namespace, *, quiet: bool = False) -> Inv
     address that is not one, a budget for a device there is not, or RPC without an engine."""
     import sys
 
-    from app.planner.devices import resolve_gpus, with_budgets
+    from app.machine.devices import resolve_gpus
+    from app.planner.devices import with_budgets
 
     inventory = resolve_gpus(list(args.gpu))
     if getattr(args, "rpc", None):
@@ -270,7 +272,7 @@ def plan_request(args: argparse.Namespace, shape: ModelShape, inventory: Invento
     """The one plan request (app.planner.request) from the GPU flags: ``--window``, ``--safety``,
     ``--vram-target``, and ``--overhead`` (else measured on this GPU and driver, else the planner's
     default). ``lookup``: pass 1 for a launch (the probe's cache, or pass 1 run through it)."""
-    return PlanRequest.for_machine(
+    return request_for_machine(
         shape, inventory, engine_window=args.window, safety=int(args.safety),
         vram_target=None if args.vram_target is None else int(args.vram_target),
         overhead=None if args.overhead is None else int(args.overhead), lookup=lookup)

@@ -65,7 +65,7 @@ def _llama_cpp() -> dict[str, Any]:
 
 
 def _nvml() -> dict[str, Any]:
-    from app.planner.devices import nvml_status
+    from app.machine.devices import nvml_status
 
     return nvml_status()
 

@@ -336,7 +336,7 @@ def _snapshot(plan: Any, pid: int | None) -> Any:
     """NVML's view of the engine's GPU memory (None without GPUs)."""
     if not plan.gpus:
         return None
-    from app.planner.devices import Poller
+    from app.machine.devices import Poller
 
     with Poller() as poller:
         return poller.poll(pid)

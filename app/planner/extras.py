@@ -17,7 +17,6 @@ Every file is read once per (path, size, mtime), like the model's header.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -25,7 +24,7 @@ from pathlib import Path
 
 from app.planner.errors import PlannerError
 from app.planner.gguf_model import ModelShape, read_shape
-from app.planner.gguf_reader import TensorInfo, read_header
+from app.planner.gguf_reader import FileStamp, TensorInfo, file_stamp, read_header
 from app.planner.weights import GPU_ALIGNMENT, Override, layer_devices, tensor_device
 
 #: ggml-impl.h ``TENSOR_ALIGNMENT``: the CPU buffer types' alignment (the LoRA buffer on the host).
@@ -41,12 +40,11 @@ class LoraAdapter:
     pairs: tuple[tuple[str, TensorInfo, TensorInfo], ...]  # (base tensor name, lora_a, lora_b)
 
 
-def _stamp(path: str) -> tuple[str, int, int]:
+def _stamp(path: str) -> FileStamp:
     try:
-        st = os.stat(path)
+        return file_stamp(path)
     except OSError as exc:
         raise PlannerError(f"cannot read {path}: {exc.strerror or exc}") from exc
-    return path, st.st_size, st.st_mtime_ns
 
 
 def read_lora(path: str) -> LoraAdapter:

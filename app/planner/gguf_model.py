@@ -10,7 +10,6 @@ naming the problem (:mod:`app.planner.gguf_checks`), instead of being planned.
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -19,7 +18,7 @@ from typing import Any
 
 from app.planner.errors import NotModelled, PlannerError
 from app.planner.gguf_checks import LLAMA_MAX_LAYERS, check_hparams, check_metadata, check_tensors
-from app.planner.gguf_reader import GGUFArray, GGUFHeader, TensorInfo, read_header
+from app.planner.gguf_reader import GGUFArray, GGUFHeader, TensorInfo, file_stamp, missing_files, read_header
 
 #: Architectures whose memory the planner models (a plain or iSWA KV cache, MLA through
 #: key_length_mla, a Mamba-2 hybrid). Each either has a shape fixture compared with the engine, or
@@ -101,7 +100,7 @@ def split_parts(path: Path) -> tuple[Path, ...]:
     if count < 1 or count > 9999:
         raise PlannerError(f"{path.name}: impossible split count {count}")
     parts = tuple(path.with_name(f"{m.group('stem')}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1))
-    missing = [p.name for p in parts if not p.is_file()]
+    missing = [p.name for p in missing_files(parts)]
     if missing:
         raise PlannerError(f"{path.name}: split model is missing {', '.join(missing)}")
     return parts
@@ -112,7 +111,7 @@ def read_shape(path: str | Path) -> ModelShape:
     p = Path(path)
     parts = split_parts(p)
     try:
-        stamp = tuple((str(q), os.stat(q).st_size, os.stat(q).st_mtime_ns) for q in parts)
+        stamp = tuple(file_stamp(q) for q in parts)
     except OSError as e:
         raise PlannerError(f"{p}: cannot read: {e.strerror or e}") from None
     return _read_shape_cached(stamp)

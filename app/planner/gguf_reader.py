@@ -103,6 +103,32 @@ class GGUFHeader:
     tensors: tuple[TensorInfo, ...]
 
 
+# ---- the files themselves: the planner's only contact with the disk (tests/unit/test_import_rules.py) ----
+
+#: A GGUF's identity for a cache: path, size, modification time (a changed file is read again).
+FileStamp = tuple[str, int, int]
+
+
+def file_stamp(path: str | Path) -> FileStamp:
+    """The file's stamp; OSError when it cannot be read (the caller says which file it is)."""
+    st = os.stat(path)
+    return str(path), st.st_size, st.st_mtime_ns
+
+
+def missing_files(paths: tuple[Path, ...]) -> list[Path]:
+    """Those of ``paths`` that are no regular file (a split model's absent parts)."""
+    return [p for p in paths if not p.is_file()]
+
+
+def gguf_files_in(folder: Path, word: str) -> list[Path]:
+    """The ``*.gguf`` files in ``folder`` whose name holds ``word`` (any case), sorted; none when the
+    folder cannot be listed."""
+    try:
+        return sorted(q for q in folder.iterdir() if q.suffix.lower() == ".gguf" and word in q.name.lower())
+    except OSError:
+        return []
+
+
 def tensor_nbytes(ggml_type: int, shape: tuple[int, ...]) -> int:
     """ggml_nbytes for a contiguous tensor (ggml.c ``ggml_row_size`` × rows)."""
     block, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(ggml_type)]

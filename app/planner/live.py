@@ -2,7 +2,7 @@
 warning when free VRAM or available host RAM falls under the safety margin.
 
 Pure: the plan the engine was launched with, one live ``Snapshot`` (NVML per GPU and per process,
-psutil's host RAM and the engine's RSS, read by ``app.planner.devices.snapshot`` on the window's
+psutil's host RAM and the engine's RSS, read by ``app.machine.devices.snapshot`` on the window's
 ~1 s poll) and whether the plan check found the launch on the CPU → one ``LiveRow`` per device of
 the plan and one for host RAM, and the warnings. The window lays them out (app/ui/live_view.py).
 

@@ -19,14 +19,13 @@ Pure: reads the projector's header (cached by path, size and mtime), no processe
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from app.planner.errors import PlannerError
-from app.planner.gguf_reader import read_header
+from app.planner.gguf_reader import file_stamp, gguf_files_in, read_header
 from app.planner.sources import Source, SourceKind
 from app.planner.units import Bytes
 
@@ -104,10 +103,10 @@ def read_projector(path: str | Path) -> ProjectorShape:
     """The projector's shape (cached by path, size and mtime). PlannerError for a file that is not one."""
     p = Path(path)
     try:
-        st = os.stat(p)
+        _, size, mtime = file_stamp(p)
     except OSError as e:
         raise PlannerError(f"vision projector {p}: cannot read: {e.strerror or e}") from None
-    return _read_cached(str(p), st.st_size, st.st_mtime_ns)
+    return _read_cached(str(p), size, mtime)
 
 
 @lru_cache(maxsize=16)
@@ -210,11 +209,7 @@ def projector_beside(model: str | Path) -> Path | None:
     """A vision projector in the model's folder (a ``*mmproj*.gguf`` whose header says clip), the one
     whose output fits the model first when it can tell; None when there is none."""
     p = Path(model)
-    try:
-        candidates = sorted(q for q in p.parent.iterdir()
-                            if q.suffix.lower() == ".gguf" and MMPROJ_WORD in q.name.lower() and q != p)
-    except OSError:
-        return None
+    candidates = [q for q in gguf_files_in(p.parent, MMPROJ_WORD) if q != p]
     found: list[ProjectorShape] = []
     for q in candidates:
         try:

@@ -10,10 +10,11 @@ Mirrors llama.cpp 0c1e57098:
   and row count (the ``RULES`` below);
 - the repack buffer's tensors take ``ggml_nbytes`` each (no ``get_alloc_size``), padded to
   ``TENSOR_ALIGNMENT`` = 32 (``ggml_backend_cpu_repack_buffer_type_get_alignment``, ggml-alloc.c).
-The features are the build's (``ggml_cpu_has_avx2()`` is ``#if defined(__AVX2__)``): a native build
-(Headroom's default, ``-DGGML_NATIVE=ON``) has the machine's, which ``host_cpu_features`` reads from
-/proc/cpuinfo; ``from_system_info`` reads them from the engine log's ``system_info`` line instead.
-Not modelled: AMX (a native build on a CPU with AMX-INT8 tries the ``AMX`` type first), KleidiAI, SVE
+The features are the build's (``ggml_cpu_has_avx2()`` is ``#if defined(__AVX2__)``): ``from_system_info``
+reads them from the engine's ``system_info`` line; a native build has the machine's, which
+``parse_cpuinfo`` reads from /proc/cpuinfo text (app/machine/cpu.py reads the file). They reach the
+planner as ``Inventory.cpu``. Not modelled: AMX (Headroom's engines are built without it, and another
+engine with it is launched with ``-nr``, which has no extra buffer at all), KleidiAI, SVE
 vector lengths (the NEON rules cover the same tensors on the CPUs seen), RISC-V.
 """
 
@@ -21,8 +22,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import lru_cache
-from pathlib import Path
 
 #: ggml/src/ggml-impl.h ``TENSOR_ALIGNMENT``.
 REPACK_ALIGNMENT = 32
@@ -89,15 +88,6 @@ def parse_cpuinfo(text: str) -> CpuFeatures:
     m = re.search(r"^(?:flags|Features)\s*:(.*)$", text, re.MULTILINE)
     flags = set(m.group(1).split()) if m else set()
     return CpuFeatures(frozenset(v for k, v in _CPUINFO.items() if k in flags))
-
-
-@lru_cache(maxsize=1)
-def host_cpu_features() -> CpuFeatures:
-    """This machine's features (a native build's); none where /proc/cpuinfo cannot be read."""
-    try:
-        return parse_cpuinfo(Path("/proc/cpuinfo").read_text(errors="replace"))
-    except OSError:
-        return CpuFeatures(frozenset())
 
 
 def _base(name: str) -> str | None:

@@ -3,8 +3,9 @@ them to a plan. ``headroom plan``/``serve`` and the window both plan through it,
 settings and GPUs plan the same everywhere.
 
 It owns
-- the per-process GPU overhead: given (``--overhead``), else measured for this GPU and driver
-  (app.planner.overhead), else None = the planner's default (docs/domain.md §2);
+- the per-process GPU overhead, resolved already: given (``--overhead``), else measured for this GPU
+  and driver, else None = the planner's default (docs/domain.md §2; ``app.machine.overhead.
+  request_for_machine`` resolves it);
 - the safety margin, the VRAM target and the engine (stock, or one with a KV position window);
 - pass 1: a lookup ``launch -> Measurement | None`` handed in by the caller (the CLI passes the
   probe's cache, or pass 1 run through it; the window its own last measurement; the planner runs
@@ -12,14 +13,13 @@ It owns
   when the measured plan chose another launch (an ``-ngl`` alternative);
 - the largest context that fits, with the same measurement.
 
-Pure: no I/O except :meth:`PlanRequest.for_machine`, which reads the stored overhead once.
+Pure: no I/O (``app.machine.overhead.request_for_machine`` builds one with the stored overhead).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import NamedTuple
 
 from app.planner.devices import Inventory
@@ -41,21 +41,6 @@ MEASURE_ROUNDS = 4
 MeasurementLookup = Callable[[LaunchSettings], Measurement | None]
 
 
-def machine_overhead(inventory: Inventory, given: int | None = None, *,
-                     path: Path | None = None) -> int | None:
-    """The per-process overhead to plan with: ``given``, else the one measured on this GPU and
-    driver (real GPUs only: a simulated card has no driver to measure), else None (the planner's
-    default). ``path``: the overhead store (tests)."""
-    from app.planner.overhead import known_overhead
-
-    if given is not None:
-        return given
-    if not inventory.gpus or inventory.gpus[0].simulated:
-        return None
-    known = known_overhead(inventory.gpus[0].name, inventory.driver, path=path)
-    return known.sourced() if known.measured else None
-
-
 class MeasuredPlan(NamedTuple):
     """A plan and the pass-1 measurement it used (None: compute buffers estimated)."""
 
@@ -75,15 +60,6 @@ class PlanRequest:
     #: Resolved already: ``machine_overhead``'s answer (None: the planner's default).
     overhead: int | None = None
     lookup: MeasurementLookup | None = None
-
-    @classmethod
-    def for_machine(cls, shape: ModelShape, inventory: Inventory, *, engine_window: bool = False,
-                    safety: int = DEFAULT_SAFETY, vram_target: int | None = None,
-                    overhead: int | None = None, lookup: MeasurementLookup | None = None,
-                    overhead_path: Path | None = None) -> PlanRequest:
-        """A request with the overhead resolved for ``inventory`` (``overhead``: the one given)."""
-        return cls(shape, inventory, engine_window, safety, vram_target,
-                   machine_overhead(inventory, overhead, path=overhead_path), lookup)
 
     def _make(self, settings: LaunchSettings, measurement: Measurement | None,
               known: dict[LaunchSettings, Measurement] | None = None) -> Plan:

@@ -36,7 +36,7 @@ import numpy as np
 
 from app.planner.gguf_model import ModelShape
 from app.planner.gguf_reader import TensorInfo
-from app.planner.repack import NO_REPACK, CpuFeatures, host_cpu_features, is_repacked, repack_bytes
+from app.planner.repack import NO_REPACK, CpuFeatures, is_repacked, repack_bytes
 from app.planner.settings import LaunchSettings
 from app.planner.sources import Source, SourceKind
 
@@ -212,11 +212,11 @@ def weight_split(shape: ModelShape, n_gpu_layers: int, gpu_free: Sequence[int], 
     """Weights per device for ``-ngl n_gpu_layers`` over devices with these split shares (their
     free memory, or ``-ts``: see ``layer_devices``).
 
-    ``cpu``: the CPU backend's features as the engine reports them (``Inventory.cpu``; default: this
-    machine's, as a native build has them). They matter only without GPUs: with one, nothing is
-    repacked (see the module notes).
+    ``cpu``: the CPU backend's features (``Inventory.cpu``: the engine's, else this machine's as a
+    native build has them; None: unknown, nothing repacked). They matter only without GPUs: with one,
+    nothing is repacked (see the module notes).
     """
-    features = NO_REPACK if gpu_free else (host_cpu_features() if cpu is None else cpu)
+    features = NO_REPACK if gpu_free or cpu is None else cpu
     ngl = min(n_gpu_layers, shape.n_layer + 1)
     if overrides and gpu_free:
         return _overridden_split(shape, ngl, tuple(gpu_free), overrides)

@@ -1,7 +1,7 @@
 """Live re-planning: when another app takes or releases GPU memory or host RAM, plan again.
 
 The plan starts from an inventory read once; the poll worker reads NVML and psutil about once a
-second (``app.planner.devices.snapshot``). The window re-plans from the new reading when
+second (``app.machine.devices.snapshot``). The window re-plans from the new reading when
 
 - a real GPU's free memory moved by more than the plan's safety margin, or
 - host available RAM moved by more than ``host_threshold(margin)`` = max(margin, 512 MiB) — also

@@ -14,7 +14,8 @@ from pathlib import Path
 from types import ModuleType
 
 from app.engine.discover import EngineInfo, EngineKind
-from app.planner.devices import HostMemory, Inventory, Poller, Snapshot, host_memory
+from app.machine.devices import Poller, host_memory
+from app.planner.devices import HostMemory, Inventory, Snapshot
 from app.planner.errors import PlannerError
 from app.planner.plan import Plan
 from app.planner.settings import default_context

@@ -14,7 +14,9 @@ from pathlib import Path
 from types import ModuleType
 
 from app.engine.rpc import WorkerReading, add_workers
-from app.planner.devices import Inventory, resolve_gpus
+from app.machine.devices import resolve_gpus
+from app.machine.overhead import request_for_machine
+from app.planner.devices import Inventory
 from app.planner.gguf_model import ModelShape
 from app.planner.plan import ContextFit, Plan
 from app.planner.request import MeasurementLookup, PlanRequest
@@ -36,7 +38,7 @@ class Planner:
         key = (id(shape), id(inventory), engine_window, safety, vram_target, lookup)
         if self._request is None or self._request[0] != key:
             self._fits.clear()  # the largest contexts were for the last request
-            self._request = (key, PlanRequest.for_machine(
+            self._request = (key, request_for_machine(
                 shape, inventory, engine_window=engine_window, safety=safety, vram_target=vram_target,
                 lookup=lookup, overhead_path=self.overhead_path))
         return self._request[1]

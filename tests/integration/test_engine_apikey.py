@@ -16,7 +16,7 @@ from app.engine.apikey import key_path
 from app.engine.discover import discover_engines
 from app.engine.launch import prepare
 from app.engine.process import runtime_dir
-from app.planner.devices import resolve_gpus
+from app.machine.devices import resolve_gpus
 from app.planner.gguf_model import read_shape
 from app.planner.plan import make_plan
 from app.planner.settings import LaunchSettings

@@ -18,7 +18,7 @@ from app.engine.check import HOST
 from app.engine.discover import discover_engines
 from app.engine.launch import plan_check, prepare
 from app.engine.process import ServerStatus
-from app.planner.devices import resolve_gpus
+from app.machine.devices import resolve_gpus
 from app.planner.gguf_model import read_shape
 from app.planner.plan import make_plan
 from app.planner.plan_types import PlanMode

@@ -23,7 +23,7 @@ from app.hub.download import download
 from app.hub.preview import fetch_header, fetched_bytes
 from app.hub.refs import parse_ref
 from app.hub.remote import list_ggufs, pick
-from app.planner.devices import resolve_gpus
+from app.machine.devices import resolve_gpus
 from app.planner.gguf_model import read_shape
 from app.planner.plan import make_plan
 from app.planner.settings import LaunchSettings

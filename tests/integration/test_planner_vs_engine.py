@@ -19,17 +19,18 @@ from pathlib import Path
 import pytest
 
 from app.engine.check import HOST
-from app.engine.discover import discover_engines
+from app.engine.discover import discover_engines, engine_cpu_features
 from app.engine.launch import plan_check, prepare
 from app.engine.native_build import EngineBuild
-from app.planner.devices import resolve_gpus
+from app.machine.cpu import host_cpu_features
+from app.machine.devices import resolve_gpus
 from app.planner.errors import PlannerError
 from app.planner.gguf_model import read_shape
 from app.planner.kv import kv_layout
 from app.planner.logparse import parse_log
 from app.planner.plan import make_plan
 from app.planner.plan_types import PlanMode
-from app.planner.repack import NO_REPACK, CpuFeatures, host_cpu_features
+from app.planner.repack import NO_REPACK, CpuFeatures
 from app.planner.settings import LaunchSettings
 from app.planner.units import MiB
 from app.planner.weights import weight_split
@@ -121,10 +122,11 @@ def test_planned_host_weights_match_fit_params_without_repack(name: str, engine_
 @pytest.mark.parametrize("name", MODELS)
 def test_planned_repack_copy_matches_fit_params(name: str, engine_build: EngineBuild,
                                                 shape_model: Callable[[str], Path]) -> None:
-    """The build is native (-DGGML_NATIVE=ON), so this machine's /proc/cpuinfo has its features."""
+    """The features the plan repacks by are the engine's own (its system_info line, as the capability
+    probe keeps it), the ones its llama-fit-params runs with."""
     path = shape_model(name)
     rows = _fit_params_host_rows(engine_build, path)
-    ours = weight_split(read_shape(path), 0, [])
+    ours = weight_split(read_shape(path), 0, [], cpu=engine_cpu_features(engine_build.server))
     assert ours.repacked // MiB == rows.get("CPU_REPACK", 0)
     # Without a mapping the repacked tensors leave the CPU buffer: the two rows share the weights.
     everything = weight_split(read_shape(path), 0, [], cpu=NO_REPACK).host

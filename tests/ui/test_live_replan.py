@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from app.planner.devices import resolve_gpus, snapshot
-from app.planner.nvml_session import NvmlSession
+from app.machine.devices import resolve_gpus, snapshot
+from app.machine.nvml_session import NvmlSession
 from app.planner.units import Bytes, MiB
 from app.ui.live_replan import refreshed_inventory
 from app.ui.main_window import MainWindow

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from app.planner.devices import HostMemory, Inventory, resolve_gpus, snapshot
-from app.planner.nvml_session import NvmlSession
+from app.machine.devices import resolve_gpus, snapshot
+from app.machine.nvml_session import NvmlSession
+from app.planner.devices import HostMemory, Inventory
 from app.planner.plan import Plan
 from app.planner.plan_types import PlanMode
 from app.planner.units import Bytes, GiB, MiB

@@ -18,7 +18,8 @@ import psutil
 import pytest
 
 from app.engine.discover import EngineInfo, EngineKind, EngineOrigin
-from app.planner.devices import HostMemory, Snapshot, host_memory
+from app.machine.devices import host_memory
+from app.planner.devices import HostMemory, Snapshot
 from app.planner.live import CPU_RUN_NOTE, HOST, LiveReport, RowState
 from app.planner.plan_types import PlanMode
 from app.planner.units import Bytes, MiB

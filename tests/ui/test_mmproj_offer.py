@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from app.planner.devices import resolve_gpus
+from app.machine.devices import resolve_gpus
 from app.ui.settings_panel import SettingsPanel
 from app.ui.window_state import WindowState
 from tests.fixtures import gguf_factory, shapes

@@ -5,7 +5,7 @@ GPU and driver and the same pass 1.
 NVML is the recorded H200 (tests/fixtures/fake_nvml.py) for both: the window gets it as its
 ``nvml``, the CLI as the ``pynvml`` it imports. Host RAM is held still, so both read the same
 machine. The overhead is measured once with NVML from the recorded CUDA-context process, as
-``app.planner.overhead.measure_overhead`` does after a launch.
+``app.machine.overhead.measure_overhead`` does after a launch.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ import pytest
 from app import cli
 from app.cli import build_parser
 from app.commands.common import settings_from_args
-from app.planner import devices
+from app.machine import devices
+from app.machine.overhead import measure_overhead
 from app.planner.devices import HostMemory
 from app.planner.measurement import DeviceMeasurement, Measurement
-from app.planner.overhead import measure_overhead
 from app.planner.plan_types import Plan
 from app.planner.settings import LaunchSettings
 from app.planner.sources import SourceKind

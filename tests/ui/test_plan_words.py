@@ -11,7 +11,8 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from app.planner import devices, words
+from app.machine import devices
+from app.planner import words
 from app.planner.devices import HostMemory
 from app.planner.plan_types import AlternativeKind, PlanMode
 from app.planner.units import GiB

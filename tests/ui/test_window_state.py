@@ -10,11 +10,11 @@ from typing import Any
 
 from app.engine.check import PlanCheck
 from app.engine.process import ServerStatus
-from app.planner.devices import resolve_gpus
+from app.machine.devices import resolve_gpus
+from app.machine.overhead import request_for_machine
 from app.planner.gguf_model import read_shape
 from app.planner.measurement import DeviceMeasurement, Measurement
 from app.planner.plan_types import Plan
-from app.planner.request import PlanRequest
 from app.planner.settings import LaunchSettings
 from app.planner.sources import SourceKind
 from app.planner.units import MiB
@@ -74,7 +74,7 @@ def test_a_model_plans_through_the_plan_request(qtbot, shape_model) -> None:
     state, rec, path = _state(qtbot, shape_model)
     assert rec.names() == ["modelChanged", "planChanged", "measurementChanged"]
     assert state.model is not None and state.model.path == path and state.model.preview is None
-    request = PlanRequest.for_machine(read_shape(path), state.inventory, lookup=state.measurement_for)
+    request = request_for_machine(read_shape(path), state.inventory, lookup=state.measurement_for)
     assert state.plan == request.plan(LaunchSettings(n_ctx=32 * K)).plan
     assert state.fit == request.largest_fit(LaunchSettings(n_ctx=32 * K))
 

@@ -15,7 +15,8 @@ APP = Path(__file__).resolve().parents[2] / "app"
 
 #: package → the app packages it must not import (README, "Layout").
 FORBIDDEN: dict[str, tuple[str, ...]] = {
-    "app.planner": ("app.engine", "app.probe", "app.hub", "app.sessions", "app.ui", "app.commands"),
+    "app.planner": ("app.machine", "app.engine", "app.probe", "app.hub", "app.sessions", "app.ui", "app.commands"),
+    "app.machine": ("app.engine", "app.probe", "app.hub", "app.sessions", "app.ui", "app.commands"),
     "app.engine": ("app.ui", "app.hub", "app.sessions", "app.probe", "app.commands"),
     "app.probe": ("app.ui", "app.hub", "app.sessions", "app.commands"),
     "app.hub": ("app.ui", "app.engine", "app.probe", "app.sessions", "app.commands"),
@@ -69,14 +70,65 @@ def test_package_imports_follow_the_layout_rules(package: str) -> None:
     assert violations(package) == []
 
 
-def test_the_planner_has_no_qt_no_network_no_processes() -> None:
-    """``app/planner`` is pure: no PySide6, no HTTP, no child processes (README, "Layout")."""
-    banned = ("PySide6", "subprocess", "socket", "http", "urllib", "requests", "huggingface_hub",
-              "multiprocessing", "llama_cpp")
-    bad = [f"{p.relative_to(APP.parent)}:{line} imports {mod}"
-           for p in sorted((APP / "planner").rglob("*.py")) for line, mod in imports_of(p)
-           if any(_under(mod, b) for b in banned)]
-    assert bad == []
+#: What reads the machine or runs beside the arithmetic: app/machine's business, never the planner's.
+PLANNER_BANNED = ("PySide6", "subprocess", "socket", "http", "urllib", "requests", "huggingface_hub",
+                  "multiprocessing", "llama_cpp", "pynvml", "psutil", "threading", "concurrent", "asyncio",
+                  "app.paths")
+#: Calls that open, read, write or stat a file (a path's method or the builtin).
+FILE_CALLS = frozenset({"open", "read_text", "read_bytes", "write_text", "write_bytes", "stat", "lstat",
+                        "exists", "is_file", "is_dir", "iterdir", "glob", "rglob", "mkdir", "unlink",
+                        "replace", "rename", "touch", "resolve", "getsize", "isfile", "listdir", "scandir"})
+#: The one module that opens files: the GGUF reader the planner is given a path for.
+GGUF_READER = "app/planner/gguf_reader.py"
+
+
+def file_calls(path: Path) -> list[tuple[int, str]]:
+    """(line, name) for every call in ``path`` of a function or method named in FILE_CALLS (``str.replace``
+    has the same name as ``Path.replace``: a string's is written ``.replace(a, b)`` with two arguments and
+    is let through; a path's takes one)."""
+    tree = ast.parse(path.read_text(), str(path))
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        name = node.func.id if isinstance(node.func, ast.Name) else (
+            node.func.attr if isinstance(node.func, ast.Attribute) else "")
+        if name == "replace" and len(node.args) != 1:
+            continue
+        if name in FILE_CALLS and (isinstance(node.func, ast.Attribute) or name == "open"):
+            found.append((node.lineno, name))
+    return sorted(found)
+
+
+def planner_violations(root: Path = APP) -> list[str]:
+    bad = [f"{p.relative_to(root.parent)}:{line} imports {mod}"
+           for p in sorted((root / "planner").rglob("*.py")) for line, mod in sorted(imports_of(p, root))
+           if any(_under(mod, b) for b in PLANNER_BANNED)]
+    bad += [f"{p.relative_to(root.parent)}:{line} calls {name}()"
+            for p in sorted((root / "planner").rglob("*.py")) if str(p.relative_to(root.parent)) != GGUF_READER
+            for line, name in file_calls(p)]
+    return bad
+
+
+def test_the_planner_only_computes() -> None:
+    """``app/planner`` is pure: no PySide6, no HTTP, no child processes, no NVML, psutil or threads, no
+    file but the GGUF it is given (README, "Layout"); app/machine reads the machine."""
+    assert planner_violations() == []
+
+
+def test_the_purity_rule_catches_nvml_psutil_threads_and_file_reads(tmp_path: Path) -> None:
+    pkg = tmp_path / "app" / "planner"
+    pkg.mkdir(parents=True)
+    (pkg / "ok.py").write_text("def f(s: str) -> str:\n    return s.replace('a', 'b')\n")
+    (pkg / "bad.py").write_text("import threading\nimport pynvml\nfrom psutil import virtual_memory\n"
+                                "from pathlib import Path\n\ndef f(p: Path) -> str:\n"
+                                "    with open(p) as fh:\n        fh.read()\n    p.stat()\n"
+                                "    return p.read_text()\n")
+    bad = planner_violations(tmp_path / "app")
+    assert bad == ["app/planner/bad.py:1 imports threading", "app/planner/bad.py:2 imports pynvml",
+                   "app/planner/bad.py:3 imports psutil", "app/planner/bad.py:3 imports psutil.virtual_memory",
+                   "app/planner/bad.py:7 calls open()", "app/planner/bad.py:9 calls stat()",
+                   "app/planner/bad.py:10 calls read_text()"]
 
 
 def test_the_rule_reader_sees_lazy_and_relative_imports(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ import pytest
 
 from app import cli
 from app.engine.native_build import EngineBuild
-from app.planner import devices
+from app.machine import devices
 from app.planner.devices import HostMemory
 from app.planner.units import Bytes, GiB
 

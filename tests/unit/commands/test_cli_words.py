@@ -11,7 +11,7 @@ import pynvml
 import pytest
 
 from app import cli
-from app.planner import devices
+from app.machine import devices
 from app.planner.devices import Inventory
 from tests.fixtures.fake_nvml import FakeNvml
 

@@ -155,7 +155,7 @@ def test_a_header_past_the_cap_is_refused(fake_hub: FakeHub, shape_model: Callab
 
 def test_the_launch_path_refuses_a_preview(fake_hub: FakeHub, tiny_chat_model: Path) -> None:
     from app.engine.launch import LaunchRefused, prepare
-    from app.planner.devices import resolve_gpus
+    from app.machine.devices import resolve_gpus
     from app.planner.plan import make_plan
     from app.planner.settings import LaunchSettings
 

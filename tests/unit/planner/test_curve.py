@@ -7,8 +7,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from app.machine.devices import resolve_gpus
 from app.planner.curve import CHART_KV_TYPES, context_curve, context_grid
-from app.planner.devices import GpuDevice, HostMemory, Inventory, resolve_gpus
+from app.planner.devices import GpuDevice, HostMemory, Inventory
 from app.planner.gguf_model import ModelShape, read_shape
 from app.planner.measurement import DeviceMeasurement, Measurement
 from app.planner.plan import make_plan

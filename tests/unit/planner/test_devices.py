@@ -14,7 +14,8 @@ import pynvml
 import pytest
 
 from app.commands.doctor import _nvml_lines
-from app.planner.devices import Poller, inventory, nvml_status, process_rss, resolve_gpus, simulated_gpu
+from app.machine.devices import Poller, inventory, nvml_status, process_rss, resolve_gpus
+from app.planner.devices import simulated_gpu
 from app.planner.units import GiB
 from tests.fixtures.fake_nvml import FakeNvml, load_readings
 

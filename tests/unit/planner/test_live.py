@@ -9,7 +9,8 @@ from dataclasses import replace
 
 import pytest
 
-from app.planner.devices import HostMemory, Poller, Snapshot, host_memory, resolve_gpus
+from app.machine.devices import Poller, host_memory, resolve_gpus
+from app.planner.devices import HostMemory, Snapshot
 from app.planner.gguf_model import read_shape
 from app.planner.live import CPU_RUN_NOTE, HOST, RowState, host_planned, live_report
 from app.planner.plan import Plan, make_plan

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.planner.overhead import DEFAULT_OVERHEAD, known_overhead, measure_overhead
+from app.machine.overhead import DEFAULT_OVERHEAD, known_overhead, measure_overhead
 from tests.fixtures.fake_nvml import FakeNvml
 
 #: The recorded process holding a CUDA context on the H200 (tests/fixtures/h200/nvml-readings.txt).

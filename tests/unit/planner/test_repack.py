@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from app.planner import repack as rp
-from app.planner import weights
 from app.planner.devices import GpuDevice, HostMemory, Inventory
 from app.planner.gguf_model import read_shape
 from app.planner.logparse import mib_to_bytes
@@ -118,11 +117,10 @@ def _host(gib: int = 64) -> HostMemory:
     return HostMemory(gib * GiB, gib * GiB)
 
 
-def test_a_cpu_plan_counts_the_repacked_copy_in_host_ram(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_cpu_plan_counts_the_repacked_copy_in_host_ram() -> None:
     """The review's case: Gemma-3 12B Q4_K_M on CPU, 6956 MiB planned vs 11867 MiB the engine used."""
-    monkeypatch.setattr(weights, "host_cpu_features", lambda: AVX2)
     s = read_shape(gguf_factory.ensure(shapes.GEMMA3_12B))
-    plan = make_plan(s, Inventory((), _host()), NO_PROMPT_CACHE)
+    plan = make_plan(s, Inventory((), _host(), cpu=AVX2), NO_PROMPT_CACHE)
     assert plan.mode == PlanMode.CPU
     assert round(plan.host.weights_mapped / MiB) == 11867
     assert round(plan.host.weights_repacked / MiB, 2) == 4910.62
@@ -133,21 +131,19 @@ def test_a_cpu_plan_counts_the_repacked_copy_in_host_ram(monkeypatch: pytest.Mon
     assert plan.to_json()["host"]["weights_repacked"] == plan.host.weights_repacked
 
 
-def test_a_cpu_plan_that_only_fits_without_the_copy_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(weights, "host_cpu_features", lambda: AVX2)
+def test_a_cpu_plan_that_only_fits_without_the_copy_is_refused() -> None:
     s = read_shape(gguf_factory.ensure(shapes.GEMMA3_12B))
     tight = HostMemory(10 * GiB, 10 * GiB)  # holds the 6.8 GiB file, not the file plus a 4.8 GiB copy
-    assert not make_plan(s, Inventory((), tight), NO_PROMPT_CACHE).feasible
-    monkeypatch.setattr(weights, "host_cpu_features", lambda: NO_REPACK)
-    assert make_plan(s, Inventory((), tight), NO_PROMPT_CACHE).feasible
+    assert not make_plan(s, Inventory((), tight, cpu=AVX2), NO_PROMPT_CACHE).feasible
+    assert make_plan(s, Inventory((), tight, cpu=NO_REPACK), NO_PROMPT_CACHE).feasible
+    assert make_plan(s, Inventory((), tight), NO_PROMPT_CACHE).feasible  # features unknown: nothing repacked
 
 
-def test_a_gpu_plan_with_layers_on_the_host_repacks_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_gpu_plan_with_layers_on_the_host_repacks_nothing() -> None:
     """With a GPU, its pinned host type precedes CPU_REPACK and the mapped load swaps it for plain CPU."""
-    monkeypatch.setattr(weights, "host_cpu_features", lambda: AVX2)
     s = read_shape(gguf_factory.ensure(shapes.LLAMA31_8B))
     gpu = GpuDevice(0, "NVIDIA RTX 4060", 8 * GiB, 8 * GiB, simulated=True)
-    plan = make_plan(s, Inventory((gpu,), _host()), LaunchSettings(n_ctx=4096, n_gpu_layers=10))
+    plan = make_plan(s, Inventory((gpu,), _host(), cpu=AVX2), LaunchSettings(n_ctx=4096, n_gpu_layers=10))
     assert plan.mode == PlanMode.STOCK and plan.host.weights_repacked == 0
     assert plan.host.weights_mapped == weight_split(s, plan.launch.n_gpu_layers, [8 * GiB], cpu=NO_REPACK).host
     assert plan.host.weights_mapped > mib_to_bytes(3000)  # most layers stay on the host, mapped
@@ -162,11 +158,10 @@ X64_INFO = ("system_info: n_threads = 2 (n_threads_batch = 2) / 2 | CPU : LLAMAF
             "OPENMP = 1 | REPACK = 1 | ")
 
 
-def test_a_cpu_plan_repacks_what_the_engine_it_launches_repacks(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_cpu_plan_repacks_what_the_engine_it_launches_repacks() -> None:
     """The host weights follow the engine's CPU code (``Inventory.cpu``, from its system_info line), not
-    this machine's /proc/cpuinfo: the portable engine's haswell variant repacks the Q4_K layers, its x64
+    this machine's /proc/cpuinfo (which the planner never reads): the portable engine's haswell variant repacks the Q4_K layers, its x64
     variant (a CPU without AVX2) has no layout for them, and an AMX engine, launched with -nr, none."""
-    monkeypatch.setattr(weights, "host_cpu_features", lambda: pytest.fail("the engine's features were given"))
     s = read_shape(gguf_factory.ensure(shapes.GEMMA3_12B))
 
     def plan(cpu: CpuFeatures) -> int:

@@ -7,11 +7,12 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+from app.machine.overhead import machine_overhead, request_for_machine
 from app.planner.devices import HostMemory, Inventory
 from app.planner.gguf_model import ModelShape
 from app.planner.measurement import DeviceMeasurement, Measurement
 from app.planner.plan import make_plan, max_context
-from app.planner.request import DEFAULT_SAFETY, PlanRequest, machine_overhead
+from app.planner.request import DEFAULT_SAFETY, PlanRequest
 from app.planner.settings import LaunchSettings
 from app.planner.sources import SourceKind
 from app.planner.units import GiB, MiB
@@ -44,7 +45,7 @@ def test_the_overhead_is_given_else_measured_on_this_gpu_and_driver_else_the_def
 
 
 def test_a_request_for_this_machine_plans_with_the_measured_overhead(qwen14b: ModelShape, tmp_path: Path) -> None:
-    request = PlanRequest.for_machine(qwen14b, _real_h200(), overhead_path=_store(tmp_path, 612 * MiB))
+    request = request_for_machine(qwen14b, _real_h200(), overhead_path=_store(tmp_path, 612 * MiB))
     assert request.safety == DEFAULT_SAFETY == 256 * MiB
     gpu = request.plan(LONG).plan.gpus[0]
     assert gpu.overhead == 612 * MiB
@@ -97,7 +98,7 @@ def test_a_cpu_plan_uses_a_cpu_measurement_of_the_settings_as_given(qwen14b: Mod
 
 
 def test_the_largest_context_counts_the_same_overhead_and_measurement(qwen14b: ModelShape, tmp_path: Path) -> None:
-    request = PlanRequest.for_machine(qwen14b, _real_h200(), overhead_path=_store(tmp_path, 4 * GiB))
+    request = request_for_machine(qwen14b, _real_h200(), overhead_path=_store(tmp_path, 4 * GiB))
     measured = replace(H200_MEASURED, launch=LONG)
     fit = request.largest_fit(LONG, measured)
     assert fit == max_context(qwen14b, _real_h200(), LONG, measurement=measured, overhead=4 * GiB)

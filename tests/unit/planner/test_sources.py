@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from app.machine.overhead import Overhead, known_overhead
 from app.planner.gguf_model import ModelShape
-from app.planner.overhead import Overhead, known_overhead
 from app.planner.plan import make_plan
 from app.planner.settings import LaunchSettings
 from app.planner.sources import Source, Sourced, SourceKind

@@ -5,7 +5,8 @@ CUDA context, cuBLAS and friends: ~590 MiB per process on an H200 (docs/domain.m
 our own CUDA build: 588–595 MiB on all 32 launches, four models, 14–114 GB (607 MiB once the engine
 had generated tokens; bench/results/h200-2026-11-30.md). Measured once with NVML
 (the process's ``usedGpuMemory`` minus the buffers llama.cpp logged for it) and kept in
-``<cache>/overhead.json``; without a measurement the planner uses the H200 figure.
+``<cache>/overhead.json``; without a measurement the planner uses the H200 figure. A plan request
+for this machine (``request_for_machine``) carries the stored figure for its first GPU.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from app.paths import cache_dir
+from app.planner.devices import Inventory
+from app.planner.gguf_model import ModelShape
+from app.planner.request import DEFAULT_SAFETY, MeasurementLookup, PlanRequest
 from app.planner.sources import Source, Sourced, SourceKind
 from app.planner.weights import DEFAULT_GPU_OVERHEAD, DEFAULT_GPU_OVERHEAD_SOURCE
 
@@ -95,3 +99,25 @@ def measure_overhead(nvml: Any, index: int, pid: int, buffers: int, *, driver: s
     tmp.write_text(json.dumps(data, indent=1))
     os.replace(tmp, store)
     return result
+
+
+def machine_overhead(inventory: Inventory, given: int | None = None, *,
+                     path: Path | None = None) -> int | None:
+    """The per-process overhead to plan with: ``given``, else the one measured on this GPU and
+    driver (real GPUs only: a simulated card has no driver to measure), else None (the planner's
+    default). ``path``: the overhead store (tests)."""
+    if given is not None:
+        return given
+    if not inventory.gpus or inventory.gpus[0].simulated:
+        return None
+    known = known_overhead(inventory.gpus[0].name, inventory.driver, path=path)
+    return known.sourced() if known.measured else None
+
+
+def request_for_machine(shape: ModelShape, inventory: Inventory, *, engine_window: bool = False,
+                        safety: int = DEFAULT_SAFETY, vram_target: int | None = None,
+                        overhead: int | None = None, lookup: MeasurementLookup | None = None,
+                        overhead_path: Path | None = None) -> PlanRequest:
+    """A plan request with the overhead resolved for ``inventory`` (``overhead``: the one given)."""
+    return PlanRequest(shape, inventory, engine_window, safety, vram_target,
+                       machine_overhead(inventory, overhead, path=overhead_path), lookup)

@@ -1,0 +1,42 @@
+"""``headroom plan`` says exactly what it said before a refactor (issue 28: "behaviour, CLI text and JSON
+unchanged"): five desktop-card cases, text and ``--json``, against files recorded at 799afff, before
+app/machine took the machine readers out of the planner. Host RAM is fixed (64 GiB, 60 free) and no
+engine or pass-1 cache is found, so the output depends on the planner alone. An intended change to what
+``plan`` prints updates these files in the same commit, and says so."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from app import cli
+from app.machine import devices
+from app.planner.devices import HostMemory
+from app.planner.units import GiB
+
+GOLDEN = Path(__file__).resolve().parents[2] / "fixtures" / "plan_golden"
+CASES = {
+    "qwen14b-4090-128k": ("qwen2.5-14b-instruct-1m-q8_0", ["--gpu", "RTX 4090", "-c", "128k"]),
+    "qwen14b-4090-512k": ("qwen2.5-14b-instruct-1m-q8_0", ["--gpu", "RTX 4090", "-c", "512k"]),
+    "qwen14b-8gib-512k-q8": ("qwen2.5-14b-instruct-1m-q8_0",
+                             ["--gpu", "MyCard:8GiB", "-c", "512k", "-ctk", "q8_0", "-ctv", "q8_0", "-fa", "on"]),
+    "qwen30b-4090-128k": ("qwen3-30b-a3b-q4_k_m", ["--gpu", "RTX 4090", "-c", "128k"]),
+    "llama8b-4060-32k-np4": ("llama-3.1-8b-instruct-q4_k_m", ["--gpu", "RTX 4060", "-c", "32k", "-np", "4", "-kvu"]),
+}
+
+
+@pytest.mark.parametrize("json_out", [False, True], ids=["text", "json"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_plan_prints_what_it_printed_before(case: str, json_out: bool, shape_model: Callable[[str], Path],
+                                            tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    name, args = CASES[case]
+    model = shape_model(name)  # generated first, in the test models' own cache
+    monkeypatch.setattr(devices, "host_memory", lambda: HostMemory(64 * GiB, 60 * GiB, 8 * GiB, 8 * GiB))
+    monkeypatch.setenv("HEADROOM_CACHE_DIR", str(tmp_path))  # no engine, no pass-1 cache
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    rc = cli.main(["plan", str(model), *args, *(["--json"] if json_out else [])])
+    got = f"exit {rc}\n" + capsys.readouterr().out.replace(str(model), "MODEL")
+    assert got == (GOLDEN / f"{case}{'.json' if json_out else '.txt'}").read_text()
