@@ -6,7 +6,7 @@ Every launch of tests/fixtures/estimate_sweep.py's grid — contexts 4k, 32k, 25
 512, 2048 and 4096; -np 1, 2 and 8 with -kvu on and off; flash attention on (f16, q8_0, q4_0 caches)
 and off (f16) — on nine shape fixtures from a 259-token to a 262k-token vocabulary: 2880 launches,
 each model's in one no_alloc child (about 5 minutes on 2 busy cores). For each, llama.cpp's own CPU
-compute buffer (pass 1) beside the estimate a plan shows before pass 1 (app/planner/estimate.py).
+compute buffer (pass 1) beside the estimate a plan shows before pass 1 (app/planner/memory/compute.py).
 
 Targets (issue 17): before its 64 MiB margin the estimate is never below pass 1, and never more than
 max(1 %, 64 MiB) above it. Prints a table per model and regime, the launches nearest each bound, and

@@ -21,10 +21,10 @@ from pathlib import Path
 
 from app.machine.devices import resolve_gpus
 from app.planner.devices import Inventory
-from app.planner.gguf_model import ModelShape, _read_shape_cached, read_shape
+from app.planner.gguf.model import ModelShape, _read_shape_cached, read_shape
 from app.planner.measurement import DeviceMeasurement, Measurement
-from app.planner.plan import make_plan, max_context
 from app.planner.settings import LaunchSettings
+from app.planner.solve.plan import make_plan, max_context
 from app.planner.units import MiB
 from app.probe.measure import measure
 from bench.report import Target, Verdicts, table, timings

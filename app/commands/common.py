@@ -25,7 +25,7 @@ from typing import Any
 
 from app.machine.overhead import request_for_machine
 from app.planner.devices import Inventory
-from app.planner.gguf_model import ModelShape
+from app.planner.gguf.model import ModelShape
 from app.planner.request import DEFAULT_SAFETY, MeasurementLookup, PlanRequest
 from app.planner.settings import (
     ALL_LAYERS,
@@ -119,7 +119,7 @@ def add_launch_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_extra_args(p: argparse.ArgumentParser) -> None:
-    """What a launch adds to its model: LoRA adapters and a draft model (app/planner/extras.py)."""
+    """What a launch adds to its model: LoRA adapters and a draft model (app/planner/memory/extras.py)."""
     p.add_argument("--lora", action="append", default=[], metavar="FILE",
                    help="a LoRA adapter GGUF (repeat, or comma-separated, for several): planned on the "
                         "devices of the weights it adapts")
@@ -231,7 +231,7 @@ def context(text: str, model: str | Path) -> int:
     GGUF header, so it works for a model the planner does not model too)."""
     if text.strip() != "0":
         return parse_tokens(text)
-    from app.planner.gguf_model import read_headers, training_context
+    from app.planner.gguf.model import read_headers, training_context
 
     return training_context(read_headers(model)[0])
 
@@ -280,9 +280,9 @@ def plan_request(args: argparse.Namespace, shape: ModelShape, inventory: Invento
 
 def model_text(text: str) -> str:
     """Text a model generated, safe to print on a terminal: its control characters escaped as
-    ``words.printable`` escapes a GGUF's name (ESC → ``\\x1b``, so a reply cannot recolour or clear the
+    ``text.printable`` escapes a GGUF's name (ESC → ``\\x1b``, so a reply cannot recolour or clear the
     terminal), its line breaks and tabs kept. A model with random weights writes any byte."""
-    from app.planner.words import printable
+    from app.planner.text import printable
 
     if text.isprintable():
         return text

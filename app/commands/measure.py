@@ -52,8 +52,8 @@ def register(sub: Any) -> None:
 def _measure(args: argparse.Namespace, settings: LaunchSettings) -> tuple[Measurement, bool, str | None]:
     from app.engine.native_build import find_build
     from app.planner.errors import NotModelled
-    from app.planner.gguf_model import read_headers, read_shape
-    from app.planner.kv import check_supported
+    from app.planner.gguf.model import read_headers, read_shape
+    from app.planner.memory.kv import check_supported
     from app.probe.measure import gpu_caveat, measure_cached
 
     read_headers(args.model)  # a missing, truncated or non-GGUF file: one clear line, before any child runs

@@ -33,6 +33,7 @@ from app.planner import words
 from app.planner.measurement import Measurement
 from app.planner.plan_types import PLAN_JSON_VERSION, ContextFit, Plan, PlanMode
 from app.planner.settings import LaunchSettings
+from app.planner.text import printable
 from app.planner.units import Bytes
 
 EXIT_STATUS = exit_status("it fits (as asked, or with the alternative the plan chose)",
@@ -128,7 +129,7 @@ def _not_modelled(args: argparse.Namespace, arch: str, message: str) -> int:
 def run(args: argparse.Namespace) -> int:
     from app.hub.preview import preview_origin
     from app.planner.errors import NotModelled, PlannerError
-    from app.planner.gguf_model import read_shape
+    from app.planner.gguf.model import read_shape
 
     try:
         args.model = hub_model(args.model, download=False)
@@ -158,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
             "advisories": [vars(a) for a in advs]}, indent=2))
         return 0 if plan.feasible else 1
     origin = preview_origin(shape.path)
-    title = f"{words.printable(shape.name)} ({shape.arch}, {shape.n_layer} layers)"  # general.name: a stranger's text
+    title = f"{printable(shape.name)} ({shape.arch}, {shape.n_layer} layers)"  # general.name: a stranger's text
     if origin is not None:
         title += f" — planned from the header of hf:{origin.repo}/{origin.path} (not downloaded)"
     print(render(plan, title, fit, settings))
@@ -233,7 +234,7 @@ def render(plan: Plan, title: str, fit: ContextFit, asked: LaunchSettings | None
         out.append(f"  largest context: {format_tokens(fit.resident)} {resident} ({trained})")
     if plan.alternatives and len(plan.alternatives) > 1:
         width = max(14, *(len(a.label) + 1 for a in plan.alternatives))
-        out.append("  alternatives (host side of one turn, app/planner/cost.py: bytes read per token, "
+        out.append("  alternatives (host side of one turn, app/planner/solve/cost.py: bytes read per token, "
                    "seconds of decode + prefill; the cheapest fitting one is chosen):")
         out.append(f"   {words.ALTERNATIVES_LEGEND}")
         for a in plan.alternatives:

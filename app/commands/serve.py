@@ -37,7 +37,7 @@ from app.engine.discover import EngineInfo, EngineOrigin
 from app.engine.process import ServerStatus
 from app.planner import words
 from app.planner.errors import NotModelled
-from app.planner.gguf_model import ModelShape
+from app.planner.gguf.model import ModelShape
 from app.planner.measurement import Measurement
 from app.planner.plan_types import Plan, PlanMode
 from app.planner.settings import LaunchSettings
@@ -186,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
     from app.engine.process import EngineFailed, bind_problem
     from app.hub.preview import preview_refusal, refuse_preview
     from app.planner.errors import PlannerError
-    from app.planner.gguf_model import read_shape
+    from app.planner.gguf.model import read_shape
 
     try:
         args.model = Path(hub_model(str(args.model), download=True))
@@ -327,7 +327,7 @@ def _print_status(status: ServerStatus, detail: str) -> None:
 
 def _arch_of(model: Path) -> str:
     """The GGUF's ``general.architecture`` (for the advisories), read by the lean reader."""
-    from app.planner.gguf_reader import read_header
+    from app.planner.gguf.reader import read_header
 
     return str(read_header(model).fields.get("general.architecture", ""))
 

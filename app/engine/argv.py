@@ -88,7 +88,7 @@ def build_argv(engine: EngineInfo, settings: LaunchSettings, mode: PlanMode, mod
         argv += ["-md", settings.draft_model, "-ngld", str(0 if mode == PlanMode.CPU else settings.draft_n_gpu_layers),
                  "-ctkd", settings.draft_type_k, "-ctvd", settings.draft_type_v,
                  "--spec-type", "draft-simple", "--spec-draft-n-max", str(settings.draft_n_max)]
-    if settings.mmproj:  # the vision projector the plan counts (app/planner/projector.py), where it counts it
+    if settings.mmproj:  # the vision projector the plan counts (app/planner/memory/projector.py), where it counts it
         argv += ["--mmproj", settings.mmproj] + ([] if settings.mmproj_offload else ["--no-mmproj-offload"])
     if mode == PlanMode.WINDOW:
         argv += ["--kv-residency-mode", "window", "--vram-target", str((vram_target or 0) // MiB)]

@@ -23,8 +23,8 @@ from app.engine import native_build
 from app.engine.capabilities import Capabilities, capabilities, engine_env
 from app.engine.engine_patches import engine_label
 from app.paths import data_dir
+from app.planner.memory.repack import CpuFeatures
 from app.planner.plan_types import PlanMode
-from app.planner.repack import CpuFeatures
 
 
 class EngineKind(StrEnum):

@@ -2,7 +2,7 @@
 what its header says (architecture, quantization, training context), its size, and the vision
 projector (mmproj) beside it, if any.
 
-Only headers are read (``app.planner.gguf_reader``: the metadata and the tensor table through an mmap,
+Only headers are read (``app.planner.gguf.reader``: the metadata and the tensor table through an mmap,
 never the weights), once per file version (path, size, mtime); a rescan of an unchanged library reads
 nothing again. Only regular files are opened: a FIFO, a socket or a device named ``*.gguf`` is left out
 without being opened (opening a FIFO would wait for a writer). A file that is not a GGUF Headroom can
@@ -29,9 +29,9 @@ from pathlib import Path
 from app.hub.cache import hub_cache
 from app.hub.remote import projector_rank, quant_of
 from app.planner.errors import PlannerError
-from app.planner.gguf_model import split_parts
-from app.planner.gguf_reader import read_header
-from app.planner.projector import fits_model, read_projector
+from app.planner.gguf.model import split_parts
+from app.planner.gguf.reader import read_header
+from app.planner.memory.projector import fits_model, read_projector
 
 #: How deep below a folder the user added GGUFs are looked for (``~/models/<family>/<quant>/x.gguf``).
 MAX_DEPTH = 4
@@ -280,7 +280,7 @@ def _count(value: object) -> int:
 
 
 def _projector_width(path: Path) -> int:
-    """What the projector outputs per token (app/planner/projector.py reads it); 0 when it cannot tell."""
+    """What the projector outputs per token (app/planner/memory/projector.py reads it); 0 when it cannot tell."""
     try:
         return read_projector(path).n_embd_out
     except PlannerError:
@@ -322,7 +322,7 @@ def _without_path(message: str, path: Path) -> str:
 # ---- projectors -----------------------------------------------------------------------------------
 def _pair_projectors(group: list[LibraryEntry]) -> list[LibraryEntry]:
     """Each model in ``group`` (one snapshot, one folder) with the projector beside it that fits it (its
-    output width the model's, the settings panel's rule: app.planner.projector ``fits_model``): the only
+    output width the model's, the settings panel's rule: app.planner.memory.projector ``fits_model``): the only
     one, or the first by ``projector_rank`` (named most like the model, then F16): the Hub picker's rule too."""
     projectors = [e for e in group if e.is_projector and not e.error]
     if not projectors:

@@ -22,7 +22,7 @@ from app.hub.files import atomic_write, read_json, size_of, write_json
 from app.hub.remote import RemoteFile, RemoteGguf
 from app.paths import cache_dir
 from app.planner.errors import PlannerError
-from app.planner.gguf_reader import parse_prefix
+from app.planner.gguf.reader import parse_prefix
 from app.planner.units import Bytes, MiB
 
 FIRST_PREFIX = 2 * MiB

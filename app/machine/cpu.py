@@ -7,7 +7,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from app.planner.repack import CpuFeatures, parse_cpuinfo
+from app.planner.memory.repack import CpuFeatures, parse_cpuinfo
 
 
 @lru_cache(maxsize=1)

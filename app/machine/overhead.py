@@ -19,10 +19,10 @@ from typing import Any
 
 from app.paths import cache_dir
 from app.planner.devices import Inventory
-from app.planner.gguf_model import ModelShape
+from app.planner.gguf.model import ModelShape
+from app.planner.memory.weights import DEFAULT_GPU_OVERHEAD, DEFAULT_GPU_OVERHEAD_SOURCE
 from app.planner.request import DEFAULT_SAFETY, MeasurementLookup, PlanRequest
 from app.planner.sources import Source, Sourced, SourceKind
-from app.planner.weights import DEFAULT_GPU_OVERHEAD, DEFAULT_GPU_OVERHEAD_SOURCE
 
 #: Measured on an H200, driver 580.159.04, CUDA 13.0 (docs/domain.md §2).
 DEFAULT_OVERHEAD = DEFAULT_GPU_OVERHEAD  # one number, owned by the weights/overhead rules

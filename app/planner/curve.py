@@ -33,17 +33,10 @@ from functools import lru_cache
 from app.planner import words
 from app.planner.errors import PlannerError
 from app.planner.measurement import Measurement
-from app.planner.plan import (
-    ContextFit,
-    DevicePlan,
-    HostPlan,
-    PlanMode,
-    grown_measurement,
-    make_plan,
-    price_as_set,
-)
+from app.planner.plan_types import ContextFit, DevicePlan, HostPlan, PlanMode
 from app.planner.request import PlanRequest
 from app.planner.settings import LaunchSettings
+from app.planner.solve.plan import grown_measurement, make_plan, price_as_set
 from app.planner.sources import Source, SourceKind
 from app.planner.units import format_tokens
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from app.planner.gpu_table import SIMULATED_SUFFIX, parse_spec
-from app.planner.repack import CpuFeatures
+from app.planner.memory.repack import CpuFeatures
 
 
 @dataclass(frozen=True)

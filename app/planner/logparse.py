@@ -60,7 +60,7 @@ _SERVER_LOAD_RE = re.compile(r"load_model: loading model '")
 # draft is loaded; what follows is the server's again
 _DRAFT_END_RE = re.compile(r"adding speculative implementation|speculative decoding context initialized"
                            r"|failed to load draft model")
-# The vision projector (tools/mtmd/clip.cpp; app/planner/projector.py):
+# The vision projector (tools/mtmd/clip.cpp; app/planner/memory/projector.py):
 # clip_ctx: CLIP using CUDA0 backend                                    (clip.cpp:202; "CLIP using CPU backend" :207)
 _CLIP_BACKEND_RE = re.compile(r"clip_ctx: CLIP using (?P<dev>\S+) backend")
 # load_hparams: model size:         3.11 MiB      (clip.cpp:2125: every tensor's ggml_nbytes, unaligned)

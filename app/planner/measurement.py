@@ -49,7 +49,7 @@ class Measurement:
     #: The draft model's own pass 1 (``-md``): its compute buffers, KV and output buffer (None: no draft).
     draft: Measurement | None = None
     #: The vision projector's compute reserve per buffer (``reserve_compute_meta`` lines), when pass 1
-    #: loaded the launch's ``--mmproj`` (app/planner/projector.py).
+    #: loaded the launch's ``--mmproj`` (app/planner/memory/projector.py).
     projector_compute: tuple[tuple[str, int], ...] = ()
 
     def device(self, name: str) -> DeviceMeasurement | None:

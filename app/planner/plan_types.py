@@ -1,7 +1,7 @@
 """The plan: per GPU the stacked parts, the host's share, the resident window and the host tail.
 
 Documented data (frozen dataclasses, ``to_json`` versioned). The solver that fills them, and the
-public entry point for all of these names, is :mod:`app.planner.plan`.
+public entry point for all of these names, is :mod:`app.planner.solve.plan`.
 
 JSON form (``PLAN_JSON_VERSION`` = 1)::
 
@@ -25,13 +25,13 @@ absent = 0) is the part of ``host.weights_mapped`` that the CPU backend holds as
 (``--cache-ram``), held back from ``free``.
 ``host.output_buffer`` (likewise) is the logits buffers, no longer in ``compute_pinned``;
 ``gpus[].lora``/``host.lora`` and ``draft_weights``/``draft_kv``/``draft_compute`` (likewise; absent
-= 0) are what ``--lora`` and a draft model (``-md``) add there (app/planner/extras.py).
+= 0) are what ``--lora`` and a draft model (``-md``) add there (app/planner/memory/extras.py).
 ``gpus[].driver_reserve`` (likewise; absent = 0) is the part of ``other_processes`` that no process
 holds: the driver's own reserve. ``gpus[].remote`` (absent = "") is an RPC worker's endpoint and
 ``gpus[].budget`` (absent = null) a device's own budget; ``network`` (absent = null) what crosses
-the network per token, per ubatch and at load (app/planner/split.py). ``gpus`` are in the engine's
+the network per token, per ubatch and at load (app/planner/solve/split.py). ``gpus`` are in the engine's
 device order (RPC workers first), and ``launch.rpc`` / ``launch.tensor_split`` are its ``--rpc`` and
-``-ts``. ``projector`` (absent = null) is the vision projector's plan (app/planner/projector.py),
+``-ts``. ``projector`` (absent = null) is the vision projector's plan (app/planner/memory/projector.py),
 ``gpus[].projector`` / ``host.projector`` (absent = 0) its bytes on each.
 """
 
@@ -39,19 +39,37 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from app.planner.settings import LaunchSettings
 from app.planner.sources import Source, Sourced
 from app.planner.units import MiB
 
-if TYPE_CHECKING:
-    from app.planner.projector import ProjectorPlan
-
 __all__ = ["PLAN_JSON_VERSION", "Alternative", "AlternativeKind", "ContextFit", "DevicePlan", "HostPlan",
-           "KvSummary", "NetworkCost", "Plan", "PlanMode", "Source", "Sourced"]
+           "KvSummary", "NetworkCost", "Plan", "PlanMode", "ProjectorPlan", "Source", "Sourced"]
 
 PLAN_JSON_VERSION = 1
+
+
+@dataclass(frozen=True)
+class ProjectorPlan:
+    """Where the projector goes and what it takes there. ``device``: an engine device name or "host".
+    ``compute_host``: the part of a GPU projector's compute reserve in the CPU's buffer."""
+
+    file: str
+    device: str
+    weights: int
+    compute: int
+    compute_host: int = 0
+    sources: dict[str, Source] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.compute
+
+    def to_json(self) -> dict[str, Any]:
+        return {"file": self.file, "device": self.device, "weights": self.weights, "compute": self.compute,
+                "compute_host": self.compute_host, "sources": {k: v.to_json() for k, v in self.sources.items()}}
 
 
 class PlanMode(StrEnum):
@@ -168,9 +186,9 @@ class Alternative:
     note: str
     chosen: bool = False
     #: Bytes moved or read on the host side per prefill ubatch: host weights streamed to a GPU for
-    #: its matmuls (op offload) and host KV the CPU reads for attention (app/planner/stack.py).
+    #: its matmuls (op offload) and host KV the CPU reads for attention (app/planner/solve/stack.py).
     prefill_bytes_per_ubatch: int = 0
-    #: The price of one typical chat turn on the host side, seconds (app/planner/cost.py): what the
+    #: The price of one typical chat turn on the host side, seconds (app/planner/solve/cost.py): what the
     #: stock plan chooses by.
     decode_s: float = 0.0
     prefill_s: float = 0.0

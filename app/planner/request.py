@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from app.planner.devices import Inventory
-from app.planner.gguf_model import ModelShape
+from app.planner.gguf.model import ModelShape
 from app.planner.measurement import Measurement
-from app.planner.plan import ContextFit, make_plan, max_context
-from app.planner.plan_types import Plan
+from app.planner.plan_types import ContextFit, Plan
 from app.planner.settings import LaunchSettings
+from app.planner.solve.plan import make_plan, max_context
 from app.planner.units import MiB
 
 #: Default margin kept free per GPU: the opencoti two-pass's 256 MiB (docs/domain.md §4).

@@ -79,7 +79,7 @@ class LaunchSettings:
     decoding ("" none), with its own ``-ngld``, ``-ctkd``/``-ctvd`` and ``--spec-draft-n-max``; its
     context is the model's own (docs/domain.md §9).
     mmproj: ``--mmproj``, a vision projector's file ("" none); mmproj_offload False = ``--no-mmproj-offload``
-    (the projector on the CPU; app/planner/projector.py).
+    (the projector on the CPU; app/planner/memory/projector.py).
     """
 
     n_ctx: int = 4096

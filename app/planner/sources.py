@@ -36,7 +36,7 @@ class SourceKind(Enum):
     FROM_OS = "from the OS"
     #: psutil's reading of host memory (the window's "Other apps" on the host bar).
     FROM_PSUTIL = "from psutil"
-    #: The planner's estimate (app/planner/estimate.py).
+    #: The planner's estimate (app/planner/memory/compute.py).
     ESTIMATED = "estimated"
     #: A setting the user gave (the safety margin, ``--overhead``).
     GIVEN = "given"

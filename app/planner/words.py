@@ -1,6 +1,6 @@
 """The sentences a user reads about a plan, made here and only here.
 
-The solver (:mod:`app.planner.plan`, :mod:`app.planner.stack`) works out facts — which device is
+The solver (:mod:`app.planner.solve.plan`, :mod:`app.planner.solve.stack`) works out facts — which device is
 short and by how much, how many layers moved, which source a number has — and hands them to these
 functions; the plan carries the resulting sentences (``Plan.reason``, ``Plan.warnings``,
 ``Alternative.label``/``note``, a source's detail), and the CLI (app/commands/plan.py, serve.py)
@@ -21,19 +21,6 @@ def plural(n: int, noun: str, plural_form: str = "") -> str:
     """``1 slot``, ``2 slots``, ``0 slots`` (``plural_form`` when adding an s is wrong)."""
     return f"{n} {noun if n == 1 else plural_form or noun + 's'}"
 
-
-# ---- Text from a model file (general.name, general.architecture: written by strangers) ----------
-
-
-def printable(text: str) -> str:
-    """``text`` safe to print on a terminal or in a log: every character that is not printable
-    (ESC and the other C0/C1 controls, DEL, bidirectional overrides and other format characters,
-    unpaired surrogates) as its Python escape (``\\x1b``, ``\\u202e``); printable text unchanged.
-    A model's ``general.name`` can carry ANSI sequences that would otherwise recolour, retitle or
-    clear the user's terminal."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 # ---- Where a plan does not fit (Plan.reason, an Alternative's note) ----------------------------
 
@@ -148,7 +135,7 @@ def compute_source_warning(source: Source, measurement: Measurement | None) -> s
 
 
 def cuda_gap(gap: str) -> str:
-    """The detail of a CUDA compute estimate for a launch outside its fit (app/planner/estimate.py
+    """The detail of a CUDA compute estimate for a launch outside its fit (app/planner/memory/compute.py
     ``cuda_fit_gap``); "" inside it."""
     return f"never compared with CUDA {gap}" if gap else ""
 
@@ -386,7 +373,7 @@ ALTERNATIVES_LEGEND = "(* chosen, - does not fit, blank: fits, not chosen)"
 
 def only_no_gpu(plan: Plan, asked: LaunchSettings) -> bool:
     """Whether ``plan`` changed ``asked`` only as having no GPU forces: a CPU plan's -ngl 0, with a
-    vision projector on the CPU too (app/planner/plan.py ``_cpu_plan``)."""
+    vision projector on the CPU too (app/planner/solve/plan.py ``_cpu_plan``)."""
     return plan.mode is PlanMode.CPU and plan.launch == asked.with_(
         n_gpu_layers=0, mmproj_offload=plan.launch.mmproj_offload)
 
@@ -489,7 +476,7 @@ SMALLER_KV_NOTE = ("a smaller KV cache type, everything resident: it changes the
                    "context)")
 
 
-#: Where a LoRA adapter's bytes are planned (app/planner/extras.py).
+#: Where a LoRA adapter's bytes are planned (app/planner/memory/extras.py).
 LORA_DETAIL = "the adapter's tensors, on the devices of the weights they adapt"
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from app.planner.plan import Plan
+from app.planner.plan_types import Plan
 from app.planner.units import Bytes, parse_tokens
 from app.ui import first_run
 from app.ui.main_window import MainWindow, app_icon

@@ -11,7 +11,7 @@ from app.planner.sources import Source, SourceKind
 from app.planner.units import Bytes
 
 if TYPE_CHECKING:
-    from app.planner.plan import DevicePlan, HostPlan
+    from app.planner.plan_types import DevicePlan, HostPlan
 
 #: (field, label, colour). Colours are mid-tones that read on light and dark palettes (Tableau 20); a
 #: host part gets the light shade of its GPU counterpart, so no two different things share a colour.

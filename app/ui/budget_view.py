@@ -53,7 +53,7 @@ from app.ui.qt import (
 )
 
 if TYPE_CHECKING:
-    from app.planner.plan import Alternative, ContextFit, Plan
+    from app.planner.plan_types import Alternative, ContextFit, Plan
     from app.ui.window_state import WindowState
 
 #: The parts that are other programs' memory (read when the plan was made, not live).

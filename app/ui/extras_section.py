@@ -3,7 +3,7 @@ for speculative decoding (``-md`` with ``-ngld``, ``-ctkd``/``-ctvd``, ``--spec-
 
 One toggle row ("▸ Adapters and draft model: none") that opens onto a small form, closed while
 nothing is chosen so the settings column keeps its height. A file is checked when it is chosen, as
-the planner checks it (app/planner/extras.py ``check_lora``/``check_draft``, against the open model):
+the planner checks it (app/planner/memory/extras.py ``check_lora``/``check_draft``, against the open model):
 one llama.cpp would refuse is not kept, and ``refused`` carries the planner's sentence to the
 window's error line.
 """
@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from app.planner import extras
 from app.planner.errors import PlannerError
+from app.planner.memory import extras
 from app.planner.settings import ALL_LAYERS, DEFAULT_DRAFT_N_MAX, KV_TYPES, LaunchSettings
 from app.ui.qt import (
     QComboBox,
@@ -36,7 +36,7 @@ from app.ui.qt import (
 )
 
 if TYPE_CHECKING:
-    from app.planner.gguf_model import ModelShape
+    from app.planner.gguf.model import ModelShape
 
 TITLE = "Adapters and draft model"
 GGUF_FILTER = "GGUF files (*.gguf);;All files (*)"

@@ -31,7 +31,7 @@ from app.engine.launch import LaunchRefused, advisories, prepare
 from app.engine.process import ServerStatus
 from app.engine.running import LaunchedEngine
 from app.hub.preview import preview_refusal
-from app.planner.plan import Plan
+from app.planner.plan_types import Plan
 from app.planner.settings import LaunchSettings
 from app.planner.sources import SourceKind
 from app.ui.check_view import CheckView

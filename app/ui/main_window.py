@@ -17,7 +17,7 @@ from app.engine.discover import EngineInfo, EngineKind
 from app.machine.devices import Poller, host_memory
 from app.planner.devices import HostMemory, Inventory, Snapshot
 from app.planner.errors import PlannerError
-from app.planner.plan import Plan
+from app.planner.plan_types import Plan
 from app.planner.settings import default_context
 from app.planner.units import MiB
 from app.ui import demo

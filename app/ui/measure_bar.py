@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from app.planner.measurement import Measurement
-from app.planner.plan import Plan
+from app.planner.plan_types import Plan
 from app.planner.settings import LaunchSettings
 from app.probe.measure import gpu_caveat, measure_cached
 from app.ui.qt import QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget, Signal

@@ -16,7 +16,7 @@ from app.ui.context_control import tokens_text
 from app.ui.qt import QGridLayout, QGroupBox, QLabel, QPushButton, Qt, QWidget, Signal
 
 if TYPE_CHECKING:
-    from app.planner.plan import ContextFit, Plan
+    from app.planner.plan_types import ContextFit, Plan
 
 GREEN = "#2e7d32"
 RED = "#d62728"

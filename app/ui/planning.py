@@ -17,8 +17,8 @@ from app.engine.rpc import WorkerReading, add_workers
 from app.machine.devices import resolve_gpus
 from app.machine.overhead import request_for_machine
 from app.planner.devices import Inventory
-from app.planner.gguf_model import ModelShape
-from app.planner.plan import ContextFit, Plan
+from app.planner.gguf.model import ModelShape
+from app.planner.plan_types import ContextFit, Plan
 from app.planner.request import MeasurementLookup, PlanRequest
 from app.planner.settings import LaunchSettings
 

@@ -34,8 +34,8 @@ from app.ui.window_state import OpenModel, PlanSettings, WindowState
 
 if TYPE_CHECKING:
     from app.engine.discover import EngineInfo
-    from app.planner.gguf_model import ModelShape
-    from app.planner.plan import ContextFit, Plan
+    from app.planner.gguf.model import ModelShape
+    from app.planner.plan_types import ContextFit, Plan
 
 KV_MODES = ("stock llama.cpp (whole layers)", "rolling KV window (opencoti)")
 KV_MODE_TIP = ("Stock llama.cpp moves whole layers to the host; the opencoti engine keeps a resident window "
@@ -173,7 +173,7 @@ class SettingsPanel(QWidget):
         self._window_refused = ""  # why the chosen engine cannot realise the window ("" : it can)
         self._kvu_wanted = False  # -kvu as set, kept while the window greys it
         # A vision projector beside the opened model, offered (checked, as llama.cpp's -hf loads one by
-        # default); hidden when there is none (app/planner/projector.py projector_beside).
+        # default); hidden when there is none (app/planner/memory/projector.py projector_beside).
         self.mmproj = QCheckBox("Vision projector")
         self.mmproj.setToolTip("--mmproj: load this vision projector (its weights and compute are planned)")
         self.mmproj_cpu = QCheckBox("on the CPU")
@@ -261,7 +261,7 @@ class SettingsPanel(QWidget):
         """Show "Vision projector: FILE" (checked) when a projector for ``model`` lies beside it, else
         hide the row (and plan without one). True when that changed the settings (then ``changed`` is
         emitted, unless ``emit`` is False)."""
-        from app.planner.projector import projector_beside
+        from app.planner.memory.projector import projector_beside
 
         before = self.settings()
         found = projector_beside(model) if model is not None else None

@@ -31,9 +31,9 @@ from app.engine.discover import EngineInfo
 from app.engine.running import RunningEngine
 from app.planner.devices import Inventory
 from app.planner.errors import PlannerError
-from app.planner.gguf_model import ModelShape
+from app.planner.gguf.model import ModelShape
 from app.planner.measurement import Measurement
-from app.planner.plan import ContextFit, Plan
+from app.planner.plan_types import ContextFit, Plan
 from app.planner.request import DEFAULT_SAFETY, PlanRequest
 from app.planner.settings import LaunchSettings
 from app.ui.hub_button import preview_name
@@ -97,7 +97,7 @@ class WindowState(QObject):
     @staticmethod
     def read_model(path: Path, *, demo: bool = False) -> OpenModel:
         """Read the GGUF header (PlannerError or OSError if it is not a usable model); nothing changes."""
-        from app.planner.gguf_model import read_shape
+        from app.planner.gguf.model import read_shape
 
         return OpenModel(path, read_shape(path), preview_name(path), demo)
 

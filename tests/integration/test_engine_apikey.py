@@ -17,9 +17,9 @@ from app.engine.discover import discover_engines
 from app.engine.launch import prepare
 from app.engine.process import runtime_dir
 from app.machine.devices import resolve_gpus
-from app.planner.gguf_model import read_shape
-from app.planner.plan import make_plan
+from app.planner.gguf.model import read_shape
 from app.planner.settings import LaunchSettings
+from app.planner.solve.plan import make_plan
 
 pytestmark = pytest.mark.engine
 

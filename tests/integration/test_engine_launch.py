@@ -19,10 +19,10 @@ from app.engine.discover import discover_engines
 from app.engine.launch import plan_check, prepare
 from app.engine.process import ServerStatus
 from app.machine.devices import resolve_gpus
-from app.planner.gguf_model import read_shape
-from app.planner.plan import make_plan
+from app.planner.gguf.model import read_shape
 from app.planner.plan_types import PlanMode
 from app.planner.settings import LaunchSettings
+from app.planner.solve.plan import make_plan
 from app.probe.measure import measure
 
 pytestmark = pytest.mark.engine

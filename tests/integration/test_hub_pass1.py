@@ -24,9 +24,9 @@ from app.hub.preview import fetch_header, fetched_bytes
 from app.hub.refs import parse_ref
 from app.hub.remote import list_ggufs, pick
 from app.machine.devices import resolve_gpus
-from app.planner.gguf_model import read_shape
-from app.planner.plan import make_plan
+from app.planner.gguf.model import read_shape
 from app.planner.settings import LaunchSettings
+from app.planner.solve.plan import make_plan
 from app.probe.measure import measure
 from tests.fixtures import fake_hub as _fake_hub
 from tests.fixtures import shapes

@@ -4,7 +4,7 @@ through it.
 
 The CPU build has no GPU, so the plan puts the projector in host RAM and says ``--no-mmproj-offload``;
 with a loopback RPC worker as the only device the CLIP backend is that worker's (the first GPU-type
-device in ggml's registry, app/planner/projector.py), and the plan puts it there."""
+device in ggml's registry, app/planner/memory/projector.py), and the plan puts it there."""
 
 from __future__ import annotations
 

@@ -25,15 +25,15 @@ from app.engine.native_build import EngineBuild
 from app.machine.cpu import host_cpu_features
 from app.machine.devices import resolve_gpus
 from app.planner.errors import PlannerError
-from app.planner.gguf_model import read_shape
-from app.planner.kv import kv_layout
+from app.planner.gguf.model import read_shape
 from app.planner.logparse import parse_log
-from app.planner.plan import make_plan
+from app.planner.memory.kv import kv_layout
+from app.planner.memory.repack import NO_REPACK, CpuFeatures
+from app.planner.memory.weights import weight_split
 from app.planner.plan_types import PlanMode
-from app.planner.repack import NO_REPACK, CpuFeatures
 from app.planner.settings import LaunchSettings
+from app.planner.solve.plan import make_plan
 from app.planner.units import MiB
-from app.planner.weights import weight_split
 from app.planner.words import REPACKED_COPY
 from app.probe.measure import measure, run_worker
 from tests.fixtures import shapes

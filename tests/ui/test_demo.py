@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from app.planner.gguf_model import read_shape
+from app.planner.gguf.model import read_shape
 from app.planner.plan_types import PlanMode
 from app.planner.settings import LaunchSettings
 from app.probe.measure import measure

@@ -10,9 +10,9 @@ import pytest
 from app.engine.check import describe
 from app.engine.discover import EngineInfo, EngineKind, EngineOrigin
 from app.engine.process import pid_alive
-from app.planner.gguf_model import read_shape
-from app.planner.plan import make_plan
+from app.planner.gguf.model import read_shape
 from app.planner.plan_types import PlanMode
+from app.planner.solve.plan import make_plan
 from app.ui.qt import QLabel, Qt
 
 LEFT = Qt.MouseButton.LeftButton

@@ -14,8 +14,7 @@ from dataclasses import replace
 from app.machine.devices import resolve_gpus, snapshot
 from app.machine.nvml_session import NvmlSession
 from app.planner.devices import HostMemory, Inventory
-from app.planner.plan import Plan
-from app.planner.plan_types import PlanMode
+from app.planner.plan_types import Plan, PlanMode
 from app.planner.units import Bytes, GiB, MiB
 from app.ui.live_replan import HOST_MIN_MOVE, host_threshold, refreshed_inventory
 from app.ui.main_window import MainWindow

@@ -7,9 +7,9 @@ from collections import Counter
 from pathlib import Path
 
 from app.planner import words
-from app.planner.gguf_model import read_shape
-from app.planner.plan import Plan, make_plan
-from app.planner.plan_types import PlanMode
+from app.planner.gguf.model import read_shape
+from app.planner.plan_types import Plan, PlanMode
+from app.planner.solve.plan import make_plan
 from app.planner.units import MiB
 from app.ui.budget_view import GPU_PARTS
 from app.ui.context_control import ctx_to_pos

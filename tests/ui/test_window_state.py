@@ -12,7 +12,7 @@ from app.engine.check import PlanCheck
 from app.engine.process import ServerStatus
 from app.machine.devices import resolve_gpus
 from app.machine.overhead import request_for_machine
-from app.planner.gguf_model import read_shape
+from app.planner.gguf.model import read_shape
 from app.planner.measurement import DeviceMeasurement, Measurement
 from app.planner.plan_types import Plan
 from app.planner.settings import LaunchSettings

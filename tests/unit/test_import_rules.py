@@ -79,7 +79,7 @@ FILE_CALLS = frozenset({"open", "read_text", "read_bytes", "write_text", "write_
                         "exists", "is_file", "is_dir", "iterdir", "glob", "rglob", "mkdir", "unlink",
                         "replace", "rename", "touch", "resolve", "getsize", "isfile", "listdir", "scandir"})
 #: The one module that opens files: the GGUF reader the planner is given a path for.
-GGUF_READER = "app/planner/gguf_reader.py"
+GGUF_READER = "app/planner/gguf/reader.py"
 
 
 def file_calls(path: Path) -> list[tuple[int, str]]:
@@ -141,3 +141,39 @@ def test_the_rule_reader_sees_lazy_and_relative_imports(tmp_path: Path) -> None:
     assert (4, "app.engine.launch") in found
     assert (5, "app.ui.qt") in found
     assert (1, "os") in found
+
+
+def _runtime_imports(path: Path) -> list[str]:
+    """The modules ``path`` imports when it runs (an ``if TYPE_CHECKING:`` block's are for mypy only)."""
+    tree = ast.parse(path.read_text(), str(path))
+    typing_only = {n.lineno for node in ast.walk(tree) if isinstance(node, ast.If)
+                   and "TYPE_CHECKING" in ast.unparse(node.test) for n in ast.walk(node) if hasattr(n, "lineno")}
+    return [mod for line, mod in imports_of(path) if line not in typing_only]
+
+
+def _planner_module(mod: str) -> str | None:
+    """``app.planner.memory.kv.kv_layout`` → ``app.planner.memory.kv`` (the module it names)."""
+    while mod.startswith("app.planner"):
+        rel = mod.replace(".", "/")
+        if (APP.parent / f"{rel}.py").is_file() or (APP.parent / rel / "__init__.py").is_file():
+            return mod
+        mod = mod.rsplit(".", 1)[0]
+    return None
+
+
+def test_the_planners_modules_import_each_other_without_a_circle() -> None:
+    """gguf/ → memory/ → solve/ → the request: a newcomer reads them in that order (README, "Layout")."""
+    graph = {_module_name(p): {m for mod in _runtime_imports(p) if (m := _planner_module(mod)) and m != _module_name(p)}
+             for p in sorted((APP / "planner").rglob("*.py"))}
+    done: set[str] = set()
+
+    def visit(mod: str, path: tuple[str, ...]) -> None:
+        assert mod not in path, " -> ".join((*path[path.index(mod):], mod))
+        if mod in done:
+            return
+        for dep in sorted(graph.get(mod, ())):
+            visit(dep, (*path, mod))
+        done.add(mod)
+
+    for mod in sorted(graph):
+        visit(mod, ())

@@ -14,8 +14,8 @@ import pytest
 from app.cli import build_parser
 from app.commands.common import settings_from_args
 from app.planner.errors import PlannerError
-from app.planner.gguf_model import read_shape
-from app.planner.gguf_reader import read_header
+from app.planner.gguf.model import read_shape
+from app.planner.gguf.reader import read_header
 from app.planner.settings import ALL_LAYERS, LaunchSettings
 
 LLAMA_SERVER = ["-c", "128k", "-ctk", "q8_0", "-ctv", "q4_0", "-np", "4", "-kvu", "-fa", "auto", "-ub", "1024",

@@ -2,7 +2,8 @@
 unchanged"): five desktop-card cases, text and ``--json``, against files recorded at 799afff, before
 app/machine took the machine readers out of the planner. Host RAM is fixed (64 GiB, 60 free) and no
 engine or pass-1 cache is found, so the output depends on the planner alone. An intended change to what
-``plan`` prints updates these files in the same commit, and says so."""
+``plan`` prints updates these files in the same commit, and says so: the planner's split into gguf/,
+memory/ and solve/ changed one thing, the path in the alternatives' heading (app/planner/solve/cost.py)."""
 
 from __future__ import annotations
 

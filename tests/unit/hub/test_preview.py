@@ -21,8 +21,8 @@ from app.hub.preview import (
     refuse_preview,
 )
 from app.hub.remote import list_ggufs
-from app.planner.gguf_model import read_shape
-from app.planner.gguf_reader import parse_prefix, read_header
+from app.planner.gguf.model import read_shape
+from app.planner.gguf.reader import parse_prefix, read_header
 from app.planner.units import MiB
 from tests.fixtures.fake_hub import FakeHub
 
@@ -156,8 +156,8 @@ def test_a_header_past_the_cap_is_refused(fake_hub: FakeHub, shape_model: Callab
 def test_the_launch_path_refuses_a_preview(fake_hub: FakeHub, tiny_chat_model: Path) -> None:
     from app.engine.launch import LaunchRefused, prepare
     from app.machine.devices import resolve_gpus
-    from app.planner.plan import make_plan
     from app.planner.settings import LaunchSettings
+    from app.planner.solve.plan import make_plan
 
     fake_hub.add_repo("acme/Tiny-GGUF", {"tiny-F32.gguf": tiny_chat_model})
     path = fetch_header(list_ggufs("acme/Tiny-GGUF").ggufs[0])

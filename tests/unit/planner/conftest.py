@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.planner.gguf_model import ModelShape, read_shape
+from app.planner.gguf.model import ModelShape, read_shape
 from tests.fixtures import gguf_factory, shapes
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from app.planner.gguf_model import ModelShape, read_shape
-from app.planner.plan import max_context
+from app.planner.gguf.model import ModelShape, read_shape
 from app.planner.settings import LaunchSettings
+from app.planner.solve.plan import max_context
 from tests.unit.planner.test_plan import h200
 
 

@@ -10,12 +10,12 @@ from pathlib import Path
 from app.machine.devices import resolve_gpus
 from app.planner.curve import CHART_KV_TYPES, context_curve, context_grid
 from app.planner.devices import GpuDevice, HostMemory, Inventory
-from app.planner.gguf_model import ModelShape, read_shape
+from app.planner.gguf.model import ModelShape, read_shape
 from app.planner.measurement import DeviceMeasurement, Measurement
-from app.planner.plan import make_plan
 from app.planner.plan_types import PlanMode
 from app.planner.request import PlanRequest
 from app.planner.settings import LaunchSettings
+from app.planner.solve.plan import make_plan
 from app.planner.sources import SourceKind
 from app.planner.units import GiB, MiB
 from tests.fixtures import gguf_factory, shapes

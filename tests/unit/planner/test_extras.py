@@ -9,14 +9,14 @@ import pytest
 
 from app.planner.devices import GpuDevice, HostMemory, Inventory
 from app.planner.errors import PlannerError
-from app.planner.extras import check_draft, check_lora, lora_bytes
-from app.planner.gguf_model import read_shape
+from app.planner.gguf.model import read_shape
 from app.planner.logparse import parse_log
 from app.planner.measurement import DeviceMeasurement, Measurement
-from app.planner.plan import make_plan
+from app.planner.memory.extras import check_draft, check_lora, lora_bytes
+from app.planner.memory.weights import layer_devices
 from app.planner.settings import LaunchSettings
+from app.planner.solve.plan import make_plan
 from app.planner.units import GiB, MiB
-from app.planner.weights import layer_devices
 from tests.fixtures import adapters, gguf_factory, shapes
 
 RANK = 16

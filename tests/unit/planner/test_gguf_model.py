@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from app.planner.errors import NotModelled, PlannerError
-from app.planner.gguf_model import read_shape
+from app.planner.gguf.model import read_shape
 from tests.fixtures import gguf_factory, shapes, tables
 from tests.fixtures.quant import uniform
 

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from app.planner.errors import PlannerError
-from app.planner.gguf_model import read_shape
-from app.planner.gguf_reader import GGUFArray, read_header
+from app.planner.gguf.model import read_shape
+from app.planner.gguf.reader import GGUFArray, read_header
 from tests.fixtures import gguf_factory, shapes
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from app.planner.errors import PlannerError
-from app.planner.gguf_model import read_shape
+from app.planner.gguf.model import read_shape
 from tests.fixtures import gguf_factory, gguf_mutate, shapes
 from tests.fixtures.gguf_mutate import STR, U32, U64, Header
 

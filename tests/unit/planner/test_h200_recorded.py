@@ -25,7 +25,9 @@ import pytest
 
 from app.engine.check import check_plan
 from app.planner.devices import GpuDevice, HostMemory, Inventory
-from app.planner.estimate import (
+from app.planner.gguf.model import ModelShape, read_shape
+from app.planner.measurement import DeviceMeasurement, Measurement
+from app.planner.memory.compute import (
     BASE_MARGIN,
     CUDA_FITTED_ARCHS,
     CUDA_FITTED_CONTEXT,
@@ -37,11 +39,9 @@ from app.planner.estimate import (
     estimate_compute,
     ffn_width,
 )
-from app.planner.gguf_model import ModelShape, read_shape
-from app.planner.kv import context_size, swa_cells
-from app.planner.measurement import DeviceMeasurement, Measurement
-from app.planner.plan import make_plan
+from app.planner.memory.kv import context_size, swa_cells
 from app.planner.settings import LaunchSettings
+from app.planner.solve.plan import make_plan
 from app.planner.sources import SourceKind
 from app.planner.units import GiB, MiB
 from tests.fixtures import gguf_factory, shapes

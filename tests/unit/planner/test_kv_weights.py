@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 
 from app.planner.errors import PlannerError
-from app.planner.gguf_model import ModelShape, read_shape
-from app.planner.kv import context_size, kv_layout, row_bytes
+from app.planner.gguf.model import ModelShape, read_shape
 from app.planner.logparse import parse_log
+from app.planner.memory.kv import context_size, kv_layout, row_bytes
+from app.planner.memory.weights import layer_devices, output_buffer_bytes, weight_split
 from app.planner.settings import LaunchSettings
 from app.planner.units import MiB
-from app.planner.weights import layer_devices, output_buffer_bytes, weight_split
 from tests.fixtures import gguf_factory, shapes
 
 H200_LOG = "h200/llama-server-qwen2-14b-1m-c524288-fa-ub512-f16.log"

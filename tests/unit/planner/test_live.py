@@ -11,11 +11,11 @@ import pytest
 
 from app.machine.devices import Poller, host_memory, resolve_gpus
 from app.planner.devices import HostMemory, Snapshot
-from app.planner.gguf_model import read_shape
+from app.planner.gguf.model import read_shape
 from app.planner.live import CPU_RUN_NOTE, HOST, RowState, host_planned, live_report
-from app.planner.plan import Plan, make_plan
-from app.planner.plan_types import PlanMode
+from app.planner.plan_types import Plan, PlanMode
 from app.planner.settings import LaunchSettings
+from app.planner.solve.plan import make_plan
 from app.planner.units import Bytes, GiB, MiB
 from tests.fixtures import gguf_factory, shapes
 from tests.fixtures.fake_nvml import FakeNvml

@@ -10,11 +10,11 @@ import pytest
 from app.engine.argv import argv_for_plan
 from app.engine.discover import EngineInfo, EngineKind, EngineOrigin
 from app.planner.devices import GpuDevice, HostMemory, Inventory
-from app.planner.gguf_model import ModelShape
+from app.planner.gguf.model import ModelShape
 from app.planner.measurement import DeviceMeasurement, Measurement
-from app.planner.plan import AlternativeKind, make_plan, max_context
-from app.planner.plan_types import PlanMode
+from app.planner.plan_types import AlternativeKind, PlanMode
 from app.planner.settings import ALL_LAYERS, LaunchSettings
+from app.planner.solve.plan import make_plan, max_context
 from app.planner.units import GiB, MiB
 
 #: What the recorded H200 run measured (tests/fixtures/h200/llama-server-*.log, sched_reserve lines).
@@ -78,7 +78,7 @@ def test_stock_engine_that_does_not_fit_prices_alternatives(qwen14b: ModelShape)
     assert any(lbl.startswith("-c ") for lbl in labels)
     chosen = [a for a in plan.alternatives if a.chosen]
     assert len(chosen) == 1 and chosen[0].feasible and plan.feasible
-    # The chosen one keeps the asked context and KV type and is the cheapest turn (app/planner/cost.py)
+    # The chosen one keeps the asked context and KV type and is the cheapest turn (app/planner/solve/cost.py)
     # of those that do; a smaller KV type is offered, not chosen while another way fits.
     keep = [a for a in plan.alternatives if a.feasible and a.launch.n_ctx == LONG.n_ctx
             and a.kind is not AlternativeKind.SMALLER_KV_TYPE]

@@ -8,10 +8,10 @@ import pytest
 
 from app.planner import words
 from app.planner.devices import GpuDevice, HostMemory, Inventory
-from app.planner.gguf_model import ModelShape
-from app.planner.plan import make_plan
+from app.planner.gguf.model import ModelShape
 from app.planner.plan_types import AlternativeKind, Plan, PlanMode
 from app.planner.settings import AUTO_CACHE_RESERVE_MIB, LaunchSettings
+from app.planner.solve.plan import make_plan
 from app.planner.units import GiB, MiB
 from tests.unit.planner.test_plan import H200_MEASURED, LONG, h200
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from app.planner.gguf_model import ModelShape
+from app.planner.gguf.model import ModelShape
 from app.planner.measurement import Measurement
-from app.planner.plan import make_plan
 from app.planner.settings import LaunchSettings
+from app.planner.solve.plan import make_plan
 from app.planner.sources import Source, SourceKind
 from app.planner.units import MiB
 from tests.unit.planner.test_plan import H200_MEASURED, LONG, h200

@@ -14,12 +14,10 @@ from app.engine.argv import build_argv
 from app.engine.check import check_plan
 from app.planner.devices import Inventory
 from app.planner.errors import PlannerError
-from app.planner.gguf_model import read_shape
+from app.planner.gguf.model import read_shape
 from app.planner.logparse import parse_log
 from app.planner.measurement import DeviceMeasurement, Measurement
-from app.planner.plan import make_plan
-from app.planner.plan_types import PlanMode
-from app.planner.projector import (
+from app.planner.memory.projector import (
     CPU_ALIGNMENT,
     GPU_ALIGNMENT,
     estimate_compute,
@@ -27,7 +25,9 @@ from app.planner.projector import (
     read_projector,
     weights_bytes,
 )
+from app.planner.plan_types import PlanMode
 from app.planner.settings import LaunchSettings
+from app.planner.solve.plan import make_plan
 from app.planner.sources import SourceKind
 from app.planner.units import MiB
 from tests.fixtures import gguf_factory, shapes

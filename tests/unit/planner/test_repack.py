@@ -11,16 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from app.planner import repack as rp
 from app.planner.devices import GpuDevice, HostMemory, Inventory
-from app.planner.gguf_model import read_shape
+from app.planner.gguf.model import read_shape
 from app.planner.logparse import mib_to_bytes
-from app.planner.plan import make_plan
+from app.planner.memory import repack as rp
+from app.planner.memory.repack import NO_REPACK, CpuFeatures, is_repacked, parse_cpuinfo, repack_bytes
+from app.planner.memory.weights import weight_split
 from app.planner.plan_types import PlanMode
-from app.planner.repack import NO_REPACK, CpuFeatures, is_repacked, parse_cpuinfo, repack_bytes
 from app.planner.settings import LaunchSettings
+from app.planner.solve.plan import make_plan
 from app.planner.units import GiB, MiB
-from app.planner.weights import weight_split
 from app.planner.words import REPACKED_COPY
 from tests.fixtures import gguf_factory, shapes
 

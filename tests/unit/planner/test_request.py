@@ -9,11 +9,11 @@ from pathlib import Path
 
 from app.machine.overhead import machine_overhead, request_for_machine
 from app.planner.devices import HostMemory, Inventory
-from app.planner.gguf_model import ModelShape
+from app.planner.gguf.model import ModelShape
 from app.planner.measurement import DeviceMeasurement, Measurement
-from app.planner.plan import make_plan, max_context
 from app.planner.request import DEFAULT_SAFETY, PlanRequest
 from app.planner.settings import LaunchSettings
+from app.planner.solve.plan import make_plan, max_context
 from app.planner.sources import SourceKind
 from app.planner.units import GiB, MiB
 from tests.unit.planner.test_plan import H200_MEASURED, LONG, h200

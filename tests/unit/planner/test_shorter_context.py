@@ -10,10 +10,10 @@ import pytest
 from app.commands.plan import render
 from app.planner import words
 from app.planner.devices import GpuDevice, HostMemory, Inventory
-from app.planner.gguf_model import ModelShape, read_shape
-from app.planner.plan import make_plan, max_context
+from app.planner.gguf.model import ModelShape, read_shape
 from app.planner.plan_types import AlternativeKind, Plan
 from app.planner.settings import LaunchSettings
+from app.planner.solve.plan import make_plan, max_context
 from app.planner.units import GiB, format_tokens
 from tests.fixtures import gguf_factory, shapes
 

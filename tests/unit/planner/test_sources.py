@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from app.machine.overhead import Overhead, known_overhead
-from app.planner.gguf_model import ModelShape
-from app.planner.plan import make_plan
+from app.planner.gguf.model import ModelShape
+from app.planner.memory.weights import DEFAULT_GPU_OVERHEAD_SOURCE
 from app.planner.settings import LaunchSettings
+from app.planner.solve.plan import make_plan
 from app.planner.sources import Source, Sourced, SourceKind
 from app.planner.units import MiB
-from app.planner.weights import DEFAULT_GPU_OVERHEAD_SOURCE
 from tests.unit.planner.test_plan import H200_MEASURED, h200
 
 #: Every kind of source with the words a user reads for it (today's phrases, PLAN_JSON_VERSION 1).

@@ -1,6 +1,6 @@
 """What llama.cpp's model loader refuses, refused here first, each with a sentence naming the problem.
 
-A GGUF that the lean reader (:mod:`app.planner.gguf_reader`) parses can still be one llama.cpp will
+A GGUF that the lean reader (:mod:`app.planner.gguf.reader`) parses can still be one llama.cpp will
 not load; planning it would print "FITS" (or a nonsense figure) for a model that never starts. The
 rules below are the loader's, read from the vendored llama.cpp (0c1e57098):
 
@@ -34,10 +34,10 @@ from typing import TYPE_CHECKING, Any
 from gguf.constants import MODEL_ARCH_NAMES, MODEL_TENSORS, TENSOR_NAMES, GGUFValueType
 
 from app.planner.errors import PlannerError
-from app.planner.gguf_reader import GGUFArray, TensorInfo
+from app.planner.gguf.reader import GGUFArray, TensorInfo
 
 if TYPE_CHECKING:
-    from app.planner.gguf_model import ModelShape
+    from app.planner.gguf.model import ModelShape
 
 V = GGUFValueType
 #: src/llama-hparams.h

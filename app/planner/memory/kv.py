@@ -25,7 +25,7 @@ from functools import lru_cache
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from app.planner.errors import PlannerError
-from app.planner.gguf_model import ModelShape
+from app.planner.gguf.model import ModelShape
 from app.planner.settings import GGML_TYPE_IDS, LaunchSettings
 
 #: src/llama-context.cpp: ``cparams.n_ctx = GGML_PAD(cparams.n_ctx, 256)``.

@@ -6,7 +6,7 @@ output layer last) goes to the first device whose split point is above ``j / act
 in float32). So a ``-ts`` of *layer counts* ``n_0, n_1, …`` gives device 0 exactly the first ``n_0``
 offloaded layers, device 1 the next ``n_1``, and so on (the split points are ``(n_0 + … + n_i) / act``
 and ``j / act`` is below them exactly while ``j < n_0 + … + n_i``): the plan chooses counts and
-writes them as ``-ts``, and ``layer_devices`` (app/planner/weights.py) replays the engine's rule on
+writes them as ``-ts``, and ``layer_devices`` (app/planner/memory/weights.py) replays the engine's rule on
 them to place every tensor.
 
 Choosing: each device has a capacity (its free memory or its budget, less the safety margin, the
@@ -30,11 +30,16 @@ import itertools
 from collections.abc import Sequence
 
 from app.planner.devices import Inventory
-from app.planner.gguf_model import ModelShape
+from app.planner.gguf.model import ModelShape
+from app.planner.memory.weights import (
+    DEFAULT_GPU_OVERHEAD,
+    override_shifts,
+    resolve_overrides,
+    slot_gpu_bytes,
+)
 from app.planner.plan_types import NetworkCost
 from app.planner.settings import LaunchSettings
-from app.planner.stack import Compute, KvPerLayer
-from app.planner.weights import DEFAULT_GPU_OVERHEAD, override_shifts, resolve_overrides, slot_gpu_bytes
+from app.planner.solve.stack import Compute, KvPerLayer
 
 #: One float per element: the hidden state and the logits travel as f32 (ggml-rpc copies tensors).
 F32 = 4
@@ -133,7 +138,7 @@ def capacities(inv: Inventory, compute: Compute, overhead: int | None, safety: i
 
 def with_split(shape: ModelShape, inv: Inventory, launch: LaunchSettings, kvp: KvPerLayer, compute: Compute,
                 overhead: int | None, safety: int, vram_target: int | None) -> LaunchSettings:
-    """``launch`` with the planner's ``-ts`` over several devices (app/planner/split.py) when it has
+    """``launch`` with the planner's ``-ts`` over several devices (app/planner/solve/split.py) when it has
     none; unchanged when it has one, on one device, or when no split holds every offloaded layer
     (then the engine's default split stands and the plan says what does not fit)."""
     if launch.tensor_split or len(inv.gpus) < 2:

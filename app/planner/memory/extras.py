@@ -10,7 +10,7 @@
 - **Draft model**: llama-server loads it after the model's context with the model's own settings
   (common/speculative.cpp ``common_base_params_to_speculative``): the same split, its own ``-ngld``,
   ``-ctkd``/``-ctvd``, the model's context size; ``LaunchSettings.draft_settings()`` says which.
-  Its weights and KV are planned like the model's (app/planner/stack.py stacks it as a second model);
+  Its weights and KV are planned like the model's (app/planner/solve/stack.py stacks it as a second model);
   pass 1 measures its compute and output buffers (app/probe/worker.py loads it too).
 Every file is read once per (path, size, mtime), like the model's header.
 """
@@ -23,9 +23,9 @@ from functools import lru_cache
 from pathlib import Path
 
 from app.planner.errors import PlannerError
-from app.planner.gguf_model import ModelShape, read_shape
-from app.planner.gguf_reader import FileStamp, TensorInfo, file_stamp, read_header
-from app.planner.weights import GPU_ALIGNMENT, Override, layer_devices, tensor_device
+from app.planner.gguf.model import ModelShape, read_shape
+from app.planner.gguf.reader import FileStamp, TensorInfo, file_stamp, read_header
+from app.planner.memory.weights import GPU_ALIGNMENT, Override, layer_devices, tensor_device
 
 #: ggml-impl.h ``TENSOR_ALIGNMENT``: the CPU buffer types' alignment (the LoRA buffer on the host).
 HOST_ALIGNMENT = 32

@@ -14,7 +14,7 @@ Mirrors src/llama-model.cpp ``llama_model_base::load_tensors``:
   for it too, at most 96 bytes per tensor more than a CPU worker's 32, ggml-impl.h
   ``TENSOR_ALIGNMENT``);
 - on an engine without GPUs, host matmul weights of a repackable type are *copied* into the CPU
-  backend's ``CPU_REPACK`` buffer (app/planner/repack.py); they no longer bound the ``CPU_Mapped``
+  backend's ``CPU_REPACK`` buffer (app/planner/memory/repack.py); they no longer bound the ``CPU_Mapped``
   range, which still covers them when they lie between mapped tensors (the usual case); with a
   GPU device the first GPU's pinned host type comes before ``CPU_REPACK`` in the host list
   (llama-model.cpp ``make_cpu_buft_list``) and, as the model is mapped, the loader swaps it for the
@@ -34,9 +34,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from app.planner.gguf_model import ModelShape
-from app.planner.gguf_reader import TensorInfo
-from app.planner.repack import NO_REPACK, CpuFeatures, is_repacked, repack_bytes
+from app.planner.gguf.model import ModelShape
+from app.planner.gguf.reader import TensorInfo
+from app.planner.memory.repack import NO_REPACK, CpuFeatures, is_repacked, repack_bytes
 from app.planner.settings import LaunchSettings
 from app.planner.sources import Source, SourceKind
 

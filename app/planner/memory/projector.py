@@ -25,13 +25,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from app.planner.errors import PlannerError
-from app.planner.gguf_reader import file_stamp, gguf_files_in, read_header
+from app.planner.gguf.reader import file_stamp, gguf_files_in, read_header
+from app.planner.plan_types import ProjectorPlan
 from app.planner.sources import Source, SourceKind
 from app.planner.units import Bytes
 
 if TYPE_CHECKING:
     from app.planner.devices import Inventory
-    from app.planner.gguf_model import ModelShape
+    from app.planner.gguf.model import ModelShape
     from app.planner.measurement import Measurement
     from app.planner.settings import LaunchSettings
 
@@ -67,27 +68,6 @@ class ProjectorShape:
         """Tokens of the warm-up image: its patches, plus the class token (clip.cpp ``n_pos``)."""
         side = self.image_size // self.patch_size if self.patch_size else 0
         return side * side + 1
-
-
-@dataclass(frozen=True)
-class ProjectorPlan:
-    """Where the projector goes and what it takes there. ``device``: an engine device name or "host".
-    ``compute_host``: the part of a GPU projector's compute reserve in the CPU's buffer."""
-
-    file: str
-    device: str
-    weights: int
-    compute: int
-    compute_host: int = 0
-    sources: dict[str, Source] = field(default_factory=dict)
-
-    @property
-    def total(self) -> int:
-        return self.weights + self.compute
-
-    def to_json(self) -> dict[str, Any]:
-        return {"file": self.file, "device": self.device, "weights": self.weights, "compute": self.compute,
-                "compute_host": self.compute_host, "sources": {k: v.to_json() for k, v in self.sources.items()}}
 
 
 def _int(fields: dict[str, Any], key: str, path: Path, *, required: bool = True) -> int:
@@ -219,7 +199,7 @@ def projector_beside(model: str | Path) -> Path | None:
     if not found:
         return None
     try:
-        from app.planner.gguf_model import read_shape
+        from app.planner.gguf.model import read_shape
 
         n_embd = read_shape(p).n_embd
     except PlannerError:

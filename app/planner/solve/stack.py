@@ -1,6 +1,6 @@
 """Stacking one configuration onto the devices: what each GPU and the host hold.
 
-Pure bookkeeping for :mod:`app.planner.plan`: given where the weights go (weights.py), the KV
+Pure bookkeeping for :mod:`app.planner.solve.plan`: given where the weights go (weights.py), the KV
 layout (kv.py), the compute buffers and a number of resident KV cells, it fills DevicePlan and
 HostPlan. KV follows its layer's device (src/llama-kv-cache.cpp: ``model.dev_layer(il)`` when
 ``offload_kqv``, else the CPU).
@@ -11,18 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
-from app.planner import extras, words
+from app.planner import words
 from app.planner.devices import Inventory
-from app.planner.estimate import cuda_fit_gap, estimate_compute
-from app.planner.gguf_model import ModelShape
-from app.planner.kv import KvLayout, kv_layout
+from app.planner.gguf.model import ModelShape
 from app.planner.measurement import Measurement
-from app.planner.plan_types import DevicePlan, HostPlan
-from app.planner.projector import HOST, ProjectorPlan, projector_for
-from app.planner.settings import AUTO_CACHE_RESERVE_MIB, DEFAULT_CACHE_RAM_MIB, LaunchSettings
-from app.planner.sources import Source, Sourced, SourceKind
-from app.planner.units import MiB
-from app.planner.weights import (
+from app.planner.memory import extras
+from app.planner.memory.compute import cuda_fit_gap, estimate_compute
+from app.planner.memory.kv import KvLayout, kv_layout
+from app.planner.memory.projector import HOST, projector_for
+from app.planner.memory.weights import (
     DEFAULT_GPU_OVERHEAD,
     DEFAULT_GPU_OVERHEAD_SOURCE,
     WeightSplit,
@@ -30,6 +27,10 @@ from app.planner.weights import (
     resolve_overrides,
     weight_split,
 )
+from app.planner.plan_types import DevicePlan, HostPlan, ProjectorPlan
+from app.planner.settings import AUTO_CACHE_RESERVE_MIB, DEFAULT_CACHE_RAM_MIB, LaunchSettings
+from app.planner.sources import Source, Sourced, SourceKind
+from app.planner.units import MiB
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ class Compute:
     source: Source
     #: The draft model's own compute buffers (``-md``; None: no draft).
     draft: Compute | None = None
-    projector: ProjectorPlan | None = None  # the vision projector (weights too), app/planner/projector.py
+    projector: ProjectorPlan | None = None  # the vision projector (weights too), app/planner/memory/projector.py
 
 
 @dataclass(frozen=True)
@@ -233,7 +234,7 @@ class Extra:
 def _extras(shape: ModelShape, inv: Inventory, settings: LaunchSettings, ws: WeightSplit,
             compute: Compute) -> tuple[list[Extra], Extra]:
     """Per GPU and for the host: the LoRA adapters' buffers on the devices of the weights they adapt
-    (app/planner/extras.py) and the draft model stacked as a second model with its own settings."""
+    (app/planner/memory/extras.py) and the draft model stacked as a second model with its own settings."""
     n = len(inv.gpus)
     names = [g.engine_name for g in inv.gpus]
     lora_gpu, lora_host = [0] * n, 0

@@ -38,8 +38,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import NamedTuple
 
-from app.planner.gguf_model import ModelShape
-from app.planner.kv import ContextSize, swa_cells
+from app.planner.gguf.model import ModelShape
+from app.planner.memory.kv import ContextSize, swa_cells
 from app.planner.settings import LaunchSettings
 from app.planner.units import MiB, format_tokens
 

@@ -2,10 +2,10 @@
 
 Mirrors how the engine reads them: ``llama_model_base::load_hparams`` (src/llama-model.cpp) for the
 common keys, each architecture's ``load_arch_hparams`` (src/models/<arch>.cpp) for SWA and MLA.
-Only the header and the tensor table are read (:mod:`app.planner.gguf_reader`), never the weights.
+Only the header and the tensor table are read (:mod:`app.planner.gguf.reader`), never the weights.
 Split GGUFs (``name-00001-of-00003.gguf``) are read as one model. A file the engine's loader would
 refuse (a key of the wrong type, hyper-parameters that contradict the tensors ...) is refused here,
-naming the problem (:mod:`app.planner.gguf_checks`), instead of being planned.
+naming the problem (:mod:`app.planner.gguf.checks`), instead of being planned.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from app.planner.errors import NotModelled, PlannerError
-from app.planner.gguf_checks import LLAMA_MAX_LAYERS, check_hparams, check_metadata, check_tensors
-from app.planner.gguf_reader import GGUFArray, GGUFHeader, TensorInfo, file_stamp, missing_files, read_header
+from app.planner.gguf.checks import LLAMA_MAX_LAYERS, check_hparams, check_metadata, check_tensors
+from app.planner.gguf.reader import GGUFArray, GGUFHeader, TensorInfo, file_stamp, missing_files, read_header
 
 #: Architectures whose memory the planner models (a plain or iSWA KV cache, MLA through
 #: key_length_mla, a Mamba-2 hybrid). Each either has a shape fixture compared with the engine, or

@@ -8,7 +8,7 @@ Modes (issue 3):
   with every weight resident (``-ngl`` + ``-ot``), the experts of the fewest layers on the CPU
   (``--n-cpu-moe``, MoE models), the fewest layers moved to the host (``-ngl``), the whole KV on the
   host (``-nkvo``), a smaller KV type, or a shorter context — each priced by the time one typical
-  turn spends on the host side (app/planner/cost.py: decode and prefill), all listed. The cheapest
+  turn spends on the host side (app/planner/solve/cost.py: decode and prefill), all listed. The cheapest
   that keeps the asked context and KV type is chosen; else the smaller KV type; else the shorter
   context (when nothing keeps the asked one: the largest any of those placements fits, placed the
   cheapest way there).
@@ -24,13 +24,16 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from app.planner import words
-from app.planner.cost import DEFAULT_BUS, bus_bandwidth, turn_cost
 from app.planner.devices import Inventory
 from app.planner.errors import PlannerError
-from app.planner.estimate import estimate_compute
-from app.planner.gguf_model import ModelShape
-from app.planner.kv import CTX_PAD, context_size
+from app.planner.gguf.model import ModelShape
 from app.planner.measurement import Measurement
+from app.planner.memory.compute import estimate_compute
+from app.planner.memory.kv import CTX_PAD, context_size
+from app.planner.memory.weights import (
+    resolve_overrides,
+    weight_split,
+)
 from app.planner.plan_types import (
     Alternative,
     AlternativeKind,
@@ -43,13 +46,10 @@ from app.planner.plan_types import (
     PlanMode,
 )
 from app.planner.settings import ALL_LAYERS, LaunchSettings
-from app.planner.split import network_cost, shares, with_split
-from app.planner.stack import Compute, compute_for, kv_per_layer, stack
+from app.planner.solve.cost import DEFAULT_BUS, bus_bandwidth, turn_cost
+from app.planner.solve.split import network_cost, shares, with_split
+from app.planner.solve.stack import Compute, compute_for, kv_per_layer, stack
 from app.planner.units import MiB
-from app.planner.weights import (
-    resolve_overrides,
-    weight_split,
-)
 
 __all__ = ["Alternative", "AlternativeKind", "ContextFit", "DevicePlan", "HostPlan", "KvSummary",
            "Plan", "PlanMode", "grown_measurement", "make_plan", "max_context", "price_as_set"]
@@ -457,7 +457,7 @@ def _stock_plan(shape: ModelShape, inv: Inventory, settings: LaunchSettings, pas
     keep_ctx = [a for a in options if a.feasible and a.launch.n_ctx == settings.n_ctx
                 and a.kind is not AlternativeKind.SMALLER_KV_TYPE]
     shorter = [a for a in options if a.feasible and a not in keep_ctx]
-    # The cheapest turn (app/planner/cost.py) at the asked context; else the shorter context.
+    # The cheapest turn (app/planner/solve/cost.py) at the asked context; else the shorter context.
     best = min(keep_ctx, key=lambda a: a.turn_s) if keep_ctx else (shorter[0] if shorter else options[0])
     alts = tuple(replace(a, chosen=a is best) for a in options)
     chosen = _priced(shape, inv, best.launch, best.kind, best.label, best.note, *args)
