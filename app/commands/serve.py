@@ -185,6 +185,7 @@ def run(args: argparse.Namespace) -> int:
     from app.engine.launch import LaunchRefused, plan_check, prepare
     from app.engine.process import EngineFailed, bind_problem
     from app.hub.preview import preview_refusal, refuse_preview
+    from app.llamacpp.failures import FailureKind
     from app.planner.errors import PlannerError
     from app.planner.gguf.model import read_shape
 
@@ -306,7 +307,7 @@ def run(args: argparse.Namespace) -> int:
             server.check_alive()
     except EngineFailed as exc:
         # the failure is sentences ("The port is in use: …"); its log lines only when they say more
-        said = exc.failure.message if exc.failure.kind == "port_in_use" else str(exc)
+        said = exc.failure.message if exc.failure.kind == FailureKind.PORT_IN_USE else str(exc)
         print(f"headroom serve: the engine failed. {said}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
@@ -344,7 +345,7 @@ def _snapshot(plan: Any, pid: int | None) -> Any:
 
 def _smoke(server: Any, api_key: str | None, diagnostic: bool) -> bool:
     """Run the shared-sequence smoke test on the ready engine; True when it passed."""
-    from app.planner.logparse import parse_log
+    from app.llamacpp.logs import parse_log
     from app.sessions.smoke import run_smoke
 
     backends = len(parse_log("\n".join(server.log_lines())).compute) or None

@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import socket
 import subprocess
 from collections.abc import Sequence
@@ -20,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from app.llamacpp.failures import CAPABILITY_ACCEPTED, CAPABILITY_BAD_VALUE, CAPABILITY_REJECTED
+from app.llamacpp.logs import system_info_line
 from app.paths import cache_dir
 from app.planner.plan_types import PlanMode
 from app.planner.settings import KV_TYPES, LaunchSettings
@@ -55,22 +56,6 @@ CACHE_FILE = "engine-capabilities.json"
 #: re-probes by itself: the stamp carries their digest).
 CACHE_VERSION = 3
 
-# common/arg.cpp, common_params_parse_ex:
-# error: invalid argument: --kv-residency-mode
-_REJECTED = re.compile(r"error: invalid argument: (\S+)")
-# common/arg.cpp, a value the option's handler throws on:
-# error while handling argument "-ctk": Unsupported cache type: q9
-_BAD_VALUE = re.compile(r'error while handling argument "([^"]+)"')
-# ggml/src/gguf.cpp, gguf_init_from_file / src/llama.cpp / tools/server (the model stage, so the
-# flags were all parsed):
-# gguf_init_from_file: failed to open GGUF file '/nonexistent.gguf' (No such file or directory)
-# srv    load_model: failed to load model, '/nonexistent.gguf'
-# ggml/src/ggml-rpc/ggml-rpc.cpp (``--rpc`` connects while parsing, so this also means accepted):
-# .../ggml-rpc.cpp:547: Failed to connect to 127.0.0.1:1
-_ACCEPTED = re.compile(r"failed to open GGUF file|failed to load model|error loading model|Failed to connect to")
-# common/common.cpp common_params_get_system_info, logged by common_init() at -lv 4 before the model:
-# system_info: n_threads = 2 (n_threads_batch = 2) / 2 | CPU : SSE3 = 1 | SSSE3 = 1 | AVX = 1 | AVX2 = 1 | REPACK = 1 |
-_SYSTEM_INFO = re.compile(r"system_info: .*")
 
 
 @dataclass(frozen=True)
@@ -104,18 +89,12 @@ class Capabilities:
         return cls({k: ProbeResult(v["verdict"], v.get("detail", "")) for k, v in data.items()}, system_info)
 
 
-def system_info_line(output: str) -> str:
-    """The ``system_info: …`` line of an engine's output, or ``""``."""
-    m = _SYSTEM_INFO.search(output)
-    return m.group(0).strip() if m else ""
-
-
 def verdict(output: str, timed_out: bool = False) -> ProbeResult:
     """Read one probe's output (stdout + stderr)."""
-    m = _REJECTED.search(output) or _BAD_VALUE.search(output)
+    m = CAPABILITY_REJECTED.search(output) or CAPABILITY_BAD_VALUE.search(output)
     if m:
         return ProbeResult("rejected", m.group(0))
-    m2 = _ACCEPTED.search(output)
+    m2 = CAPABILITY_ACCEPTED.search(output)
     if m2:
         return ProbeResult("accepted", m2.group(0))
     if timed_out:

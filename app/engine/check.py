@@ -1,7 +1,7 @@
 """Plan vs actual: what the engine really allocated, next to what the plan said, per device and part.
 
 Actuals come from the engine's own log (llama-server at ``-lv 4``; parsed by the one parser,
-app.planner.logparse, where a re-logged block replaces the earlier one), from NVML (the engine
+app.llamacpp.logs, where a re-logged block replaces the earlier one), from NVML (the engine
 process's real GPU memory, app.planner.devices.Snapshot) and, for the opencoti engine, from the
 ``opencoti`` block of ``GET /props``. Buffer rows are ok within 1 MiB (llama.cpp prints MiB with
 two decimals); the NVML row also holds the CUDA context, so it gets a wider tolerance.
@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from app.planner.logparse import LogBuffers, LogParser, is_host_device
+from app.llamacpp.logs import LogBuffers, LogParser, is_host_device
 from app.planner.units import Bytes, MiB
 
 if TYPE_CHECKING:
@@ -217,7 +217,7 @@ def check_plan(plan: Plan, log_lines: Iterable[str], *, snapshot: Snapshot | Non
 
 def projector_rows(plan: Plan, buffers: LogBuffers) -> list[CheckRow]:
     """The vision projector's weights and compute on its device (and the CPU's share of a GPU
-    projector's compute), against the CLIP lines of the engine's log (app/planner/logparse.py).
+    projector's compute), against the CLIP lines of the engine's log (app/llamacpp/logs.py).
     The weights' actual is the engine's ``model size`` (unaligned tensor bytes), the plan's the aligned buffer."""
     proj = plan.projector
     if proj is None and not buffers.projector_backend:

@@ -48,7 +48,7 @@ from typing import IO, NamedTuple, NoReturn
 import psutil
 
 from app.engine.capabilities import engine_env
-from app.engine.failures import Failure, classify, foreign_server, is_cpu_line
+from app.llamacpp.failures import Failure, FailureKind, classify, foreign_server, is_cpu_line
 from app.paths import cache_dir
 
 POLL_S = 0.25
@@ -75,7 +75,7 @@ class EngineFailed(RuntimeError):
 Listener = Callable[[ServerStatus, str], None]
 
 #: The user's Stop arrived before the engine was ready (not a failure to investigate).
-STOPPED_EARLY = Failure("stopped", "The engine was stopped before it was ready.")
+STOPPED_EARLY = Failure(FailureKind.STOPPED, "The engine was stopped before it was ready.")
 
 #: The kinds of child a PID file may name (``<kind>-<pid>.json``): engines and pass-1 probes.
 CHILD_KINDS = ("engine", "probe")
@@ -358,7 +358,7 @@ class ServerProcess:
         exe = Path(shutil.which(self.argv[0]) or self.argv[0]) if "/" not in self.argv[0] else Path(self.argv[0])
         if not (exe.is_file() and os.access(exe, os.X_OK)):
             what = "does not exist" if not exe.exists() else "is not an executable file"
-            self._fail(Failure("missing_binary", f"The engine {exe} {what}. Choose another engine or "
+            self._fail(Failure(FailureKind.MISSING_BINARY, f"The engine {exe} {what}. Choose another engine or "
                                "run `headroom engine build`."))
         reap_leftovers()
         if self.log_path.parent == runtime_dir():
@@ -371,7 +371,7 @@ class ServerProcess:
             self._proc = _SPAWNER.submit(self._spawn).result()
         except OSError as exc:
             log.close()
-            self._fail(Failure("missing_binary", f"The engine {exe} could not be started: {exc}."))
+            self._fail(Failure(FailureKind.MISSING_BINARY, f"The engine {exe} could not be started: {exc}."))
         self._last_output = time.monotonic()
         self._write_pid_file()
         _LIVE.add(self)
@@ -474,7 +474,7 @@ class ServerProcess:
                 tail = tuple(self.tail(12))
                 if self._foreign:
                     self._fail(foreign_server(self.host, self.port, self._foreign, shared=False, tail=tail))
-                self._fail(Failure("timeout", f"The engine was not ready after {now - started:.0f} s and "
+                self._fail(Failure(FailureKind.TIMEOUT, f"The engine was not ready after {now - started:.0f} s and "
                                    f"its log was silent for {silent:.0f} s; it was stopped.", "", tail))
             self._stopping.wait(POLL_S)
 
@@ -490,7 +490,7 @@ class ServerProcess:
             cpu_lines = tuple(self._cpu_lines)
         failure = classify(self.tail(), self.exit_code, serving_at=self.base_url if serving else None,
                            served_for=served_for, cpu_lines=cpu_lines)
-        if self._foreign and failure.kind == "port_in_use":  # say who holds it: it answered us
+        if self._foreign and failure.kind == FailureKind.PORT_IN_USE:  # say who holds it: it answered us
             failure = foreign_server(self.host, self.port, self._foreign, shared=False, tail=failure.tail)
         self._fail(failure)
 

@@ -6,7 +6,7 @@ reach those kernels, so the only true answer is a real load of a real quantized 
 one of about 1 MiB (``selftest_model``: a 2-layer llama with Q4_0 matrices, the type every CPU code
 path repacks or tiles), starts the engine on the CPU only (``-ngl 0``) on a free loopback port, waits
 for ``/health``, asks for four tokens and stops it. A failure is classified like any launch's
-(app/engine/failures.py), so a SIGILL or an AMX crash is said with the CPU code that was running.
+(app/llamacpp/failures.py), so a SIGILL or an AMX crash is said with the CPU code that was running.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from pathlib import Path
 
 from app.engine.capabilities import free_port
 from app.engine.discover import EngineInfo
-from app.engine.failures import Failure
 from app.engine.process import EngineFailed, ServerProcess
+from app.llamacpp.failures import Failure, FailureKind
 from app.paths import cache_dir
 
 #: Bump when the model below changes: the file name carries it, so an old one is not reused.
@@ -153,7 +153,7 @@ def run_selftest(engine: EngineInfo, *, model: Path | None = None) -> SelfTest:
         return SelfTest(engine.path, time.monotonic() - started, failure=exc.failure,
                         cpu_line=_cpu_line(server))
     except (OSError, ValueError, http.client.HTTPException) as exc:
-        failure = Failure("no_reply", f"the engine was ready but did not answer a completion: {exc}")
+        failure = Failure(FailureKind.NO_REPLY, f"the engine was ready but did not answer a completion: {exc}")
         return SelfTest(engine.path, time.monotonic() - started, failure=failure, cpu_line=_cpu_line(server))
     return SelfTest(engine.path, time.monotonic() - started, reply=reply, cpu_line=_cpu_line(server))
 

@@ -32,10 +32,11 @@ from pathlib import Path
 
 from app.engine.native_build import EngineBuild
 from app.engine.process import die_with_parent, forget_child, record_child
-from app.planner.logparse import LogParser, is_host_device
+from app.llamacpp.failures import failure_hint, last_lines
+from app.llamacpp.logs import LogParser, is_host_device
 from app.planner.measurement import DeviceMeasurement, Measurement
 from app.planner.settings import LaunchSettings
-from app.probe.measure import MeasureError, failure_hint, last_lines, measure
+from app.probe.measure import MeasureError, measure
 
 
 def fit_params_measure(build: EngineBuild, model: str | Path, settings: LaunchSettings, *,

@@ -26,8 +26,9 @@ from pathlib import Path
 
 from app.engine.native_build import EngineBuild, find_build
 from app.engine.process import die_with_parent, forget_child, reap_leftovers, record_child
+from app.llamacpp.failures import failure_hint, last_lines, up_to_reason
+from app.llamacpp.logs import LogBuffers, is_host_device, parse_log
 from app.planner.errors import PlannerError
-from app.planner.logparse import LogBuffers, is_host_device, parse_log
 from app.planner.measurement import DeviceMeasurement, Measurement
 from app.planner.measurement import gpu_caveat as measurement_caveat
 from app.planner.settings import LaunchSettings
@@ -35,8 +36,6 @@ from app.probe.cache import MeasureCache, cache_key, cached, library_identity
 
 #: The child: this interpreter running the worker module.
 WORKER: tuple[str, ...] = (sys.executable, "-m", "app.probe.worker")
-#: How many log lines an error carries.
-TAIL_LINES = 12
 _APP_ROOT = str(Path(__file__).resolve().parent.parent.parent)
 
 
@@ -59,83 +58,6 @@ class MeasureCancelled(MeasureError):
 
     def __init__(self) -> None:
         super().__init__("cancelled")
-
-
-#: Known llama.cpp failure lines → what the user can do. The first pattern (in this order) that
-#: any log line matches decides: the specific causes come before the generic ones.
-_HINTS: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"quantized V cache requires flash_attn|requires Flash Attention"),
-     "A quantized V cache needs flash attention: use --fa on, or an f16 V cache (-ctv f16)."),
-    (re.compile(r"cache type (\w+) with block size \d+ does not divide n_embd_head"),
-     "This KV cache type does not fit the model's head size: use f16 (-ctk/-ctv f16) or another type."),
-    (re.compile(r"unknown model architecture: '([^']*)'"),
-     "This llama.cpp does not know the model's architecture: update the engine or pick another model."),
-    (re.compile(r"invalid magic|failed to read magic|bad GGUF version|failed to read header|not a GGUF"),
-     "The file is not a GGUF model llama.cpp can read: check the path, or re-download it."),
-    (re.compile(r"error loading model"),
-     "llama.cpp could not load this GGUF: check that it is complete and that this engine supports it."),
-    (re.compile(r"(?:wrong number of tensors|tensor '[^']*' data is not within the file bounds|"
-                r"missing tensor|has wrong shape)"),
-     "The GGUF is damaged or incomplete (tensor table does not match): re-download it."),
-    (re.compile(r"error: invalid argument: "),
-     "The engine rejected a command-line flag: it is an older or different build than this plan needs "
-     "(the KV window needs the opencoti engine)."),
-    (re.compile(r"llama-cpp-python is not installed|Shared library with base name 'llama' not found"),
-     "Pass 1 needs llama-cpp-python and a libllama: run ./dev (installs the bindings) or "
-     "`headroom engine build` (builds the library they load)."),
-    (re.compile(r"GGML_ASSERT|Assertion .* failed"),
-     "llama.cpp hit an internal assertion with these settings: try other settings or another engine version."),
-)
-
-
-def failure_hint(lines: Sequence[str]) -> str:
-    for regex, hint in _HINTS:
-        if any(regex.search(line) for line in lines):
-            return hint
-    return ""
-
-
-def last_lines(lines: Sequence[str], n: int = TAIL_LINES) -> list[str]:
-    keep = [ln.rstrip() for ln in lines if ln.strip()]
-    return keep[-n:]
-
-
-#: The lines that say why llama.cpp gave up, most telling first. The first pattern any line
-#: matches decides (its first such line); what follows an abort is its backtrace, not the cause.
-_REASONS: tuple[re.Pattern[str], ...] = (
-    # ggml/src/ggml.c, ggml_abort via GGML_ASSERT:
-    # /src/llama-model.cpp:1420: GGML_ASSERT(hparams.rope_scaling_type_train != LLAMA_ROPE_SCALING_TYPE_UNSPECIFIED) failed
-    re.compile(r"GGML_ASSERT\(.*\) failed"),
-    # a C assert(): python3: /src/llama.cpp:12: int f(): Assertion `x > 0' failed.
-    re.compile(r"Assertion .* failed"),
-    # ggml/src/ggml.c, ggml_abort (GGML_ABORT): "<file>:<line>: <message>", then the backtrace
-    # /src/llama-graph.cpp:123: fatal error
-    re.compile(r"^\S+\.(?:c|cc|cpp|cu|h|hpp):\d+: \S"),
-    # src/llama.cpp, llama_model_load:
-    # llama_model_load: error loading model: error loading model hyperparameters: invalid n_rot: 48, expected 16
-    re.compile(r"error loading model: .*"),
-    # src/llama-context.cpp / llama.cpp, llama_init_from_model:
-    # llama_init_from_model: failed to initialize the context: failed to allocate compute pp buffers
-    re.compile(r"failed to initialize the context: .*"),
-)
-
-
-def reason_index(lines: Sequence[str]) -> int | None:
-    """Where in ``lines`` llama.cpp said why it failed (see ``_REASONS``), or None."""
-    for regex in _REASONS:
-        for i, line in enumerate(lines):
-            if regex.search(line):
-                return i
-    return None
-
-
-def up_to_reason(lines: Sequence[str]) -> tuple[str, list[str]]:
-    """``(the reason line or "", the last log lines ending with it)``: an abort's backtrace (gdb's
-    frames, "No such file or directory" for each source it lacks) is dropped."""
-    i = reason_index(lines)
-    if i is None:
-        return "", last_lines(lines)
-    return lines[i].strip(), last_lines(lines[: i + 1])
 
 
 def _worker_env(lib_dir: str | None = None) -> dict[str, str]:

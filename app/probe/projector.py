@@ -7,7 +7,7 @@ underneath it: ``clip_init(path, clip_context_params)`` (tools/mtmd/clip.h; C++ 
 structs in and out, so ctypes calls it by its mangled name) with the launch's offload and flash
 attention, ``warmup`` and ``no_alloc`` true. No weight is read; the warm-up reserve logs
 ``reserve_compute_meta: <buffer> compute buffer size = … MiB`` per backend, which the parent parses
-(app/planner/logparse.py). Like the server's own measurement, this creates the weights buffer and
+(app/llamacpp/logs.py). Like the server's own measurement, this creates the weights buffer and
 reserves the compute buffer on the CLIP backend (docs/domain.md §10): on a GPU that memory is taken
 for the moment of the probe.
 """

@@ -200,7 +200,7 @@ def serve(row: Row, path: Path, result: Result, *, deadline: float, running_dir:
     else:
         result.status = "timeout" if proc.poll() is None else "failed"
     _stop(proc)
-    if not serving:  # serve's own last words name the failure (app/engine/failures.py)
+    if not serving:  # serve's own last words name the failure (app/llamacpp/failures.py)
         said = [x for x in result.output if x.startswith(("headroom serve:", "engine: failed"))]
         result.note += (said[-1] if said else (result.output or ["no output"])[-1])[:400]
     while True:  # what it printed while stopping

@@ -24,7 +24,7 @@ import pytest
 from app.engine.argv import build_argv
 from app.engine.discover import EngineInfo, EngineKind, EngineOrigin
 from app.engine.native_build import EngineBuild
-from app.planner.logparse import LogBuffers, parse_fit_print, parse_log
+from app.llamacpp.logs import LogBuffers, parse_fit_print, parse_log
 from app.planner.plan_types import PlanMode
 from app.planner.settings import LaunchSettings
 from app.planner.units import MiB

@@ -22,11 +22,11 @@ from app.engine.check import HOST
 from app.engine.discover import discover_engines, engine_cpu_features
 from app.engine.launch import plan_check, prepare
 from app.engine.native_build import EngineBuild
+from app.llamacpp.logs import parse_log
 from app.machine.cpu import host_cpu_features
 from app.machine.devices import resolve_gpus
 from app.planner.errors import PlannerError
 from app.planner.gguf.model import read_shape
-from app.planner.logparse import parse_log
 from app.planner.memory.kv import kv_layout
 from app.planner.memory.repack import NO_REPACK, CpuFeatures
 from app.planner.memory.weights import weight_split
@@ -81,7 +81,7 @@ def test_planned_kv_equals_the_engines_kv_lines(name: str, label: str, engine_bu
 
 
 # llama_memory_recurrent: size =  221.48 MiB (     4 cells,  40 layers,  4 seqs  0 rs_seq), R (f32): ...
-# (logparse.py covers KV caches only; this one line is matched here.)
+# (app/llamacpp/logs.py covers KV caches only; this one line is matched here.)
 _RS_RE = re.compile(r"llama_memory_recurrent: size =\s*([0-9.]+) MiB \(\s*(\d+) cells")
 
 

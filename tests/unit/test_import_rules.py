@@ -17,6 +17,8 @@ APP = Path(__file__).resolve().parents[2] / "app"
 FORBIDDEN: dict[str, tuple[str, ...]] = {
     "app.planner": ("app.machine", "app.engine", "app.probe", "app.hub", "app.sessions", "app.ui", "app.commands"),
     "app.machine": ("app.engine", "app.probe", "app.hub", "app.sessions", "app.ui", "app.commands"),
+    "app.llamacpp": ("app.planner", "app.machine", "app.engine", "app.probe", "app.hub", "app.sessions", "app.ui",
+                     "app.commands"),
     "app.engine": ("app.ui", "app.hub", "app.sessions", "app.probe", "app.commands"),
     "app.probe": ("app.ui", "app.hub", "app.sessions", "app.commands"),
     "app.hub": ("app.ui", "app.engine", "app.probe", "app.sessions", "app.commands"),

@@ -149,7 +149,7 @@ def _measured(measurement: Measurement | None, settings: LaunchSettings, device:
     if ran is not None and (ran.mmproj, ran.mmproj_offload, ran.flash_attn) != (
             settings.mmproj, settings.mmproj_offload, settings.flash_attn):
         return None
-    from app.planner.logparse import is_host_device
+    from app.llamacpp.logs import is_host_device
 
     dev = sum(b for n, b in measurement.projector_compute if not is_host_device(n))
     host = sum(b for n, b in measurement.projector_compute if is_host_device(n))

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 from app.engine.check import HOST, ActualSource, CheckRow, PlanCheck, actuals, check_plan, describe
+from app.llamacpp.logs import mib_to_bytes, parse_log
 from app.planner.devices import GpuProcess, GpuSample, Snapshot
-from app.planner.logparse import mib_to_bytes, parse_log
 from app.planner.plan_types import DevicePlan, HostPlan, Plan, PlanMode
 from app.planner.settings import LaunchSettings
 from app.planner.units import GiB, MiB

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from app.llamacpp.logs import parse_log
 from app.planner.devices import GpuDevice, HostMemory, Inventory
 from app.planner.errors import PlannerError
 from app.planner.gguf.model import read_shape
-from app.planner.logparse import parse_log
 from app.planner.measurement import DeviceMeasurement, Measurement
 from app.planner.memory.extras import check_draft, check_lora, lora_bytes
 from app.planner.memory.weights import layer_devices

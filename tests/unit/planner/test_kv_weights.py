@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from app.llamacpp.logs import parse_log
 from app.planner.errors import PlannerError
 from app.planner.gguf.model import ModelShape, read_shape
-from app.planner.logparse import parse_log
 from app.planner.memory.kv import context_size, kv_layout, row_bytes
 from app.planner.memory.weights import layer_devices, output_buffer_bytes, weight_split
 from app.planner.settings import LaunchSettings

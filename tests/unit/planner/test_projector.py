@@ -12,10 +12,10 @@ import pytest
 
 from app.engine.argv import build_argv
 from app.engine.check import check_plan
+from app.llamacpp.logs import parse_log
 from app.planner.devices import Inventory
 from app.planner.errors import PlannerError
 from app.planner.gguf.model import read_shape
-from app.planner.logparse import parse_log
 from app.planner.measurement import DeviceMeasurement, Measurement
 from app.planner.memory.projector import (
     CPU_ALIGNMENT,

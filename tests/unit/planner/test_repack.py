@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from app.llamacpp.logs import mib_to_bytes
 from app.planner.devices import GpuDevice, HostMemory, Inventory
 from app.planner.gguf.model import read_shape
-from app.planner.logparse import mib_to_bytes
 from app.planner.memory import repack as rp
 from app.planner.memory.repack import NO_REPACK, CpuFeatures, is_repacked, parse_cpuinfo, repack_bytes
 from app.planner.memory.weights import weight_split

@@ -146,7 +146,7 @@ def test_cpu_numbers_for_a_gpu_plan_carry_a_caveat(engine_build: EngineBuild) ->
 
 def test_a_cuda_engine_log_becomes_a_gpu_measurement(shared_fixtures: Path) -> None:
     # The same conversion serves the engine's own log (recorded on an H200: CUDA0 + pinned host).
-    from app.planner.logparse import parse_log
+    from app.llamacpp.logs import parse_log
     from app.probe.measure import backend_of, measurement_from_log
 
     log = (shared_fixtures / "h200" / "llama-server-qwen2-14b-1m-c524288-fa-ub512-f16.log").read_text()
@@ -173,7 +173,7 @@ sys.exit(1)
 
 
 def test_partial_offload_kv_is_split_by_layer_device() -> None:
-    from app.planner.logparse import parse_log
+    from app.llamacpp.logs import parse_log
     from app.probe.measure import measurement_from_log
 
     log = "\n".join([*(f"llama_kv_cache: layer {i:3d}: dev = {'CPU' if i < 12 else 'CUDA0'}" for i in range(48)),

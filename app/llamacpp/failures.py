@@ -12,16 +12,39 @@ import re
 import signal
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
+
+from app.llamacpp.logs import SYSTEM_INFO
 
 #: How many log lines a failure message carries for the user.
 TAIL_LINES = 12
+
+
+class FailureKind(StrEnum):
+    """Why an engine stopped, for code to decide on (``Failure.message`` is for people); the value is
+    what JSON and the logs say."""
+
+    RPC_WORKER = "rpc_worker"  # an RPC worker stopped answering or could not be reached
+    OOM = "oom"  # a buffer could not be allocated at load
+    PORT_IN_USE = "port_in_use"
+    UNKNOWN_ARGUMENT = "unknown_argument"  # the engine refused a flag
+    MODEL_UNREADABLE = "model_unreadable"  # the file is missing, no GGUF, or one llama.cpp cannot load
+    GRAPH_REALLOC = "graph_realloc"  # the k-pool re-reserve abort (docs/engine-patches.md)
+    ASSERT = "assert"  # GGML_ASSERT
+    CPU_CODE = "cpu_code"  # SIGILL, or an AMX crash at warm-up: the CPU code cannot run here
+    KILLED = "killed"  # by a signal the log does not explain
+    EXITED = "exited"  # by itself, without a known line
+    TIMEOUT = "timeout"  # not ready in time, its log silent
+    STOPPED = "stopped"  # Headroom stopped it before it was ready
+    MISSING_BINARY = "missing_binary"  # the engine file is not there or cannot run
+    NO_REPLY = "no_reply"  # ready, but no answer to a completion (the doctor's self-test)
 
 
 @dataclass(frozen=True)
 class Failure:
     """A classified start-up failure: ``kind`` for code, ``message`` for people, ``tail`` for context."""
 
-    kind: str
+    kind: FailureKind
     message: str
     line: str = ""
     tail: tuple[str, ...] = field(default=())
@@ -35,7 +58,7 @@ class Failure:
 
 @dataclass(frozen=True)
 class _Rule:
-    kind: str
+    kind: FailureKind
     pattern: re.Pattern[str]
     template: str  # str.format with the pattern's named groups
 
@@ -51,76 +74,76 @@ def _mib(size: str) -> str:
 RULES: tuple[_Rule, ...] = (
     # ggml/src/ggml-rpc/ggml-rpc.cpp, RPC_STATUS_ASSERT after a failed send/recv (a worker gone mid-run):
     # /src/ggml/src/ggml-rpc/ggml-rpc.cpp:566: Remote RPC server crashed or returned malformed response
-    _Rule("rpc_worker", re.compile(r"Remote RPC server crashed or returned malformed response"),
+    _Rule(FailureKind.RPC_WORKER, re.compile(r"Remote RPC server crashed or returned malformed response"),
           "An RPC worker stopped answering, and the engine cannot go on without the layers it held "
           "(ggml-rpc aborts). Start the worker again (headroom rpc-worker) and serve again, or plan without it."),
     # ggml/src/ggml-rpc/ggml-rpc.cpp, ggml_backend_rpc_get_device_count / the dispatcher (at start):
     # /src/ggml/src/ggml-rpc/ggml-rpc.cpp:547: Failed to connect to 127.0.0.1:50052
-    _Rule("rpc_worker", re.compile(r"Failed to connect to (?P<endpoint>\S+)"),
+    _Rule(FailureKind.RPC_WORKER, re.compile(r"Failed to connect to (?P<endpoint>\S+)"),
           "The engine could not reach the RPC worker {endpoint}: is ggml-rpc-server running there (headroom "
           "rpc-worker), and is the address right? Plan again without it, or start it."),
     # ggml/src/ggml-cuda/ggml-cuda.cu, ggml_backend_cuda_buffer_type_alloc_buffer:
     # ggml_backend_cuda_buffer_type_alloc_buffer: allocating 98304.00 MiB on device 0: cudaMalloc failed: out of memory
-    _Rule("oom", re.compile(r"allocating (?P<size>[0-9.]+) MiB on device (?P<dev>\d+): cudaMalloc failed: out of memory"),
+    _Rule(FailureKind.OOM, re.compile(r"allocating (?P<size>[0-9.]+) MiB on device (?P<dev>\d+): cudaMalloc failed: out of memory"),
           "Out of GPU memory at load: CUDA{dev} could not allocate {size} MiB. Lower the context, use a smaller "
           "KV type, offload fewer layers, or free memory held by other processes."),
     # ggml/src/ggml-alloc.c, ggml_backend_alloc_ctx_tensors_from_buft / ggml_gallocr_reserve_n:
     # alloc_tensor_range: failed to allocate CUDA0 buffer of size 103079215104
-    _Rule("oom", re.compile(r"failed to allocate (?P<buf>\S+) buffer of size (?P<size>\d+)"),
+    _Rule(FailureKind.OOM, re.compile(r"failed to allocate (?P<buf>\S+) buffer of size (?P<size>\d+)"),
           "Out of memory at load: the {buf} buffer of {size_mib} could not be allocated. Lower the context, "
           "use a smaller KV type, offload fewer layers, or free memory held by other processes."),
     # src/llama-kv-cache.cpp, llama_kv_cache::llama_kv_cache:
     # llama_init_from_model: failed to initialize the context: failed to allocate buffer for kv cache
-    _Rule("oom", re.compile(r"failed to allocate buffer for kv cache"),
+    _Rule(FailureKind.OOM, re.compile(r"failed to allocate buffer for kv cache"),
           "Out of memory at load: the KV cache buffer could not be allocated. Lower the context or use a "
           "smaller KV type (-ctk/-ctv), or keep part of it on the host."),
     # src/llama-context.cpp, llama_context::llama_context:
     # llama_init_from_model: failed to initialize the context: failed to allocate compute pp buffers
-    _Rule("oom", re.compile(r"failed to allocate compute (?:pp |tg )?buffers"),
+    _Rule(FailureKind.OOM, re.compile(r"failed to allocate compute (?:pp |tg )?buffers"),
           "Out of memory at load: the compute buffer could not be allocated. Lower the micro-batch (-ub) "
           "or the context."),
     # src/llama-model.cpp, load_tensors (weights):
     # llama_model_load: error loading model: unable to allocate CUDA0 buffer
-    _Rule("oom", re.compile(r"unable to allocate (?P<buf>\S+) buffer"),
+    _Rule(FailureKind.OOM, re.compile(r"unable to allocate (?P<buf>\S+) buffer"),
           "Out of memory at load: the {buf} model (weights) buffer could not be allocated. Offload fewer "
           "layers (-ngl) or free GPU memory."),
     # tools/server/server-http.cpp, server_http_context::start:
     # couldn't bind HTTP server socket, hostname: 127.0.0.1, port: 8080
-    _Rule("port_in_use", re.compile(r"couldn't bind HTTP server socket, hostname: (?P<host>\S+), port: (?P<port>\d+)"),
+    _Rule(FailureKind.PORT_IN_USE, re.compile(r"couldn't bind HTTP server socket, hostname: (?P<host>\S+), port: (?P<port>\d+)"),
           "The engine could not listen on {host}:{port}: the port is in use (or the address is not on this "
           "machine). Pick another port, or stop whatever holds it."),
     # common/arg.cpp, common_params_parse_ex:
     # error: invalid argument: --kv-residency-mode
-    _Rule("unknown_argument", re.compile(r"error: invalid argument: (?P<arg>\S+)"),
+    _Rule(FailureKind.UNKNOWN_ARGUMENT, re.compile(r"error: invalid argument: (?P<arg>\S+)"),
           "This engine does not accept {arg}. Use an engine that has it (Headroom probes each engine's "
           "flags), or change the setting that needs it."),
     # ggml/src/gguf.cpp, gguf_init_from_file:
     # gguf_init_from_file: failed to open GGUF file '/models/x.gguf' (No such file or directory)
-    _Rule("model_unreadable", re.compile(r"failed to open GGUF file '(?P<path>.*)' \((?P<why>[^)]*)\)"),
+    _Rule(FailureKind.MODEL_UNREADABLE, re.compile(r"failed to open GGUF file '(?P<path>.*)' \((?P<why>[^)]*)\)"),
           "The engine could not open the model {path}: {why}. Check the path and its permissions."),
     # ggml/src/gguf.cpp, gguf_init_from_reader (the first complaint is the most specific):
     # gguf_init_from_reader: invalid magic characters: 'junk', expected 'GGUF'
     # gguf_init_from_reader: number of tensors is -1 but must be in [0, 53624256028225440]
-    _Rule("model_unreadable", re.compile(r"gguf_init_from_\w+: (?P<why>.+)"),
+    _Rule(FailureKind.MODEL_UNREADABLE, re.compile(r"gguf_init_from_\w+: (?P<why>.+)"),
           "The model file is not a valid GGUF ({why}). It may be truncated or corrupt: download it again."),
     # src/llama.cpp, llama_model_load:
     # llama_model_load: error loading model: error loading model architecture: unknown model architecture: 'x'
-    _Rule("model_unreadable", re.compile(r"error loading model: (?P<why>.*)"),
+    _Rule(FailureKind.MODEL_UNREADABLE, re.compile(r"error loading model: (?P<why>.*)"),
           "The engine could not load the model: {why}."),
     # ggml/src/ggml-backend.cpp, ggml_backend_sched_alloc_graph (an abort, so it comes before GGML_ASSERT):
     # ggml_backend_sched_alloc_graph: unexpected graph reallocation (graph size = 2048, nodes = 1638, ...
-    _Rule("graph_realloc", re.compile(r"unexpected graph reallocation.*"),
+    _Rule(FailureKind.GRAPH_REALLOC, re.compile(r"unexpected graph reallocation.*"),
           "The engine aborted on an unexpected graph reallocation: a decode graph outgrew the reserved "
           "compute buffer. This is an engine bug for some architectures with shared sequences "
           "(see Headroom's advisories); update the engine or avoid shared sequences."),
     # ggml/src/ggml.c, ggml_abort via GGML_ASSERT:
     # /src/llama-model.cpp:1234: GGML_ASSERT(!ml.no_alloc) failed
-    _Rule("assert", re.compile(r"GGML_ASSERT\((?P<cond>.*)\) failed"),
+    _Rule(FailureKind.ASSERT, re.compile(r"GGML_ASSERT\((?P<cond>.*)\) failed"),
           "The engine hit an internal assertion: GGML_ASSERT({cond}). This is an engine bug or an "
           "unsupported model/setting combination; the log lines below say where."),
     # tools/server/server-context.cpp, load_model:
     # srv    load_model: failed to load model, '/models/x.gguf'
-    _Rule("model_unreadable", re.compile(r"failed to load model, '(?P<path>.*)'"),
+    _Rule(FailureKind.MODEL_UNREADABLE, re.compile(r"failed to load model, '(?P<path>.*)'"),
           "The engine could not load the model {path}; the log lines below say why."),
 )
 
@@ -152,9 +175,6 @@ _SIGNAL_HINTS = {
               "build) or the bundle's, which picks its CPU code at run time.",
 }
 
-# common/common.cpp common_params_get_system_info (llama-server logs it at start, -lv 4 or not):
-# system_info: n_threads = 2 (n_threads_batch = 2) / 2 | CPU : SSE3 = 1 | AVX512 = 1 | AMX_INT8 = 1 | REPACK = 1 |
-_SYSTEM_INFO = re.compile(r"system_info: .*\bCPU : (?P<cpu>.*)")
 # common/common.cpp common_init_from_params, the empty run before the server is ready:
 # common_init_: warming up the model with an empty run - please wait ... (--no-warmup to disable)
 _WARMUP = re.compile(r"warming up the model")
@@ -185,7 +205,7 @@ class EngineCpu:
 
 def is_cpu_line(line: str) -> bool:
     """A line ``engine_cpu`` reads (a supervisor keeps these past its bounded tail)."""
-    return _SYSTEM_INFO.search(line) is not None or _CPU_VARIANT.search(line) is not None
+    return SYSTEM_INFO.search(line) is not None or _CPU_VARIANT.search(line) is not None
 
 
 def engine_cpu(lines: Iterable[str]) -> EngineCpu | None:
@@ -196,8 +216,8 @@ def engine_cpu(lines: Iterable[str]) -> EngineCpu | None:
     for line in lines:
         if m := _CPU_VARIANT.search(line):
             variant = m.group("variant")
-        elif m := _SYSTEM_INFO.search(line):
-            on = set(re.findall(r"(\w+) = 1\b", m.group("cpu")))
+        elif m := SYSTEM_INFO.search(line):
+            on = set(re.findall(r"(\w+) = 1\b", m.group("cpu") or ""))
             cpu = EngineCpu(tuple(n for n in _ISA_NAMES if n in on))
     return EngineCpu(cpu.isas, variant) if cpu is not None else None
 
@@ -249,13 +269,13 @@ def classify(lines: Iterable[str], exit_code: int | None = None, *, serving_at: 
         if best is None or rank < best[0]:
             best = (rank, found[0], found[1], line)
     if best is None:
-        kind, how, hint = "exited", "stopped", ""
+        kind, how, hint = FailureKind.EXITED, "stopped", ""
         if exit_code is not None and exit_code < 0:
             name = signal_name(exit_code)
-            kind, how, hint = "killed", f"was killed by {name}", _SIGNAL_HINTS.get(name, "")
+            kind, how, hint = FailureKind.KILLED, f"was killed by {name}", _SIGNAL_HINTS.get(name, "")
             cpu_words = _cpu_crash([*cpu_lines, *seq], name) if serving_at is None else None
             if cpu_words is not None:
-                return Failure("cpu_code", cpu_words, "", tail)
+                return Failure(FailureKind.CPU_CODE, cpu_words, "", tail)
         elif exit_code is not None:
             how = f"exited with code {exit_code}"
         if serving_at is not None:  # it served: the log's last line is traffic, not a cause
@@ -280,5 +300,122 @@ def foreign_server(host: str, port: int, others: Sequence[str], *, shared: bool,
     who = ", ".join(others) or "another process"
     how = (f"the engine listens on {host}:{port}, but so does {who}: a request could reach either"
            if shared else f"{who} already answers there, not the engine Headroom started")
-    return Failure("port_in_use", f"The port is in use: {how}. Pick another port, or stop whatever holds it.",
+    return Failure(FailureKind.PORT_IN_USE, f"The port is in use: {how}. Pick another port, or stop whatever holds it.",
                    "", tail)
+
+
+# ---- Pass 1 (a no_alloc load in a child process, app/probe/measure.py) --------------------------------
+
+#: Known llama.cpp failure lines → what the user can do, for pass 1. The first pattern (in this order)
+#: that any log line matches decides: the specific causes come before the generic ones.
+PASS1_HINTS: tuple[tuple[re.Pattern[str], str], ...] = (
+    # src/llama-context.cpp, llama_context::llama_context (a quantized V cache without flash attention):
+    # llama_init_from_model: failed to initialize the context: quantized V cache was requested, but this requires Flash Attention
+    (re.compile(r"quantized V cache requires flash_attn|requires Flash Attention"),
+     "A quantized V cache needs flash attention: use --fa on, or an f16 V cache (-ctv f16)."),
+    # src/llama-context.cpp, llama_init_from_model:
+    # llama_init_from_model: V cache type q4_0 with block size 32 does not divide n_embd_head_v=48
+    (re.compile(r"cache type (\w+) with block size \d+ does not divide n_embd_head"),
+     "This KV cache type does not fit the model's head size: use f16 (-ctk/-ctv f16) or another type."),
+    # src/llama-model.cpp, llm_arch_from_string's caller:
+    # llama_model_load: error loading model: error loading model architecture: unknown model architecture: 'x'
+    (re.compile(r"unknown model architecture: '([^']*)'"),
+     "This llama.cpp does not know the model's architecture: update the engine or pick another model."),
+    # ggml/src/gguf.cpp, gguf_init_from_reader:
+    # gguf_init_from_reader: invalid magic characters: 'junk', expected 'GGUF'
+    (re.compile(r"invalid magic|failed to read magic|bad GGUF version|failed to read header|not a GGUF"),
+     "The file is not a GGUF model llama.cpp can read: check the path, or re-download it."),
+    # src/llama.cpp, llama_model_load:
+    # llama_model_load: error loading model: error loading model hyperparameters: invalid n_rot: 48, expected 16
+    (re.compile(r"error loading model"),
+     "llama.cpp could not load this GGUF: check that it is complete and that this engine supports it."),
+    # src/llama-model-loader.cpp / llama-model-loader.h (the tensor table against the architecture):
+    # llama_model_load: error loading model: missing tensor 'blk.0.attn_q.weight'
+    # tensor 'blk.3.ffn_up.weight' data is not within the file bounds, model is corrupted or incomplete
+    (re.compile(r"(?:wrong number of tensors|tensor '[^']*' data is not within the file bounds|"
+                r"missing tensor|has wrong shape)"),
+     "The GGUF is damaged or incomplete (tensor table does not match): re-download it."),
+    # common/arg.cpp, common_params_parse_ex (CAPABILITY_REJECTED below):
+    # error: invalid argument: --kv-residency-mode
+    (re.compile(r"error: invalid argument: "),
+     "The engine rejected a command-line flag: it is an older or different build than this plan needs "
+     "(the KV window needs the opencoti engine)."),
+    # llama-cpp-python's _ctypes_extensions.load_shared_library, and app/probe/worker.py's import:
+    # FileNotFoundError: Shared library with base name 'llama' not found
+    (re.compile(r"llama-cpp-python is not installed|Shared library with base name 'llama' not found"),
+     "Pass 1 needs llama-cpp-python and a libllama: run ./dev (installs the bindings) or "
+     "`headroom engine build` (builds the library they load)."),
+    # ggml/src/ggml.c, ggml_abort via GGML_ASSERT (REASONS below):
+    # /src/llama-model.cpp:1234: GGML_ASSERT(!ml.no_alloc) failed
+    (re.compile(r"GGML_ASSERT|Assertion .* failed"),
+     "llama.cpp hit an internal assertion with these settings: try other settings or another engine version."),
+)
+
+
+def failure_hint(lines: Sequence[str]) -> str:
+    """What the user can do about a pass-1 failure whose log is ``lines`` (PASS1_HINTS), or ``""``."""
+    for regex, hint in PASS1_HINTS:
+        if any(regex.search(line) for line in lines):
+            return hint
+    return ""
+
+
+def last_lines(lines: Sequence[str], n: int = TAIL_LINES) -> list[str]:
+    """The last ``n`` non-blank lines, right-stripped (what a failure message carries)."""
+    keep = [ln.rstrip() for ln in lines if ln.strip()]
+    return keep[-n:]
+
+
+#: The lines that say why llama.cpp gave up, most telling first. The first pattern any line
+#: matches decides (its first such line); what follows an abort is its backtrace, not the cause.
+REASONS: tuple[re.Pattern[str], ...] = (
+    # ggml/src/ggml.c, ggml_abort via GGML_ASSERT:
+    # /src/llama-model.cpp:1420: GGML_ASSERT(hparams.rope_scaling_type_train != LLAMA_ROPE_SCALING_TYPE_UNSPECIFIED) failed
+    re.compile(r"GGML_ASSERT\(.*\) failed"),
+    # a C assert(): python3: /src/llama.cpp:12: int f(): Assertion `x > 0' failed.
+    re.compile(r"Assertion .* failed"),
+    # ggml/src/ggml.c, ggml_abort (GGML_ABORT): "<file>:<line>: <message>", then the backtrace
+    # /src/llama-graph.cpp:123: fatal error
+    re.compile(r"^\S+\.(?:c|cc|cpp|cu|h|hpp):\d+: \S"),
+    # src/llama.cpp, llama_model_load:
+    # llama_model_load: error loading model: error loading model hyperparameters: invalid n_rot: 48, expected 16
+    re.compile(r"error loading model: .*"),
+    # src/llama-context.cpp / llama.cpp, llama_init_from_model:
+    # llama_init_from_model: failed to initialize the context: failed to allocate compute pp buffers
+    re.compile(r"failed to initialize the context: .*"),
+)
+
+
+def reason_index(lines: Sequence[str]) -> int | None:
+    """Where in ``lines`` llama.cpp said why it failed (see ``REASONS``), or None."""
+    for regex in REASONS:
+        for i, line in enumerate(lines):
+            if regex.search(line):
+                return i
+    return None
+
+
+def up_to_reason(lines: Sequence[str]) -> tuple[str, list[str]]:
+    """``(the reason line or "", the last log lines ending with it)``: an abort's backtrace (gdb's
+    frames, "No such file or directory" for each source it lacks) is dropped."""
+    i = reason_index(lines)
+    if i is None:
+        return "", last_lines(lines)
+    return lines[i].strip(), last_lines(lines[: i + 1])
+
+
+# ---- Capability probes (``<engine> <flag> [value] -m /nonexistent.gguf``, app/engine/capabilities.py) ----
+
+# common/arg.cpp, common_params_parse_ex:
+# error: invalid argument: --kv-residency-mode
+CAPABILITY_REJECTED = re.compile(r"error: invalid argument: (\S+)")
+# common/arg.cpp, a value the option's handler throws on:
+# error while handling argument "-ctk": Unsupported cache type: q9
+CAPABILITY_BAD_VALUE = re.compile(r'error while handling argument "([^"]+)"')
+# ggml/src/gguf.cpp, gguf_init_from_file / src/llama.cpp / tools/server (the model stage, so the
+# flags were all parsed):
+# gguf_init_from_file: failed to open GGUF file '/nonexistent.gguf' (No such file or directory)
+# srv    load_model: failed to load model, '/nonexistent.gguf'
+# ggml/src/ggml-rpc/ggml-rpc.cpp (``--rpc`` connects while parsing, so this also means accepted):
+# .../ggml-rpc.cpp:547: Failed to connect to 127.0.0.1:1
+CAPABILITY_ACCEPTED = re.compile(r"failed to open GGUF file|failed to load model|error loading model|Failed to connect to")

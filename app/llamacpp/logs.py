@@ -15,7 +15,20 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 
-from app.planner.units import MiB
+# common/common.cpp common_params_get_system_info, logged by common_init() at trace level (``-lv 4``)
+# before the model is opened; a portable build's line is the CPU variant it loaded (docs/domain.md §11):
+# system_info: n_threads = 2 (n_threads_batch = 2) / 2 | CPU : SSE3 = 1 | AVX2 = 1 | AVX512 = 1 | REPACK = 1 |
+SYSTEM_INFO = re.compile(r"system_info: (?:.*?\bCPU : (?P<cpu>.*)|.*)")
+
+
+def system_info_line(output: str) -> str:
+    """The ``system_info: …`` line of an engine's output, or ``""``."""
+    m = SYSTEM_INFO.search(output)
+    return m.group(0).strip() if m else ""
+
+
+#: llama.cpp prints sizes in MiB (ggml-backend.cpp: ``size / 1024.0 / 1024.0``).
+MiB = 1024 * 1024
 
 # --- the lines (formats from llama.cpp 0c1e57098, file:line of the printf in each comment) ----
 

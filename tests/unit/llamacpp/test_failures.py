@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.engine.failures import classify
+from app.llamacpp.failures import classify
 
 LOGS = Path(__file__).resolve().parents[2] / "fixtures" / "engine_logs"
 

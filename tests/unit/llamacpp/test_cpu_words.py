@@ -10,8 +10,8 @@ from pathlib import Path
 from app.engine.argv import build_argv
 from app.engine.capabilities import Capabilities, ProbeResult
 from app.engine.discover import EngineInfo, EngineKind, EngineOrigin
-from app.engine.failures import classify, engine_cpu
 from app.engine.selftest import selftest_argv
+from app.llamacpp.failures import classify, engine_cpu
 from app.planner.plan_types import PlanMode
 from app.planner.settings import LaunchSettings
 

@@ -1,11 +1,11 @@
 """The llama.cpp log parser against a recorded H200 engine log, the opencoti boot format, and the
-lines the vendored llama.cpp prints (formats quoted from its source in logparse.py)."""
+lines the vendored llama.cpp prints (formats quoted from its source in app/llamacpp/logs.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from app.planner.logparse import NO_BUFFER_LINES, LogParser, is_host_device, parse_fit_print, parse_log
+from app.llamacpp.logs import NO_BUFFER_LINES, LogParser, is_host_device, parse_fit_print, parse_log
 from app.planner.units import MiB
 
 OPENCOTI = Path(__file__).resolve().parents[2] / "fixtures" / "opencoti"
