@@ -65,6 +65,7 @@ from app.ui.server_panel import ServerPanel, ServerSettings
 from app.ui.sessions_panel import SessionsPanel
 from app.ui.settings_panel import SettingsPanel
 from app.ui.state import UiState, load_state, save_state
+from app.ui.window_session import ClosingPanels, WindowSession
 from app.ui.window_state import OpenModel, WindowState
 from app.ui.workers import PollWorker
 
@@ -118,6 +119,7 @@ class MainWindow(QMainWindow):
         self.nvml = nvml  # a pynvml stand-in for tests; None = the real one
         self.state_file = state_file
         self.state = state if state is not None else load_state(state_file)
+        self.session = WindowSession(self.state)  # the window's decisions: the demo, another model, close
         self.persist = persist
         self.setWindowTitle("Headroom")
         self.setWindowIcon(app_icon())
@@ -128,8 +130,6 @@ class MainWindow(QMainWindow):
         self.current = WindowState(inv, reason, self)
         self.hub_dialog: HubDialog | None = None
         self.library_dialog: LibraryDialog | None = None
-        #: What the demo changed (the simulated card, the placement asked for), put back for a real model.
-        self._before_demo: tuple[str, bool] | None = None
         self._build()
         self._bind()
         self._menus()
@@ -338,9 +338,8 @@ class MainWindow(QMainWindow):
         if self.current.model is None:
             self.show_error("Open a model first: a launch profile holds a model and its settings")
             return
-        start = Path(self.state.recent_profiles[0]).parent if self.state.recent_profiles else Path.home()
         name = f"{self.current.model.path.stem}{profile_module.SUFFIX}"
-        path, _f = QFileDialog.getSaveFileName(self, "Save the launch profile", str(start / name),
+        path, _f = QFileDialog.getSaveFileName(self, "Save the launch profile", str(self.session.profile_folder() / name),
                                                f"Launch profiles (*{profile_module.SUFFIX})")
         if path:
             self.save_profile(Path(path))
@@ -360,8 +359,7 @@ class MainWindow(QMainWindow):
         return True
 
     def choose_profile_to_open(self) -> None:
-        start = Path(self.state.recent_profiles[0]).parent if self.state.recent_profiles else Path.home()
-        path, _f = QFileDialog.getOpenFileName(self, "Open a launch profile", str(start),
+        path, _f = QFileDialog.getOpenFileName(self, "Open a launch profile", str(self.session.profile_folder()),
                                                f"Launch profiles (*{profile_module.SUFFIX});;JSON (*.json)")
         if path:
             self.open_profile(Path(path))
@@ -378,7 +376,7 @@ class MainWindow(QMainWindow):
         except (PlannerError, OSError) as exc:
             self.show_error(f"Cannot open the launch profile {path.name}: its model {profile.model}: {exc}")
             return False
-        self._before_demo = None  # the profile says which card and placement
+        self.session.forget_demo()  # the profile says which card and placement
         self.devices.set_simulated_choice(profile.simulated)
         self.set_simulated(profile.simulated, replan=False)
         self.settings.set_engine_window(profile.engine_window)
@@ -393,8 +391,8 @@ class MainWindow(QMainWindow):
 
     # ---- model ---------------------------------------------------------------------------------
     def choose_model(self) -> None:
-        start = str(Path(self.state.last_model).parent) if self.state.last_model else str(Path.home())
-        path, _f = QFileDialog.getOpenFileName(self, "Open a GGUF model", start, "GGUF models (*.gguf)")
+        path, _f = QFileDialog.getOpenFileName(self, "Open a GGUF model", str(self.session.model_folder()),
+                                               "GGUF models (*.gguf)")
         if path:
             self.open_model(Path(path))
 
@@ -420,8 +418,8 @@ class MainWindow(QMainWindow):
         """The demo: a simulated 24 GB card, the rolling KV window where the engine can do it, 512k.
         Opening a real model afterwards puts the card and the placement back."""
         model = self.current.model
-        if self._before_demo is None and not (model is not None and model.demo):
-            self._before_demo = (self.devices.simulated_choice(), self.settings.wants_window())
+        self.session.enter_demo(self.devices.simulated_choice(), self.settings.wants_window(),
+                                showing_demo=model is not None and model.demo)
         self.devices.set_simulated_choice(demo.DEMO_GPU)
         self.set_simulated(demo.DEMO_GPU, replan=False)
         self.settings.set_engine_window(True)
@@ -441,7 +439,9 @@ class MainWindow(QMainWindow):
             return False
         settings = None
         if not is_demo:
-            new = self._is_another_model(path)
+            open_model = self.current.model
+            new = self.session.is_another_model(path, open_model.path if open_model is not None else None,
+                                                open_model is not None and open_model.demo)
             self._leave_demo()
             if new:  # the last model's context, placement and adapters are no settings for this one
                 settings = self.settings.settings_for_model(default_context(model.shape.n_ctx_train), model.shape)
@@ -453,22 +453,13 @@ class MainWindow(QMainWindow):
             self._fill_recent()
         return True
 
-    def _is_another_model(self, path: Path) -> bool:
-        """``path`` is not the model the settings are for: the one open, else the one they were saved
-        with (none open, none saved: the settings are the user's own, kept)."""
-        model = self.current.model
-        if model is not None:
-            return model.path != path or model.demo
-        return bool(self.state.last_model) and self.state.last_model != str(path)
-
     def _leave_demo(self) -> None:
-        if self._before_demo is None:
+        before = self.session.leave_demo()
+        if before is None:
             return
-        simulated, window = self._before_demo
-        self._before_demo = None
-        self.devices.set_simulated_choice(simulated)
-        self.set_simulated(simulated, replan=False)
-        self.settings.set_engine_window(window)
+        self.devices.set_simulated_choice(before.simulated)
+        self.set_simulated(before.simulated, replan=False)
+        self.settings.set_engine_window(before.engine_window)
 
     def _show_model(self, model: OpenModel) -> None:
         self.demo_banner.setVisible(model.demo)
@@ -575,20 +566,11 @@ class MainWindow(QMainWindow):
             if dialog is not None:
                 dialog.shutdown()
         if self.persist:
-            self.state.geometry = bytes(self.saveGeometry().toHex().data()).decode()
-            settings = self.current.settings
-            model = self.current.model
-            if self._before_demo is None:
-                self.state.engine_window = self.settings.wants_window()
-                if not (model is not None and model.demo):  # the demo's 512k is not the user's setting
-                    self.state.settings = self.settings.settings().to_json()
-            else:  # closed on the demo: what it changed is not remembered
-                simulated, self.state.engine_window = self._before_demo
-                self.state.simulated_gpus = [simulated] if simulated else []
-            self.state.safety_mib = settings.safety // MiB
-            self.state.vram_target_mib = (settings.vram_target or 0) // MiB
-            self.state.server = self.server.settings().to_json()
-            engine = self.current.engine
-            self.state.engine_path = engine.path if engine is not None else self.state.engine_path
-            save_state(self.state, self.state_file)
+            settings, model, engine = self.current.settings, self.current.model, self.current.engine
+            save_state(self.session.remember_at_close(ClosingPanels(
+                geometry=bytes(self.saveGeometry().toHex().data()).decode(),
+                wants_window=self.settings.wants_window(), settings=self.settings.settings().to_json(),
+                model_is_demo=model is not None and model.demo, safety_mib=settings.safety // MiB,
+                vram_target_mib=(settings.vram_target or 0) // MiB, server=self.server.settings().to_json(),
+                engine_path=engine.path if engine is not None else None)), self.state_file)
         super().closeEvent(e)
