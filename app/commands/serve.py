@@ -144,8 +144,9 @@ def _plan(args: argparse.Namespace, shape: ModelShape, settings: LaunchSettings)
 def _refuse_failed_pass1(failed: Pass1Failed) -> int:
     """Pass 1's own reason (the failing assertion, not the backtrace after it) and what to change."""
     error = failed.error
-    print(f"headroom serve: refused: pass 1 failed, so the engine is not launched: {error.reason}",
-          file=sys.stderr)
+    from app.engine.launch import pass1_refusal
+
+    print(f"headroom serve: refused: {pass1_refusal(error.reason)}", file=sys.stderr)
     if error.hint:
         print(f"  {error.hint}", file=sys.stderr)
     return 1

@@ -30,6 +30,13 @@ from app.planner.settings import LaunchSettings
 ModelCheck = Callable[[Path], str | None]
 
 
+def pass1_refusal(reason: str) -> str:
+    """The one rule for a launch whose pass 1 failed, in ``headroom serve`` and the window alike: it is
+    refused (llama.cpp would fail the same way at load, or run with buffers nobody measured), and this
+    says so with pass 1's own reason."""
+    return f"pass 1 failed, so the engine is not launched: {reason}"
+
+
 class LaunchRefused(Exception):
     """The plan cannot be launched with the engines at hand; the message says why."""
 

@@ -9,7 +9,8 @@ Bound to the window state (``bind``), it offers Launch for the state's plan on t
 and tells the state what runs (a ``RunningEngine``: the only way the rest of the window reaches it).
 Given the Measure bar (``use_measure``), Launch with estimated compute buffers runs pass 1 first for the
 plan's own launch, as ``headroom serve`` does (the bar's progress and Cancel), and launches the plan
-re-made with it — or, when pass 1 fails, the estimate, whose check then says which rows were estimates.
+re-made with it; when pass 1 fails the launch is refused with its reason, by the same rule as
+``headroom serve`` (app/engine/launch.py ``pass1_refusal``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from app.engine.argv import ArgvError, shell_line
 from app.engine.capabilities import port_is_free, refusal
 from app.engine.check import PlanCheck
 from app.engine.discover import EngineInfo, discover_engines
-from app.engine.launch import LaunchRefused, advisories, prepare
+from app.engine.launch import LaunchRefused, advisories, pass1_refusal, prepare
 from app.engine.process import ServerStatus
 from app.engine.running import LaunchedEngine
 from app.hub.preview import preview_refusal
@@ -69,7 +70,6 @@ STATUS_TEXT = {
 }
 MEASURING_FIRST = "Engine: measuring the compute buffers first (pass 1), then launching…"
 MEASURE_CANCELLED = "Engine: not launched (pass 1 was cancelled)"
-ESTIMATE_LAUNCH = "pass 1 failed, so this launch uses the estimated compute buffers"
 
 
 def estimated(plan: Plan) -> bool:
@@ -322,13 +322,15 @@ class LaunchPanel(QWidget):
             return
         self._start(plan)
 
-    def _measure_failed(self, _message: str) -> None:
-        """Pass 1 failed (the window says why): the estimate launches, and its check says so."""
+    def _measure_failed(self, message: str) -> None:
+        """Pass 1 failed: the launch is refused with its reason, as ``headroom serve`` refuses it."""
         if self._measuring is None:
             return
         self._measuring = None
-        if self._plan is not None:
-            self._start(self._plan, note=ESTIMATE_LAUNCH)
+        self.progress.setVisible(False)
+        reason = next((ln.strip() for ln in message.splitlines() if ln.strip()), "no reason given")
+        self.status.setText(f"Engine: refused: {pass1_refusal(reason.removeprefix('pass 1 failed: '))}")
+        self._enable_launch()
 
     def _measure_cancelled(self) -> None:
         if self._measuring is not None:
@@ -337,7 +339,7 @@ class LaunchPanel(QWidget):
             self.status.setText(MEASURE_CANCELLED)
             self._enable_launch()
 
-    def _start(self, plan: Plan, note: str = "") -> None:
+    def _start(self, plan: Plan) -> None:
         model, engine, state = self._model, self.engine(), self._state
         if self._engine is not None or model is None or state is None:
             return
@@ -372,7 +374,7 @@ class LaunchPanel(QWidget):
         self.launch_button.setEnabled(False)
         self.stop_button.setEnabled(True)
         self.progress.setVisible(True)
-        self.status.setText("Engine: starting…" + (f" ({note})" if note else ""))
+        self.status.setText("Engine: starting…")
         state.set_running(engine_run)
         self._run(lambda _c: engine_run.start(timeout=120.0), self._ready, self._failed)
 

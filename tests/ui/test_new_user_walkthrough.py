@@ -1,6 +1,6 @@
 """What a new user's walkthrough found, on the real engine (the CPU build, the tiny models): Launch
-measures an estimated plan first (pass 1) and a pass 1 that fails launches the estimate, whose check
-says which rows were estimates; Cancel during that pass 1 launches nothing; another model opened
+measures an estimated plan first (pass 1) and a pass 1 that fails refuses the launch, as ``headroom
+serve`` does; Cancel during that pass 1 launches nothing; another model opened
 after a run starts with an empty chat, no fork replies, no sessions and an empty console."""
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from app.engine import check_report
 from app.planner.measurement import Measurement
 from app.planner.settings import LaunchSettings
 from app.probe.measure import measure
@@ -56,30 +55,25 @@ def _child_probe(code: str):
 
 
 @pytest.mark.engine
-def test_a_failed_pass_1_launches_the_estimate_and_its_check_says_so(window, tiny_model, engine_build, qtbot):
+def test_a_failed_pass_1_refuses_the_launch_as_serve_does(window, tiny_model, engine_build, qtbot):
+    """One rule for the CLI and the window (issue 28/29): ``headroom serve`` refuses a launch whose pass 1
+    failed, and so does Launch, with the same sentence and pass 1's reason; nothing runs."""
     _engine(window, engine_build, qtbot)
     # pass 1 unavailable: its child exits at once without a word (as a missing probe library would)
     window.measure.probe = _child_probe("import sys; sys.stdin.read(); sys.exit(3)")
     assert window.open_model(tiny_model)
-    estimate = window.plan
-    assert estimate is not None
-    with qtbot.waitSignal(window.launch.checked, timeout=180_000) as checked:
+    assert window.plan is not None
+    with qtbot.waitSignal(window.measure.failed, timeout=180_000):
         qtbot.mouseClick(window.launch.launch_button, LEFT)
         assert window.launch.status.text() == MEASURING_FIRST and not window.measure.busy.isHidden()
         assert not window.launch.progress.isHidden() and not window.measure.cancel_button.isHidden()
         assert not window.launch.launch_button.isEnabled()  # one Launch at a time
-    assert window.error_message.startswith("Pass 1 failed")  # said, and the launch went on
-    assert window.current.running is estimate
-    view = window.launch.check_table()
-    verdicts = {(r[0], r[1]): r[5] for r in view.rows}
-    assert verdicts[("host", "compute")] == check_report.ESTIMATE  # 70 MiB estimated, 5 MiB allocated
-    assert check_report.DIFFERS not in verdicts.values(), view.rows
-    assert view.summary.text().startswith("The plan's host compute was an estimate (pass 1 did not measure it)")
-    assert "#c77800" not in window.launch.check.styleSheet()  # an estimate that was off is no alarm
-    assert check_report.ESTIMATE in view.legend.text()
-    with qtbot.waitSignal(window.launch.engineStopped, timeout=30_000):
-        qtbot.mouseClick(window.launch.stop_button, LEFT)
-    assert not checked.args[0].ok
+    assert window.error_message.startswith("Pass 1 failed")  # said where pass 1's errors are said
+    status = window.launch.status.text()
+    assert status.startswith("Engine: refused: pass 1 failed, so the engine is not launched: "), status
+    assert "the probe exited with status 3" in status
+    assert window.current.running is None and window.launch.progress.isHidden()
+    assert window.launch.launch_button.isEnabled()  # the user can change a setting and try again
 
 
 @pytest.mark.engine
