@@ -13,7 +13,6 @@ another model opens: a chat with one model is not continued on another.
 
 from __future__ import annotations
 
-import threading
 from html import escape
 
 from app.sessions.chat import ChatOutcome, Message, Reply, StopSwitch, chat
@@ -27,14 +26,13 @@ from app.ui.qt import (
     QSplitter,
     Qt,
     QTextBrowser,
-    QTimer,
     QVBoxLayout,
     QWidget,
     Signal,
     prompt_line,
 )
 from app.ui.window_state import WindowState
-from app.ui.workers import TaskThread
+from app.ui.workers import StreamBatcher, TaskThread
 
 #: A reply's length unless the user sets another (the "Max tokens" box).
 MAX_TOKENS = 256
@@ -116,8 +114,6 @@ class ChatPanel(QWidget):
         self.fork_message: Message | None = None
         self._switch: StopSwitch | None = None
         self._tasks: set[TaskThread] = set()
-        self._pieces: dict[int, str] = {}
-        self._lock = threading.Lock()
 
         self.status = QLabel()
         self.status.setWordWrap(True)
@@ -183,10 +179,8 @@ class ChatPanel(QWidget):
         lay.addLayout(row1)
         lay.addLayout(row2)
         lay.addLayout(row3)
-        self._flush = QTimer(self)
-        self._flush.setInterval(100)
-        self._flush.timeout.connect(self._show_pieces)
-        self._flush.start()
+        self._stream = StreamBatcher(self)  # a reply's pieces, ten times a second
+        self._stream.flushed.connect(self._show_pieces)
         self.set_engine("", None)
 
     def bind(self, state: WindowState) -> None:
@@ -279,8 +273,7 @@ class ChatPanel(QWidget):
         self.asking = Message("user", text)
         messages = [m for m, _ in self.transcript] + [self.asking]
         self.live = [Reply(i) for i in range(k)]
-        with self._lock:
-            self._pieces = {}
+        self._stream.clear()
         self.message.clear()
         if k > 1:
             self.fork_replies, self.fork_message = self.live, self.asking
@@ -300,25 +293,20 @@ class ChatPanel(QWidget):
 
     # ---- results -------------------------------------------------------------------------------
     def _piece(self, index: int, piece: str) -> None:  # the worker thread
-        with self._lock:
-            self._pieces[index] = self._pieces.get(index, "") + piece
+        self._stream.add(index, piece)
 
-    def _show_pieces(self) -> None:
-        with self._lock:
-            pieces, self._pieces = self._pieces, {}
-        if not pieces:
-            return
-        for i, piece in pieces.items():
-            if 0 <= i < len(self.live):
-                self.live[i].text += piece
+    def _show_pieces(self, pieces: object) -> None:
+        assert isinstance(pieces, dict)
+        for i, parts in pieces.items():
+            if isinstance(i, int) and 0 <= i < len(self.live):
+                self.live[i].text += "".join(parts)
         self._render()
         self.streamed.emit()
 
     def _done(self, result: object) -> None:
         if not isinstance(result, ChatOutcome):
             return
-        with self._lock:
-            self._pieces = {}
+        self._stream.clear()
         asked, k = self.asking, len(result.replies)
         if k > 1 and not any(r.text for r in result.replies):  # nothing to choose from
             self._show_forks(0)
@@ -410,4 +398,4 @@ class ChatPanel(QWidget):
         for task in list(self._tasks):
             task.cancel()
             task.wait()
-        self._flush.stop()
+        self._stream.stop()

@@ -17,8 +17,8 @@ import sys
 import threading
 from collections.abc import Sequence
 
-from app.ui.qt import QHBoxLayout, QLabel, QProgressBar, QPushButton, QTimer, QVBoxLayout, QWidget, Signal
-from app.ui.workers import TaskThread
+from app.ui.qt import QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget, Signal
+from app.ui.workers import StreamBatcher, TaskThread
 
 BUILD_ARGV: tuple[str, ...] = (sys.executable, "-m", "app", "engine", "build")
 #: How often queued build output reaches the window (ms).
@@ -53,11 +53,8 @@ class EngineBuilder(QWidget):
         self.task: TaskThread | None = None
         self._proc: subprocess.Popen[str] | None = None
         self._tail: list[str] = []
-        self._lines: list[str] = []
-        self._lines_lock = threading.Lock()
-        self._flush = QTimer(self)
-        self._flush.setInterval(FLUSH_MS)
-        self._flush.timeout.connect(self._flush_lines)
+        self._stream = StreamBatcher(self, FLUSH_MS)  # the build's output, batched
+        self._stream.flushed.connect(self._show_lines)
         self.label = QLabel("Build the stock llama-server from the bundled llama.cpp "
                             "(about 6 minutes on 2 cores; once per llama.cpp version).")
         self.label.setWordWrap(True)
@@ -101,7 +98,6 @@ class EngineBuilder(QWidget):
         self.progress.setRange(0, 0)
         self.progress.setVisible(True)
         self.status.setText("Building the engine…")
-        self._flush.start()
         task.start()
 
     def _work(self, cancel: threading.Event) -> int:
@@ -113,14 +109,17 @@ class EngineBuilder(QWidget):
             self._kill(proc)
         assert proc.stdout is not None
         for line in proc.stdout:
-            with self._lines_lock:
-                self._lines.append(line.rstrip("\n"))
+            self._stream.add("build", line.rstrip("\n"))
         return proc.wait()
 
     def _flush_lines(self) -> None:
+        """GUI thread: the lines queued now, at once (the build ended)."""
+        self._show_lines(self._stream.take())
+
+    def _show_lines(self, batch: object) -> None:
         """GUI thread: hand the queued lines on; the bar and the status show the latest."""
-        with self._lines_lock:
-            lines, self._lines = self._lines, []
+        assert isinstance(batch, dict)
+        lines = [ln for part in batch.values() for ln in part]
         if not lines:
             return
         self._tail = [*self._tail, *lines][-20:]
@@ -170,7 +169,6 @@ class EngineBuilder(QWidget):
             self._proc = None
         task.deleteLater()
         self._flush_lines()
-        self._flush.stop()
         if task.cancelled:
             self.status.setText("Build cancelled")
         self.button.setEnabled(True)

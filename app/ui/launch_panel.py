@@ -48,14 +48,13 @@ from app.ui.qt import (
     QProgressBar,
     QPushButton,
     Qt,
-    QTimer,
     QVBoxLayout,
     QWidget,
     Signal,
 )
 from app.ui.server_panel import ServerSettings
 from app.ui.window_state import WindowState
-from app.ui.workers import TaskThread
+from app.ui.workers import StreamBatcher, TaskThread
 
 NO_MODEL = "Open a model first: there is nothing to launch yet"
 #: How an advisory reads before launch (severity -> colour); "error" refuses the launch.
@@ -63,7 +62,6 @@ ADVICE_COLOUR = {Severity.ERROR: "#d62728", Severity.WARNING: "#c77800", Severit
 #: The sign before an advisory's title (ℹ for any other severity).
 ADVICE_SIGN = {Severity.ERROR: "⛔", Severity.WARNING: "⚠"}
 #: How often queued engine log lines reach the console (ms).
-LOG_FLUSH_MS = 100
 STATUS_TEXT = {
     ServerStatus.STARTING: "starting…", ServerStatus.LOADING: "loading the model…",
     ServerStatus.READY: "healthy", ServerStatus.FAILED: "failed", ServerStatus.STOPPED: "stopped",
@@ -105,8 +103,6 @@ class LaunchPanel(QWidget):
         self._tasks: set[TaskThread] = set()
         self._measure: MeasureBar | None = None
         self._measuring: LaunchSettings | None = None  # pass 1 runs for this launch; Launch follows it
-        self._lines: list[str] = []
-        self._lines_lock = threading.Lock()
         self.launch_button = QPushButton("&Launch")
         self.launch_button.clicked.connect(self.launch)
         self.stop_button = QPushButton("S&top")
@@ -174,10 +170,8 @@ class LaunchPanel(QWidget):
         self._not_launchable = NO_MODEL
         self._enable_launch()  # nothing to launch before a model is open
         self.statusChanged.connect(self._on_status)
-        self._flush = QTimer(self)
-        self._flush.setInterval(LOG_FLUSH_MS)
-        self._flush.timeout.connect(self._flush_lines)
-        self._flush.start()
+        self._log = StreamBatcher(self)  # the engine's log lines, ten times a second
+        self._log.flushed.connect(lambda batch: self.logLines.emit([ln for lines in batch.values() for ln in lines]))
 
     def use_server(self, settings: Callable[[], ServerSettings], key_dir: Path | None) -> None:
         """Where launches listen: ``settings()`` at each launch; the API key kept in ``key_dir``."""
@@ -378,15 +372,8 @@ class LaunchPanel(QWidget):
         state.set_running(engine_run)
         self._run(lambda _c: engine_run.start(timeout=120.0), self._ready, self._failed)
 
-    def _queue_line(self, line: str) -> None:
-        with self._lines_lock:
-            self._lines.append(line)
-
-    def _flush_lines(self) -> None:
-        with self._lines_lock:
-            lines, self._lines = self._lines, []
-        if lines:
-            self.logLines.emit(lines)
+    def _queue_line(self, line: str) -> None:  # any thread
+        self._log.add("log", line)
 
     def _on_status(self, status: object, detail: str) -> None:
         assert isinstance(status, ServerStatus)
@@ -499,7 +486,7 @@ class LaunchPanel(QWidget):
         for task in list(self._tasks):
             task.cancel()
             task.wait()
-        self._flush.stop()
+        self._log.stop()
 
 
 def advice_html(a: Advisory) -> str:

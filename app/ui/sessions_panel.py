@@ -32,14 +32,13 @@ from app.ui.qt import (
     QShowEvent,
     QSpinBox,
     Qt,
-    QTimer,
     QVBoxLayout,
     QWidget,
     Signal,
     prompt_line,
 )
 from app.ui.window_state import WindowState
-from app.ui.workers import TaskThread
+from app.ui.workers import StreamBatcher, TaskThread
 
 #: Tokens each reply may take in the panel (short: it is a demonstration, not a chat client).
 N_PREDICT = 48
@@ -61,8 +60,6 @@ class SessionsPanel(QGroupBox):
         self.store: SessionStore | None = None  # the engine's (None: no engine; the texts stay shown)
         self.api_key: str | None = None  # the running engine's
         self._tasks: set[TaskThread] = set()
-        self._pieces: dict[str, str] = {}
-        self._lock = threading.Lock()
         self.advisories = QLabel()
         self.advisories.setWordWrap(True)
         self.advisories.setObjectName("advisories")
@@ -116,10 +113,8 @@ class SessionsPanel(QGroupBox):
         lay.addLayout(row3)
         lay.addWidget(self.text)
         lay.addWidget(self.result)
-        self._flush = QTimer(self)
-        self._flush.setInterval(100)
-        self._flush.timeout.connect(self._show_pieces)
-        self._flush.start()
+        self._stream = StreamBatcher(self)  # each session's pieces, ten times a second
+        self._stream.flushed.connect(self._show_pieces)
         self.set_engine("", None)
 
     def bind(self, state: WindowState) -> None:
@@ -256,18 +251,17 @@ class SessionsPanel(QGroupBox):
 
     # ---- results -------------------------------------------------------------------------------
     def _piece(self, name: str, piece: str) -> None:  # any thread
-        with self._lock:
-            self._pieces[name] = self._pieces.get(name, "") + piece
+        self._stream.add(name, piece)
 
-    def _show_pieces(self) -> None:
-        with self._lock:
-            pieces, self._pieces = self._pieces, {}
+    def _show_pieces(self, batch: object) -> None:
+        assert isinstance(batch, dict)
+        pieces = {str(k): "".join(v) for k, v in batch.items()}
         name = self.chosen.currentText()
         if name in pieces or (pieces and not name):
             self.text.insertPlainText(pieces.get(name) or next(iter(pieces.values())))
 
     def _done(self, result: object) -> None:
-        self._show_pieces()
+        self._show_pieces(self._stream.take())
         if isinstance(result, SmokeResult):
             self.result.setText(escape(str(result) + (f" — {result.sharing}" if result.sharing else "")))
             self.smokeDone.emit(result)
@@ -323,4 +317,4 @@ class SessionsPanel(QGroupBox):
         for task in list(self._tasks):
             task.cancel()
             task.wait()
-        self._flush.stop()
+        self._stream.stop()

@@ -4,6 +4,8 @@
   result or its error message. Cancelling abandons the result at once; the callable gets a
   ``threading.Event`` it may watch to stop early.
 - ``PollWorker``: calls a function about once a second (the NVML poller) until stopped.
+- ``StreamBatcher``: text a worker streams (a reply's pieces, an engine's log lines), handed to the GUI
+  thread in batches ten times a second, so a fast model or a chatty engine never floods the window.
 
 Signals are emitted from the worker thread and delivered queued to the GUI thread.
 """
@@ -11,12 +13,52 @@ Signals are emitted from the worker thread and delivered queued to the GUI threa
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 
-from app.ui.qt import QObject, QThread, Signal
+from app.ui.qt import QObject, QThread, QTimer, Signal
 
 #: Seconds between live device polls.
 POLL_INTERVAL_S = 1.0
+#: Milliseconds between two batches of streamed text (a reply's pieces, log lines).
+STREAM_FLUSH_MS = 100
+
+
+class StreamBatcher(QObject):
+    """Text streamed by a worker thread, per key (a reply's index, a session's name), handed over on
+    the GUI thread every ``interval_ms`` as ``flushed({key: [piece, …]})``. ``add`` from any thread;
+    ``take`` empties it at once (a reply that just finished); ``clear`` drops what waits (a new request);
+    ``stop`` ends the timer (the panel closes)."""
+
+    flushed = Signal(object)
+
+    def __init__(self, parent: QObject | None = None, interval_ms: int = STREAM_FLUSH_MS) -> None:
+        super().__init__(parent)
+        self._lock = threading.Lock()
+        self._pending: dict[Hashable, list[str]] = {}
+        self._timer = QTimer(self)
+        self._timer.setInterval(interval_ms)
+        self._timer.timeout.connect(self.flush)
+        self._timer.start()
+
+    def add(self, key: Hashable, text: str) -> None:
+        with self._lock:
+            self._pending.setdefault(key, []).append(text)
+
+    def take(self) -> dict[Hashable, list[str]]:
+        with self._lock:
+            pending, self._pending = self._pending, {}
+        return pending
+
+    def clear(self) -> None:
+        self.take()
+
+    def flush(self) -> None:
+        pending = self.take()
+        if pending:
+            self.flushed.emit(pending)
+
+    def stop(self) -> None:
+        self._timer.stop()
 
 
 class TaskThread(QThread):
