@@ -107,6 +107,13 @@ class LaunchSettings:
     mmproj: str = ""
     mmproj_offload: bool = True
 
+    @property
+    def flash_attn_off(self) -> bool:
+        """Flash attention is off (``-fa off``). ``auto`` is planned as on: llama.cpp turns it on where
+        the backend has the kernel (src/llama-context.cpp ``flash_attn_type``), which every backend
+        Headroom plans for has; the engine's log says when it did not."""
+        return self.flash_attn == "off"
+
     def __post_init__(self) -> None:
         for name in ("type_k", "type_v", "draft_type_k", "draft_type_v"):
             if getattr(self, name) not in KV_TYPES:

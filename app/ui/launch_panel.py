@@ -52,7 +52,7 @@ from app.ui.qt import (
     QWidget,
     Signal,
 )
-from app.ui.server_panel import ServerSettings
+from app.ui.server_settings import ServerSettings
 from app.ui.window_state import WindowState
 from app.ui.workers import StreamBatcher, TaskThread
 

@@ -61,7 +61,8 @@ from app.ui.qt import (
     QWidget,
     Signal,
 )
-from app.ui.server_panel import ServerPanel, ServerSettings
+from app.ui.server_panel import ServerPanel
+from app.ui.server_settings import ServerSettings
 from app.ui.sessions_panel import SessionsPanel
 from app.ui.settings_panel import SettingsPanel
 from app.ui.state import UiState, load_state, save_state

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from app.planner.settings import LaunchSettings
-from app.ui.server_panel import ServerSettings
+from app.ui.server_settings import ServerSettings
 
 PROFILE_VERSION = 1
 KIND = "headroom launch profile"

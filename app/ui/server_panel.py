@@ -2,15 +2,13 @@
 the API key (generated once, kept 0600 by app.engine.apikey, shown masked with a copy button) and
 the OpenAI-compatible base URL a frontend is pointed at.
 
-The panel only presents these; ``ServerSettings`` is what it says, and the launch panel hands it to
+The panel only presents these; ``ServerSettings`` (app/ui/server_settings.py) is what it says, and the launch panel hands it to
 ``app.engine.launch.prepare`` as the host, the port and whether a key is required.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 from app.engine import apikey
 from app.engine.capabilities import free_port
@@ -29,8 +27,8 @@ from app.ui.qt import (
     QWidget,
     Signal,
 )
+from app.ui.server_settings import LOOPBACK, ServerSettings
 
-LOOPBACK = "127.0.0.1"
 #: The hosts offered in the list (any other can be typed).
 HOSTS = (LOOPBACK, "0.0.0.0")
 TIPS = {
@@ -41,41 +39,6 @@ TIPS = {
            "only by you, in the file named here.",
     "url": "What an OpenAI-compatible client (a chat frontend, an SDK) is pointed at",
 }
-
-
-@dataclass(frozen=True)
-class ServerSettings:
-    """Where the engine listens and whether it wants a key (``port`` 0: not chosen yet)."""
-
-    host: str = LOOPBACK
-    port: int = 0
-    require_key: bool = False
-
-    @property
-    def needs_key(self) -> bool:
-        """A key is required beyond loopback, whatever the box says (app.engine.launch refuses otherwise)."""
-        return self.require_key or not apikey.is_loopback(self.host)
-
-    def base_url(self) -> str:
-        """The OpenAI-compatible base URL (``/v1``) a client on this machine uses."""
-        host = LOOPBACK if self.host in ("0.0.0.0", "::", "") else self.host
-        host = f"[{host}]" if ":" in host else host
-        return f"http://{host}:{self.port}/v1"
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: object) -> ServerSettings:
-        """What a state file or a profile says; ValueError for what cannot be a server setting."""
-        if not isinstance(data, dict):
-            raise ValueError("the server settings are not an object")
-        host, port, key = data.get("host", LOOPBACK), data.get("port", 0), data.get("require_key", False)
-        if not isinstance(host, str) or not host.strip():
-            raise ValueError(f"server host {host!r} is not a host name or address")
-        if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
-            raise ValueError(f"server port {port!r} is not a port (1–65535)")
-        return cls(host.strip(), port, bool(key))
 
 
 class ServerPanel(QGroupBox):

@@ -12,7 +12,7 @@ import pytest
 from app.ui.main_window import MainWindow
 from app.ui.profile import Profile, load_profile
 from app.ui.qt import QGuiApplication, QLineEdit
-from app.ui.server_panel import ServerSettings
+from app.ui.server_settings import ServerSettings
 from app.ui.state import UiState, load_state
 
 K = 1024

@@ -107,7 +107,7 @@ def cuda_fit_gap(shape: ModelShape, settings: LaunchSettings) -> str:
         gaps.append(f"above {format_tokens(hi)} context")
     if settings.effective_n_ubatch not in CUDA_FITTED_UBATCH:
         gaps.append(f"at -ub {settings.effective_n_ubatch}")
-    if settings.flash_attn == "off":
+    if settings.flash_attn_off:
         gaps.append("with flash attention off")
     odd = sorted({settings.type_k, settings.type_v} - CUDA_FITTED_KV)
     if odd:
@@ -137,7 +137,7 @@ CUDA_TERMS = CudaTerms()
 def estimate_compute(shape: ModelShape, settings: LaunchSettings, ctx: ContextSize,
                      terms: CudaTerms = CUDA_TERMS) -> ComputeEstimate:
     ub = settings.effective_n_ubatch
-    flash = settings.flash_attn != "off"
+    flash = not settings.flash_attn_off
     mask_cells = ctx.n_ctx_seq + (swa_cells(shape, settings, ctx) if shape.is_swa_any else 0)
     mask = mask_cells * ub * (2 if flash else 4)
     dense, expert, shared = ffn_width(shape)
@@ -173,7 +173,7 @@ def _cpu(shape: ModelShape, settings: LaunchSettings, ctx: ContextSize, mask: in
     inputs. Each phase counts the f32 rows of ``n_ubatch`` tokens alive at its peak; the counts are
     those CPU pass 1 showed (module docstring), per family where the families differ."""
     ub = settings.effective_n_ubatch
-    flash = settings.flash_attn != "off"
+    flash = not settings.flash_attn_off
     e = shape.n_embd
     dense, expert, _ = ffn_width(shape)
     used = max(1, shape.n_expert_used)

@@ -141,9 +141,9 @@ def check_supported(shape: ModelShape, settings: LaunchSettings) -> None:
     if shape.is_mla and settings.type_k != settings.type_v:
         raise PlannerError(f"this model (MLA) needs the same K and V cache types, not {settings.type_k}/"
                            f"{settings.type_v}")
-    if settings.type_v not in ("f32", "f16", "bf16") and settings.flash_attn == "off":
+    if settings.type_v not in ("f32", "f16", "bf16") and settings.flash_attn_off:
         raise PlannerError(f"a quantized V cache ({settings.type_v}) requires flash attention")
-    if settings.flash_attn != "off":
+    if not settings.flash_attn_off:
         # llama_init_from_model: with flash attention a quantized cache type's block must divide
         # every layer's head size ("K cache type q8_0 with block size 32 does not divide n_embd_head_k=16").
         swa = shape.is_swa_any
@@ -168,7 +168,7 @@ def kv_layout(shape: ModelShape, settings: LaunchSettings) -> KvLayout:
         cells = max(1, settings.n_parallel)
         recurrent = RecurrentState(cells, tuple(il for il in range(n_trunk) if shape.recr_layers[il]),
                                    shape.n_embd_r * 4 * cells, shape.n_embd_s * 4 * cells)
-    flash = settings.flash_attn != "off"
+    flash = not settings.flash_attn_off
 
     def build(swa: bool, cells: int) -> KvCache:
         layers, k_row, v_row = _cell_bytes(shape, settings.type_k, settings.type_v, flash, swa, tuple(trunk))

@@ -89,7 +89,7 @@ def _fits(gpus: tuple[DevicePlan, ...], host: HostPlan, vram_target: int | None)
 def _common_warnings(shape: ModelShape, settings: LaunchSettings, compute: Compute,
                      measurement: Measurement | None = None) -> list[str]:
     w = []
-    if settings.flash_attn == "off" and settings.n_ctx > LONG_CONTEXT_FA:
+    if settings.flash_attn_off and settings.n_ctx > LONG_CONTEXT_FA:
         w.append(words.flash_attention_off(settings.n_ctx))
     caveat = words.compute_source_warning(compute.source, measurement)
     if caveat:
@@ -288,7 +288,7 @@ def _smaller_kv(settings: LaunchSettings) -> LaunchSettings | None:
     wide = ("f32", "f16", "bf16")
     if settings.type_k not in wide and settings.type_v not in wide:
         return None
-    if settings.flash_attn == "off":
+    if settings.flash_attn_off:
         return None
     return settings.with_(type_k="q8_0" if settings.type_k in wide else settings.type_k,
                           type_v="q8_0" if settings.type_v in wide else settings.type_v)
