@@ -132,9 +132,13 @@ def _plan(args: argparse.Namespace, shape: ModelShape, settings: LaunchSettings)
 
     inventory = inventory_from_args(args)
 
+    from app.engine.libpath import lib_dir_beside
+
+    lib_dir = lib_dir_beside(args.engine)  # an engine chosen with --engine measures with its own libllama
+
     def pass1(launch: LaunchSettings) -> Measurement | None:
         try:
-            return measure_cached(args.model, launch)[0]
+            return measure_cached(args.model, launch, lib_dir=lib_dir)[0]
         except MeasureError as exc:
             raise Pass1Failed(exc) from None
 

@@ -42,6 +42,20 @@ def ensure_llama_cpp_lib() -> str | None:
     return build.bin_dir
 
 
+#: The names a llama.cpp library has beside its engine (Linux, macOS, Windows).
+LIBLLAMA_NAMES = ("libllama.so", "libllama.dylib", "llama.dll")
+
+
+def lib_dir_beside(engine: str | Path | None) -> str | None:
+    """The folder of an engine file the user chose, when the libllama of its build lies beside it
+    (links resolved: a ``llama-server`` linked from ``~/bin`` into its build): pass 1 then measures with
+    that engine's own llama.cpp. None for a llamafile (one file, no library) or an engine without one."""
+    if engine is None:
+        return None
+    folder = Path(engine).resolve().parent
+    return str(folder) if any((folder / name).is_file() for name in LIBLLAMA_NAMES) else None
+
+
 def is_portable(lib_dir: str | Path | None) -> bool:
     """Whether ``lib_dir`` holds a portable build's libraries: its backends are modules loaded at run
     time (``GGML_BACKEND_DL``), the CPU one from a ``libggml-cpu-<variant>.so`` chosen by CPUID."""

@@ -343,8 +343,9 @@ PASS1_HINTS: tuple[tuple[re.Pattern[str], str], ...] = (
     # llama-cpp-python's _ctypes_extensions.load_shared_library, and app/probe/worker.py's import:
     # FileNotFoundError: Shared library with base name 'llama' not found
     (re.compile(r"llama-cpp-python is not installed|Shared library with base name 'llama' not found"),
-     "Pass 1 needs llama-cpp-python and a libllama: run ./dev (installs the bindings) or "
-     "`headroom engine build` (builds the library they load)."),
+     "Pass 1 measures with the llama.cpp library (libllama) an engine build carries, and none was found: "
+     "build Headroom's engine (Build engine…, or `headroom engine build`), or choose an engine whose folder "
+     "holds libllama.so beside llama-server (a llamafile carries none)."),
     # ggml/src/ggml.c, ggml_abort via GGML_ASSERT (REASONS below):
     # /src/llama-model.cpp:1234: GGML_ASSERT(!ml.no_alloc) failed
     (re.compile(r"GGML_ASSERT|Assertion .* failed"),

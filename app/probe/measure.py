@@ -226,24 +226,27 @@ def gpu_caveat(measurement: Measurement, *, targets_gpu: bool, engine: EngineBui
     return measurement_caveat(measurement, targets_gpu=targets_gpu, fit_params_tool=tool)
 
 
-def _probe_library() -> dict[str, object]:
-    """The identity of the llama.cpp the probe loads (part of every cache key)."""
+def _probe_library(lib_dir: str | None = None) -> dict[str, object]:
+    """The identity of the llama.cpp the probe loads (part of every cache key): ``lib_dir``'s (a chosen
+    engine's), else the one the bindings find."""
     from app.engine.libpath import ensure_llama_cpp_lib
 
-    lib_dir = ensure_llama_cpp_lib()
+    lib_dir = lib_dir or ensure_llama_cpp_lib()
     return library_identity(lib_dir, engine_commit(lib_dir or ""))
 
 
 def measure_cached(model_path: str | Path, settings: LaunchSettings, *, timeout: float = 60.0,
                    refresh: bool = False, cache: MeasureCache | None = None,
-                   cancel: threading.Event | None = None) -> tuple[Measurement, bool]:
+                   cancel: threading.Event | None = None, lib_dir: str | None = None) -> tuple[Measurement, bool]:
     """``measure`` through the on-disk cache: ``(measurement, from_cache)``. The key includes the
-    library the probe loads, so a rebuilt engine or another llama-cpp-python measures again."""
+    library the probe loads, so a rebuilt engine or another llama-cpp-python measures again.
+    ``lib_dir``: the libllama of the engine that will launch (app/engine/libpath.py ``lib_dir_beside``)."""
     path = Path(model_path)
     if not path.is_file():
         raise MeasureError(f"model file not found: {path}", hint="Check the path.")
-    return cached(path, settings, _probe_library(),
-                  lambda: measure(path, settings, timeout=timeout, cancel=cancel), cache=cache, refresh=refresh)
+    return cached(path, settings, _probe_library(lib_dir),
+                  lambda: measure(path, settings, timeout=timeout, cancel=cancel, lib_dir=lib_dir), cache=cache,
+                  refresh=refresh)
 
 
 def cached_measurement(model_path: str | Path, settings: LaunchSettings, *,

@@ -175,7 +175,7 @@ class MainWindow(QMainWindow):
         self.settings.refused.connect(self.show_error)
         self.settings.notice.connect(lambda text: self.statusBar().showMessage(text, 10_000))
         self.measure = MeasureBar()
-        self.measure.failed.connect(lambda msg: self.show_error(f"Pass 1 failed: {msg}"))
+        self.measure.failed.connect(lambda msg: self.show_error(f"Pass 1 failed: {msg.removeprefix('pass 1 failed: ')}"))
         self.launch = LaunchPanel(self)
         self.launch.use_measure(self.measure)  # Launch measures an estimated plan first (pass 1)
         self.server = ServerPanel()

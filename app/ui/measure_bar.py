@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from app.engine.libpath import lib_dir_beside
 from app.planner.measurement import Measurement
 from app.planner.plan_types import Plan
 from app.planner.settings import LaunchSettings
@@ -39,7 +40,10 @@ class MeasureBar(QWidget):
         self.task: TaskThread | None = None
         self._state: WindowState | None = None
         self.stopping: set[TaskThread] = set()  # cancelled workers whose child is being killed
-        self.probe: Probe = lambda model, settings, cancel: measure_cached(model, settings, cancel=cancel)
+        #: The chosen engine's libllama (when it has one beside it), read on the GUI thread at each start.
+        self._lib_dir: str | None = None
+        self.probe: Probe = lambda model, settings, cancel: measure_cached(model, settings, cancel=cancel,
+                                                                           lib_dir=self._lib_dir)
         self.button = QPushButton("&Measure (pass 1)")
         self.button.setToolTip("Measure the compute buffer with the engine's own allocator")
         self.cancel_button = QPushButton("Cancel")
@@ -116,7 +120,8 @@ class MeasureBar(QWidget):
     def start(self, model: Path, settings: LaunchSettings, *, targets_gpu: bool) -> None:
         if self.task is not None:
             return
-
+        engine = self._state.engine if self._state is not None else None
+        self._lib_dir = lib_dir_beside(engine.path) if engine is not None and not engine.is_llamafile else None
         probe = self.probe
 
         def work(cancel: threading.Event) -> tuple[Measurement, bool]:
