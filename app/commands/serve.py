@@ -9,7 +9,11 @@ check; what the diagnostic smoke test of a k-pool model needs).
 
 Serve launches on this machine's real devices: ``--gpu`` with a card it does not have (a simulated
 H200, ``NAME:SIZE``) is for ``headroom plan`` and is refused here. A launch whose pass 1 failed is
-refused too, with pass 1's reason (``--no-measure`` skips pass 1 and plans on the estimate)."""
+refused too, with pass 1's reason (``--no-measure`` skips pass 1 and plans on the estimate).
+
+``--smoke`` is a verdict for a script: it launches with what the shared-sequence smoke test needs
+(``-np 2 -kvu`` unless ``-np`` is given), prints ``smoke: ok`` or why not, stops the engine and exits 0 or
+1; ``--then-serve`` keeps serving after a passed smoke test."""
 
 from __future__ import annotations
 
@@ -56,7 +60,10 @@ def register(sub: Any) -> None:
     p.add_argument("--api-key", action="store_true",
                    help="require Headroom's stored API key even on 127.0.0.1 (always required elsewhere)")
     p.add_argument("--no-measure", action="store_true", help="skip pass 1 (compute buffer estimated)")
-    p.add_argument("--smoke", action="store_true", help="run the shared-sequence smoke test once ready")
+    p.add_argument("--smoke", action="store_true",
+                   help="run the shared-sequence smoke test once ready, print its verdict, stop and exit 0 or 1 "
+                        "(-np 2 -kvu unless -np is given)")
+    p.add_argument("--then-serve", action="store_true", help="with --smoke: keep serving after it passed")
     p.add_argument("--diagnostic", action="store_true",
                    help="launch with GGML_SCHED_DEBUG_REALLOC=1 (for --smoke: name graph re-reserves)")
     p.add_argument("--timeout", type=seconds, default=120.0, help="seconds to wait for the engine to load")
@@ -69,11 +76,11 @@ def register(sub: Any) -> None:
     p.add_argument("--engine-arg", action="append", default=[], metavar="ARG",
                    help="with --unplanned: one more engine argument, passed as is (repeatable; e.g. "
                         "--engine-arg=--rpc --engine-arg=127.0.0.1:50052)")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, n_parallel=None)  # None: not given (--smoke then takes 2 slots in one pool)
 
 
 _DESCRIPTION = (__doc__ or "").replace("``", "`")
-EXIT_STATUS = exit_status("served, then stopped cleanly (Ctrl-C)",
+EXIT_STATUS = exit_status("served, then stopped cleanly (Ctrl-C); with --smoke: the smoke test passed",
                           "the plan does not fit, the engine failed or the smoke test failed",
                           "the model, a file, a hub ref, the settings or the launch cannot be used (a refused "
                           "launch, --gpu with a card this machine does not have)")
@@ -205,6 +212,11 @@ def run(args: argparse.Namespace) -> int:
     if problem:
         print(f"headroom serve: {problem}", file=sys.stderr)
         return 2
+    if args.n_parallel is None:  # -np not given: one slot, or what the smoke test forks into
+        args.n_parallel = 2 if args.smoke else 1
+        if args.smoke and not args.kv_unified:
+            args.kv_unified = True
+            print("smoke: two slots in one KV pool (-np 2 -kvu), for the two shared sessions it forks", flush=True)
     engines = discover_engines(args.engine)
     if args.engine is not None:
         problem = _chosen_engine_problem(args.engine, engines)
@@ -307,9 +319,10 @@ def run(args: argparse.Namespace) -> int:
         if args.smoke and not _smoke(server, spec.api_key, args.diagnostic):
             print("headroom serve: the smoke test failed; stopping the engine", file=sys.stderr)
             return 1
-        print(f"serving at {server.base_url} — Ctrl-C to stop", flush=True)
-        while not stop.wait(1.0):
-            server.check_alive()
+        if not args.smoke or args.then_serve:
+            print(f"serving at {server.base_url} — Ctrl-C to stop", flush=True)
+            while not stop.wait(1.0):
+                server.check_alive()
     except EngineFailed as exc:
         # the failure is sentences ("The port is in use: …"); its log lines only when they say more
         said = exc.failure.message if exc.failure.kind == FailureKind.PORT_IN_USE else str(exc)

@@ -62,7 +62,8 @@ class Row:
     def serve_argv(self, path: Path, load_timeout: float) -> list[str]:
         argv = ["headroom", "serve", str(path), "-c", self.ctx, "-ctk", self.kv, "-ctv", self.kv,
                 "-np", str(self.n_parallel), "-fa", "on", "--timeout", f"{load_timeout:.0f}"]
-        return argv + (["-kvu"] if self.kv_unified else []) + (["--smoke"] if self.smoke else [])
+        # --then-serve: the row reads NVML while the engine serves, after the smoke test
+        return argv + (["-kvu"] if self.kv_unified else []) + (["--smoke", "--then-serve"] if self.smoke else [])
 
 
 @dataclass

@@ -30,7 +30,7 @@ def test_serve_with_an_engine_file_measures_with_the_library_beside_it(engine_bu
     shutil.copytree(engine_build.bin_dir, mine, symlinks=True)
     rc, out = headroom_serve([str(tiny_model), "--ctx", "4096", "--engine", str(mine / "llama-server")],
                              env=_user_env(tmp_path))
-    assert "serving at" in out, out
+    assert rc == 0 and "serving at" in out, out
     assert "The engine allocated what the plan said" in out, out  # measured, not estimated
     assert list((tmp_path / "cache" / "measurements").glob("*.json")), "pass 1 ran and was cached"
 

@@ -148,7 +148,7 @@ def test_a_leftover_engine_from_a_dead_headroom_is_reaped_at_the_next_start(
 def test_headroom_serve_plans_launches_checks_smokes_and_stops_on_ctrl_c(engine_build: object,
                                                                         tiny_model: Path) -> None:
     proc = subprocess.Popen([sys.executable, "-m", "app", "serve", str(tiny_model), "-c", "8k", "-np", "2", "-kvu",
-                             "--smoke"],
+                             "--smoke", "--then-serve"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
                             env=dict(os.environ, PYTHONPATH=str(ROOT)))
     out: list[str] = []

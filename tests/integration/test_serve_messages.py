@@ -67,7 +67,7 @@ def test_serve_says_each_thing_once_and_sessions_take_url_after_the_action(
         engine_build: EngineBuild, tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     argv = [sys.executable, "-m", "app", "serve", str(tiny_model), "--no-measure", "-c", "4096", "-np", "2",
-            "-kvu", "--smoke"]
+            "-kvu", "--smoke", "--then-serve"]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=dict(os.environ, PYTHONUNBUFFERED="1"))
     monkeypatch.setenv("HEADROOM_CACHE_DIR", str(tmp_path))  # this test's sessions only (not the engine's cache)

@@ -114,7 +114,7 @@ def test_a_host_that_is_not_this_machine_is_refused_before_launching(tiny_model:
 
 
 def test_smoke_with_one_slot_is_refused_before_launching(tiny_model: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["serve", str(tiny_model), "--smoke", "--no-measure"]) == 2
+    assert cli.main(["serve", str(tiny_model), "--smoke", "--no-measure", "-np", "1"]) == 2
     out, err = capsys.readouterr()
     assert "--smoke forks two shared sessions: it needs -np 2 or more" in err and "not -np 1" in err
     assert "engine: starting" not in out
