@@ -1,7 +1,10 @@
 """What the window remembers between runs: geometry, last model, recent files, settings.
 
-One small JSON file under the cache directory, written atomically (temp file + ``os.replace``)
-so a crash mid-write never leaves a half file; an unreadable file is treated as "no state".
+One small JSON file under the config directory (``~/.config/headroom/gui-state.json``: settings, not a
+cache a user may clear), written atomically (temp file + ``os.replace``) so a crash mid-write never
+leaves a half file; an unreadable file is treated as "no state". Headroom before 2026-12-02 kept it
+under the cache directory: that file is read when the config one does not exist yet, and the next
+save writes the config one (the old one is left as it was).
 """
 
 from __future__ import annotations
@@ -13,15 +16,23 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.paths import cache_dir
+from app.paths import cache_dir, config_dir
 from app.planner.settings import LaunchSettings
 
 #: How many recent models (and launch profiles) the File menu lists.
 MAX_RECENT = 8
 
 
+STATE_FILE = "gui-state.json"
+
+
 def state_path() -> Path:
-    return cache_dir() / "gui-state.json"
+    return config_dir() / STATE_FILE
+
+
+def legacy_state_path() -> Path:
+    """Where Headroom kept the state before it moved to the config directory."""
+    return cache_dir() / STATE_FILE
 
 
 @dataclass
@@ -56,6 +67,8 @@ class UiState:
 
 def load_state(path: Path | None = None) -> UiState:
     p = path or state_path()
+    if path is None and not p.exists() and legacy_state_path().is_file():
+        p = legacy_state_path()  # a settings file from before the move: read once, saved to the new place
     try:
         data = json.loads(p.read_text())
     except (OSError, ValueError):
