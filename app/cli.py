@@ -1,5 +1,5 @@
-"""``headroom``: the GUI by default; ``plan``, ``measure``, ``serve``, ``doctor``, ``engine``,
-``sessions`` for headless use. Each subcommand lives in ``app/commands/<name>.py`` and exposes
+"""``headroom``: the GUI by default (``headroom MODEL.gguf`` opens the window on that model); ``plan``,
+``measure``, ``serve``, ``doctor``, ``engine``, ``sessions`` for headless use. Each subcommand lives in ``app/commands/<name>.py`` and exposes
 ``register(subparsers)``, which adds its parser and sets ``func(args) -> int``."""
 
 from __future__ import annotations
@@ -29,9 +29,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def command_names(parser: argparse.ArgumentParser) -> set[str]:
+    """The subcommands ``parser`` knows (``plan``, ``rpc-worker``, …)."""
+    return {name for action in parser._subparsers._group_actions  # type: ignore[union-attr]
+            if isinstance(action, argparse._SubParsersAction) for name in action.choices}
+
+
 def main(argv: list[str] | None = None) -> int:
     args_list = sys.argv[1:] if argv is None else argv
     parser = build_parser()
+    first = args_list[0] if args_list else ""
+    if first and first not in command_names(parser) and (
+            first.lower().endswith(".gguf") or first.startswith("hf:") or os.path.isfile(first)):
+        # ``headroom MODEL.gguf`` (a file manager opening a model, a user typing it): the window on it
+        args_list = ["gui", *args_list]
     args = parser.parse_args(args_list)
     if args.command is None:
         args = parser.parse_args(["gui", *args_list])

@@ -38,8 +38,11 @@ def open_first(window: MainWindow, model: Path | None, demo: bool) -> bool:
     (the window then shows why), or the guide is open (no model yet)."""
     if demo:
         return window.open_demo()
-    if model is not None:
-        return window.open_model(model)
+    if model is not None:  # `headroom gui MODEL`, a .gguf opened from the file manager
+        fresh = first_run.wanted(window)  # before the model is remembered
+        opened = window.open_model(model)
+        first_run.offer(window, nothing_configured=fresh)  # the engine step still to do on a first start
+        return opened
     if first_run.offer(window) is not None:
         return False
     last = Path(window.state.last_model) if window.state.last_model else None

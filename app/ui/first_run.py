@@ -223,9 +223,10 @@ class FirstRunGuide(QDialog):
             self.main.open_demo()
 
 
-def offer(window: MainWindow) -> FirstRunGuide | None:
-    """Show the guide over ``window`` when nothing is configured (``wanted``); else None."""
-    if not wanted(window):
+def offer(window: MainWindow, *, nothing_configured: bool | None = None) -> FirstRunGuide | None:
+    """Show the guide over ``window`` when nothing is configured (``wanted``, or ``nothing_configured``
+    as it was found before a model given on the command line was opened); else None."""
+    if not (wanted(window) if nothing_configured is None else nothing_configured):
         return None
     guide = FirstRunGuide(window)
     guide.show()

@@ -124,3 +124,20 @@ def test_closing_the_guide_without_a_model_opens_the_demo(window, qtbot) -> None
         guide.close_button.click()
     assert window.model_path == demo.demo_model_path()
     assert first_run.done_marker().is_file()
+
+
+def test_a_model_given_on_a_first_start_opens_and_the_guide_asks_for_an_engine(window, qtbot, user,
+                                                                                tiny_model: Path) -> None:
+    """``headroom gui MODEL`` (or a .gguf opened from the file manager) with nothing configured: the model
+    opens and the guide is there for the engine step (issue 29); a second start with it does not show it."""
+    with qtbot.waitSignal(window.planned):
+        assert open_first(window, tiny_model, demo=False) is True
+    assert window.model_path == tiny_model
+    guide = _guide(window)
+    assert guide.isVisible()
+    guide.close_button.click()
+    assert first_run.done_marker().is_file()
+    again = _window(qtbot, user)
+    assert open_first(again, tiny_model, demo=False) is True
+    assert again.findChild(FirstRunGuide) is None
+    again.close()

@@ -53,3 +53,18 @@ def test_a_hugging_face_ref_opens_the_header_only_copy(tmp_path: Path, fake_hub:
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stderr.startswith("headroom gui: ") and "acme/Gone-GGUF" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_headroom_model_gguf_opens_the_window_on_it_and_a_typo_is_still_a_typo(tmp_path: Path,
+                                                                               tiny_model: Path) -> None:
+    """``headroom MODEL.gguf`` (what a user types, or a file manager runs) is ``headroom gui MODEL.gguf``;
+    a mistyped command is still said as one, not taken for a model."""
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "HEADROOM_CONFIG_DIR": str(tmp_path / "config")}
+    shot = tmp_path / "shot.png"
+    proc = subprocess.run([sys.executable, "-m", "app", str(tiny_model), "--screenshot", str(shot)], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    typo = subprocess.run([sys.executable, "-m", "app", "plann", str(tiny_model)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert typo.returncode == 2 and "invalid choice: 'plann'" in typo.stderr
