@@ -114,7 +114,9 @@ def run_gui(*, model: Path | None = None, demo: bool = False, ctx: str | None = 
     window.show()
     if open_first(window, model, demo) and ctx:
         window.settings.set_context(parse_tokens(ctx))
-    window.launch.discover()
+    remembered = Path(window.state.engine_path) if window.state.engine_path else None
+    # an engine file chosen before (File ▸ Choose engine…) is found again even where nothing else looks
+    window.launch.discover(remembered if remembered is not None and remembered.is_file() else None)
     rc = app.exec()
     window.close()
     del shot  # kept until the event loop ends

@@ -66,6 +66,9 @@ STATUS_TEXT = {
     ServerStatus.STARTING: "starting…", ServerStatus.LOADING: "loading the model…",
     ServerStatus.READY: "healthy", ServerStatus.FAILED: "failed", ServerStatus.STOPPED: "stopped",
 }
+NO_ENGINE = "No engine found: press Build engine… above, or put llama-server or a llamafile on PATH."
+LOOKING_FOR_ENGINES = "Looking for engines…"
+DISCOVERY_FAILED = "Engine discovery failed: "
 MEASURING_FIRST = "Engine: measuring the compute buffers first (pass 1), then launching…"
 MEASURE_CANCELLED = "Engine: not launched (pass 1 was cancelled)"
 
@@ -224,7 +227,7 @@ class LaunchPanel(QWidget):
 
     def _discovery_failed(self, message: str) -> None:
         self.set_engines([])
-        self.status.setText(f"Engine discovery failed: {message}")
+        self.status.setText(f"{DISCOVERY_FAILED}{message}")
 
     def set_engines(self, engines: object) -> None:
         """The engines found: to the state (the first one chosen), then ``enginesFound``."""
@@ -234,8 +237,9 @@ class LaunchPanel(QWidget):
             self._state.set_engines(engines)
         self.builder.setVisible(not engines or self.builder.running)
         if not engines:
-            self.status.setText("No engine found: press Build engine… above, or put llama-server or a "
-                                "llamafile on PATH.")
+            self.status.setText(NO_ENGINE)
+        elif self.status.text() in (NO_ENGINE, LOOKING_FOR_ENGINES) or self.status.text().startswith(DISCOVERY_FAILED):
+            self.status.setText("")  # an engine is there now: what was said about finding none is no longer true
         self.enginesFound.emit(engines)
 
     def engine(self) -> EngineInfo | None:

@@ -274,6 +274,7 @@ class MainWindow(QMainWindow):
         state.noPlan.connect(self._no_plan)
         state.measurementChanged.connect(lambda m: self.measured.emit(m) if m is not None else None)
         state.enginesChanged.connect(self._engines_found)
+        self.settings.otherEngineWanted.connect(self.choose_engine_file)
 
     def _menus(self) -> None:
         file_menu = self.menuBar().addMenu("&File")
@@ -289,6 +290,10 @@ class MainWindow(QMainWindow):
         hub = QAction("Open from &Hugging Face…", self)
         hub.triggered.connect(self.open_hub)
         file_menu.addAction(hub)
+        engine_act = QAction("Choose &engine…", self)
+        engine_act.setToolTip("Choose llama-server or a llamafile to launch (one Headroom did not find)")
+        engine_act.triggered.connect(self.choose_engine_file)
+        file_menu.addAction(engine_act)
         demo_act = QAction("Open the &demo model", self)
         demo_act.triggered.connect(self.open_demo)
         file_menu.addAction(demo_act)
@@ -389,6 +394,19 @@ class MainWindow(QMainWindow):
         self.state.remember_profile(str(path))
         self._fill_recent_profiles()
         return True
+
+    # ---- engine --------------------------------------------------------------------------------
+    def choose_engine_file(self) -> None:
+        """File ▸ Choose engine… and the Engine list's Other…: an engine file, found again with it first."""
+        start = Path(self.state.engine_path).parent if self.state.engine_path else Path.home()
+        path, _f = QFileDialog.getOpenFileName(self, "Choose llama-server or a llamafile", str(start))
+        if path:
+            self.use_engine_file(Path(path))
+
+    def use_engine_file(self, path: Path) -> None:
+        """Discover the engines again with ``path`` first and choose it (remembered at close)."""
+        self.state.engine_path = str(path)  # what _engines_found chooses once discovery answers
+        self.launch.discover(path)
 
     # ---- model ---------------------------------------------------------------------------------
     def choose_model(self) -> None:

@@ -42,6 +42,8 @@ class MeasureBar(QWidget):
         self.stopping: set[TaskThread] = set()  # cancelled workers whose child is being killed
         #: The chosen engine's libllama (when it has one beside it), read on the GUI thread at each start.
         self._lib_dir: str | None = None
+        self._running_for: LaunchSettings | None = None  # the settings pass 1 runs for now
+        self._failed_for: LaunchSettings | None = None  # the settings the last pass 1 failed for
         self.probe: Probe = lambda model, settings, cancel: measure_cached(model, settings, cancel=cancel,
                                                                            lib_dir=self._lib_dir)
         self.button = QPushButton("&Measure (pass 1)")
@@ -89,12 +91,16 @@ class MeasureBar(QWidget):
                 self.start(state.model.path, state.settings.launch, targets_gpu=bool(state.inventory.gpus))
 
         def planned(plan: Plan) -> None:
+            if self._failed_for is not None and not self.running and state.settings.launch != self._failed_for:
+                self._failed_for = None  # "failed" was about other settings: these are not measured yet
+                self._say(NOT_MEASURED)
             if state.measurement is not None and not self.running and \
                     state.measurement_for(state.settings.launch) is None and state.measurement_for(plan.launch) is None:
                 self._status.setText(STALE)
 
         def another_model(_model: object) -> None:
             self.cancel()  # pass 1 of the model before is no measurement of this one
+            self._failed_for = None
             self._say(NOT_MEASURED)
 
         self._state = state
@@ -122,6 +128,7 @@ class MeasureBar(QWidget):
             return
         engine = self._state.engine if self._state is not None else None
         self._lib_dir = lib_dir_beside(engine.path) if engine is not None and not engine.is_llamafile else None
+        self._running_for, self._failed_for = settings, None
         probe = self.probe
 
         def work(cancel: threading.Event) -> tuple[Measurement, bool]:
@@ -168,6 +175,7 @@ class MeasureBar(QWidget):
         self.measured.emit(m, settings)
 
     def _failed(self, message: str) -> None:
+        self._failed_for = self._running_for
         self._status.setText("Measurement failed")
         self._set_busy(False)
         self.failed.emit(message)

@@ -44,6 +44,8 @@ UBATCH_VALUES = (64, 128, 256, 512, 1024, 2048, 4096)
 #: The Engine combo's placeholder while engines are being looked for, and when none was found.
 LOOKING = "looking for engines…"
 NONE_FOUND = "no engine found — Build engine…"
+#: The Engine list's last item: choose an engine file (File ▸ Choose engine… does the same).
+OTHER_ENGINE = "Other…"
 
 
 def window_refusal(engines: list[EngineInfo] | None, engine: EngineInfo | None) -> str:
@@ -110,6 +112,7 @@ class SettingsPanel(QWidget):
 
     changed = Signal()
     engineChosen = Signal(int)  # the index of the engine chosen in the list shown
+    otherEngineWanted = Signal()  # "Other…" in the Engine list: the user wants to pick an engine file
     refused = Signal(str)  # a LoRA or draft file not taken, and why (for the window's error line)
     notice = Signal(str)  # what changed without the user asking (adapters left out for another model)
 
@@ -184,6 +187,7 @@ class SettingsPanel(QWidget):
         self.extras.changed.connect(self.changed.emit)
         self.extras.refused.connect(self.refused.emit)
         self.engine = QComboBox()
+        self._shown_engine = -1  # the engine item shown chosen ("Other…" goes back to it)
         self.engine.setAccessibleName("Engine")
         self.engine.setToolTip("The engine to launch, with its detected kind and version")
         for widget, tip in ((self.type_k, TIPS["type_k"]), (self.type_v, TIPS["type_v"]),
@@ -482,8 +486,13 @@ class SettingsPanel(QWidget):
             text = f"{e.kind} {e.version} ({e.llama_cpp.removeprefix('llama.cpp ')}) — {e.source}"
             combo.addItem(text, e.path)  # a narrow window cuts the text: the tooltip has it all
             combo.setItemData(i, f"{text}\n{e.path}", Qt.ItemDataRole.ToolTipRole)
+        combo.addItem(OTHER_ENGINE, OTHER_ENGINE)  # the last item: pick an engine file (otherEngineWanted)
+        combo.setItemData(len(engines), "Choose an engine file: llama-server or a llamafile",
+                          Qt.ItemDataRole.ToolTipRole)
         view = combo.view()
         view.setMinimumWidth(view.sizeHintForColumn(0) + view.verticalScrollBar().sizeHint().width())
+        combo.setCurrentIndex(0 if engines else -1)
+        self._shown_engine = combo.currentIndex()
         combo.blockSignals(False)
         combo.setPlaceholderText(NONE_FOUND if not engines else "")
         self._engine_tooltip(combo.currentIndex())
@@ -497,6 +506,13 @@ class SettingsPanel(QWidget):
         return True
 
     def _engine_chosen(self, i: int) -> None:
+        if self.engine.itemData(i) == OTHER_ENGINE:  # not an engine: back to the one chosen, then ask
+            self.engine.blockSignals(True)
+            self.engine.setCurrentIndex(self._shown_engine)
+            self.engine.blockSignals(False)
+            self.otherEngineWanted.emit()
+            return
+        self._shown_engine = i
         self._engine_tooltip(i)
         self.engineChosen.emit(i)
 
