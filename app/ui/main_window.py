@@ -54,6 +54,7 @@ from app.ui.qt import (
     QPushButton,
     QResizeEvent,
     QScrollArea,
+    QSize,
     QSplitter,
     Qt,
     QTabWidget,
@@ -81,6 +82,17 @@ PLAN_HEIGHT = 700
 
 def app_icon() -> QIcon:
     return QIcon(str(RESOURCES / "headroom.svg"))
+
+
+#: The window's first size on a screen with room for it; a smaller screen gets what it has.
+FIRST_SIZE = (1280, 860)
+
+
+def first_size(available: QSize) -> tuple[int, int]:
+    """The first window size (no geometry remembered): FIRST_SIZE, or the screen's available area less a
+    margin for the window frame where that is smaller (a 1366×768 laptop: Measure and Launch on screen)."""
+    return (min(FIRST_SIZE[0], max(640, available.width() - 40)),
+            min(FIRST_SIZE[1], max(480, available.height() - 60)))
 
 
 def split_sizes(total: int) -> tuple[int, int]:
@@ -145,7 +157,7 @@ class MainWindow(QMainWindow):
         if self.state.geometry:
             self.restoreGeometry(QByteArray.fromHex(self.state.geometry.encode()))
         else:
-            self.resize(1280, 860)
+            self.resize(*first_size(self.screen().availableGeometry().size()))
 
     # ---- layout --------------------------------------------------------------------------------
     def _build(self) -> None:

@@ -59,3 +59,14 @@ def test_closing_remembers_the_users_settings_not_the_demos() -> None:
     saved = started_on_demo.remember_at_close(_panels(settings={"n_ctx": 524288}, wants_window=True,
                                                       model_is_demo=True))
     assert saved.settings == {"n_ctx": 4096} and saved.engine_window is True
+
+
+def test_the_first_window_fits_the_screen_it_opens_on() -> None:
+    """No geometry remembered: 1280×860 where there is room, else the screen's available area less the
+    window frame (a 1366×768 laptop keeps Measure, Launch and the chat box on screen; issue 29)."""
+    from app.ui.main_window import first_size
+    from app.ui.qt import QSize
+
+    assert first_size(QSize(1920, 1050)) == (1280, 860)
+    assert first_size(QSize(1366, 740)) == (1280, 680)
+    assert first_size(QSize(1024, 700)) == (984, 640)
