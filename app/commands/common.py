@@ -217,7 +217,8 @@ def settings_from_args(args: argparse.Namespace) -> LaunchSettings:
     when ``-c 0`` needs a model file it cannot read)."""
     return LaunchSettings(
         n_ctx=context(str(args.ctx), args.model), type_k=args.type_k, type_v=args.type_v or args.type_k,
-        n_parallel=args.n_parallel, kv_unified=args.kv_unified, swa_full=args.swa_full,
+        n_parallel=1 if args.n_parallel is None else args.n_parallel,  # serve: None = not given
+        kv_unified=args.kv_unified, swa_full=args.swa_full,
         n_ubatch=args.n_ubatch, n_batch=args.n_batch, flash_attn=args.flash_attn,
         n_gpu_layers=args.n_gpu_layers, offload_kqv=not args.no_kv_offload,
         tensor_split=tuple(getattr(args, "tensor_split", ()) or ()),

@@ -159,7 +159,8 @@ def run(args: argparse.Namespace) -> int:
             "advisories": [vars(a) for a in advs]}, indent=2))
         return 0 if plan.feasible else 1
     origin = preview_origin(shape.path)
-    title = f"{printable(shape.name)} ({shape.arch}, {shape.n_layer} layers)"  # general.name: a stranger's text
+    # the file's name, as the window shows it (general.name is a stranger's text, often not the model's)
+    title = f"{printable(shape.path.name)} ({shape.arch}, {shape.n_layer} layers)"
     if origin is not None:
         title += f" — planned from the header of hf:{origin.repo}/{origin.path} (not downloaded)"
     print(render(plan, title, fit, settings))

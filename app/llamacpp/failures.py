@@ -340,9 +340,14 @@ PASS1_HINTS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"error: invalid argument: "),
      "The engine rejected a command-line flag: it is an older or different build than this plan needs "
      "(the KV window needs the opencoti engine)."),
-    # llama-cpp-python's _ctypes_extensions.load_shared_library, and app/probe/worker.py's import:
+    # app/probe/worker.py load_bindings (a checkout whose set-up did not finish; a bundle carries them):
+    # ImportError: llama-cpp-python is not installed (pip install llama-cpp-python==0.3.36)
+    (re.compile(r"llama-cpp-python is not installed"),
+     "Pass 1 needs llama-cpp-python, which Headroom's set-up installs: in a checkout run ./dev setup again "
+     "(the bundle carries it)."),
+    # llama-cpp-python's _ctypes_extensions.load_shared_library:
     # FileNotFoundError: Shared library with base name 'llama' not found
-    (re.compile(r"llama-cpp-python is not installed|Shared library with base name 'llama' not found"),
+    (re.compile(r"Shared library with base name 'llama' not found"),
      "Pass 1 measures with the llama.cpp library (libllama) an engine build carries, and none was found: "
      "build Headroom's engine (Build engine…, or `headroom engine build`), or choose an engine whose folder "
      "holds libllama.so beside llama-server (a llamafile carries none)."),

@@ -169,7 +169,20 @@ sys.exit(1)
 """)
     with pytest.raises(MeasureError) as err:
         measure(tiny_model, LaunchSettings(), worker=worker)
-    assert "./dev" in err.value.hint
+    assert "./dev setup" in err.value.hint and "the bundle carries it" in err.value.hint
+
+
+def test_a_missing_library_says_what_a_user_can_do(tmp_path: Path, tiny_model: Path) -> None:
+    """No libllama anywhere (an engine file chosen without its build): the user's words, no developer advice."""
+    worker = _fake_worker(tmp_path, """import json, sys
+sys.stdin.read()
+print(json.dumps({"ok": False, "error": "FileNotFoundError: Shared library with base name 'llama' not found"}))
+sys.exit(1)
+""")
+    with pytest.raises(MeasureError) as err:
+        measure(tiny_model, LaunchSettings(), worker=worker)
+    assert "Build engine…" in err.value.hint and "libllama.so beside llama-server" in err.value.hint
+    assert "./dev" not in err.value.hint and "CMAKE_ARGS" not in err.value.hint
 
 
 def test_partial_offload_kv_is_split_by_layer_device() -> None:
