@@ -199,6 +199,9 @@ def run(args: argparse.Namespace) -> int:
         print(_line("Engine", f"{e.get('kind', '?')} {e.get('version', '')}{what} at {e.get('path', '?')}{where}"))
         if e.get("cpu_code"):
             print(_line("  CPU code", e["cpu_code"]))
+    if test is None and not args.no_selftest:
+        print(_line("Engine self-test", "no engine to test: run `headroom engine build` (or choose one in the "
+                                        "window, File ▸ Choose engine…)"))
     if test is not None:
         print(_line("Engine self-test", f"{test['engine']} {test['words']}"))
         for line in test["log_tail"]:

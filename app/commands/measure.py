@@ -18,12 +18,13 @@ import argparse
 import json
 import signal
 import sys
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from app.commands.common import add_launch_args, exit_status, hub_model, seconds, settings_from_args
 from app.planner.errors import PlannerError
-from app.planner.measurement import Measurement
+from app.planner.measurement import Measurement, llama_label
 from app.planner.settings import LaunchSettings
 from app.planner.units import Bytes, format_tokens
 from app.probe.measure import MeasureError
@@ -43,6 +44,8 @@ def register(sub: Any) -> None:
     p.add_argument("--with", dest="method", choices=("probe", "fit-params"), default="probe",
                    help="probe: llama-cpp-python no_alloc (default); fit-params: llama-fit-params' method in the "
                         "engine build's library, with llama-server's context parameters")
+    p.add_argument("--engine", type=Path, default=None,
+                   help="the engine that will launch: pass 1 measures with the libllama beside it (else Headroom's)")
     p.add_argument("--refresh", action="store_true", help="measure again even when cached")
     p.add_argument("--timeout", type=seconds, default=60.0, help="seconds before the probe is stopped")
     p.add_argument("--json", action="store_true", help="print JSON")
@@ -68,7 +71,10 @@ def _measure(args: argparse.Namespace, settings: LaunchSettings) -> tuple[Measur
         if engine is None:
             raise PlannerError("no engine build: run `headroom engine build` first")
         return fit_params_measure(engine, args.model, settings, timeout=args.timeout), False, None
-    m, hit = measure_cached(args.model, settings, timeout=args.timeout, refresh=args.refresh)
+    from app.engine.libpath import lib_dir_beside
+
+    m, hit = measure_cached(args.model, settings, timeout=args.timeout, refresh=args.refresh,
+                            lib_dir=lib_dir_beside(args.engine))
     targets_gpu = settings.n_gpu_layers > 0
     return m, hit, gpu_caveat(m, targets_gpu=targets_gpu, engine=engine)
 
@@ -79,7 +85,7 @@ def render(m: Measurement, settings: LaunchSettings, *, cached: bool, caveat: st
             f"K {settings.type_k} / V {settings.type_v}"
             + (f", --rpc {','.join(settings.rpc)}" if settings.rpc else "")
             + (f", -ts {','.join(map(str, settings.tensor_split))}" if settings.tensor_split else ""))
-    lines = [head, f"  measured by {m.source} ({m.backend}, llama.cpp {m.llama_commit[:9]}) "
+    lines = [head, f"  measured by {m.source} ({m.backend}, {llama_label(m.llama_commit)}) "
                    f"in {m.seconds:.2f} s{' [cached]' if cached else ''}"]
     width = max([12, *(len(d.name) + (7 if d.host else 0) for d in m.devices)])
     lines.append(f"  {'device':<{width}} {'compute':>10} {'KV':>10}")

@@ -30,7 +30,7 @@ from app.commands.common import (
 from app.engine.advisories import Advisory
 from app.engine.discover import EngineInfo
 from app.planner import words
-from app.planner.measurement import Measurement
+from app.planner.measurement import Measurement, llama_label
 from app.planner.plan_types import PLAN_JSON_VERSION, ContextFit, Plan, PlanMode
 from app.planner.settings import LaunchSettings
 from app.planner.text import printable
@@ -87,7 +87,7 @@ class _Pass1:
             return ("pass 1: none cached for this launch; compute buffers estimated "
                     "(headroom plan --measure, or headroom measure with the same flags)")
         where = f"cached in {measurements_dir()}" if self.from_cache else "run now"
-        return f"pass 1: {m.source}, {m.backend} backend, llama.cpp {m.llama_commit[:9]}, {where}"
+        return f"pass 1: {m.source}, {m.backend} backend, {llama_label(m.llama_commit)}, {where}"
 
 
 def _engine_for(plan: Plan) -> tuple[EngineInfo | None, str]:

@@ -81,7 +81,7 @@ def register(sub: Any) -> None:
 
 _DESCRIPTION = (__doc__ or "").replace("``", "`")
 EXIT_STATUS = exit_status("served, then stopped cleanly (Ctrl-C); with --smoke: the smoke test passed",
-                          "the plan does not fit, the engine failed or the smoke test failed",
+                          "the plan does not fit, pass 1 or the engine failed, or the smoke test failed",
                           "the model, a file, a hub ref, the settings or the launch cannot be used (a refused "
                           "launch, --gpu with a card this machine does not have)")
 

@@ -349,8 +349,9 @@ PASS1_HINTS: tuple[tuple[re.Pattern[str], str], ...] = (
     # FileNotFoundError: Shared library with base name 'llama' not found
     (re.compile(r"Shared library with base name 'llama' not found"),
      "Pass 1 measures with the llama.cpp library (libllama) an engine build carries, and none was found: "
-     "build Headroom's engine (Build engine…, or `headroom engine build`), or choose an engine whose folder "
-     "holds libllama.so beside llama-server (a llamafile carries none)."),
+     "build Headroom's engine (`headroom engine build`; in the window, Build engine…), or give an engine "
+     "whose folder holds libllama.so beside llama-server (--engine FILE; in the window, File ▸ Choose "
+     "engine…; a llamafile carries none)."),
     # ggml/src/ggml.c, ggml_abort via GGML_ASSERT (REASONS below):
     # /src/llama-model.cpp:1234: GGML_ASSERT(!ml.no_alloc) failed
     (re.compile(r"GGML_ASSERT|Assertion .* failed"),

@@ -6,6 +6,7 @@ that measures itself; consumed by the solver. Sizes are bytes.
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -76,6 +77,13 @@ class Measurement:
                    LaunchSettings.from_json(data["launch"]) if data.get("launch") else None,
                    cls.from_json(data["draft"]) if data.get("draft") else None,
                    tuple((str(n), int(b)) for n, b in data.get("projector_compute", ())))
+
+
+def llama_label(commit: str) -> str:
+    """``llama.cpp 0c1e57098`` for a measurement's ``llama_commit``, or ``llama.cpp (commit unknown)``."""
+    known = re.fullmatch(r"[0-9a-f]{7,40}", commit) is not None
+    return f"llama.cpp {commit[:9]}" if known else "llama.cpp (commit unknown)" if commit in ("", "unknown") \
+        else f"llama.cpp {commit}"
 
 
 def gpu_caveat(measurement: Measurement, *, targets_gpu: bool, fit_params_tool: str | None = None) -> str | None:

@@ -163,11 +163,16 @@ def backend_of(buffers: LogBuffers) -> str:
 
 
 def engine_commit(lib_dir: str, build: EngineBuild | None = None) -> str:
-    """The llama.cpp commit behind the library the probe loaded: the engine build's, when it is that one."""
+    """The llama.cpp commit behind the library the probe loaded: the engine build's, when it is that one
+    (found, or any Headroom build whose stamp lies above ``lib_dir``: a chosen engine's folder), else
+    ``"unknown"``."""
+    from app.engine.native_build import build_of
+
     build = build if build is not None else find_build()
     if build is not None and lib_dir and Path(lib_dir).resolve() == Path(build.bin_dir).resolve():
         return build.commit
-    return f"{lib_dir or 'bundled'} (llama.cpp commit unknown)"
+    stamped = build_of(Path(lib_dir) / "llama-server") if lib_dir else None
+    return stamped.commit if stamped is not None else "unknown"
 
 
 def measurement_from_log(buffers: LogBuffers, *, backend: str, commit: str, seconds: float,

@@ -69,6 +69,10 @@ def turn_html(role: str, text: str, stats: str = "") -> str:
             f"<tr><td><b style='color:{name}'>{who}</b><br>{shown(text)}{foot}</td></tr></table>")
 
 
+#: Said when the engine is ready with a model that carries no chat template (issue 29).
+NO_TEMPLATE = ("This model carries no chat template: the engine formats the chat as ChatML (<|im_start|>…), "
+               "which the model may not know, so its replies may repeat those tags or wander.")
+
 class ForkColumn(QWidget):
     """One of a fork's replies: its text, its numbers, and the button that keeps it."""
 
@@ -107,6 +111,8 @@ class ChatPanel(QWidget):
         #: Generate every token asked for, past the model's end-of-generation token (llama-server
         #: ``ignore_eos``): off for a chat; a test sets it for a reply that cannot end by itself.
         self.ignore_eos = False
+        #: What the running engine's chat template is, when that needs saying (NO_TEMPLATE), else "".
+        self.template_note = ""
         self.transcript: list[tuple[Message, str]] = []  # each message and, for a reply, its numbers
         self.asking: Message | None = None  # the message of the request running now
         self.live: list[Reply] = []  # its replies as they stream
@@ -188,6 +194,7 @@ class ChatPanel(QWidget):
 
         def ready(url: str) -> None:
             engine, running = state.running_engine, state.running
+            self.template_note = "" if state.model is None or state.model.shape.has_chat_template else NO_TEMPLATE
             self.set_engine(url, engine.api_key if engine is not None else None,
                             running.launch.n_parallel if running is not None else 1)
 
@@ -217,7 +224,7 @@ class ChatPanel(QWidget):
         elif new_engine:
             fork = (f"; Fork gives up to {self.k.maximum()} replies from one shared prompt" if n_slots >= 2 else
                     f"; to fork, launch with Parallel sessions 2 or more (this engine has {n_slots} slot)")
-            self._say(f"Engine ready: type a message and Send{fork}.")
+            self._say(f"Engine ready: type a message and Send{fork}." + (f" {self.template_note}" if self.template_note else ""))
 
     def _enable(self) -> None:
         up, busy = bool(self.base_url), self.asking is not None

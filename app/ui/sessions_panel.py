@@ -44,6 +44,10 @@ from app.ui.workers import StreamBatcher, TaskThread
 N_PREDICT = 48
 
 
+#: Shared sessions are completions, not a chat (issue 29: said, so a reply that continues the text is expected).
+PLAIN_TEXT = ("Sessions send your text as it is, with no chat template: the model continues it (the Chat tab "
+              "formats a conversation with the model's template).")
+
 class SessionsPanel(QGroupBox):
     turnDone = Signal(object)  # TurnResult
     smokeDone = Signal(object)  # SmokeResult
@@ -168,7 +172,8 @@ class SessionsPanel(QGroupBox):
             if not self.sessions:
                 self.result.setText("Launch the engine with 2 or more parallel sessions to fork.")
         elif n_slots >= 2 and new_engine:  # (a result shown later stays: this runs after each turn)
-            self.result.setText(f"Engine ready: type a prompt and fork it into up to {n_slots} sessions.")
+            self.result.setText(f"Engine ready: type a prompt and fork it into up to {n_slots} sessions. "
+                                f"{PLAIN_TEXT}")
         elif n_slots < 2 and new_engine:
             self.result.setText(f"This engine has {n_slots} slot: to fork, stop it, set Parallel sessions "
                                 "to 2 or more and launch again.")

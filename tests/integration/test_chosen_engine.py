@@ -44,5 +44,20 @@ def test_an_engine_file_without_a_library_is_refused_in_one_sentence(engine_buil
                              env=_user_env(tmp_path))
     assert rc == 1 and "serving at" not in out, out
     assert "headroom serve: refused: pass 1 failed, so the engine is not launched" in out
-    assert "choose an engine whose folder holds libllama.so beside llama-server" in out
+    assert "give an engine whose folder holds libllama.so beside llama-server (--engine FILE" in out
     assert "./dev" not in out and "CMAKE_ARGS" not in out  # no developer-only advice
+
+
+def test_measure_with_an_engine_file_names_its_llama_cpp(engine_build: EngineBuild, tiny_model: Path,
+                                                         tmp_path: Path) -> None:
+    """``headroom measure --engine FILE``: the same library as serve's launch, its commit read from the
+    build's stamp (not a path cut after nine characters)."""
+    import subprocess
+    import sys
+
+    # a Headroom build this user's cache does not know (another user's, a shared folder): its stamp names it
+    proc = subprocess.run([sys.executable, "-m", "app", "measure", str(tiny_model), "-c", "4k", "--engine",
+                           str(engine_build.server)], cwd=ROOT, env=_user_env(tmp_path),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"(CPU, llama.cpp {engine_build.commit[:9]})" in proc.stdout

@@ -114,12 +114,15 @@ def test_every_corrupted_copy_is_refused_with_a_reason_or_loads_in_llama_cpp(
 
 def test_a_name_made_of_escape_sequences_is_printed_escaped(tmp_path: Path,
                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """A hostile ``general.name`` and a hostile file name: plan's heading names the file (as the window
+    does), escaped, and nothing raw reaches the terminal."""
     header = gguf_mutate.read(gguf_factory.ensure(shapes.TINY))
     header.kv("general.name").raw = gguf_mutate.encode(gguf_mutate.STR, "\x1b]0;pwned\x07\x1b[2Jtiny\u202e")
-    path = header.write(tmp_path / "named.gguf")
+    path = header.write(tmp_path / "named\x1b[2J\u202e.gguf")
     assert main(["plan", str(path), "--gpu", "H200", "--ctx", "4096"]) == 0
     out = capsys.readouterr().out
-    assert r"\x1b]0;pwned\x07\x1b[2Jtiny\u202e (llama, 2 layers)" in out.splitlines()
+    assert r"named\x1b[2J\u202e.gguf (llama, 2 layers)" in out.splitlines()
+    assert "pwned" not in out
     assert not raw_controls(out)
 
 

@@ -150,3 +150,21 @@ def test_model_text_is_shown_as_text_never_as_markup():
     assert shown("<b>x</b> & y") == "&lt;b&gt;x&lt;/b&gt; &amp; y"
     assert shown("a\r\nb\rc\nd") == "a<br>b<br>c<br>d"
     assert shown("\x02\x1b") == "\u2402\u241b"  # control characters as their visible symbols
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("has_template", [True, False], ids=["chatml", "no-template"])
+def test_the_chat_says_when_the_model_has_no_template_and_sessions_say_they_are_plain_text(
+        window, tiny_chat_model, tiny_model, engine_build, qtbot, has_template: bool):
+    """Issue 29: a GGUF without a chat template is formatted as ChatML by the engine, silently until now;
+    Shared sessions are completions, not a chat. Both are said when the engine is ready."""
+    from app.ui.chat_panel import NO_TEMPLATE
+    from app.ui.sessions_panel import PLAIN_TEXT
+
+    _launch(window, tiny_chat_model if has_template else tiny_model, engine_build, qtbot, n_parallel=2)
+    said = window.chat.status.text()
+    assert said.startswith("Engine ready: type a message and Send")
+    assert (NO_TEMPLATE.split(":")[0] in said) is not has_template
+    assert PLAIN_TEXT in window.sessions.result.text()
+    with qtbot.waitSignal(window.launch.engineStopped, timeout=30_000):
+        qtbot.mouseClick(window.launch.stop_button, LEFT)

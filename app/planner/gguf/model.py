@@ -73,6 +73,9 @@ class ModelShape:
     tensors: tuple[TensorInfo, ...] = field(repr=False)
     file_size: int  # all split files together
     files: tuple[Path, ...]
+    #: The GGUF carries ``tokenizer.chat_template``: without one llama-server formats a chat as ChatML
+    #: (tools/server: ``common_chat_templates_init`` falls back to chatml), which the model may not know.
+    has_chat_template: bool = False
 
     @property
     def is_swa_any(self) -> bool:
@@ -227,6 +230,7 @@ def shape_from_headers(headers: list[GGUFHeader]) -> ModelShape:
         n_expert=_uint(f, k("expert_count"), 0), n_expert_used=_uint(f, k("expert_used_count"), 0),
         n_vocab=n_vocab, recr_layers=recr, n_embd_r=n_embd_r, n_embd_s=n_embd_s, tensors=tensors, file_size=sum(h.file_size for h in headers),
         files=tuple(h.path for h in headers),
+        has_chat_template=isinstance(f.get("tokenizer.chat_template"), str) and bool(f.get("tokenizer.chat_template")),
     )
     _checked(first, check_hparams, shape)
     _checked(first, check_tensors, shape, f)
