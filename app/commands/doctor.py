@@ -47,7 +47,7 @@ def _llama_cpp() -> dict[str, Any]:
         import llama_cpp
         load_backends(lib_dir)  # a portable build's backends (the bundle's): ggml would look beside Python
     except (ImportError, OSError, RuntimeError, FileNotFoundError) as exc:
-        return {"ok": False, "reason": f"llama-cpp-python not loadable: {exc}", "lib_dir": lib_dir}
+        return {"ok": False, "reason": f"not loadable: {exc}", "lib_dir": lib_dir}
     backends = gpu_backends(lib_dir)
     offload = bool(llama_cpp.llama_supports_gpu_offload()) and bool(backends)
     return {
