@@ -101,6 +101,12 @@ def render(m: Measurement, settings: LaunchSettings, *, cached: bool, caveat: st
     return "\n".join(lines)
 
 
+def _json_error(args: argparse.Namespace, error: str, hint: str = "", log_tail: list[str] | None = None) -> None:
+    """With ``--json`` a failure is JSON on stdout too (a script reads one place), said on stderr as well."""
+    if getattr(args, "json", False):
+        print(json.dumps({"ok": False, "error": error, "hint": hint, "log_tail": log_tail or []}, indent=2))
+
+
 def _interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt  # SIGTERM stops pass 1 as Ctrl-C does: the probe is killed first
 
@@ -117,9 +123,11 @@ def run(args: argparse.Namespace) -> int:
         m, hit, caveat = _measure(args, settings)
     except MeasureError as exc:  # the probe ran and failed
         print(f"headroom measure: {exc}", file=sys.stderr)
+        _json_error(args, exc.reason, exc.hint, list(exc.log_tail))
         return 1
     except (PlannerError, ValueError) as exc:  # bad input: a file, a setting or a repo it cannot use
         print(f"headroom measure: {exc}", file=sys.stderr)
+        _json_error(args, str(exc))
         return 2
     finally:
         signal.signal(signal.SIGTERM, previous)

@@ -155,3 +155,25 @@ def test_measure_with_fit_params_gives_the_servers_compute_for_a_large_vocabular
         assert binary - sum(server.values()) >= 0.9 * logits, (binary / MiB, sum(server.values()) / MiB)
     finally:
         pagecache.drop(model)
+
+
+def test_measure_json_fails_in_json_too(engine_build: object, tmp_path: Path) -> None:
+    """Issue 31: ``measure --json`` that fails printed nothing on stdout; a script reads one place: a JSON
+    object with the reason, the hint and llama.cpp's last lines (exit 1), or the input's problem (exit 2)."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.fixtures import gguf_factory, shapes
+
+    model = gguf_factory.ensure(shapes.TINY_BAD_ROPE_SCALING)  # llama.cpp aborts on it in pass 1
+    proc = subprocess.run([sys.executable, "-m", "app", "measure", str(model), "-c", "4k", "--json"],
+                          capture_output=True, text=True, timeout=300)
+    answer = json.loads(proc.stdout)
+    assert proc.returncode == 1 and answer["ok"] is False
+    assert "GGML_ASSERT" in answer["error"] and "assertion" in answer["hint"] and answer["log_tail"]
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"junk!")
+    proc = subprocess.run([sys.executable, "-m", "app", "measure", str(junk), "--json"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2 and json.loads(proc.stdout)["error"].startswith("junk.gguf: not a GGUF file")
