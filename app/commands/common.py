@@ -283,7 +283,7 @@ def model_text(text: str) -> str:
     """Text a model generated, safe to print on a terminal: its control characters escaped as
     ``text.printable`` escapes a GGUF's name (ESC → ``\\x1b``, so a reply cannot recolour or clear the
     terminal), its line breaks and tabs kept. A model with random weights writes any byte."""
-    from app.planner.text import printable
+    from app.text import printable
 
     if text.isprintable():
         return text

@@ -33,8 +33,8 @@ from app.planner import words
 from app.planner.measurement import Measurement, llama_label
 from app.planner.plan_types import PLAN_JSON_VERSION, ContextFit, Plan, PlanMode
 from app.planner.settings import LaunchSettings
-from app.planner.text import printable
 from app.planner.units import Bytes
+from app.text import printable
 
 EXIT_STATUS = exit_status("it fits (as asked, or with the alternative the plan chose)",
                           "it does not fit, as asked or with any alternative",

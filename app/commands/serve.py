@@ -156,8 +156,9 @@ def _refuse_failed_pass1(failed: Pass1Failed) -> int:
     """Pass 1's own reason (the failing assertion, not the backtrace after it) and what to change."""
     error = failed.error
     from app.engine.launch import pass1_refusal
+    from app.text import printable_lines
 
-    print(f"headroom serve: refused: {pass1_refusal(error.reason)}", file=sys.stderr)
+    print(f"headroom serve: refused: {printable_lines(pass1_refusal(error.reason))}", file=sys.stderr)
     if error.hint:
         print(f"  {error.hint}", file=sys.stderr)
     return 1
@@ -200,6 +201,7 @@ def run(args: argparse.Namespace) -> int:
     from app.llamacpp.failures import FailureKind
     from app.planner.errors import PlannerError
     from app.planner.gguf.model import read_shape
+    from app.text import printable_lines
 
     try:
         args.model = Path(hub_model(str(args.model), download=True))
@@ -325,7 +327,7 @@ def run(args: argparse.Namespace) -> int:
                 server.check_alive()
     except EngineFailed as exc:
         # the failure is sentences ("The port is in use: …"); its log lines only when they say more
-        said = exc.failure.message if exc.failure.kind == FailureKind.PORT_IN_USE else str(exc)
+        said = printable_lines(exc.failure.message) if exc.failure.kind == FailureKind.PORT_IN_USE else str(exc)
         print(f"headroom serve: the engine failed. {said}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from app.llamacpp.logs import SYSTEM_INFO
+from app.text import printable_lines
 
 #: How many log lines a failure message carries for the user.
 TAIL_LINES = 12
@@ -50,10 +51,12 @@ class Failure:
     tail: tuple[str, ...] = field(default=())
 
     def __str__(self) -> str:
+        """The message and the log's last lines, each escaped (a log line carries the model's token
+        texts and key values: an OSC 52 clipboard write, a title change, a screen clear)."""
         text = self.message
         if self.tail:
             text += "\nLast engine log lines:\n" + "\n".join(f"  {t}" for t in self.tail)
-        return text
+        return printable_lines(text)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Errors the planner raises. Every message names the problem a user can act on."""
 
-from app.planner.text import printable
+from app.text import printable
 
 
 class PlannerError(Exception):

@@ -33,6 +33,7 @@ from app.planner.measurement import DeviceMeasurement, Measurement
 from app.planner.measurement import gpu_caveat as measurement_caveat
 from app.planner.settings import LaunchSettings
 from app.probe.cache import MeasureCache, cache_key, cached, library_identity
+from app.text import printable_lines
 
 #: The child: this interpreter running the worker module.
 WORKER: tuple[str, ...] = (sys.executable, "-m", "app.probe.worker")
@@ -50,7 +51,7 @@ class MeasureError(PlannerError):
         text = message + (f"\n{hint}" if hint else "")
         if self.log_tail:
             text += "\nlast log lines:\n  " + "\n  ".join(self.log_tail)
-        super().__init__(text)
+        super().__init__(printable_lines(text))  # llama.cpp's lines carry the file's strings: escaped
 
 
 class MeasureCancelled(MeasureError):

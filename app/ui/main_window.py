@@ -66,7 +66,7 @@ from app.ui.server_panel import ServerPanel
 from app.ui.server_settings import ServerSettings
 from app.ui.sessions_panel import SessionsPanel
 from app.ui.settings_panel import SettingsPanel
-from app.ui.state import UiState, load_state, save_state
+from app.ui.state import UiState, ignored_fields, load_state, save_state
 from app.ui.window_session import ClosingPanels, WindowSession
 from app.ui.window_state import OpenModel, WindowState
 from app.ui.workers import PollWorker
@@ -132,14 +132,21 @@ class MainWindow(QMainWindow):
         self.nvml = nvml  # a pynvml stand-in for tests; None = the real one
         self.state_file = state_file
         self.state = state if state is not None else load_state(state_file)
+        #: Remembered settings of the wrong type (a hand-edited or older file): reset, and said once.
+        self.ignored_state = ignored_fields(state_file) if state is None else []
         self.session = WindowSession(self.state)  # the window's decisions: the demo, another model, close
         self.persist = persist
         self.setWindowTitle("Headroom")
         self.setWindowIcon(app_icon())
         self.setAcceptDrops(True)
         self.real_inventory = real_inventory(nvml)  # NVML read once; "Real GPUs" re-reads it
-        inv, reason = inventory_for(self.state.simulated_gpus[0] if self.state.simulated_gpus else "",
-                                    self.real_inventory)
+        try:
+            inv, reason = inventory_for(self.state.simulated_gpus[0] if self.state.simulated_gpus else "",
+                                        self.real_inventory)
+        except ValueError:  # a card this Headroom does not know (an edited or newer file): the real GPUs
+            self.state.simulated_gpus = []
+            self.ignored_state.append("simulated_gpus")
+            inv, reason = inventory_for("", self.real_inventory)
         self.current = WindowState(inv, reason, self)
         self.hub_dialog: HubDialog | None = None
         self.library_dialog: LibraryDialog | None = None
@@ -154,6 +161,10 @@ class MainWindow(QMainWindow):
                                self._live_busy, self._apply_live, self)
         self.poll.polled.connect(self.live.offer)
         self.poll.start()
+        if self.ignored_state:
+            self.statusBar().showMessage(
+                f"Some remembered settings could not be used and start from their defaults: "
+                f"{', '.join(self.ignored_state)}", 30_000)
         if self.state.geometry:
             self.restoreGeometry(QByteArray.fromHex(self.state.geometry.encode()))
         else:

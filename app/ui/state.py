@@ -75,11 +75,43 @@ def load_state(path: Path | None = None) -> UiState:
         return UiState()
     if not isinstance(data, dict):
         return UiState()
-    known = {k: v for k, v in data.items() if k in UiState.__dataclass_fields__}
+    return UiState(**usable_fields(data)[0])
+
+
+def ignored_fields(path: Path | None = None) -> list[str]:
+    """The fields of the state file that ``load_state`` could not use (the window says so once)."""
+    p = path or state_path()
     try:
-        return UiState(**known)
-    except TypeError:
-        return UiState()
+        data = json.loads(p.read_text())
+    except (OSError, ValueError):
+        return []
+    return usable_fields(data)[1] if isinstance(data, dict) else []
+
+
+def _fits(value: object, default: object) -> bool:
+    """``value`` has the type of the field's default (a list of strings where the default is a list)."""
+    if isinstance(default, bool) or isinstance(value, bool):
+        return isinstance(value, bool) and isinstance(default, bool)
+    if isinstance(default, list):
+        return isinstance(value, list) and all(isinstance(v, str) for v in value)
+    return isinstance(value, type(default))
+
+
+def usable_fields(data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The fields of a state file that ``UiState`` can use, and the names of those it cannot (a
+    hand-edited or older file: ``"simulated_gpus": "RTX 4090"``, ``"engine_path": 7``): those keep their
+    defaults, so the window opens whatever the file holds (issue 31)."""
+    defaults = asdict(UiState())
+    known: dict[str, Any] = {}
+    ignored: list[str] = []
+    for name, value in data.items():
+        if name not in defaults:
+            continue  # a field of another version: not ours to use
+        if _fits(value, defaults[name]):
+            known[name] = value
+        else:
+            ignored.append(name)
+    return known, ignored
 
 
 def save_state(state: UiState, path: Path | None = None) -> None:

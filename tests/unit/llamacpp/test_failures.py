@@ -60,3 +60,18 @@ def test_an_unknown_death_quotes_the_last_line() -> None:
 def test_a_healthy_h200_log_has_no_failure_lines(shared_fixtures: Path) -> None:
     text = (shared_fixtures / "h200" / "llama-server-qwen2-14b-1m-c524288-fa-ub512-f16.log").read_text()
     assert classify(text.splitlines()).kind == "exited"
+
+
+def test_log_lines_from_the_file_are_escaped_when_a_failure_is_said() -> None:
+    """Issue 31: llama.cpp's log lines carry the file's strings (key values, token texts); a failure
+    printed on a terminal must not write the clipboard (OSC 52), retitle or clear the screen, or turn
+    the text right to left. Its line breaks stay."""
+    from app.llamacpp.failures import Failure, FailureKind
+    from app.probe.measure import MeasureError
+
+    hostile = "llama_model_loader: - kv   1: general.name str = x\x1b]52;c;cHduZWQ=\x07\x1b[2J\u202e\x9b"
+    said = str(Failure(FailureKind.MODEL_UNREADABLE, "The engine could not load the model.", "", (hostile, "done")))
+    assert "\x1b" not in said and "\u202e" not in said and "\x9b" not in said and "\x07" not in said
+    assert r"x\x1b]52;c;cHduZWQ=\x07\x1b[2J\u202e\x9b" in said and said.count("\n") == 3
+    error = str(MeasureError("pass 1 failed: boom", hint="try again", log_tail=[hostile]))
+    assert "\x1b" not in error and r"\x1b]52" in error and error.splitlines()[1] == "try again"

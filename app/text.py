@@ -1,5 +1,6 @@
 """Text that came from a model file (``general.name``, ``general.architecture``: written by strangers),
-made safe to print. Imports nothing, so the errors the planner raises can use it (app/planner/errors.py)."""
+made safe to print. Imports nothing, so every package can use it: the planner's errors, an engine's
+log lines (app/llamacpp/failures.py, app/probe/measure.py), the CLI."""
 
 from __future__ import annotations
 
@@ -13,3 +14,9 @@ def printable(text: str) -> str:
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def printable_lines(text: str) -> str:
+    """``printable`` line by line: the line breaks kept, everything else that could steer a terminal
+    (ESC, C1 controls, bidirectional overrides, a carriage return) escaped."""
+    return "\n".join(printable(line) for line in text.split("\n"))
