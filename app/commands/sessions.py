@@ -36,7 +36,10 @@ def _engine_args(p: argparse.ArgumentParser, *, after: bool) -> None:
     p.add_argument("--url", default=argparse.SUPPRESS if after else None,
                    help="the engine, e.g. http://127.0.0.1:8080 (required)")
     p.add_argument("--api-key", default=argparse.SUPPRESS if after else os.environ.get("HEADROOM_API_KEY"),
-                   help="the engine's --api-key (default: $HEADROOM_API_KEY)")
+                   help="the engine's --api-key (default: $HEADROOM_API_KEY); a key on a command line is "
+                        "readable by every local user (ps): prefer --api-key-file or the variable")
+    p.add_argument("--api-key-file", type=Path, default=argparse.SUPPRESS if after else None, metavar="FILE",
+                   help="read the key from FILE (the one headroom serve keeps: ~/.config/headroom/api_key)")
 
 
 def register(sub: Any) -> None:
@@ -113,8 +116,8 @@ def _explain(exc: EngineError) -> str:
     if isinstance(exc, EngineRejected) and exc.status == 401:
         from app.engine.apikey import key_path
 
-        return (f"{exc} — pass --api-key or set HEADROOM_API_KEY (headroom serve stores its key in "
-                f"{key_path()})")
+        return (f"{exc} — give the key: --api-key-file {key_path()} (where headroom serve keeps it), or set "
+                f"HEADROOM_API_KEY")
     return str(exc)
 
 
@@ -153,9 +156,24 @@ def _check_url(url: str | None) -> str:
     return url
 
 
+def _api_key(args: argparse.Namespace) -> str | None:
+    """--api-key-file's key (its first line), else --api-key or $HEADROOM_API_KEY. ValueError for a file
+    that cannot be read or holds no key."""
+    path = getattr(args, "api_key_file", None)
+    if path is None:
+        return str(args.api_key) if args.api_key else None
+    try:
+        key = Path(path).read_text(errors="replace").strip().splitlines()
+    except OSError as exc:
+        raise ValueError(f"--api-key-file {path}: cannot read it: {exc.strerror or exc}") from None
+    if not key or not key[0].strip():
+        raise ValueError(f"--api-key-file {path}: holds no key")
+    return key[0].strip()
+
+
 def run(args: argparse.Namespace) -> int:
     try:
-        client = EngineClient(_check_url(args.url), args.api_key)
+        client = EngineClient(_check_url(args.url), _api_key(args))
         store = SessionStore(client.base_url)
     except ValueError as exc:
         print(f"headroom sessions: {exc}", file=sys.stderr)

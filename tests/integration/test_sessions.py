@@ -229,8 +229,14 @@ def test_cli_without_the_api_key_says_where_the_key_is(engine_build: EngineBuild
                         (*POOL, "--api-key", "s3cret")) as srv:
         assert main(["sessions", "--url", srv.base_url, "metrics"]) == 1
         err = capsys.readouterr().err
-        assert "HTTP 401" in err and "pass --api-key or set HEADROOM_API_KEY" in err
+        assert "HTTP 401" in err and "give the key: --api-key-file " in err and "HEADROOM_API_KEY" in err
         assert main(["sessions", "--url", srv.base_url, "--api-key", "s3cret", "metrics"]) == 0
+        key_file = tmp_path / "key"  # issue 31: a key read from a file, on no command line
+        key_file.write_text("s3cret\n")
+        assert main(["sessions", "--url", srv.base_url, "metrics", "--api-key-file", str(key_file)]) == 0
+        capsys.readouterr()
+        assert main(["sessions", "--url", srv.base_url, "--api-key-file", str(tmp_path / "none"), "metrics"]) == 2
+        assert "--api-key-file" in capsys.readouterr().err
 
 
 def test_cli_on_a_one_slot_engine_offers_what_it_can_do_and_prints_replies_escaped(
