@@ -136,7 +136,9 @@ def engine_env() -> dict[str, str]:
 
 def _probe(command: Sequence[str], args: Sequence[str], timeout: float) -> tuple[ProbeResult, str]:
     """One probe's verdict and its output."""
-    argv = [*command, *args, "--host", "127.0.0.1", "--port", str(free_port()), "-m", MISSING_MODEL]
+    # --port 0: the engine binds a free port itself (tools/server/server-http.cpp ``bind_to_any_port``), so
+    # two probes never race for one port that a free_port() had released (issue 31: "unknown" verdicts)
+    argv = [*command, *args, "--host", "127.0.0.1", "--port", "0", "-m", MISSING_MODEL]
     try:
         proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout,
                               env=engine_env(), check=False)

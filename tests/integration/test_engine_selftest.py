@@ -69,3 +69,15 @@ def test_doctor_exits_1_and_says_why_when_the_engine_cannot_run_on_this_cpu(engi
     report_only = subprocess.run([sys.executable, "-m", "app", "doctor", "--no-selftest"], cwd=ROOT, env=env,
                                  capture_output=True, text=True, timeout=300)
     assert report_only.returncode == 0 and "Engine self-test" not in report_only.stdout
+
+
+def test_probes_started_together_never_race_for_a_port(engine_build: EngineBuild) -> None:
+    """Issue 31: 50 cold `headroom plan`s showed a capability as "unknown" when two probes got the same
+    released port; each engine now binds a free port itself (--port 0). Eight probe rounds at once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        rounds = list(pool.map(lambda _i: probe_all([str(engine_build.server)], ["-kvu", "-nkvo", "--metrics"],
+                                                    workers=3), range(8)))
+    verdicts = {(name, r.verdict) for caps in rounds for name, r in caps.results.items()}
+    assert verdicts == {("-kvu", "accepted"), ("-nkvo", "accepted"), ("--metrics", "accepted")}, verdicts
