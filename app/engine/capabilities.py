@@ -8,6 +8,7 @@ timeout, and the answers are cached per binary (path, size, mtime) under the cac
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -194,10 +195,14 @@ def capabilities(binary: Path, command: Sequence[str], *, refresh: bool = False)
     caps = probe_all(command)
     entries = _read_cache(file)  # re-read: another process may have written meanwhile
     entries[str(binary)] = {"stamp": stamp, "results": caps.to_json(), "system_info": caps.system_info}
-    file.parent.mkdir(parents=True, exist_ok=True)
     tmp = file.with_name(f".{CACHE_FILE}.{os.getpid()}")
-    tmp.write_text(json.dumps(entries, indent=1, sort_keys=True))
-    os.replace(tmp, file)
+    try:
+        file.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(entries, indent=1, sort_keys=True))
+        os.replace(tmp, file)
+    except OSError:  # a full or read-only cache (issue 31): probed again next time, nothing half-written
+        with contextlib.suppress(OSError):
+            tmp.unlink()
     return caps
 
 

@@ -37,6 +37,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 from collections import deque
@@ -134,14 +135,24 @@ def die_with_parent() -> Callable[[], None]:
     return _pdeathsig_preexec(os.getpid())
 
 
-def record_child(pid: int, argv: Sequence[str], kind: str = "engine", **extra: str) -> Path:
-    """Write the PID file that lets ``reap_leftovers`` kill ``pid`` once this process is gone."""
+def record_child(pid: int, argv: Sequence[str], kind: str = "engine", **extra: str) -> Path | None:
+    """Write the PID file that lets ``reap_leftovers`` kill ``pid`` once this process is gone. None when
+    the cache cannot be written (a full or read-only disk: issue 31): nothing half-written is left, and
+    the child still dies with Headroom (its parent-death signal); only the reaping after a crash is lost."""
     if kind not in CHILD_KINDS:
         raise ValueError(f"kind must be one of {CHILD_KINDS}, not {kind!r}")
-    path = private_dir(runtime_dir()) / f"{kind}-{pid}.json"
-    with os.fdopen(_private_file(path), "w") as f:
-        f.write(json.dumps({"pid": pid, "owner": os.getpid(), "argv": list(argv), **extra}))
     _OWN.add(pid)
+    try:
+        path = private_dir(runtime_dir()) / f"{kind}-{pid}.json"
+    except OSError:
+        return None
+    try:
+        with os.fdopen(_private_file(path), "w") as f:
+            f.write(json.dumps({"pid": pid, "owner": os.getpid(), "argv": list(argv), **extra}))
+    except OSError:
+        with contextlib.suppress(OSError):
+            path.unlink()
+        return None
     return path
 
 
@@ -361,12 +372,16 @@ class ServerProcess:
             self._fail(Failure(FailureKind.MISSING_BINARY, f"The engine {exe} {what}. Choose another engine or "
                                "run `headroom engine build`."))
         reap_leftovers()
-        if self.log_path.parent == runtime_dir():
-            private_dir(self.log_path.parent)
-        else:
-            self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        _prune_logs(self.log_path.parent)
-        log = os.fdopen(_private_file(self.log_path), "wb")  # closed by the reader thread
+        try:
+            if self.log_path.parent == runtime_dir():
+                private_dir(self.log_path.parent)
+            else:
+                self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            _prune_logs(self.log_path.parent)
+            log = os.fdopen(_private_file(self.log_path), "wb")  # closed by the reader thread
+        except OSError:  # a full or read-only cache (issue 31): the log goes to a private temp folder
+            self.log_path = Path(tempfile.mkdtemp(prefix="headroom-engine-")) / self.log_path.name
+            log = os.fdopen(_private_file(self.log_path), "wb")
         try:
             self._proc = _SPAWNER.submit(self._spawn).result()
         except OSError as exc:

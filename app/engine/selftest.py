@@ -14,6 +14,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +43,11 @@ def selftest_model(folder: Path | None = None) -> Path:
     path = folder / f"headroom-selftest-q4_0-v{MODEL_VERSION}.gguf"
     if path.is_file():
         return path
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:  # a full or read-only cache (issue 31): written to a private temp folder instead
+        folder = Path(tempfile.mkdtemp(prefix="headroom-selftest-"))
+        path = folder / path.name
     tmp = path.with_name(f".{path.name}.{os.getpid()}.partial")
     try:
         _write_model(tmp)

@@ -9,6 +9,7 @@ is simply never found again.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -73,11 +74,17 @@ class MeasureCache:
             return None
 
     def put(self, key: str, measurement: Measurement, *, model: Path, settings: LaunchSettings) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
+        """Store it; a full or read-only cache (issue 31) stores nothing and leaves nothing half-written:
+        the measurement is still returned, and measured again next time."""
         record = {"model": str(model), "settings": settings.to_json(), "measurement": measurement.to_json()}
         tmp = self.root / f".{key}.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps(record, indent=1))
-        os.replace(tmp, self.root / f"{key}.json")
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps(record, indent=1))
+            os.replace(tmp, self.root / f"{key}.json")
+        except OSError:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
 
 
 def cached(model: Path, settings: LaunchSettings, library: dict[str, Any],

@@ -8,6 +8,7 @@ and signals.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -609,10 +610,14 @@ class MainWindow(QMainWindow):
                 dialog.shutdown()
         if self.persist:
             settings, model, engine = self.current.settings, self.current.model, self.current.engine
-            save_state(self.session.remember_at_close(ClosingPanels(
+            state = self.session.remember_at_close(ClosingPanels(
                 geometry=bytes(self.saveGeometry().toHex().data()).decode(),
                 wants_window=self.settings.wants_window(), settings=self.settings.settings().to_json(),
                 model_is_demo=model is not None and model.demo, safety_mib=settings.safety // MiB,
                 vram_target_mib=(settings.vram_target or 0) // MiB, server=self.server.settings().to_json(),
-                engine_path=engine.path if engine is not None else None)), self.state_file)
+                engine_path=engine.path if engine is not None else None))
+            try:
+                save_state(state, self.state_file)
+            except OSError as exc:  # a full or read-only disk (issue 31): the window still closes cleanly
+                print(f"headroom: the window's settings were not saved: {exc.strerror or exc}", file=sys.stderr)
         super().closeEvent(e)

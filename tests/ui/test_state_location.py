@@ -38,3 +38,17 @@ def test_a_state_file_left_in_the_cache_is_read_then_saved_to_the_config_dir(dir
     assert json.loads((config / "gui-state.json").read_text())["last_model"] == "/models/old.gguf"
     (cache / "gui-state.json").write_text(json.dumps({"last_model": "/models/stale.gguf"}))
     assert load_state().last_model == "/models/old.gguf"  # the config file wins once it exists
+
+
+def test_a_window_on_a_read_only_config_closes_cleanly(qtbot, tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """Issue 31: the window aborted at close when its settings could not be written; now it says so."""
+    from app.ui.main_window import MainWindow
+
+    blocked = tmp_path / "not-a-dir"
+    blocked.write_text("a file where the config folder should be")  # any write under it fails (ENOTDIR)
+    window = MainWindow(state=UiState(), persist=True, state_file=blocked / "gui-state.json", read_host=lambda: None)
+    qtbot.addWidget(window)
+    window.show()
+    assert window.open_demo()
+    window.close()
+    assert "the window's settings were not saved" in capfd.readouterr().err
