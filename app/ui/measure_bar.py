@@ -91,7 +91,8 @@ class MeasureBar(QWidget):
                 self.start(state.model.path, state.settings.launch, targets_gpu=bool(state.inventory.gpus))
 
         def planned(plan: Plan) -> None:
-            if self._failed_for is not None and not self.running and state.settings.launch != self._failed_for:
+            # (a pass 1 started since has reset _failed_for; the task that failed may not have finished yet)
+            if self._failed_for is not None and state.settings.launch != self._failed_for:
                 self._failed_for = None  # "failed" was about other settings: these are not measured yet
                 self._say(NOT_MEASURED)
             if state.measurement is not None and not self.running and \
