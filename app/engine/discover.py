@@ -16,6 +16,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass, replace
 from enum import StrEnum
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -102,10 +103,7 @@ class EngineInfo:
     def cpu_features(self) -> CpuFeatures | None:
         """The CPU backend's features as this engine reports them and as Headroom launches it (no
         repack buffer for an AMX engine, which runs with ``-nr``); None when it printed no system_info."""
-        if not self.system_info:
-            return None
-        found = CpuFeatures.from_system_info(self.system_info)
-        return CpuFeatures(found.names, repack=False) if self.uses_amx else found
+        return _launched_features(self.system_info) if self.system_info else None
 
     @property
     def cpu_code(self) -> str:
@@ -139,6 +137,14 @@ class EngineInfo:
             "patches": list(self.patches), "fixes": list(self.fixes),
             "capabilities": None if self.capabilities is None else self.capabilities.to_json(),
         }
+
+
+@lru_cache(maxsize=16)
+def _launched_features(system_info: str) -> CpuFeatures:
+    """``EngineInfo.cpu_features`` for one system_info line, parsed once (the window asks on every re-plan)."""
+    found = CpuFeatures.from_system_info(system_info)
+    amx = re.search(r"\bAMX_INT8 = 1\b", system_info) is not None
+    return CpuFeatures(found.names, repack=False) if amx else found
 
 
 def _run_version(launcher: list[str]) -> str | None:

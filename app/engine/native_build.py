@@ -52,6 +52,7 @@ import sys
 import tarfile
 import time
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from app.engine.engine_patches import UNPATCHED, PatchSeries, engine_label, patch_series, patched_source
@@ -222,10 +223,7 @@ def cpu_key(cpuinfo: str | None = None) -> str:
     """``native-<8 hex>``: a digest of this CPU's vendor, model and feature flags (the first CPU in
     /proc/cpuinfo, or ``cpuinfo``), what a native build is built for and found by."""
     if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text(errors="replace")
-        except OSError:
-            cpuinfo = ""
+        return _this_cpu_key()
     first = cpuinfo.split("\n\n", 1)[0]
     fields = {}
     for line in first.splitlines():
@@ -236,6 +234,15 @@ def cpu_key(cpuinfo: str | None = None) -> str:
     ident = "\n".join((fields.get("vendor_id", ""), fields.get("cpu family", ""), fields.get("model", ""),
                        platform.machine(), flags))
     return "native-" + hashlib.sha256(ident.encode()).hexdigest()[:8]
+
+
+@lru_cache(maxsize=1)
+def _this_cpu_key() -> str:
+    """``cpu_key`` of this machine, read once (``find_build`` asks on every lookup)."""
+    try:
+        return cpu_key(Path("/proc/cpuinfo").read_text(errors="replace"))
+    except OSError:
+        return cpu_key("")
 
 
 def build_dir(commit: str, backend: str, series: PatchSeries = UNPATCHED, cpu: str = "") -> Path:
