@@ -322,7 +322,7 @@ def run(args: argparse.Namespace) -> int:
             print("headroom serve: the smoke test failed; stopping the engine", file=sys.stderr)
             return 1
         if not args.smoke or args.then_serve:
-            print(f"serving at {server.base_url} — Ctrl-C to stop", flush=True)
+            print(f"serving at {server.serving_at} — Ctrl-C to stop", flush=True)
             while not stop.wait(1.0):
                 server.check_alive()
     except EngineFailed as exc:

@@ -23,11 +23,27 @@ from app.sessions import fork as ops
 from app.sessions.client import EngineClient, EngineError, EngineRejected
 from app.sessions.smoke import TOO_FEW_SLOTS, run_smoke
 from app.sessions.store import SessionStore, free_names
+from app.text import printable
 
 EXIT_STATUS = exit_status("the action ran", "it ran but failed (the engine is not answering, refused the request "
                           "or cut a reply off)", "the request cannot be used (a bad URL, flag or prompt file, "
                           "an unknown session, a fork into more sessions than the engine has slots, a smoke test on an "
                           "engine with one slot)")
+
+
+#: How long the engine may stay silent: before its answer (a long prompt is evaluated first) and
+#: between two pieces of a streamed reply.
+DEFAULT_TIMEOUT_S = 120.0
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value < 86400:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds (try 120)")
+    return value
 
 
 def _engine_args(p: argparse.ArgumentParser, *, after: bool) -> None:
@@ -40,6 +56,10 @@ def _engine_args(p: argparse.ArgumentParser, *, after: bool) -> None:
                         "readable by every local user (ps): prefer --api-key-file or the variable")
     p.add_argument("--api-key-file", type=Path, default=argparse.SUPPRESS if after else None, metavar="FILE",
                    help="read the key from FILE (the one headroom serve keeps: ~/.config/headroom/api_key)")
+    p.add_argument("--timeout", type=_seconds, default=argparse.SUPPRESS if after else DEFAULT_TIMEOUT_S,
+                   metavar="SECONDS", help="give up when the engine sends no answer, or no next piece of a "
+                                           f"reply, for this long (default {DEFAULT_TIMEOUT_S:g}: a long "
+                                           "prompt is read before the first piece comes)")
 
 
 def register(sub: Any) -> None:
@@ -173,7 +193,7 @@ def _api_key(args: argparse.Namespace) -> str | None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        client = EngineClient(_check_url(args.url), _api_key(args))
+        client = EngineClient(_check_url(args.url), _api_key(args), timeout=args.timeout)
         store = SessionStore(client.base_url)
     except ValueError as exc:
         print(f"headroom sessions: {exc}", file=sys.stderr)
@@ -184,7 +204,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"headroom sessions: {exc}", file=sys.stderr)
         return 2
     except EngineError as exc:
-        print(f"headroom sessions: {_explain(exc)}", file=sys.stderr)
+        print(f"headroom sessions: {printable(_explain(exc))}", file=sys.stderr)
         return 1
 
 
@@ -205,7 +225,7 @@ def _list(client: EngineClient, store: SessionStore, args: argparse.Namespace) -
     if not store.sessions and error is None:
         print(f"  ({_first_step(len(slots))})")
     if error is not None:
-        print(f"headroom sessions: {_explain(error)}", file=sys.stderr)
+        print(f"headroom sessions: {printable(_explain(error))}", file=sys.stderr)
         return 1
     return 0
 
@@ -255,7 +275,7 @@ def _finish(result: ops.TurnResult, printer: _Printer) -> int:
     if result.proof is not None:
         print(result.proof)
     if result.error:
-        print(f"headroom sessions: {result.error}", file=sys.stderr)
+        print(f"headroom sessions: {printable(result.error)}", file=sys.stderr)
         return 1
     return 0
 
@@ -291,13 +311,14 @@ def _slot_file(client: EngineClient, store: SessionStore, args: argparse.Namespa
         raise ValueError(f"no session {args.name!r} for {client.base_url} (see: list)")
     if args.action == "save":
         info = ops.save(client, session)
-        print(f"saved {session.name}: {info.get('n_saved', '?')} tokens to {info.get('filename', '?')}")
+        print(printable(f"saved {session.name}: {info.get('n_saved', '?')} tokens to {info.get('filename', '?')}"))
     else:
         info = ops.restore(client, session, args.slot)
         if args.slot is not None:
             session.slot = args.slot
             store.put(session)
-        print(f"restored {session.name}: {info.get('n_restored', '?')} tokens into slot {info.get('id_slot', '?')}")
+        print(printable(f"restored {session.name}: {info.get('n_restored', '?')} tokens into slot "
+                        f"{info.get('id_slot', '?')}"))
     return 0
 
 

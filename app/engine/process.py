@@ -302,6 +302,7 @@ class ServerProcess:
     def __init__(self, argv: Sequence[str], host: str, port: int, *, log_path: Path | None = None,
                  tail_lines: int = 400, env: dict[str, str] | None = None) -> None:
         self.argv = list(argv)
+        self.listen_host = host or "0.0.0.0"  # where it listens; ``host`` is where to reach it here
         self.host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
         self.port = port
         self.log_path = log_path or runtime_dir() / f"engine-{os.getpid()}-{port}.log"
@@ -345,8 +346,18 @@ class ServerProcess:
 
     @property
     def base_url(self) -> str:
+        """Where this machine reaches it (loopback when it listens on every address)."""
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}"
+
+    @property
+    def serving_at(self) -> str:
+        """The address it is bound to, as a user should be told: every address of the machine is said
+        so (``http://0.0.0.0:8080``, every address of this machine), not as loopback."""
+        if self.listen_host in ("0.0.0.0", "::"):
+            host = "[::]" if self.listen_host == "::" else self.listen_host
+            return f"http://{host}:{self.port} (every address of this machine; here: {self.base_url})"
+        return self.base_url
 
     def tail(self, n: int | None = None) -> list[str]:
         with self._lock:

@@ -26,7 +26,16 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from app.sessions.client import EngineClient, EngineRejected, PieceCallback, response_lines
+from app.sessions.client import (
+    EXTRA_TOKENS,
+    EngineClient,
+    EngineMisbehaved,
+    EngineRejected,
+    PieceCallback,
+    Stream,
+    tokens_allowed,
+    too_many_tokens,
+)
 from app.sessions.fork import ForkTooLarge, Sampling, SharingProof, check_fork_size, counters
 from app.sessions.sse import SseError, iter_events
 
@@ -62,6 +71,7 @@ class Reply:
     prompt_evaluated: int = 0  # timings.prompt_n
     prompt_cached: int = 0  # timings.cache_n
     stopped: bool = False  # the user stopped it
+    pieces: int = 0  # content pieces received (one per token)
 
     @property
     def finished(self) -> bool:
@@ -162,7 +172,7 @@ def chat(client: EngineClient, messages: list[Message], sampling: Sampling = REP
         check_fork_size(client, k)
     before = counters(client) if k > 1 else None
     try:
-        conn, resp = client.open_stream(PATH, request_body(messages, sampling, k))
+        stream = client.open_stream(PATH, request_body(messages, sampling, k))
     except EngineRejected as exc:
         if k > 1 and ("n_cmpl" in exc.server_message or "value <=" in exc.server_message):
             raise ForkTooLarge(f"the engine refused a fork of {k}: {exc.server_message}") from exc
@@ -170,17 +180,17 @@ def chat(client: EngineClient, messages: list[Message], sampling: Sampling = REP
             raise ChatTooLong(exc, int(m.group(1)), int(m.group(2))) from exc
         raise
     switch = stop or StopSwitch()
-    switch.attach(conn)
+    switch.attach(stream.conn)
     outcome = ChatOutcome([Reply(i) for i in range(k)])
     try:
-        _read(resp, outcome, on_piece, client.base_url)
+        _read(stream, outcome, on_piece, tokens_allowed(sampling.body()))
     except (OSError, http.client.HTTPException) as exc:
         if not switch.stopped:
             outcome.error = (f"the stream from {client.base_url} was cut ({exc.__class__.__name__}: {exc}); "
                              "the engine may have exited")
     finally:
         switch.attach(None)
-        conn.close()
+        stream.close()
     if switch.stopped:
         outcome.stopped, outcome.error = True, None
         for r in outcome.replies:
@@ -197,10 +207,10 @@ def chat(client: EngineClient, messages: list[Message], sampling: Sampling = REP
     return outcome
 
 
-def _read(resp: http.client.HTTPResponse, outcome: ChatOutcome, on_piece: PieceCallback | None,
-          url: str) -> None:
+def _read(stream: Stream, outcome: ChatOutcome, on_piece: PieceCallback | None, allowed: int | None) -> None:
+    url = stream.base_url
     try:
-        for event in iter_events(response_lines(resp)):
+        for event in iter_events(stream.lines()):
             if event.done:
                 return
             if "error" in event.data:
@@ -209,8 +219,15 @@ def _read(resp: http.client.HTTPResponse, outcome: ChatOutcome, on_piece: PieceC
                                  + str(err.get("message") if isinstance(err, dict) else err))
                 return
             apply_chunk(outcome, event.data, on_piece)
+            if allowed is not None and any(r.pieces > allowed for r in outcome.replies):
+                outcome.error = too_many_tokens(url, allowed - EXTRA_TOKENS)
+                return
     except SseError as exc:
         outcome.error = f"the engine's stream from {url} could not be read: {exc}"
+    except EngineMisbehaved as exc:
+        outcome.error = str(exc)
+    except (TypeError, ValueError, AttributeError) as exc:
+        outcome.error = f"the stream from {url} is not llama-server's ({exc.__class__.__name__}: {exc}); stopped reading"
 
 
 def apply_chunk(outcome: ChatOutcome, data: dict[str, Any], on_piece: PieceCallback | None) -> None:
@@ -223,6 +240,7 @@ def apply_chunk(outcome: ChatOutcome, data: dict[str, Any], on_piece: PieceCallb
         piece = str((choice.get("delta") or {}).get("content") or "")
         if piece:
             reply.text += piece
+            reply.pieces += 1
             if on_piece is not None:
                 on_piece(index, piece)
         if choice.get("finish_reason"):

@@ -54,6 +54,8 @@ def test_all_interfaces_only_with_the_stored_key(engine_build: object, tiny_mode
     with spec.server() as server:
         server.start()
         server.wait_ready(timeout=60)  # /health is public: no key needed to see it is ready
+        assert server.serving_at == (f"http://0.0.0.0:{spec.port} (every address of this machine; "
+                                     f"here: http://127.0.0.1:{spec.port})")  # what serve prints
         assert _post(f"{server.base_url}/completion", None) == 401
         assert _post(f"{server.base_url}/completion", spec.api_key) == 200
 
