@@ -105,9 +105,9 @@ def add_launch_args(p: argparse.ArgumentParser) -> None:
                    help="keep the KV cache in host memory")
     p.add_argument("--swa-full", dest="swa_full", action="store_true", help="full-size SWA cache")
     p.add_argument("-cram", "--cache-ram", dest="cache_ram", type=int, default=None,
-                   metavar="MiB", help=f"the server's prompt cache in host RAM (-1 no limit, 0 off; default: "
-                                       f"llama-server's {DEFAULT_CACHE_RAM_MIB}, less when host RAM is short): "
-                                       "planned and passed explicitly")
+                   metavar="MiB", help=f"the server's prompt cache in host RAM (-1 no limit, 0 off; default: room "
+                                       f"for one full context's KV, at most llama-server's {DEFAULT_CACHE_RAM_MIB}, "
+                                       "less when host RAM is short): planned and passed explicitly")
     p.add_argument("-mm", "--mmproj", dest="mmproj", default="", metavar="FILE",
                    help="a vision projector (mmproj GGUF): its weights and compute are planned and checked")
     p.add_argument("--no-mmproj-offload", dest="no_mmproj_offload", action="store_true",

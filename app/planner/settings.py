@@ -26,11 +26,14 @@ _ENDPOINT = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):[0-9]{1,5}")
 #: ``cache_ram_mib``; -1 no limit, 0 off): it fills as conversations come and go (docs/domain.md §6).
 DEFAULT_CACHE_RAM_MIB = 8192
 
-#: Headroom's default is ``cache_ram_mib=None``, "auto": the engine's 8192 MiB, or less when host RAM
-#: is short (a 30B MoE with its experts on the CPU on a 32 GB desktop): what host RAM leaves after
-#: everything the launch needs, less this much for the rest of the desktop. A size the user gives is
-#: held back as given (and the plan says when it does not fit).
+#: Headroom's default is ``cache_ram_mib=None``, "auto": room for one full context's KV (a prompt the
+#: server keeps is its slot's KV: one context's worth holds every slot's conversation once), at least
+#: AUTO_CACHE_MIN_MIB, at most the engine's 8192 MiB, and less when host RAM is short (a 30B MoE with
+#: its experts on the CPU on a 32 GB desktop): what host RAM leaves after everything the launch needs,
+#: less AUTO_CACHE_RESERVE_MIB for the rest of the desktop. A size the user gives is held back as
+#: given (and the plan says when it does not fit).
 AUTO_CACHE_RESERVE_MIB = 1024
+AUTO_CACHE_MIN_MIB = 64
 
 #: llama-server's default number of tokens a draft model proposes per step (``--spec-draft-n-max``;
 #: common/common.h ``common_params_speculative_draft::n_max``).

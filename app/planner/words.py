@@ -12,9 +12,15 @@ from __future__ import annotations
 
 from app.planner.measurement import Measurement, gpu_caveat
 from app.planner.plan_types import AlternativeKind, Plan, PlanMode
-from app.planner.settings import ALL_LAYERS, AUTO_CACHE_RESERVE_MIB, DEFAULT_CACHE_RAM_MIB, LaunchSettings
+from app.planner.settings import (
+    ALL_LAYERS,
+    AUTO_CACHE_MIN_MIB,
+    AUTO_CACHE_RESERVE_MIB,
+    DEFAULT_CACHE_RAM_MIB,
+    LaunchSettings,
+)
 from app.planner.sources import Source, SourceKind
-from app.planner.units import Bytes, format_tokens
+from app.planner.units import Bytes, MiB, format_tokens
 
 
 def plural(n: int, noun: str, plural_form: str = "") -> str:
@@ -439,14 +445,22 @@ def experts_on_cpu_note(n_layer: int, n: int) -> str:
             "experts' share); attention, dense weights and the KV resident")
 
 
-def prompt_cache_detail(cache_ram_mib: int | None, held_mib: int) -> str:
+def prompt_cache_detail(cache_ram_mib: int | None, held_mib: int, context_kv: int, cells: int) -> str:
+    """Why the server's prompt cache holds ``held_mib``: auto sizes it for one full context's KV
+    (``context_kv`` bytes, ``cells`` tokens), within the engine's default and the host RAM left."""
     if cache_ram_mib is None:
         if held_mib == 0:
             return "--cache-ram 0: host RAM has no room left for the server's prompt cache (-cram MiB sets it)"
         if held_mib >= DEFAULT_CACHE_RAM_MIB:
             return f"--cache-ram {held_mib}: the server's default; its prompt cache may fill this much over time"
-        return (f"--cache-ram {held_mib}: less than the server's {DEFAULT_CACHE_RAM_MIB} MiB, to leave "
-                f"{AUTO_CACHE_RESERVE_MIB} MiB of host RAM to the rest of the desktop (-cram MiB sets it)")
+        wanted = max(AUTO_CACHE_MIN_MIB, -(-context_kv // MiB))
+        if held_mib >= wanted:
+            return (f"--cache-ram {held_mib}: room for one full context's KV ({cells:,} tokens) in the server's "
+                    f"prompt cache, not its {DEFAULT_CACHE_RAM_MIB} MiB default (-cram MiB sets it)")
+        short_of = (f"the server's {DEFAULT_CACHE_RAM_MIB} MiB" if wanted >= DEFAULT_CACHE_RAM_MIB
+                    else f"one full context's KV ({wanted:,} MiB)")
+        return (f"--cache-ram {held_mib}: less than {short_of}, to leave {AUTO_CACHE_RESERVE_MIB} MiB of host "
+                "RAM to the rest of the desktop (-cram MiB sets it)")
     if cache_ram_mib == -1:
         return "--cache-ram -1: no limit, not held back"
     if cache_ram_mib == 0:

@@ -156,7 +156,7 @@ class SettingsPanel(QWidget):
         self.cache_ram.setRange(-1, 1024 * 1024)  # -1: auto (LaunchSettings.cache_ram_mib None)
         self.cache_ram.setSingleStep(1024)
         self.cache_ram.setSuffix(" MiB")
-        self.cache_ram.setSpecialValueText(f"auto (up to {DEFAULT_CACHE_RAM_MIB} MiB)")
+        self.cache_ram.setSpecialValueText(f"auto (one context's KV, up to {DEFAULT_CACHE_RAM_MIB} MiB)")
         self.cache_ram.setAccessibleName("Prompt cache")
         # A placement the planner chose and the user applied (--n-cpu-moe, -ot) has no control of its own:
         # it is shown here, with a way back to the planner's choice.

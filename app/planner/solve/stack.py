@@ -28,7 +28,12 @@ from app.planner.memory.weights import (
     weight_split,
 )
 from app.planner.plan_types import DevicePlan, HostPlan, ProjectorPlan
-from app.planner.settings import AUTO_CACHE_RESERVE_MIB, DEFAULT_CACHE_RAM_MIB, LaunchSettings
+from app.planner.settings import (
+    AUTO_CACHE_MIN_MIB,
+    AUTO_CACHE_RESERVE_MIB,
+    DEFAULT_CACHE_RAM_MIB,
+    LaunchSettings,
+)
 from app.planner.sources import Source, Sourced, SourceKind
 from app.planner.units import MiB
 
@@ -130,14 +135,16 @@ def _compute_for(shape: ModelShape, inv: Inventory, settings: LaunchSettings,
 
 
 
-def prompt_cache_bytes(cache_ram_mib: int | None, host_left: int) -> int:
+def prompt_cache_bytes(cache_ram_mib: int | None, host_left: int, context_kv: int) -> int:
     """What the plan holds back in host RAM for the server's prompt cache: a size given as given
-    (-1, no limit, cannot be held back: a warning says so); auto (None), the engine's default or
-    what ``host_left`` (host RAM after the rest of the launch) leaves less AUTO_CACHE_RESERVE_MIB,
-    in whole MiB (``--cache-ram`` takes MiB)."""
+    (-1, no limit, cannot be held back: a warning says so); auto (None), ``context_kv`` (one full
+    context's KV) but at least AUTO_CACHE_MIN_MIB and at most the engine's default, or what
+    ``host_left`` (host RAM after the rest of the launch) leaves less AUTO_CACHE_RESERVE_MIB, in
+    whole MiB (``--cache-ram`` takes MiB)."""
     if cache_ram_mib is not None:
         return max(cache_ram_mib, 0) * MiB
-    return max(0, min(DEFAULT_CACHE_RAM_MIB, (host_left // MiB) - AUTO_CACHE_RESERVE_MIB)) * MiB
+    wanted = min(DEFAULT_CACHE_RAM_MIB, max(AUTO_CACHE_MIN_MIB, -(-context_kv // MiB)))
+    return max(0, min(wanted, (host_left // MiB) - AUTO_CACHE_RESERVE_MIB)) * MiB
 
 def stack(shape: ModelShape, inv: Inventory, settings: LaunchSettings, ws: WeightSplit, kvp: KvPerLayer,
           resident_cells: int, compute: Compute, overhead: int | None, safety: int,
@@ -195,7 +202,8 @@ def stack(shape: ModelShape, inv: Inventory, settings: LaunchSettings, ws: Weigh
     host_proj = (pr.total if pr.device == HOST else pr.compute_host) if pr is not None else 0
     before_cache = (inv.host.available - ws.host_weights - kv_host - pinned - output - host_more.total
                     - host_proj)
-    prompt_cache = prompt_cache_bytes(settings.cache_ram_mib, before_cache)
+    context_kv = sum(fixed_on) + sum(cell_on) * kvp.cells
+    prompt_cache = prompt_cache_bytes(settings.cache_ram_mib, before_cache, context_kv)
     weights_src = Source(SourceKind.FROM_GGUF, words.repacked_detail(ws.repacked) if ws.repacked else "")
     from_os = Source(SourceKind.FROM_OS)
     host = HostPlan(
@@ -205,7 +213,8 @@ def stack(shape: ModelShape, inv: Inventory, settings: LaunchSettings, ws: Weigh
                  "kv_tail": Source(SourceKind.FROM_GGUF), "compute_pinned": compute.source,
                  "prompt_cache": Source(SourceKind.GIVEN if settings.cache_ram_mib is not None
                                         else SourceKind.DEFAULT,
-                                        words.prompt_cache_detail(settings.cache_ram_mib, prompt_cache // MiB))},
+                                        words.prompt_cache_detail(settings.cache_ram_mib, prompt_cache // MiB,
+                                                                  context_kv, kvp.cells))},
         prompt_cache=prompt_cache,
         weights_repacked=ws.repacked, lora=host_more.lora, draft_weights=host_more.draft_weights,
         draft_kv=host_more.draft_kv, draft_compute=host_more.draft_compute, output_buffer=output,

@@ -75,26 +75,32 @@ def test_the_layer_counts_in_the_models_terms() -> None:
 
 
 def test_the_prompt_cache_is_held_back_from_host_ram_and_named(qwen14b: ModelShape) -> None:
-    """llama-server's --cache-ram (8192 MiB unless given) fills host RAM over time: the plan holds it back."""
+    """llama-server's --cache-ram fills host RAM over time: the plan holds it back. Auto sizes it for one
+    full context's KV (8k of Qwen2.5-14B: 1.5 GiB), not the server's 8192 MiB, which it keeps as the most."""
     base = make_plan(qwen14b, h200(), LaunchSettings(n_ctx=8192, cache_ram_mib=0))
     default = make_plan(qwen14b, h200(), LaunchSettings(n_ctx=8192))
-    assert default.host.prompt_cache == 8192 * 1024 * 1024 and default.cache_ram_mib == 8192
+    assert default.host.prompt_cache == 1536 * MiB and default.cache_ram_mib == 1536
     assert base.host.free - default.host.free == default.host.prompt_cache
-    assert "--cache-ram 8192" in str(default.host.sources["prompt_cache"])
+    assert ("--cache-ram 1536: room for one full context's KV (8,192 tokens) in the server's prompt cache, not "
+            "its 8192 MiB default") in str(default.host.sources["prompt_cache"])
+    long = make_plan(qwen14b, h200(), LaunchSettings(n_ctx=65536))  # 12 GiB of KV: the server's default
+    assert long.cache_ram_mib == 8192 and "--cache-ram 8192: the server's default" in str(
+        long.host.sources["prompt_cache"])
     unlimited = make_plan(qwen14b, h200(), LaunchSettings(n_ctx=8192, cache_ram_mib=-1))
     assert unlimited.host.prompt_cache == 0 and any("no limit" in w for w in unlimited.warnings)
 
 
 def test_a_short_host_gets_a_smaller_prompt_cache_not_a_plan_that_does_not_fit(qwen14b: ModelShape) -> None:
-    """The 8192 MiB default would not fit beside the layers a 16 GB card leaves on a busy desktop: auto
-    sizes the cache to what host RAM leaves (less 1 GiB for the desktop) and says so; a size given is kept."""
+    """One context's KV (32k: 6 GiB) would not fit beside the layers a 16 GB card leaves on a busy desktop:
+    auto sizes the cache to what host RAM leaves (less 1 GiB for the desktop) and says so; a size given
+    is kept."""
     inv = Inventory((GpuDevice(0, "NVIDIA GeForce RTX 5080", 16 * GiB, 16 * GiB, simulated=True),),
                     HostMemory(24 * GiB, 8 * GiB))  # 8 GiB available: other apps hold the rest
-    auto = make_plan(qwen14b, inv, LaunchSettings(n_ctx=8192))
+    auto = make_plan(qwen14b, inv, LaunchSettings(n_ctx=32768))
     assert auto.feasible, auto.reason
-    assert 0 < auto.host.prompt_cache < 8192 * MiB
+    assert 0 < auto.host.prompt_cache < 6144 * MiB
     assert AUTO_CACHE_RESERVE_MIB * MiB <= auto.host.free < (AUTO_CACHE_RESERVE_MIB + 1) * MiB
     assert auto.cache_ram_mib == auto.host.prompt_cache // MiB
-    assert "less than the server's 8192 MiB" in str(auto.host.sources["prompt_cache"])
+    assert "less than one full context's KV (6,144 MiB)" in str(auto.host.sources["prompt_cache"])
     given = make_plan(qwen14b, inv, auto.launch.with_(cache_ram_mib=8192))
     assert not given.feasible and "host RAM is short" in given.reason
