@@ -1,5 +1,5 @@
 """The placements a stock plan chooses between, measured: prefill and decode tokens/s of each, beside
-the plan's predicted price (app/planner/solve/cost.py), at one device budget.
+the plan's predicted turn (app/planner/solve/speed.py), at one device budget.
 
     .venv/bin/python -m bench.bench_placement [--ctx 32768] [--budget 160MiB] [--prompt 2048] [--reply 64]
 
@@ -36,7 +36,7 @@ from app.planner.measurement import Measurement
 from app.planner.plan_types import Alternative, PlanMode
 from app.planner.request import PlanRequest
 from app.planner.settings import LaunchSettings
-from app.planner.solve.cost import HOST_BANDWIDTH, TURN_PROMPT, TURN_REPLY
+from app.planner.solve.speed import HOST_BANDWIDTH, TURN_PROMPT, TURN_REPLY
 from app.planner.units import Bytes
 from app.probe.measure import measure_cached
 from tests.fixtures import gguf_factory, shapes

@@ -272,11 +272,15 @@ def plan_request(args: argparse.Namespace, shape: ModelShape, inventory: Invento
                  lookup: MeasurementLookup | None) -> PlanRequest:
     """The one plan request (app.planner.request) from the GPU flags: ``--window``, ``--safety``,
     ``--vram-target``, and ``--overhead`` (else measured on this GPU and driver, else the planner's
-    default). ``lookup``: pass 1 for a launch (the probe's cache, or pass 1 run through it)."""
+    default). ``lookup``: pass 1 for a launch (the probe's cache, or pass 1 run through it). The
+    speeds are predicted with this machine's calibrated figures (app/machine/calibrate.py)."""
+    from app.machine.calibrate import machine_speed
+
     return request_for_machine(
         shape, inventory, engine_window=args.window, safety=int(args.safety),
         vram_target=None if args.vram_target is None else int(args.vram_target),
-        overhead=None if args.overhead is None else int(args.overhead), lookup=lookup)
+        overhead=None if args.overhead is None else int(args.overhead), lookup=lookup,
+        speed=machine_speed(inventory))
 
 
 def model_text(text: str) -> str:

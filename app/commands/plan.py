@@ -31,8 +31,9 @@ from app.engine.advisories import Advisory
 from app.engine.discover import EngineInfo
 from app.planner import words
 from app.planner.measurement import Measurement, llama_label
-from app.planner.plan_types import PLAN_JSON_VERSION, ContextFit, Plan, PlanMode
+from app.planner.plan_types import PLAN_JSON_VERSION, Alternative, ContextFit, Plan, PlanMode
 from app.planner.settings import LaunchSettings
+from app.planner.solve.speed import Figure, SpeedRow
 from app.planner.units import Bytes
 from app.text import printable
 
@@ -219,33 +220,80 @@ def render(plan: Plan, title: str, fit: ContextFit, asked: LaunchSettings | None
         out += _projector_lines(plan, "host") if p == "free" else []
         out.append(_row(p.replace("_", " "), getattr(h, p), h.sources.get(p, "")))
     out.append(f"  {words.kv_placement(plan)}")
-    trained = f"trained {format_tokens(fit.n_ctx_train)}"
-    as_set = words.as_set_launch(plan)
-    # "fully resident" only when the settings as given put everything on the GPU (not -ngl 0, -nkvo)
-    resident = "fully resident" if words.all_on_gpu(as_set) else words.resident_where(as_set)
-    if fit.resident == 0:
-        where = "in host RAM" if not plan.gpus else resident
-        out.append(f"  largest context: none fits {where} as set ({trained})")
-    elif not plan.gpus:
-        out.append(f"  largest context: {format_tokens(fit.resident)} in host RAM ({trained})")
-    elif plan.mode is PlanMode.WINDOW and fit.with_tail > fit.resident:
-        out.append(f"  largest context: {format_tokens(fit.resident)} {resident}, "
-                   f"{format_tokens(fit.with_tail)} with a host tail ({trained})")
-    else:
-        out.append(f"  largest context: {format_tokens(fit.resident)} {resident} ({trained})")
+    out += _largest_lines(plan, fit)
     if plan.alternatives and len(plan.alternatives) > 1:
-        width = max(14, *(len(a.label) + 1 for a in plan.alternatives))
-        out.append("  alternatives (host side of one turn, app/planner/solve/cost.py: bytes read per token, "
-                   "seconds of decode + prefill; the cheapest fitting one is chosen):")
+        width = max(14, *(len(a.label) + 2 for a in plan.alternatives))
+        out.append("  alternatives (predicted tokens/s, app/planner/solve/speed.py: prefill, then decode with the "
+                   "context empty / half / full; the fastest that keeps the asked context and KV type is chosen):")
         out.append(f"   {words.ALTERNATIVES_LEGEND}")
         for a in plan.alternatives:
             # (an infeasible "chosen" is only where the plan stands when nothing fits: not starred)
             mark = "-" if not a.feasible else ("*" if a.chosen else " ")
-            price = f"{a.decode_s:6.2f} s + {a.prefill_s:5.2f} s" if a.feasible else " " * 17
-            out.append(f"   {mark} {a.label:<{width}}{Bytes(a.host_bytes_per_token)!s:>10}  {price}   {a.note}".rstrip())
+            out.append(f"   {mark} {a.label:<{width}}{_speed_cells(a) if a.feasible else ' ' * 30}   {a.note}".rstrip())
+    elif plan.speed is not None:
+        out.append(f"  predicted: {_speed_cells_row(plan.speed)}")
+    if plan.speed_figures is not None:
+        out.append(f"  {_figures_line(plan)}")
     if plan.network is not None:
         net = plan.network
         out.append("  " + words.network_summary(net.per_token, net.per_ubatch, launch.effective_n_ubatch,
                                                 sum(net.load.values()), len(net.boundaries)))
     out += [f"  warning: {w}" for w in plan.warnings]
     return "\n".join(out)
+
+
+def _largest_lines(plan: Plan, fit: ContextFit) -> list[str]:
+    """"how far can I go": the largest context fully resident and the longest with part of it in
+    host RAM — the same figures the alternatives offer when the asked context fits no way."""
+    from app.planner.units import format_tokens
+
+    trained = f"trained {format_tokens(fit.n_ctx_train)}"
+    as_set = words.as_set_launch(plan)
+    # "fully resident" only when the settings as given put everything on the GPU (not -ngl 0, -nkvo)
+    resident = "fully resident" if words.all_on_gpu(as_set) else words.resident_where(as_set)
+    ends = words.context_ends(plan)
+    if ends is not None:  # the plan's own two ends: the figures it offers
+        fast, longest = ends
+        return [f"  largest context: {format_tokens(fast.launch.n_ctx)} {resident} "
+                f"({words.speed_words(fast)}), {format_tokens(longest.launch.n_ctx)} with "
+                f"{longest.placement or 'part of it in host RAM'} ({words.speed_words(longest)}) ({trained})"]
+    at_least = "at least " if fit.resident_capped else ""
+    if fit.resident == 0:
+        where = "in host RAM" if not plan.gpus else resident
+        line = f"none fits {where} as set"
+    elif not plan.gpus:
+        line = f"{at_least}{format_tokens(fit.resident)} in host RAM"
+    else:
+        line = f"{at_least}{format_tokens(fit.resident)} {resident}"
+    if plan.gpus and fit.with_tail > fit.resident:
+        tail = "with a host tail" if plan.mode is PlanMode.WINDOW else "with part of it in host RAM"
+        line += f", {'at least ' if fit.tail_capped else ''}{format_tokens(fit.with_tail)} {tail}"
+    return [f"  largest context: {line} ({trained})"]
+
+
+def _speed_cells_row(row: SpeedRow) -> str:
+    empty, half, full = row.at
+    return (f"prefill {words.tokens_per_s(half.prefill):>6}  decode {words.tokens_per_s(empty.decode):>5} / "
+            f"{words.tokens_per_s(half.decode):>5} / {words.tokens_per_s(full.decode):>5} tok/s")
+
+
+def _speed_cells(a: Alternative) -> str:
+    return _speed_cells_row(a.speed) if a.speed is not None else f"{'speed not predicted':<30}"
+
+
+def _figures_line(plan: Plan) -> str:
+    """The machine's figures the speeds rest on, and whether they were calibrated here."""
+    fig = plan.speed_figures
+    assert fig is not None
+    def state(*figs: Figure) -> str:
+        n = sum(f.calibrated for f in figs)
+        return "calibrated" if n == len(figs) else ("not calibrated, defaults" if n == 0 else "partly calibrated")
+
+    parts = [f"host {fig.host_bandwidth.value / 1e9:.0f} GB/s, {fig.host_flops.value / 1e12:.2f} TFLOP/s "
+             f"({state(fig.host_bandwidth, fig.host_flops)})"]
+    parts += [f"{d.name} {d.bandwidth.value / 1e9:.0f} GB/s, {d.flops.value / 1e12:.0f} TFLOP/s, link "
+              f"{d.link.value / 1e9:.1f} GB/s ({state(d.bandwidth, d.flops, d.link)})" for d in fig.devices]
+    learned = fig.decode_scale.calibrated or fig.prefill_scale.calibrated
+    return (f"speed figures: {'; '.join(parts)}"
+            + (f"; scaled by launches here (decode ×{fig.decode_scale.value:.2f}, prefill "
+               f"×{fig.prefill_scale.value:.2f})" if learned else ""))

@@ -318,6 +318,7 @@ def run(args: argparse.Namespace) -> int:
             from app.engine.check import describe
 
             print(describe(check))
+            _speed_row(plan, server.base_url, spec.api_key, args)
         if args.smoke and not _smoke(server, spec.api_key, args.diagnostic):
             print("headroom serve: the smoke test failed; stopping the engine", file=sys.stderr)
             return 1
@@ -338,6 +339,25 @@ def run(args: argparse.Namespace) -> int:
             signal.signal(sig, handler)
     print(f"engine stopped (exit code {code})")
     return 0
+
+
+def _speed_row(plan: Plan, base_url: str, api_key: str | None, args: argparse.Namespace) -> None:
+    """The engine's own timings of one short completion beside the plan's predicted tokens/s; the
+    calibration learns measured ÷ predicted for this machine and these devices."""
+    from app.engine.speed_check import check_speed, measure
+    from app.machine.calibrate import learn
+
+    timings = measure(base_url, api_key)
+    if timings is None:
+        print("speed: the engine's timings did not come back (no completion answered)", flush=True)
+        return
+    check = check_speed(plan, timings)
+    if check is None:
+        print("speed: not predicted for this engine's placement (the window engine)", flush=True)
+        return
+    print(check.line(), flush=True)
+    if not learn(inventory_from_args(args, quiet=True), check.decode_ratio, check.prefill_ratio):
+        print("speed: the calibration could not be stored (the cache is not writable)", flush=True)
 
 
 def _print_status(status: ServerStatus, detail: str) -> None:

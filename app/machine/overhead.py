@@ -22,6 +22,7 @@ from app.planner.devices import Inventory
 from app.planner.gguf.model import ModelShape
 from app.planner.memory.weights import DEFAULT_GPU_OVERHEAD, DEFAULT_GPU_OVERHEAD_SOURCE
 from app.planner.request import DEFAULT_SAFETY, MeasurementLookup, PlanRequest
+from app.planner.solve.speed import SpeedFigures
 from app.planner.sources import Source, Sourced, SourceKind
 
 #: Measured on an H200, driver 580.159.04, CUDA 13.0 (docs/domain.md §2).
@@ -51,7 +52,8 @@ def _key(gpu_name: str, driver: str | None) -> str:
     return f"{gpu_name} | driver {driver or 'unknown'}"
 
 
-def _load(path: Path) -> dict[str, Any]:
+def load_json_dict(path: Path) -> dict[str, Any]:
+    """A small JSON store's object ({} when it is missing, unreadable or not an object)."""
     try:
         data = json.loads(path.read_text())
         return data if isinstance(data, dict) else {}
@@ -61,7 +63,7 @@ def _load(path: Path) -> dict[str, Any]:
 
 def known_overhead(gpu_name: str, driver: str | None, *, path: Path | None = None) -> Overhead:
     """The stored measurement for this GPU and driver, else the default."""
-    entry = _load(path or overhead_path()).get(_key(gpu_name, driver))
+    entry = load_json_dict(path or overhead_path()).get(_key(gpu_name, driver))
     if isinstance(entry, dict) and isinstance(entry.get("bytes"), int):
         return Overhead(entry["bytes"], str(entry.get("source", "measured")), True)
     return Overhead(DEFAULT_OVERHEAD, DEFAULT_SOURCE)
@@ -92,7 +94,7 @@ def measure_overhead(nvml: Any, index: int, pid: int, buffers: int, *, driver: s
     if used is None:
         return known
     result = Overhead(max(0, used - buffers), f"measured on {name} (driver {driver or 'unknown'}) with NVML", True)
-    data = _load(store)
+    data = load_json_dict(store)
     data[_key(name, driver)] = {"bytes": result.bytes, "source": result.source}
     store.parent.mkdir(parents=True, exist_ok=True)
     tmp = store.with_name(f".{store.name}.{os.getpid()}.tmp")
@@ -117,7 +119,8 @@ def machine_overhead(inventory: Inventory, given: int | None = None, *,
 def request_for_machine(shape: ModelShape, inventory: Inventory, *, engine_window: bool = False,
                         safety: int = DEFAULT_SAFETY, vram_target: int | None = None,
                         overhead: int | None = None, lookup: MeasurementLookup | None = None,
-                        overhead_path: Path | None = None) -> PlanRequest:
-    """A plan request with the overhead resolved for ``inventory`` (``overhead``: the one given)."""
+                        overhead_path: Path | None = None, speed: SpeedFigures | None = None) -> PlanRequest:
+    """A plan request with the overhead resolved for ``inventory`` (``overhead``: the one given;
+    ``speed``: the machine's speed figures, app/machine/calibrate.py)."""
     return PlanRequest(shape, inventory, engine_window, safety, vram_target,
-                       machine_overhead(inventory, overhead, path=overhead_path), lookup)
+                       machine_overhead(inventory, overhead, path=overhead_path), lookup, speed)

@@ -14,8 +14,13 @@ JSON form (``PLAN_JSON_VERSION`` = 1)::
               "weights_repacked"},
      "kv": {"total", "bytes_per_cell", "n_ctx", "n_ctx_seq", "n_seq", "caches": [...]},
      "alternatives": [{"label", "feasible", "chosen", "host_bytes_per_token", "n_ctx", "note",
-                       "launch": {...}, "prefill_bytes_per_ubatch", "decode_s", "prefill_s"}],
-     "network": {...}|null, "kv_host_layers": int}
+                       "launch": {...}, "prefill_bytes_per_ubatch", "decode_s", "prefill_s",
+                       "speed": SpeedRow|null}],
+     "network": {...}|null, "kv_host_layers": int, "speed": SpeedRow|null, "speed_figures": {...}|null}
+
+``speed`` (added within version 1; absent = null): predicted tokens/s, ``{"fills": [0, 0.5, 1],
+"prefill": [tok/s…], "decode": [tok/s…], "turn_s", "calibrated"}`` (app/planner/solve/speed.py);
+``speed_figures`` the machine's terms it was predicted with, each ``{"value", "source", "calibrated"}``.
 
 All sizes are bytes. A ``sources`` value is a :class:`~app.planner.sources.Source` in Python and its
 words in JSON (``str(source)``; ``Source.from_json`` reads it back). ``mode`` is a :class:`PlanMode`
@@ -42,6 +47,7 @@ from enum import Enum, StrEnum
 from typing import Any
 
 from app.planner.settings import LaunchSettings
+from app.planner.solve.speed import SpeedFigures, SpeedRow
 from app.planner.sources import Source, Sourced
 from app.planner.units import MiB
 
@@ -188,10 +194,12 @@ class Alternative:
     #: Bytes moved or read on the host side per prefill ubatch: host weights streamed to a GPU for
     #: its matmuls (op offload) and host KV the CPU reads for attention (app/planner/solve/stack.py).
     prefill_bytes_per_ubatch: int = 0
-    #: The price of one typical chat turn on the host side, seconds (app/planner/solve/cost.py): what the
-    #: stock plan chooses by.
+    #: One typical chat turn, seconds (app/planner/solve/speed.py: ``TURN_PROMPT`` tokens prefilled and
+    #: ``TURN_REPLY`` decoded, the context half full): what the stock plan chooses by.
     decode_s: float = 0.0
     prefill_s: float = 0.0
+    #: Predicted tokens/s, prefill and decode, at an empty, half and full context (None: not priced).
+    speed: SpeedRow | None = None
     #: A shorter context's placement when the settings as given do not hold it: the label of the
     #: alternative a stock plan chose at that context ("--n-cpu-moe 39"); "" otherwise.
     placement: str = ""
@@ -205,7 +213,8 @@ class Alternative:
                 "host_bytes_per_token": self.host_bytes_per_token,
                 "prefill_bytes_per_ubatch": self.prefill_bytes_per_ubatch, "decode_s": round(self.decode_s, 4),
                 "prefill_s": round(self.prefill_s, 4), "n_ctx": self.launch.n_ctx,
-                "note": self.note, "launch": self.launch.to_json()}
+                "note": self.note, "launch": self.launch.to_json(),
+                "speed": self.speed.to_json() if self.speed is not None else None}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -258,6 +267,10 @@ class Plan:
     kv_host_layers: int = 0
     #: The vision projector (``--mmproj``): where it goes, what it takes (None: no projector).
     projector: ProjectorPlan | None = None
+    #: Predicted tokens/s of the launch (app/planner/solve/speed.py; None: not modelled, the window
+    #: engine) and the machine's figures it was predicted with.
+    speed: SpeedRow | None = None
+    speed_figures: SpeedFigures | None = None
 
     @property
     def cache_ram_mib(self) -> int:
@@ -276,6 +289,8 @@ class Plan:
             "network": self.network.to_json() if self.network else None,
             "kv_host_layers": self.kv_host_layers,
             "projector": self.projector.to_json() if self.projector else None,
+            "speed": self.speed.to_json() if self.speed is not None else None,
+            "speed_figures": self.speed_figures.to_json() if self.speed_figures is not None else None,
         }
 
 

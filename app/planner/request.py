@@ -28,6 +28,7 @@ from app.planner.measurement import Measurement
 from app.planner.plan_types import ContextFit, Plan
 from app.planner.settings import LaunchSettings
 from app.planner.solve.plan import make_plan, max_context
+from app.planner.solve.speed import SpeedFigures
 from app.planner.units import MiB
 
 #: Default margin kept free per GPU: the opencoti two-pass's 256 MiB (docs/domain.md §4).
@@ -60,12 +61,14 @@ class PlanRequest:
     #: Resolved already: ``machine_overhead``'s answer (None: the planner's default).
     overhead: int | None = None
     lookup: MeasurementLookup | None = None
+    #: The machine's speed figures (app/machine/calibrate.py; None: the speed model's defaults).
+    speed: SpeedFigures | None = None
 
     def _make(self, settings: LaunchSettings, measurement: Measurement | None,
               known: dict[LaunchSettings, Measurement] | None = None) -> Plan:
         return make_plan(self.shape, self.inventory, settings, engine_window=self.engine_window,
                          measurement=measurement, safety=self.safety, vram_target=self.vram_target,
-                         overhead=self.overhead, measured=known)
+                         overhead=self.overhead, measured=known, speed=self.speed)
 
     def measurement_for(self, launch: LaunchSettings, asked: LaunchSettings) -> Measurement | None:
         """Pass 1 for ``launch``; when the lookup has none, the one for the settings as ``asked``.
@@ -115,4 +118,4 @@ class PlanRequest:
         """``max_context`` for everything but n_ctx (``measurement``: the one the plan used)."""
         return max_context(self.shape, self.inventory, settings, engine_window=self.engine_window,
                            measurement=measurement, safety=self.safety, vram_target=self.vram_target,
-                           overhead=self.overhead)
+                           overhead=self.overhead, speed=self.speed)

@@ -26,6 +26,8 @@ class SourceKind(Enum):
     MEASURED_ELSEWHERE = "measured by pass 1 for other settings"
     #: Measured with NVML on this GPU and driver (the per-process overhead; detail: how).
     MEASURED_HERE = "measured on this GPU and driver"
+    #: Measured on this machine by the speed calibration (app/machine/calibrate.py; detail: how).
+    CALIBRATED = "calibrated on this machine"
     #: Read from the model file's header (tensor sizes, KV shapes; detail: what it adds).
     FROM_GGUF = "from the GGUF"
     #: Read from the GPU driver through NVML (detail: who holds what).

@@ -11,7 +11,7 @@ when the plan launches otherwise than asked) is made here too, from the plan's f
 from __future__ import annotations
 
 from app.planner.measurement import Measurement, gpu_caveat
-from app.planner.plan_types import AlternativeKind, Plan, PlanMode
+from app.planner.plan_types import Alternative, AlternativeKind, Plan, PlanMode
 from app.planner.settings import (
     ALL_LAYERS,
     AUTO_CACHE_MIN_MIB,
@@ -411,8 +411,42 @@ def changed(plan: Plan, asked: LaunchSettings) -> str:
             instead.append("-nkvo" if not launch.offload_kqv else "KV offloaded")
     # The planner prices the settings as given first; when they do not fit, its note says why.
     why = next((a.note for a in plan.alternatives if a.kind is AlternativeKind.AS_SET and not a.feasible), "")
+    ends = context_ends(plan)
+    both = ""
+    if chosen is not None and ends is not None and chosen.launch.n_ctx == ends[0].launch.n_ctx:
+        both = f" ({speed_words(chosen)}); longest: {' '.join(_end_flags(ends[1]))} ({speed_words(ends[1])})"
     return (f"{format_tokens(asked.n_ctx)} DOES NOT FIT as asked{f' ({why})' if why else ''}; "
-            f"planned instead: {' '.join(instead) or 'other settings'}")
+            f"planned instead: {' '.join(instead) or 'other settings'}{both}")
+
+
+def _end_flags(a: Alternative) -> list[str]:
+    return [f"-c {format_tokens(a.launch.n_ctx)}", *([a.placement] if a.placement else [])]
+
+
+def context_ends(plan: Plan) -> tuple[Alternative, Alternative] | None:
+    """The two ends a stock plan offers when the asked context fits no way (fastest, longest): the
+    largest context fully resident and the longest with part of it in host RAM; None otherwise."""
+    shorter = [a for a in plan.alternatives if a.kind is AlternativeKind.SHORTER_CONTEXT and a.feasible]
+    if len(shorter) < 2:
+        return None
+    return min(shorter, key=lambda a: a.launch.n_ctx), max(shorter, key=lambda a: a.launch.n_ctx)
+
+
+def tokens_per_s(x: float) -> str:
+    """A predicted rate as a person reads it: "1,234", "45", "4.3", "0.06"."""
+    if x >= 100:
+        return f"{x:,.0f}"
+    if x >= 10:
+        return f"{x:.0f}"
+    return f"{x:.1f}" if x >= 1 else f"{x:.2f}"
+
+
+def speed_words(a: Alternative) -> str:
+    """"~45 tok/s decode, ~1,234 prefill (half full)": the alternative's predicted speed."""
+    if a.speed is None:
+        return "speed not predicted"
+    half = a.speed.at_fill(0.5)
+    return f"~{tokens_per_s(half.decode)} tok/s decode, ~{tokens_per_s(half.prefill)} prefill at half context"
 
 
 def dead_worker(endpoint: str, why: str) -> str:
@@ -433,7 +467,7 @@ def kv_host_layers_label(n: int) -> str:
 
 def kv_host_layers_note(n_layer: int, n: int) -> str:
     return (f"every weight resident; the KV of layers 0–{n - 1} ({n} of {n_layer}) in host RAM, "
-            "their attention on the CPU (-ngl + -ot)")
+            "read over the bus for each token by the stock engine (-ngl + -ot)")
 
 
 def experts_on_cpu_label(n: int) -> str:

@@ -151,6 +151,15 @@ class Stream:
     def lines(self) -> Iterator[bytes]:
         """The raw lines as they arrive. Raises EngineMisbehaved for a line over EVENT_LIMIT, a stream
         over STREAM_LIMIT, or no line within the client's timeout."""
+        try:
+            yield from self._lines()
+        except (OSError, http.client.HTTPException) as exc:
+            # the watchdog shut the socket, or one read waited as long: say why, not how the read failed
+            if self.watchdog.fired or isinstance(exc, TimeoutError):
+                raise _too_slow(self.base_url, self.watchdog.seconds, "the next line of its stream") from exc
+            raise
+
+    def _lines(self) -> Iterator[bytes]:
         total = 0
         for line in response_lines(self.resp):
             total += len(line)
@@ -240,7 +249,7 @@ class EngineClient:
         try:
             data = _read_limited(resp, self.base_url, path)
         except (OSError, http.client.HTTPException) as exc:
-            if watchdog.fired:
+            if watchdog.fired or isinstance(exc, TimeoutError):
                 raise _too_slow(self.base_url, self.timeout, f"a complete answer to {path}") from exc
             raise EngineUnreachable(f"the engine at {self.base_url} stopped mid-answer ({exc})") from exc
         finally:

@@ -7,11 +7,11 @@ Modes (issue 3):
 - *stock*: no position split. The settings as given; else the KV of the fewest layers in host RAM
   with every weight resident (``-ngl`` + ``-ot``), the experts of the fewest layers on the CPU
   (``--n-cpu-moe``, MoE models), the fewest layers moved to the host (``-ngl``), the whole KV on the
-  host (``-nkvo``), a smaller KV type, or a shorter context — each priced by the time one typical
-  turn spends on the host side (app/planner/solve/cost.py: decode and prefill), all listed. The cheapest
-  that keeps the asked context and KV type is chosen; else the smaller KV type; else the shorter
-  context (when nothing keeps the asked one: the largest any of those placements fits, placed the
-  cheapest way there).
+  host (``-nkvo``), a smaller KV type, or a shorter context — each with its predicted tokens/s
+  (app/planner/solve/speed.py: prefill and decode as the context fills), all listed. The fastest
+  (the shortest typical turn) that keeps the asked context and KV type is chosen; else the smaller KV
+  type; else a shorter context, where both ends are offered: the largest context fully resident
+  (the fastest, chosen) and the longest any of those placements fits (placed the fastest way there).
 - *cpu*: no GPU; everything in host RAM.
 
 The data types live in :mod:`app.planner.plan_types` and are re-exported here.
@@ -46,9 +46,20 @@ from app.planner.plan_types import (
     PlanMode,
 )
 from app.planner.settings import ALL_LAYERS, LaunchSettings
-from app.planner.solve.cost import DEFAULT_BUS, bus_bandwidth, turn_cost
+from app.planner.solve.speed import (
+    TURN_FILL,
+    TURN_PROMPT,
+    TURN_REPLY,
+    SpeedFigures,
+    SpeedRow,
+    default_figures,
+    for_inventory,
+    predict,
+    speed_row,
+)
 from app.planner.solve.split import network_cost, shares, with_split
 from app.planner.solve.stack import Compute, compute_for, kv_per_layer, stack
+from app.planner.solve.workload import workload
 from app.planner.units import MiB
 
 __all__ = ["Alternative", "AlternativeKind", "ContextFit", "DevicePlan", "HostPlan", "KvSummary",
@@ -111,21 +122,25 @@ def _host_short(host: HostPlan, *, kv_tail: bool = False) -> list[str]:
 def make_plan(shape: ModelShape, inventory: Inventory, settings: LaunchSettings, *,
               engine_window: bool = False, measurement: Measurement | None = None, safety: int = 256 * MiB,
               vram_target: int | None = None, overhead: int | None = None,
-              measured: Mapping[LaunchSettings, Measurement] | None = None) -> Plan:
+              measured: Mapping[LaunchSettings, Measurement] | None = None,
+              speed: SpeedFigures | None = None) -> Plan:
     """Plan one launch. Cheap (no I/O): the GUI calls it on every slider move. ``measured``: pass 1
     for other launches already run (a stock plan prices each alternative with its own numbers when
     it has them, else with ``measurement``). The launch gets the
     inventory's RPC workers (``--rpc``) and, over several devices, the planner's ``-ts`` unless the
-    settings carry one."""
+    settings carry one. ``speed``: the machine's speed figures (app/machine/calibrate.py; None: the
+    defaults), what the alternatives' tokens/s are predicted with."""
     if inventory.rpc_endpoints and not settings.rpc:
         settings = settings.with_(rpc=inventory.rpc_endpoints)
+    figures = for_inventory(speed or default_figures(inventory), inventory)
     if not inventory.gpus:
-        plan = _cpu_plan(shape, inventory, settings, measurement)
+        plan = _cpu_plan(shape, inventory, settings, measurement, figures)
     elif engine_window:
         plan = _window_plan(shape, inventory, settings, measurement, safety, vram_target, overhead)
     else:
-        plan = _stock_plan(shape, inventory, settings, Pass1(measurement, measured or {}), safety, vram_target,
-                           overhead)
+        plan = _stock_plan(shape, inventory, settings, Pass1(measurement, measured or {}, figures), safety,
+                           vram_target, overhead)
+    plan = replace(plan, speed_figures=figures)
     if inventory.dead_workers:
         dead = tuple(words.dead_worker(ep, why) for ep, why in inventory.dead_workers)
         plan = replace(plan, warnings=dead + plan.warnings)
@@ -133,11 +148,12 @@ def make_plan(shape: ModelShape, inventory: Inventory, settings: LaunchSettings,
 
 
 def _cpu_plan(shape: ModelShape, inv: Inventory, settings: LaunchSettings,
-              measurement: Measurement | None) -> Plan:
+              measurement: Measurement | None, figures: SpeedFigures) -> Plan:
     launch = settings.with_(n_gpu_layers=0, mmproj_offload=not settings.mmproj)  # the projector too on the CPU
     kvp = kv_per_layer(shape, launch)
     compute = compute_for(shape, inv, launch, measurement, kvp.layout)
-    stacked = stack(shape, inv, launch, weight_split(shape, 0, [], cpu=inv.cpu), kvp, 0, compute, None, 0)
+    ws = weight_split(shape, 0, [], cpu=inv.cpu)
+    stacked = stack(shape, inv, launch, ws, kvp, 0, compute, None, 0)
     why = _fits(stacked.gpus, stacked.host, None)
     warnings = _common_warnings(shape, launch, compute, measurement)
     if inv.reason:
@@ -145,7 +161,8 @@ def _cpu_plan(shape: ModelShape, inv: Inventory, settings: LaunchSettings,
     warnings += _host_short(stacked.host)
     return Plan(launch=launch, mode=PlanMode.CPU, gpus=stacked.gpus, host=stacked.host, feasible=not why,
                 reason=why or words.FITS_IN_HOST_RAM, warnings=tuple(warnings), window_cells=0,
-                tail_cells=kvp.cells, vram_target=None, kv=_kv_summary(shape, launch), projector=compute.projector)
+                tail_cells=kvp.cells, vram_target=None, kv=_kv_summary(shape, launch), projector=compute.projector,
+                speed=speed_row(workload(shape, inv, launch, ws, kvp, None), figures))
 
 
 def _window_plan(shape: ModelShape, inv: Inventory, settings: LaunchSettings, measurement: Measurement | None,
@@ -194,6 +211,8 @@ class Pass1:
 
     default: Measurement | None
     exact: Mapping[LaunchSettings, Measurement] = field(default_factory=dict)
+    #: The machine's speed figures the alternatives' tokens/s are predicted with.
+    speed: SpeedFigures | None = None
 
     def at(self, launch: LaunchSettings) -> Measurement | None:
         return self.exact.get(launch, self.default)
@@ -226,29 +245,34 @@ def _priced(shape: ModelShape, inv: Inventory, launch: LaunchSettings, kind: Alt
     resident = kvp.cells if launch.offload_kqv else 0
     stacked = stack(shape, inv, launch, ws, kvp, resident, compute, overhead, safety)
     why = _fits(stacked.gpus, stacked.host, vram_target)
-    gpu0 = inv.gpus[0] if inv.gpus else None
-    price = turn_cost(stacked.host_bytes_per_token, ws.prefill_host_weights, stacked.host.kv_tail,
-                      launch.effective_n_ubatch,
-                      bus_bandwidth(gpu0.pcie_gen, gpu0.pcie_width) if gpu0 is not None else DEFAULT_BUS)
+    network = network_cost(shape, ws.devices, [g.engine_name for g in inv.gpus], [g.is_rpc for g in inv.gpus],
+                           ws.gpu, launch.effective_n_ubatch, min(launch.n_batch, launch.n_parallel))
+    row: SpeedRow | None = None
+    decode_s = prefill_s = 0.0
+    if pass1.speed is not None and label:  # (a search step has no label: its speed is never shown)
+        work = workload(shape, inv, launch, ws, kvp, network)
+        row = speed_row(work, pass1.speed)
+        turn = predict(work, pass1.speed, TURN_FILL)
+        decode_s, prefill_s = TURN_REPLY / turn.decode, TURN_PROMPT / turn.prefill
     alt = Alternative(kind=kind, label=label, launch=launch, feasible=not why,
                       host_bytes_per_token=stacked.host_bytes_per_token, note=why or note,
                       prefill_bytes_per_ubatch=stacked.prefill_bytes_per_ubatch,
-                      decode_s=price.decode_s, prefill_s=price.prefill_s)
-    network = network_cost(shape, ws.devices, [g.engine_name for g in inv.gpus], [g.is_rpc for g in inv.gpus],
-                           ws.gpu, launch.effective_n_ubatch, min(launch.n_batch, launch.n_parallel))
+                      decode_s=decode_s, prefill_s=prefill_s, speed=row)
     return Priced(alt, stacked.gpus, stacked.host, why, compute, network)
 
 
 def price_as_set(shape: ModelShape, inventory: Inventory, launch: LaunchSettings, *,
                  measurement: Measurement | None = None, safety: int = 256 * MiB, vram_target: int | None = None,
-                 overhead: int | None = None) -> Priced:
+                 overhead: int | None = None, speed: SpeedFigures | None = None) -> Priced:
     """``launch`` exactly as set, priced: what each device holds and why it does not fit ('' when it
     does), with none of the alternatives a stock plan looks for (the context chart, app/planner/
-    curve.py, prices one per context and KV type). It gets the inventory's RPC workers as a plan does."""
+    curve.py, prices one per context and KV type), and its predicted speed (``speed``: the machine's
+    figures, None: the defaults). It gets the inventory's RPC workers as a plan does."""
     if inventory.rpc_endpoints and not launch.rpc:
         launch = launch.with_(rpc=inventory.rpc_endpoints)
-    return _priced(shape, inventory, launch, AlternativeKind.AS_SET, words.AS_SET, "", Pass1(measurement),
-                   safety, vram_target, overhead)
+    figures = for_inventory(speed or default_figures(inventory), inventory)
+    return _priced(shape, inventory, launch, AlternativeKind.AS_SET, words.AS_SET, "",
+                   Pass1(measurement, speed=figures), safety, vram_target, overhead)
 
 
 def _fits_as(shape: ModelShape, inv: Inventory, launch: LaunchSettings, pass1: Pass1,
@@ -367,46 +391,53 @@ def _some_placement_fits(shape: ModelShape, inv: Inventory, settings: LaunchSett
     return any(_fits_as(shape, inv, t, pass1, safety, vram_target, overhead) for t in tries)
 
 
-def _shorter_context(shape: ModelShape, inv: Inventory, settings: LaunchSettings, keeps_ctx: bool,
-                     pass1: Pass1, safety: int, vram_target: int | None, overhead: int | None) -> Alternative | None:
-    """The SHORTER_CONTEXT alternative. When a launch that keeps the asked context fits
-    (``keeps_ctx``), or some shorter context fits fully resident as set, the largest context the
-    settings as given hold fully resident: the trade of context for speed. When neither, the
-    largest context below the asked one that some placement
-    the planner knows fits (experts on the CPU, the KV of some layers on the host, fewer layers,
-    -nkvo), launched as a stock plan at that context chooses (its cheapest); None when none fits."""
+def _longest_placed(shape: ModelShape, inv: Inventory, settings: LaunchSettings, top: int, pass1: Pass1,
+                    safety: int, vram_target: int | None, overhead: int | None) -> int:
+    """The longest context up to ``top`` that some placement the planner knows fits (experts on the
+    CPU, the KV of some layers on the host, fewer layers, -nkvo; ``_some_placement_fits``); 0 when
+    not even the shortest does (the weights alone do not)."""
     args = (pass1, safety, vram_target, overhead)
-    fit = max_context(shape, inv, settings, measurement=pass1.default, safety=safety,
-                      vram_target=vram_target, overhead=overhead).resident
-    if keeps_ctx or fit >= CTX_PAD:  # fully resident as set: no host cost per token (a placement
-        # search would find a longer context whose host tail costs seconds a turn: 96 s for a 14B
-        # at 161k on a 24 GB card, against 0 at 49k)
-        if fit < CTX_PAD:
-            return None
-        return _priced(shape, inv, settings.with_(n_ctx=fit), AlternativeKind.SHORTER_CONTEXT,
-                       words.shorter_context_label(fit), words.shorter_context_note(fit), *args).alternative
     per = CTX_PAD * max(1, settings.n_parallel) if not settings.kv_unified else CTX_PAD
-    lo, hi = 0, (settings.n_ctx - 1) // per  # below the asked context (it does not fit)
+    lo, hi = 0, top // per
     if hi < 1 or not _some_placement_fits(shape, inv, settings.with_(n_ctx=per), *args):
-        return None  # not even the shortest context fits (the weights alone do not): no search
+        return 0
     lo = 1
     while lo < hi:  # a longer context never needs less, whatever the placement
         mid = (lo + hi + 1) // 2
         lo, hi = (mid, hi) if _some_placement_fits(shape, inv, settings.with_(n_ctx=mid * per), *args) else (lo, mid - 1)
-    n_ctx = lo * per
-    if n_ctx < CTX_PAD:
-        return None
+    return lo * per
+
+
+def _shorter_context(shape: ModelShape, inv: Inventory, settings: LaunchSettings, keeps_ctx: bool,
+                     pass1: Pass1, safety: int, vram_target: int | None, overhead: int | None) -> list[Alternative]:
+    """The SHORTER_CONTEXT alternatives, at both ends. The fastest: the largest context the settings
+    as given hold fully resident (no host cost per token). When nothing keeps the asked context
+    (``keeps_ctx`` false), also the longest: the largest context below the asked one that some
+    placement fits, launched as a stock plan at that context chooses (its fastest) — when it is
+    longer than the fully resident one. Empty when neither fits."""
+    args = (pass1, safety, vram_target, overhead)
+    out: list[Alternative] = []
+    fit = max_context(shape, inv, settings, measurement=pass1.default, safety=safety,
+                      vram_target=vram_target, overhead=overhead, tail=False, speed=pass1.speed).resident
+    if fit >= CTX_PAD:
+        out.append(_priced(shape, inv, settings.with_(n_ctx=fit), AlternativeKind.SHORTER_CONTEXT,
+                           words.shorter_context_label(fit), words.shorter_context_note(fit), *args).alternative)
+    if keeps_ctx:
+        return out
+    n_ctx = _longest_placed(shape, inv, settings, settings.n_ctx - 1, *args)  # below the asked (it does not fit)
+    if n_ctx < CTX_PAD or n_ctx <= fit:
+        return out
     at = _stock_plan(shape, inv, settings.with_(n_ctx=n_ctx), *args, look_shorter=False)  # (no search of its own)
     placed = next((a for a in at.alternatives if a.chosen), None)
     if placed is None or not placed.feasible or placed.kind is AlternativeKind.SMALLER_KV_TYPE:
-        return None
+        return out
     if placed.kind is AlternativeKind.AS_SET:
         label, note = words.shorter_context_label(n_ctx), words.shorter_context_note(n_ctx)
     else:
         label, note = (words.shorter_context_label(n_ctx, placed.label),
                        words.shorter_context_note(n_ctx, placed.note))
     alt = _priced(shape, inv, placed.launch, AlternativeKind.SHORTER_CONTEXT, label, note, *args).alternative
-    return replace(alt, placement="" if placed.kind is AlternativeKind.AS_SET else placed.label)
+    return [*out, replace(alt, placement="" if placed.kind is AlternativeKind.AS_SET else placed.label)]
 
 
 def _kv_host_layers(shape: ModelShape, launch: LaunchSettings) -> int:
@@ -448,16 +479,16 @@ def _stock_plan(shape: ModelShape, inv: Inventory, settings: LaunchSettings, pas
                 pass
         if look_shorter:
             keeps = any(a.feasible and a.kind is not AlternativeKind.SMALLER_KV_TYPE for a in options)
-            found = _shorter_context(shape, inv, settings, keeps, *args)
-            if found is not None:
-                options.append(found)
+            options += _shorter_context(shape, inv, settings, keeps, *args)
+    options = _distinct(options)
     # A shorter context or a smaller KV type changes what the model can do or computes: offered,
     # chosen only when nothing that keeps both fits; a smaller KV type (listed first) before a
-    # shorter context.
+    # shorter context, and of the shorter contexts the fastest (fully resident: the longest is
+    # offered beside it, with its speed).
     keep_ctx = [a for a in options if a.feasible and a.launch.n_ctx == settings.n_ctx
                 and a.kind is not AlternativeKind.SMALLER_KV_TYPE]
     shorter = [a for a in options if a.feasible and a not in keep_ctx]
-    # The cheapest turn (app/planner/solve/cost.py) at the asked context; else the shorter context.
+    # The fastest typical turn (app/planner/solve/speed.py) at the asked context; else the shorter context.
     best = min(keep_ctx, key=lambda a: a.turn_s) if keep_ctx else (shorter[0] if shorter else options[0])
     alts = tuple(replace(a, chosen=a is best) for a in options)
     chosen = _priced(shape, inv, best.launch, best.kind, best.label, best.note, *args)
@@ -477,15 +508,30 @@ def _stock_plan(shape: ModelShape, inv: Inventory, settings: LaunchSettings, pas
                 feasible=not chosen.why, reason=reason, warnings=tuple(warnings), window_cells=window,
                 tail_cells=kvp.cells - window, vram_target=vram_target, alternatives=alts,
                 kv=_kv_summary(shape, best.launch), network=chosen.network,
-                kv_host_layers=_kv_host_layers(shape, chosen.alternative.launch), projector=chosen.compute.projector)
+                kv_host_layers=_kv_host_layers(shape, chosen.alternative.launch), projector=chosen.compute.projector,
+                speed=chosen.alternative.speed)
+
+
+def _distinct(options: list[Alternative]) -> list[Alternative]:
+    """Each launch once (the first that names it): a shorter context's placement may be one already
+    listed."""
+    seen: set[LaunchSettings] = set()
+    out = []
+    for a in options:
+        if a.launch not in seen:
+            seen.add(a.launch)
+            out.append(a)
+    return out
 
 
 def max_context(shape: ModelShape, inventory: Inventory, settings: LaunchSettings, *,
                 engine_window: bool = False, measurement: Measurement | None = None,
                 safety: int = 256 * MiB, vram_target: int | None = None,
-                overhead: int | None = None) -> ContextFit:
+                overhead: int | None = None, tail: bool = True, speed: SpeedFigures | None = None) -> ContextFit:
     """The largest context (multiple of 256, up to the training context or the asked one) that is
-    fully resident, and the largest that fits with a host tail (window engine)."""
+    fully resident, and (``tail``) the largest that fits with part of it in host RAM: the window
+    engine's host tail, or on a stock engine any placement a stock plan knows (the KV of some
+    layers on the host, fewer layers, -nkvo: the longest end a stock plan offers)."""
     cap = max(shape.n_ctx_train, settings.n_ctx) // CTX_PAD * CTX_PAD
     if cap < CTX_PAD:
         raise PlannerError(f"context {settings.n_ctx} is below the engine's minimum of {CTX_PAD}")
@@ -510,7 +556,15 @@ def max_context(shape: ModelShape, inventory: Inventory, settings: LaunchSetting
                          measurement=grown_measurement(shape, settings, measurement, n), safety=safety,
                          vram_target=vram_target, overhead=overhead).feasible
 
-    return ContextFit(largest(resident), largest(with_tail), shape.n_ctx_train, cap // per * per)
+    fits = largest(resident)
+    if not tail:
+        longest = 0
+    elif engine_window or not inventory.gpus:
+        longest = largest(with_tail)
+    else:
+        pass1 = Pass1(measurement, speed=speed)
+        longest = max(fits, _longest_placed(shape, inventory, settings, cap, pass1, safety, vram_target, overhead))
+    return ContextFit(fits, longest, shape.n_ctx_train, cap // per * per)
 
 
 def grown_measurement(shape: ModelShape, settings: LaunchSettings, measurement: Measurement | None,

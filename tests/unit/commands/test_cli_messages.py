@@ -17,8 +17,9 @@ import pytest
 
 from app import cli
 from app.engine.native_build import EngineBuild
-from app.machine import devices
+from app.machine import calibrate, devices
 from app.planner.devices import HostMemory
+from app.planner.solve.speed import default_figures
 from app.planner.units import Bytes, GiB
 
 QWEN14B = "qwen2.5-14b-instruct-1m-q8_0"
@@ -79,14 +80,19 @@ def test_serve_refuses_a_card_this_machine_does_not_have(engine_build: EngineBui
 
 def test_a_context_that_does_not_fit_says_so_on_the_first_line(
         shape_model: Callable[[str], Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    # Host RAM held still (a shorter context with a host tail would depend on it; the one chosen does not).
+    # Host RAM held still (the longer context with a host tail depends on it; the one chosen does not), and
+    # the speed model's default figures, not this machine's calibration.
     monkeypatch.setattr(devices, "host_memory", lambda: HostMemory(32 * GiB, 30 * GiB))
+    monkeypatch.setattr(calibrate, "machine_speed", lambda inv: default_figures(inv))
     model = str(shape_model(QWEN14B))
     assert cli.main(["plan", model, "--ctx", "512k", "--gpu", "RTX 4090"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == ("512k DOES NOT FIT as asked (CUDA0 is short by 87.3 GiB); planned instead: "
-                        "-c 49,664")  # fully resident: a longer one with a host tail costs seconds a turn
-    assert "  largest context: 49,664 fully resident (trained 1,010,000)" in lines  # the trade, one line
+    # both ends, each with its speed: the fastest (fully resident, chosen) and the longest with a host tail
+    fastest, longest = "-c 49,664 (~38 tok/s decode", "longest: -c 161,536 KV of 34 layers on host (~"
+    assert lines[0].startswith("512k DOES NOT FIT as asked (CUDA0 is short by 87.3 GiB); planned instead: "
+                               + fastest) and longest in lines[0]
+    largest = next(line for line in lines if line.startswith("  largest context: "))  # the same trade
+    assert "49,664 fully resident (~38 tok/s decode" in largest and "161,536 with KV of 34 layers on host" in largest
     # --json is data: no such line, the same keys as before
     assert cli.main(["plan", model, "--ctx", "512k", "--gpu", "RTX 4090", "--json"]) == 0
     text = capsys.readouterr().out

@@ -4,7 +4,10 @@ app/machine took the machine readers out of the planner. Host RAM is fixed (64 G
 engine or pass-1 cache is found, so the output depends on the planner alone. An intended change to what
 ``plan`` prints updates these files in the same commit, and says so: the planner's split into gguf/,
 memory/ and solve/ changed one thing, the path in the alternatives' heading (app/planner/solve/cost.py);
-issue 29 another: the heading names the model's file, as the window does, not its ``general.name``."""
+issue 29 another: the heading names the model's file, as the window does, not its ``general.name``;
+issue 30 a third: the alternatives show predicted tokens/s (app/planner/solve/speed.py, with its default
+figures here) instead of a turn's host-side seconds, a shorter context is offered at both ends
+(fastest and longest), and the speed figures are named."""
 
 from __future__ import annotations
 
@@ -14,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from app import cli
-from app.machine import devices
+from app.machine import calibrate, devices
 from app.planner.devices import HostMemory
+from app.planner.solve.speed import default_figures
 from app.planner.units import GiB
 
 GOLDEN = Path(__file__).resolve().parents[2] / "fixtures" / "plan_golden"
@@ -37,6 +41,8 @@ def test_plan_prints_what_it_printed_before(case: str, json_out: bool, shape_mod
     name, args = CASES[case]
     model = shape_model(name)  # generated first, in the test models' own cache
     monkeypatch.setattr(devices, "host_memory", lambda: HostMemory(64 * GiB, 60 * GiB, 8 * GiB, 8 * GiB))
+    # the speed model's defaults, not this machine's calibration (what the planner alone says)
+    monkeypatch.setattr(calibrate, "machine_speed", lambda inv: default_figures(inv))
     monkeypatch.setenv("HEADROOM_CACHE_DIR", str(tmp_path))  # no engine, no pass-1 cache
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
     rc = cli.main(["plan", str(model), *args, *(["--json"] if json_out else [])])

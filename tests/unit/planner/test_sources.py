@@ -23,6 +23,7 @@ WORDS = [
     (Source(SourceKind.MEASURED_ELSEWHERE, "-c 4096 (not 8192)"),
      "measured by pass 1 for other settings at -c 4096 (not 8192)"),
     (Source(SourceKind.MEASURED_HERE, "NVML, pid 42"), "measured on this GPU and driver (NVML, pid 42)"),
+    (Source(SourceKind.CALIBRATED, "a 64 MiB copy"), "calibrated on this machine (a 64 MiB copy)"),
     (Source(SourceKind.FROM_GGUF), "from the GGUF"),
     (Source(SourceKind.FROM_GGUF, "mapped file + 4.8 GiB repacked copy for the CPU backend"),
      "from the GGUF (mapped file + 4.8 GiB repacked copy for the CPU backend)"),

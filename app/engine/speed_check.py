@@ -1,0 +1,120 @@
+"""Speed, checked after launch: the engine's own timings beside the plan's prediction.
+
+One short completion (``POST /completion``, ``n_predict`` tokens after a prompt of about
+``PROMPT_WORDS`` words); its ``timings`` (tools/server: ``prompt_n``, ``prompt_per_second``,
+``predicted_n``, ``predicted_per_second``) are what the engine measured. The prediction is the plan's
+speed model at the context that completion filled (app/planner/solve/speed.py). ``check_speed`` is
+pure (the window's speed row takes the same record); ``measure`` runs the request.
+
+What a launch measured teaches the calibration (app/machine/calibrate.py ``learn``): measured ÷ the
+unscaled prediction, per machine and devices.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from app.planner import words
+from app.planner.plan_types import Plan
+
+#: The completion's prompt: about this many words (one prefill ubatch on any launch).
+PROMPT_WORDS = 200
+N_PREDICT = 32
+
+
+@dataclass(frozen=True)
+class Timings:
+    """What the engine reported for one completion (``timings``); rates in tokens/s."""
+
+    prompt_n: int
+    prompt_per_second: float
+    predicted_n: int
+    predicted_per_second: float
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Timings:
+        return cls(int(data.get("prompt_n", 0)), float(data.get("prompt_per_second", 0.0)),
+                   int(data.get("predicted_n", 0)), float(data.get("predicted_per_second", 0.0)))
+
+
+@dataclass(frozen=True)
+class SpeedCheck:
+    """Predicted and measured tokens/s of one launch; ``*_scale``: the calibration's factors the
+    prediction already carries (so ``*_ratio`` is measured ÷ the model's own figure)."""
+
+    prefill_predicted: float
+    decode_predicted: float
+    measured: Timings
+    prefill_scale: float = 1.0
+    decode_scale: float = 1.0
+
+    @property
+    def decode_ratio(self) -> float | None:
+        """Measured ÷ unscaled predicted decode (None: nothing decoded)."""
+        if self.measured.predicted_n < 2 or self.decode_predicted <= 0:
+            return None
+        return self.measured.predicted_per_second / (self.decode_predicted / self.decode_scale)
+
+    @property
+    def prefill_ratio(self) -> float | None:
+        if self.measured.prompt_n < 2 or self.prefill_predicted <= 0:
+            return None
+        return self.measured.prompt_per_second / (self.prefill_predicted / self.prefill_scale)
+
+    def line(self) -> str:
+        """"speed: decode 41 tok/s measured, 38 predicted; prefill …" (the engine's own timings)."""
+        m = self.measured
+        return (f"speed (the engine's timings of a {m.prompt_n}-token prompt and {m.predicted_n} tokens): "
+                f"decode {words.tokens_per_s(m.predicted_per_second)} tok/s measured, "
+                f"{words.tokens_per_s(self.decode_predicted)} predicted; prefill "
+                f"{words.tokens_per_s(m.prompt_per_second)} tok/s measured, "
+                f"{words.tokens_per_s(self.prefill_predicted)} predicted")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"predicted": {"prefill": self.prefill_predicted, "decode": self.decode_predicted},
+                "measured": vars(self.measured), "decode_ratio": self.decode_ratio,
+                "prefill_ratio": self.prefill_ratio}
+
+
+def check_speed(plan: Plan, timings: Timings) -> SpeedCheck | None:
+    """The plan's predicted speed at the fill of the measured completion beside the engine's
+    timings; None when the plan predicts none (the window engine)."""
+    if plan.speed is None or plan.kv is None:
+        return None
+    from app.planner.solve.speed import Speed
+
+    fill = min(1.0, (timings.prompt_n + timings.predicted_n) / max(1, plan.kv.n_ctx_seq))
+    empty, half = plan.speed.at[0], plan.speed.at_fill(0.5)
+
+    def at(a: Speed, b: Speed, key: str) -> float:  # between empty and half full, linearly in time per token
+        ta, tb = 1 / float(getattr(a, key)), 1 / float(getattr(b, key))
+        return 1 / (ta + (tb - ta) * min(1.0, fill / 0.5))
+
+    fig = plan.speed_figures
+    return SpeedCheck(at(empty, half, "prefill"), at(empty, half, "decode"), timings,
+                      fig.prefill_scale.value if fig is not None else 1.0,
+                      fig.decode_scale.value if fig is not None else 1.0)
+
+
+def measure(base_url: str, api_key: str | None = None, *, n_predict: int = N_PREDICT,
+            timeout: float = 120.0) -> Timings | None:
+    """One completion; the engine's timings of it (None when it did not answer with them)."""
+    host_port = base_url.split("://", 1)[-1].rstrip("/")
+    conn = http.client.HTTPConnection(host_port, timeout=timeout)
+    headers = {"Content-Type": "application/json"} | ({"Authorization": f"Bearer {api_key}"} if api_key else {})
+    prompt = " ".join(f"word{i % 50}" for i in range(PROMPT_WORDS))
+    body = {"prompt": prompt, "n_predict": n_predict, "temperature": 0.0, "cache_prompt": False,
+            "ignore_eos": True}
+    try:
+        conn.request("POST", "/completion", body=json.dumps(body), headers=headers)
+        resp = conn.getresponse()
+        data = json.loads(resp.read()) if resp.status == 200 else None
+    except (OSError, http.client.HTTPException, ValueError):
+        return None
+    finally:
+        conn.close()
+    timings = data.get("timings") if isinstance(data, dict) else None
+    return Timings.from_json(timings) if isinstance(timings, dict) else None

@@ -1,0 +1,371 @@
+"""Tokens per second a placement should give: prefill and decode, as the context fills.
+
+A model of where the time goes, term by term, each term a number with its source (calibrated on this
+machine by app/machine/calibrate.py, or a default named here):
+
+decode, one token (memory-bound: every weight and every used KV byte read once)::
+
+    device   = (device weights read + device KV used) / device bandwidth      (per device)
+    host     = (host weights read + host KV the CPU attends over) / host bandwidth
+    link     = host KV a device attends over / link bandwidth                  (stock engine, see below)
+    splits   = graph splits × seconds per split (a sync and a small copy each)
+
+prefill, per token of a ubatch of ``n_ubatch`` tokens (compute-bound)::
+
+    device   = flops on the device / device flop/s
+    host     = flops on the CPU / host flop/s
+    stream   = (host weights copied for the device's matmuls + host KV the device attends over)
+               / link bandwidth / n_ubatch
+    splits   = graph splits × seconds per split / n_ubatch
+
+Where each side runs (llama.cpp 0c1e57098, ggml-backend's scheduler; docs/domain.md §4, §8):
+- a layer left on the CPU (``-ngl``) runs there: its weights and KV read at host bandwidth; for a
+  prefill ubatch of ``OP_OFFLOAD_MIN_BATCH`` tokens or more, op offload copies its weights over the
+  link and runs its matmuls on the device (its attention, with no weights, stays on the CPU);
+- ``-nkvo``: every layer's attention on the CPU (host KV read at host bandwidth), two splits a layer;
+- the KV host tail by layer (``-ngl`` + ``-ot``): on the stock engine the scheduler puts the layer's
+  attention on the device and copies that layer's whole used KV over the link for every token, six
+  graph splits a layer (issue 30, ``GGML_SCHED_DEBUG=2``). An engine with Headroom's host-attention
+  patch (``host_attention``) runs it on the CPU for a decode batch (under ``OP_OFFLOAD_MIN_BATCH``
+  tokens): the KV read at host bandwidth, two splits a layer; large prefill batches still stream it;
+- experts on the CPU (``--n-cpu-moe``): their share read at host bandwidth, two splits a layer;
+  prefill streams all their experts (op offload);
+- RPC workers: each crossing of the hidden state is a split on the network.
+
+Pure: the machine's figures come in as a :class:`SpeedFigures` (defaults: :func:`default_figures`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from app.planner.devices import GpuDevice, Inventory
+from app.planner.gguf.model import ModelShape
+from app.planner.gpu_table import SIMULATED_SUFFIX
+from app.planner.sources import Source, SourceKind
+
+# --- Defaults (each an uncalibrated figure; app/machine/calibrate.py replaces what it can measure) ---
+
+#: Host memory bandwidth a CPU reaches reading model data: dual-channel DDR5-5600 is 89.6 GB/s on
+#: paper, STREAM-like reads reach about two thirds of that.
+HOST_BANDWIDTH = 60e9
+#: Host matmul throughput: a desktop's 8 cores with AVX2 FMA at about half their fp32 peak.
+HOST_FLOPS = 0.4e12
+#: PCIe bandwidth per lane and direction by generation (GB/s after encoding: 8b/10b to gen 2,
+#: 128b/130b from gen 3), times about 0.8 reached by large copies.
+PCIE_LANE = {1: 0.25e9, 2: 0.5e9, 3: 0.985e9, 4: 1.969e9, 5: 3.938e9, 6: 7.563e9}
+BUS_EFFICIENCY = 0.8
+#: A bus NVML does not describe (a simulated card): PCIe 4.0 x16.
+DEFAULT_BUS = PCIE_LANE[4] * 16 * BUS_EFFICIENCY
+#: An RPC worker's link: 10 Gbit Ethernet, as bytes per second (a loopback worker is faster).
+RPC_LINK = 1.25e9
+#: Seconds one graph split costs: a synchronisation and a small copy (CUDA: tens of µs).
+SPLIT_S_GPU = 30e-6
+#: The same across an RPC worker's network: a round trip (loopback ~0.1 ms, a LAN more).
+SPLIT_S_RPC = 300e-6
+#: What llama.cpp's decode reaches of a GPU's nominal memory bandwidth, and its prefill of the
+#: nominal dense FP16 tensor throughput (quantized matmuls, attention, small kernels).
+DECODE_BANDWIDTH_EFFICIENCY = 0.75
+PREFILL_COMPUTE_EFFICIENCY = 0.4
+#: A device without a table entry: an RTX 4070-class card.
+DEVICE_BANDWIDTH = 500e9
+DEVICE_FLOPS = 50e12
+#: Nominal memory bandwidth (bytes/s) and dense FP16 tensor throughput (flop/s) by NVML name: the
+#: vendors' specification sheets. Not measured: a calibrated figure replaces them.
+CARD_SPEED: dict[str, tuple[float, float]] = {
+    "NVIDIA GeForce RTX 3060": (360e9, 25e12),
+    "NVIDIA GeForce RTX 3070": (448e9, 40e12),
+    "NVIDIA GeForce RTX 3080": (760e9, 60e12),
+    "NVIDIA GeForce RTX 3090": (936e9, 71e12),
+    "NVIDIA GeForce RTX 4060": (272e9, 45e12),
+    "NVIDIA GeForce RTX 4070": (504e9, 58e12),
+    "NVIDIA GeForce RTX 4070 Ti SUPER": (672e9, 88e12),
+    "NVIDIA GeForce RTX 4080": (717e9, 97e12),
+    "NVIDIA GeForce RTX 4090": (1008e9, 165e12),
+    "NVIDIA GeForce RTX 5070": (672e9, 62e12),
+    "NVIDIA GeForce RTX 5080": (960e9, 113e12),
+    "NVIDIA GeForce RTX 5090": (1792e9, 210e12),
+    "NVIDIA RTX A4000": (448e9, 38e12),
+    "NVIDIA RTX A6000": (768e9, 77e12),
+    "NVIDIA L40S": (864e9, 181e12),
+    "NVIDIA A100-SXM4-40GB": (1555e9, 312e12),
+    "NVIDIA A100-SXM4-80GB": (2039e9, 312e12),
+    "NVIDIA H100 80GB HBM3": (3350e9, 989e12),
+    "NVIDIA H200": (4800e9, 989e12),
+    "NVIDIA RTX PRO 6000 Blackwell": (1792e9, 250e12),
+}
+#: ggml's ``GGML_OP_OFFLOAD_MIN_BATCH`` (ggml-cuda.cu ``ggml_backend_cuda_device_offload_op``): a
+#: batch of at least this many tokens runs host weights' matmuls on the device.
+OP_OFFLOAD_MIN_BATCH = 32
+#: Splits of a graph that runs wholly on one device: the token embedding (always on the CPU) in,
+#: the logits out.
+BASE_SPLITS = 2
+#: Splits each host-tail layer adds to a decode graph: the stock engine's (FLASH_ATTN on the device,
+#: the K/V write on the CPU: issue 30) and the host-attention patch's (attention on the CPU).
+SPLITS_PER_HOST_KV_LAYER_STOCK = 6
+SPLITS_PER_HOST_KV_LAYER_PATCHED = 2
+#: Splits each layer with its attention (-nkvo) or its experts (--n-cpu-moe) on the CPU adds.
+SPLITS_PER_CPU_OP_LAYER = 2
+#: One typical turn, what the choice compares: a 2048-token prompt and a 256-token reply, with the
+#: context half full.
+TURN_PROMPT = 2048
+TURN_REPLY = 256
+TURN_FILL = 0.5
+#: The fills a speed row reports: an empty context, half full, full.
+FILLS = (0.0, 0.5, 1.0)
+
+_DEFAULT = SourceKind.DEFAULT
+
+
+def bus_bandwidth(pcie_gen: int | None, pcie_width: int | None) -> float:
+    """Bytes per second to a GPU over its link (NVML's generation and width), else DEFAULT_BUS."""
+    if not pcie_gen or not pcie_width or pcie_gen not in PCIE_LANE:
+        return DEFAULT_BUS
+    return PCIE_LANE[pcie_gen] * pcie_width * BUS_EFFICIENCY
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One number of the model with where it came from (calibrated here, or a default)."""
+
+    value: float
+    source: Source
+
+    @property
+    def calibrated(self) -> bool:
+        return self.source.kind in (SourceKind.CALIBRATED, SourceKind.MEASURED_HERE, SourceKind.FROM_NVML)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"value": self.value, "source": self.source.to_json(), "calibrated": self.calibrated}
+
+
+def default(value: float, detail: str) -> Figure:
+    return Figure(value, Source(_DEFAULT, detail))
+
+
+@dataclass(frozen=True)
+class DeviceSpeed:
+    """One offload device's terms: its memory bandwidth (bytes/s), matmul throughput (flop/s), the
+    link to the host (bytes/s) and the seconds one graph split costs."""
+
+    name: str
+    bandwidth: Figure
+    flops: Figure
+    link: Figure
+    split_s: Figure
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "bandwidth": self.bandwidth.to_json(), "flops": self.flops.to_json(),
+                "link": self.link.to_json(), "split_s": self.split_s.to_json()}
+
+
+@dataclass(frozen=True)
+class SpeedFigures:
+    """The machine's terms (``devices`` in the inventory's order) and what the engine can do.
+    ``decode_scale``/``prefill_scale``: measured ÷ predicted, learned after a launch (1: none)."""
+
+    host_bandwidth: Figure
+    host_flops: Figure
+    devices: tuple[DeviceSpeed, ...] = ()
+    decode_scale: Figure = field(default_factory=lambda: default(1.0, "nothing measured after a launch yet"))
+    prefill_scale: Figure = field(default_factory=lambda: default(1.0, "nothing measured after a launch yet"))
+    #: The engine runs a host-KV layer's attention on the CPU for decode (Headroom's patch).
+    host_attention: bool = False
+
+    @property
+    def calibrated(self) -> bool:
+        """Every figure measured on this machine."""
+        figs = [self.host_bandwidth, self.host_flops, *(f for d in self.devices
+                                                        for f in (d.bandwidth, d.flops, d.link))]
+        return all(f.calibrated for f in figs)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"host_bandwidth": self.host_bandwidth.to_json(), "host_flops": self.host_flops.to_json(),
+                "devices": [d.to_json() for d in self.devices], "decode_scale": self.decode_scale.to_json(),
+                "prefill_scale": self.prefill_scale.to_json(), "host_attention": self.host_attention,
+                "calibrated": self.calibrated}
+
+
+def default_device(gpu: GpuDevice) -> DeviceSpeed:
+    """A device's default terms: its card's nominal figures (``CARD_SPEED``), its PCIe link from
+    NVML's generation and width (or PCIe 4.0 x16); an RPC worker's device over ``RPC_LINK``."""
+    if gpu.is_rpc:
+        return DeviceSpeed(gpu.engine_name, default(HOST_BANDWIDTH, "an RPC worker's device: host-class memory"),
+                           default(HOST_FLOPS, "an RPC worker's device: a CPU's"),
+                           default(RPC_LINK, "an RPC worker over 10 Gbit Ethernet"),
+                           default(SPLIT_S_RPC, "a network round trip"))
+    name = gpu.name.removesuffix(SIMULATED_SUFFIX)
+    bw, fl = CARD_SPEED.get(name, (DEVICE_BANDWIDTH, DEVICE_FLOPS))
+    card = "the card's specification" if name in CARD_SPEED else "a mid-range card's (not in the table)"
+    if gpu.pcie_gen and gpu.pcie_width:
+        link = Figure(bus_bandwidth(gpu.pcie_gen, gpu.pcie_width),
+                      Source(SourceKind.FROM_NVML, f"PCIe {gpu.pcie_gen}.0 x{gpu.pcie_width}"))
+    else:
+        link = default(DEFAULT_BUS, "PCIe 4.0 x16")
+    return DeviceSpeed(gpu.engine_name,
+                       default(bw * DECODE_BANDWIDTH_EFFICIENCY, f"{card}, {bw / 1e9:.0f} GB/s × "
+                               f"{DECODE_BANDWIDTH_EFFICIENCY}"),
+                       default(fl * PREFILL_COMPUTE_EFFICIENCY, f"{card}, {fl / 1e12:.0f} TFLOP/s × "
+                               f"{PREFILL_COMPUTE_EFFICIENCY}"),
+                       link, default(SPLIT_S_GPU, "a CUDA synchronisation and copy"))
+
+
+def default_figures(inventory: Inventory, *, host_attention: bool = False) -> SpeedFigures:
+    """Every term a default (nothing calibrated)."""
+    return SpeedFigures(default(HOST_BANDWIDTH, "dual-channel DDR5 at two thirds of its 89.6 GB/s"),
+                        default(HOST_FLOPS, "8 AVX2 cores at half their fp32 peak"),
+                        tuple(default_device(g) for g in inventory.gpus), host_attention=host_attention)
+
+
+def for_inventory(figures: SpeedFigures, inventory: Inventory) -> SpeedFigures:
+    """``figures`` with one device entry per inventory device (a default for any it lacks, matched by
+    engine name), so a plan never indexes past them."""
+    by_name = {d.name: d for d in figures.devices}
+    devs = tuple(by_name.get(g.engine_name) or default_device(g) for g in inventory.gpus)
+    return figures if devs == figures.devices else replace(figures, devices=devs)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What one placement asks of each side, per token (bytes, flops) and per cell of context."""
+
+    #: Weights each device reads per decoded token (its experts' share only), device order.
+    device_weights: tuple[int, ...]
+    #: Weights of layers left on the CPU a decoded token reads there (``-ngl``, ``--n-cpu-moe``).
+    host_weights: int
+    #: Host layer weights a prefill ubatch copies to the first device (op offload, every expert).
+    streamed_weights: int
+    #: Matmul flops per token (2 × active parameters), and the share of them in host layers.
+    flops: float
+    host_flop_share: float
+    #: KV bytes per cell of one sequence: per device (device order), and in host RAM split by who
+    #: attends over it: the CPU (``-ngl`` layers, ``-nkvo``) or a device (the KV host tail by layer).
+    kv_device_cell: tuple[int, ...]
+    kv_host_cpu_cell: int
+    kv_host_tail_cell: int
+    #: Attention flops per cell per token over all layers, and the share whose attention the CPU runs.
+    attn_flops_cell: float
+    attn_host_share: float
+    #: Cells one sequence fills at a full context.
+    n_ctx_seq: int
+    n_ubatch: int
+    #: Host-tail layers (KV in host RAM, weights on a device), and other layers with CPU ops
+    #: (attention under -nkvo, experts under --n-cpu-moe); whether a block of layers runs on the CPU.
+    host_tail_layers: int = 0
+    cpu_op_layers: int = 0
+    cpu_layers: bool = False
+    #: Crossings of the hidden state between devices over RPC, per token.
+    rpc_crossings: int = 0
+    #: No device at all: everything on the CPU.
+    cpu_only: bool = False
+
+
+@dataclass(frozen=True)
+class Speed:
+    """Predicted tokens per second at one fill of the context (0 = empty, 1 = full)."""
+
+    fill: float
+    prefill: float
+    decode: float
+
+
+@dataclass(frozen=True)
+class SpeedRow:
+    """A placement's predicted speed at the ``FILLS`` (empty, half, full) and the seconds of one
+    typical turn; ``calibrated``: every machine figure behind it was measured here."""
+
+    at: tuple[Speed, ...]
+    turn_s: float
+    calibrated: bool
+
+    def at_fill(self, fill: float) -> Speed:
+        return min(self.at, key=lambda s: abs(s.fill - fill))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"prefill": [round(s.prefill, 1) for s in self.at], "decode": [round(s.decode, 2) for s in self.at],
+                "fills": [s.fill for s in self.at], "turn_s": round(self.turn_s, 2), "calibrated": self.calibrated}
+
+
+def _splits(w: Workload, fig: SpeedFigures, *, decode: bool) -> float:
+    """Seconds the graph's splits cost per graph (a decode token, a prefill ubatch)."""
+    if w.cpu_only or not fig.devices:
+        return 0.0
+    per_tail = SPLITS_PER_HOST_KV_LAYER_PATCHED if (decode and fig.host_attention) else SPLITS_PER_HOST_KV_LAYER_STOCK
+    n = BASE_SPLITS + w.host_tail_layers * per_tail + w.cpu_op_layers * SPLITS_PER_CPU_OP_LAYER
+    n += 2 if w.cpu_layers else 0
+    local = fig.devices[0].split_s.value
+    rpc = max((d.split_s.value for d in fig.devices), default=local)
+    return n * local + w.rpc_crossings * rpc
+
+
+def decode_seconds(w: Workload, fig: SpeedFigures, fill: float) -> float:
+    """Seconds one decoded token takes at ``fill`` of the context (module docstring: decode)."""
+    cells = max(1.0, fill * w.n_ctx_seq)
+    host_bw = fig.host_bandwidth.value
+    if w.cpu_only or not fig.devices:
+        kv = (w.kv_host_cpu_cell + w.kv_host_tail_cell + sum(w.kv_device_cell)) * cells
+        return (w.host_weights + sum(w.device_weights) + kv) / host_bw
+    t = sum((wt + kv * cells) / d.bandwidth.value
+            for wt, kv, d in zip(w.device_weights, w.kv_device_cell, fig.devices, strict=False))
+    t += (w.host_weights + w.kv_host_cpu_cell * cells) / host_bw
+    tail = w.kv_host_tail_cell * cells
+    t += tail / host_bw if fig.host_attention else tail / fig.devices[0].link.value
+    return t + _splits(w, fig, decode=True)
+
+
+def prefill_seconds(w: Workload, fig: SpeedFigures, fill: float) -> float:
+    """Seconds per prompt token of a ubatch at ``fill`` (module docstring: prefill)."""
+    cells = max(1.0, fill * w.n_ctx_seq)
+    attn = w.attn_flops_cell * cells
+    if w.cpu_only or not fig.devices:
+        return (w.flops + attn) / fig.host_flops.value
+    dev = fig.devices[0]
+    offload = w.n_ubatch >= OP_OFFLOAD_MIN_BATCH
+    host_mm = 0.0 if offload else w.flops * w.host_flop_share
+    dev_flops = sum(d.flops.value for d in fig.devices)
+    t = (w.flops - host_mm + attn * (1 - w.attn_host_share)) / dev_flops
+    t += (host_mm + attn * w.attn_host_share) / fig.host_flops.value
+    streamed = (w.streamed_weights if offload else 0) + w.kv_host_tail_cell * cells
+    t += streamed / dev.link.value / max(1, w.n_ubatch)
+    return t + _splits(w, fig, decode=False) / max(1, w.n_ubatch)
+
+
+def predict(w: Workload, fig: SpeedFigures, fill: float) -> Speed:
+    """Predicted tokens/s at ``fill``, scaled by what launches on this machine measured."""
+    return Speed(fill, fig.prefill_scale.value / prefill_seconds(w, fig, fill),
+                 fig.decode_scale.value / decode_seconds(w, fig, fill))
+
+
+def speed_row(w: Workload, fig: SpeedFigures) -> SpeedRow:
+    """The speeds at ``FILLS`` and one typical turn's seconds (``TURN_PROMPT`` prefilled and
+    ``TURN_REPLY`` decoded at ``TURN_FILL``): what the plan chooses by."""
+    turn = predict(w, fig, TURN_FILL)
+    return SpeedRow(tuple(predict(w, fig, f) for f in FILLS),
+                    TURN_PROMPT / turn.prefill + TURN_REPLY / turn.decode, fig.calibrated)
+
+
+def active_weights(shape: ModelShape) -> tuple[int, float]:
+    """Bytes a decoded token reads over the repeating and output layers (experts: their used share;
+    the token embedding is a row lookup) and the matmul flops (2 per parameter read)."""
+    total, params = 0, 0.0
+    for t in shape.tensors:
+        if t.name.startswith("token_embd"):
+            continue
+        share = shape.n_expert_used / shape.n_expert if "_exps" in t.name and shape.n_expert else 1.0
+        total += int(t.n_bytes * share)
+        params += math.prod(t.shape) * share
+    if not any(t.name == "output.weight" for t in shape.tensors):  # tied: the embedding is the output
+        tok = next((t for t in shape.tensors if t.name == "token_embd.weight"), None)
+        if tok is not None:
+            total += tok.n_bytes
+            params += math.prod(tok.shape)
+    return total, 2.0 * params
+
+
+def attention_flops_per_cell(shape: ModelShape) -> float:
+    """Flops per token per cell of context over all attention layers: QKᵀ and AV, 2 × head size
+    each per query head."""
+    return float(sum(2 * shape.n_head[il] * (shape.head_dim_k + shape.head_dim_v)
+                     for il in range(shape.n_layer) if shape.n_head_kv[il] > 0))

@@ -1,0 +1,117 @@
+"""The speed model's terms, hand-computed (app/planner/solve/speed.py), and the choice it drives:
+the fastest placement that keeps the asked context; when none keeps it, both ends offered with their
+speeds (issue 30's case: a 14B at 512k on a 24 GB card with 23.5 GB of RAM)."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.commands.plan import render
+from app.planner import words
+from app.planner.devices import GpuDevice, HostMemory, Inventory
+from app.planner.gguf.model import read_shape
+from app.planner.plan_types import AlternativeKind
+from app.planner.settings import LaunchSettings
+from app.planner.solve.plan import make_plan, max_context
+from app.planner.solve.speed import (
+    BASE_SPLITS,
+    SPLITS_PER_HOST_KV_LAYER_PATCHED,
+    SPLITS_PER_HOST_KV_LAYER_STOCK,
+    DeviceSpeed,
+    SpeedFigures,
+    Workload,
+    decode_seconds,
+    default,
+    prefill_seconds,
+)
+from app.planner.units import GiB
+from tests.fixtures import gguf_factory, shapes
+
+SPLIT = 1e-4
+
+
+def figures(*, host_attention: bool = False, split: float = SPLIT) -> SpeedFigures:
+    """Round numbers: host 50 GB/s and 1 TFLOP/s; one device at 1 TB/s and 100 TFLOP/s over a 10 GB/s link."""
+    dev = DeviceSpeed("CUDA0", default(1e12, "t"), default(100e12, "t"), default(10e9, "t"), default(split, "t"))
+    return SpeedFigures(default(50e9, "t"), default(1e12, "t"), (dev,), host_attention=host_attention)
+
+
+def work(**kw: object) -> Workload:
+    base: dict[str, object] = dict(device_weights=(10 * 10**9,), host_weights=0, streamed_weights=0, flops=20e9,
+                                   host_flop_share=0.0, kv_device_cell=(100_000,), kv_host_cpu_cell=0,
+                                   kv_host_tail_cell=0, attn_flops_cell=0.0, attn_host_share=0.0,
+                                   n_ctx_seq=100_000, n_ubatch=512)
+    return Workload(**(base | kw))  # type: ignore[arg-type]
+
+
+def test_decode_reads_weights_and_used_kv_at_the_device_bandwidth_plus_its_splits() -> None:
+    # 10 GB of weights + half of 100k cells × 100 kB = 5 GB, at 1 TB/s: 15 ms, plus 2 splits
+    assert decode_seconds(work(), figures(), 0.5) == pytest.approx(0.015 + BASE_SPLITS * SPLIT)
+    assert decode_seconds(work(), figures(), 0.0) == pytest.approx(0.010 + 0.1e-6 + BASE_SPLITS * SPLIT)
+
+
+def test_a_host_tail_streams_its_kv_over_the_link_on_the_stock_engine_and_is_read_in_place_when_patched() -> None:
+    # 4 host-tail layers holding 200 kB a cell: a full context is 20 GB in host RAM
+    w = work(kv_host_tail_cell=200_000, host_tail_layers=4, kv_device_cell=(0,))
+    stock = decode_seconds(w, figures(), 1.0)
+    patched = decode_seconds(w, figures(host_attention=True), 1.0)
+    assert stock == pytest.approx(0.010 + 20e9 / 10e9 + (BASE_SPLITS + 4 * SPLITS_PER_HOST_KV_LAYER_STOCK) * SPLIT)
+    assert patched == pytest.approx(0.010 + 20e9 / 50e9 + (BASE_SPLITS + 4 * SPLITS_PER_HOST_KV_LAYER_PATCHED) * SPLIT)
+    # prefill streams that KV per ubatch either way (attention of a large batch on the device)
+    assert prefill_seconds(w, figures(), 1.0) == prefill_seconds(w, figures(host_attention=True), 1.0)
+
+
+def test_prefill_is_compute_on_the_device_plus_host_weights_streamed_per_ubatch() -> None:
+    w = work(host_weights=2 * 10**9, streamed_weights=2 * 10**9, host_flop_share=0.2, cpu_layers=True)
+    # op offload (512 ≥ 32): all 20 GFLOP on the device, 2 GB over 10 GB/s shared by 512 tokens, 4 splits a ubatch
+    assert prefill_seconds(w, figures(), 0.0) == pytest.approx(20e9 / 100e12 + 2e9 / 10e9 / 512 + 4 * SPLIT / 512)
+    small = work(host_weights=2 * 10**9, streamed_weights=2 * 10**9, host_flop_share=0.2, n_ubatch=16,
+                 cpu_layers=True)
+    # below 32 tokens: the host layers' share computed on the CPU, nothing streamed
+    assert prefill_seconds(small, figures(), 0.0) == pytest.approx(16e9 / 100e12 + 4e9 / 1e12 + 4 * SPLIT / 16)
+
+
+def test_without_a_device_everything_is_the_hosts() -> None:
+    w = work(device_weights=(), host_weights=10 * 10**9, kv_device_cell=(), kv_host_cpu_cell=100_000, cpu_only=True)
+    assert decode_seconds(w, figures(), 1.0) == pytest.approx((10e9 + 10e9) / 50e9)
+    assert prefill_seconds(w, figures(), 1.0) == pytest.approx(20e9 / 1e12)
+
+
+@pytest.fixture(scope="module")
+def qwen14b():  # type: ignore[no-untyped-def]
+    return read_shape(gguf_factory.ensure(shapes.BY_NAME["qwen2.5-14b-instruct-1m-q8_0"]))
+
+
+def test_512k_on_a_4090_with_23_5_gb_offers_the_longest_with_a_tail_beside_the_fastest(qwen14b) -> None:  # type: ignore[no-untyped-def]
+    inv = Inventory((GpuDevice(0, "NVIDIA GeForce RTX 4090", 24 * GiB, 24 * GiB, simulated=True),),
+                    HostMemory(int(23.5e9), int(22.5e9)))
+    asked = LaunchSettings(n_ctx=512 * 1024)
+    plan = make_plan(qwen14b, inv, asked)
+    ends = words.context_ends(plan)
+    assert ends is not None
+    fast, longest = ends
+    assert fast.chosen and fast.launch.n_ctx == 49_664 and plan.launch == fast.launch  # fully resident: fastest
+    assert 100_000 < longest.launch.n_ctx < 200_000 and longest.placement.startswith("KV of")  # the issue's ~168k
+    assert fast.speed is not None and longest.speed is not None
+    assert fast.speed.at_fill(0.5).decode > longest.speed.at_fill(0.5).decode
+    # One answer everywhere: the first line, the largest-context line and the JSON name the same two.
+    fit = max_context(qwen14b, inv, asked)
+    assert fit.resident == fast.launch.n_ctx and fit.with_tail == longest.launch.n_ctx
+    text = render(plan, "Qwen2.5 14B", fit, asked)
+    first, largest = text.splitlines()[0], next(ln for ln in text.splitlines() if "largest context" in ln)
+    for line in (first, largest):
+        assert "49,664" in line and f"{longest.launch.n_ctx:,}" in line and "tok/s decode" in line
+    js = [a.to_json() for a in plan.alternatives if a.kind is AlternativeKind.SHORTER_CONTEXT]
+    assert [a["n_ctx"] for a in js] == [49_664, longest.launch.n_ctx] and all(a["speed"]["decode"] for a in js)
+    assert len({a.launch for a in plan.alternatives}) == len(plan.alternatives)  # each way once
+
+
+def test_the_chosen_placement_is_the_fastest_that_keeps_the_context(qwen14b) -> None:  # type: ignore[no-untyped-def]
+    inv = Inventory((GpuDevice(0, "NVIDIA GeForce RTX 4090", 24 * GiB, 24 * GiB, simulated=True),),
+                    HostMemory(64 * GiB, 60 * GiB))
+    plan = make_plan(qwen14b, inv, LaunchSettings(n_ctx=128 * 1024))
+    keep = [a for a in plan.alternatives if a.feasible and a.launch.n_ctx == 128 * 1024
+            and a.kind is not AlternativeKind.SMALLER_KV_TYPE]
+    chosen = next(a for a in plan.alternatives if a.chosen)
+    assert len(keep) > 1 and chosen in keep and chosen.turn_s == min(a.turn_s for a in keep)
+    assert plan.speed == chosen.speed and all(a.speed is not None for a in keep)
