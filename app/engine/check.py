@@ -135,6 +135,17 @@ class PlanCheck:
     def row(self, device: str, part: CheckPart | str) -> CheckRow | None:
         return next((r for r in self.rows if r.device == device and r.part == part), None)
 
+    def process_overhead(self, device: str) -> int | None:
+        """What NVML counts for the engine process on ``device`` beyond every buffer its log shows
+        there: the CUDA context and libraries, the plan's per-process ``overhead`` (docs/domain.md §2).
+        None without NVML's process row (no NVML, an RPC worker's device)."""
+        process = self.row(device, CheckPart.PROCESS)
+        if process is None or process.actual is None:
+            return None
+        logged = sum(r.actual or 0 for r in self.rows
+                     if r.device == device and r.unit == "bytes" and r.part is not CheckPart.PROCESS)
+        return max(0, process.actual - logged)
+
     def to_json(self) -> dict[str, Any]:
         return {"ok": self.ok, "warnings": list(self.warnings), "opencoti": self.opencoti,
                 "rows": [dict(asdict(r), error=r.error, ok=r.ok) for r in self.rows]}
