@@ -32,7 +32,7 @@ import sys
 import tarfile
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -125,7 +125,7 @@ def place_engine(build: native_build.EngineBuild, dest: Path) -> native_build.En
         shutil.copy2(src, target)
         set_runpath(target)
     stamp = replace(build, bin_dir=str(bin_dir.relative_to(dest)))
-    (dest / "build.json").write_text(json.dumps(asdict(stamp), indent=2))
+    (dest / "build.json").write_text(json.dumps(stamp.to_json(), indent=2))
     copy = native_build._read_stamp(dest / "build.json")
     assert copy is not None
     return copy
@@ -190,8 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     t = time.monotonic()
     if build is not None:
         copy = place_engine(build, bundle / native_build.BUNDLE_ENGINE_DIR)
-        _log(f"engine: {build.label} ({build.backend}, {build.cpu}) from {build.bin_dir}, RUNPATH $ORIGIN")
-        engine = {"label": copy.label, "backend": copy.backend, "cpu": copy.cpu, "from": build.bin_dir}
+        _log(f"engine: {build.label} ({build.backend.slug}, {build.cpu}) from {build.bin_dir}, RUNPATH $ORIGIN")
+        engine = {"label": copy.label, "backend": copy.backend.slug, "cpu": copy.cpu, "from": build.bin_dir}
     else:
         _log("engine: left out (--no-engine); the bundle will look for one, or build one, at first run")
         engine = None

@@ -32,6 +32,7 @@ from app.planner.settings import (
     DEFAULT_CACHE_RAM_MIB,
     DEFAULT_DRAFT_N_MAX,
     KV_TYPES,
+    FlashAttn,
     LaunchSettings,
 )
 from app.planner.units import Bytes, parse_tokens
@@ -93,8 +94,8 @@ def add_launch_args(p: argparse.ArgumentParser) -> None:
                    help="parallel slots (default 1)")
     p.add_argument("-kvu", "--kvu", "--kv-unified", dest="kv_unified", action="store_true",
                    help="one unified KV cache for all slots")
-    p.add_argument("-fa", "--fa", "--flash-attn", dest="flash_attn", choices=("on", "off", "auto"),
-                   default="on", metavar="on|off|auto", help="flash attention (default on)")
+    p.add_argument("-fa", "--fa", "--flash-attn", dest="flash_attn", choices=[f.value for f in FlashAttn],
+                   default=FlashAttn.ON.value, metavar="on|off|auto", help="flash attention (default on)")
     p.add_argument("-ub", "--ub", "--ubatch-size", dest="n_ubatch", type=positive_int, default=512, metavar="N",
                    help="physical batch (default 512)")
     p.add_argument("-b", "--batch", "--batch-size", dest="n_batch", type=positive_int, default=2048, metavar="N",

@@ -154,7 +154,7 @@ def collect(selftest: bool = False) -> dict[str, Any]:
     except ImportError:
         build = native_build.find_build()
         report["engines"] = [] if build is None else [{"path": str(build.server), "kind": "llama-server",
-                                                       "version": build.commit[:9], "backend": build.backend,
+                                                       "version": build.commit[:9], "backend": build.backend.slug,
                                                        "llama_cpp": build.label, "patches": list(build.patches)}]
     if selftest:
         report["selftest"] = _selftest()

@@ -24,7 +24,7 @@ from typing import Any
 
 from app.commands.common import add_launch_args, exit_status, hub_model, seconds, settings_from_args
 from app.planner.errors import PlannerError
-from app.planner.measurement import Measurement, llama_label
+from app.planner.measurement import Measurement
 from app.planner.settings import LaunchSettings
 from app.planner.units import Bytes, format_tokens
 from app.probe.measure import MeasureError
@@ -85,7 +85,7 @@ def render(m: Measurement, settings: LaunchSettings, *, cached: bool, caveat: st
             f"K {settings.type_k} / V {settings.type_v}"
             + (f", --rpc {','.join(settings.rpc)}" if settings.rpc else "")
             + (f", -ts {','.join(map(str, settings.tensor_split))}" if settings.tensor_split else ""))
-    lines = [head, f"  measured by {m.source} ({m.backend}, {llama_label(m.llama_commit)}) "
+    lines = [head, f"  measured by {m.source} ({m.backend}, {m.llama_label}) "
                    f"in {m.seconds:.2f} s{' [cached]' if cached else ''}"]
     width = max([12, *(len(d.name) + (7 if d.host else 0) for d in m.devices)])
     lines.append(f"  {'device':<{width}} {'compute':>10} {'KV':>10}")

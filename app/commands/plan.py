@@ -30,7 +30,7 @@ from app.commands.common import (
 from app.engine.advisories import Advisory
 from app.engine.discover import EngineInfo
 from app.planner import words
-from app.planner.measurement import Measurement, llama_label
+from app.planner.measurement import Measurement
 from app.planner.plan_types import PLAN_JSON_VERSION, Alternative, ContextFit, Plan, PlanMode
 from app.planner.settings import LaunchSettings
 from app.planner.solve.speed import Figure, SpeedRow
@@ -88,7 +88,7 @@ class _Pass1:
             return ("pass 1: none cached for this launch; compute buffers estimated "
                     "(headroom plan --measure, or headroom measure with the same flags)")
         where = f"cached in {measurements_dir()}" if self.from_cache else "run now"
-        return f"pass 1: {m.source}, {m.backend} backend, {llama_label(m.llama_commit)}, {where}"
+        return f"pass 1: {m.source}, {m.backend} backend, {m.llama_label}, {where}"
 
 
 def _engine_for(plan: Plan) -> tuple[EngineInfo | None, str]:
@@ -154,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(plan.to_json() | {
             "model": str(shape.path), "header_only": preview_origin(shape.path) is not None, "arch": shape.arch, "max_context": fit.to_json(),
             "measurement": None if measurement is None else {
-                "source": measurement.source, "backend": measurement.backend,
+                "source": str(measurement.source), "backend": measurement.backend,
                 "llama_commit": measurement.llama_commit, "cached": pass1.from_cache},
             "engine": None if engine is None else engine.to_json(), "engine_refused": no_engine or None,
             "advisories": [vars(a) for a in advs]}, indent=2))
@@ -211,14 +211,14 @@ def render(plan: Plan, title: str, fit: ContextFit, asked: LaunchSettings | None
         out.append(f"  {g.name}  {g.label}  total {Bytes(g.total)}"
                    + (f"  budget {Bytes(g.budget)}" if g.budget is not None else ""))
         shown = [*parts[:4], *(p for p in extra if p in g.sources), *parts[4:]]
-        rows = [_row(p.replace("_", " "), getattr(g, p), g.sources.get(p, "")) for p in shown]
+        rows = [_row(p.replace("_", " "), g.part(p), g.sources.get(p, "")) for p in shown]
         out += rows[:-1] + _projector_lines(plan, g.name) + rows[-1:]  # (free last)
     h = plan.host
     out.append(f"  host RAM  available {Bytes(h.available)} of {Bytes(h.total)}")
     for p in ("weights_mapped", "kv_tail", "compute_pinned", "output_buffer",
               *(p for p in extra if p in h.sources), "prompt_cache", "free"):
         out += _projector_lines(plan, "host") if p == "free" else []
-        out.append(_row(p.replace("_", " "), getattr(h, p), h.sources.get(p, "")))
+        out.append(_row(p.replace("_", " "), h.part(p), h.sources.get(p, "")))
     out.append(f"  {words.kv_placement(plan)}")
     out += _largest_lines(plan, fit)
     if plan.alternatives and len(plan.alternatives) > 1:

@@ -22,9 +22,10 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Sequence
 from pathlib import Path
-from types import FrameType
-from typing import Any
+from types import FrameType, ModuleType
+from typing import TYPE_CHECKING, Any
 
 from app.commands.common import (
     add_gpu_args,
@@ -43,9 +44,12 @@ from app.planner import words
 from app.planner.errors import NotModelled
 from app.planner.gguf.model import ModelShape
 from app.planner.measurement import Measurement
-from app.planner.plan_types import Plan, PlanMode
+from app.planner.plan_types import DevicePlan, Plan, PlanMode
 from app.planner.settings import LaunchSettings
-from app.planner.units import format_tokens
+from app.planner.units import Bytes, format_tokens
+
+if TYPE_CHECKING:
+    from app.engine.check import PlanCheck
 
 
 def register(sub: Any) -> None:
@@ -318,6 +322,8 @@ def run(args: argparse.Namespace) -> int:
             from app.engine.check import describe
 
             print(describe(check))
+            for line in learn_overhead(plan.gpus, check):
+                print(line, flush=True)
             _speed_row(plan, server.base_url, spec.api_key, args)
         if args.smoke and not _smoke(server, spec.api_key, args.diagnostic):
             print("headroom serve: the smoke test failed; stopping the engine", file=sys.stderr)
@@ -358,6 +364,25 @@ def _speed_row(plan: Plan, base_url: str, api_key: str | None, args: argparse.Na
     print(check.line(), flush=True)
     if not learn(inventory_from_args(args, quiet=True), check.decode_ratio, check.prefill_ratio):
         print("speed: the calibration could not be stored (the cache is not writable)", flush=True)
+
+
+def learn_overhead(gpus: Sequence[DevicePlan], check: PlanCheck, *, nvml: ModuleType | None = None,
+                   path: Path | None = None) -> list[str]:
+    """The first launch on a GPU model and driver measures the per-process overhead (CUDA context and
+    libraries) that plans until then took from the H200 (app/machine/overhead.py): NVML's reading of
+    the engine process less the buffers its log shows. Lines saying what was kept (none when a figure
+    was kept before, or NVML had no reading of the process). ``nvml``/``path``: tests."""
+    from app.machine.devices import inventory
+    from app.machine.overhead import record_overhead
+
+    measured = [(g.label, beyond) for g in gpus if not g.simulated and not g.remote
+                and (beyond := check.process_overhead(g.name)) is not None]
+    if not measured:
+        return []
+    driver = inventory(nvml).driver
+    kept = [o for name, beyond in measured if (o := record_overhead(name, driver, beyond, path=path)) is not None]
+    return [f"overhead: {Bytes(o.bytes)} per engine process, {o.source}; plans for this GPU and driver use it"
+            for o in kept]
 
 
 def _print_status(status: ServerStatus, detail: str) -> None:

@@ -21,7 +21,7 @@ from app.planner.units import Bytes, MiB
 
 if TYPE_CHECKING:
     from app.planner.devices import Snapshot
-    from app.planner.plan_types import Plan
+    from app.planner.plan_types import DevicePlan, HostPlan, Plan
 
 BUFFER_TOLERANCE = 1 * MiB
 #: The log's resolution: llama.cpp prints buffer sizes as ``%.2f MiB``, so a logged 0.00 may be up to this.
@@ -30,9 +30,40 @@ LOG_RESOLUTION = MiB // 200
 #: the plan carries that as ``overhead``, which is an estimate, not a measurement.
 PROCESS_TOLERANCE = 128 * MiB
 HOST = "host"
-PARTS = ("weights", "kv", "compute")
+
+
+class CheckPart(StrEnum):
+    """What a check row compares; the value is how the table and its JSON name it."""
+
+    WEIGHTS = "weights"
+    KV = "kv"
+    COMPUTE = "compute"
+    #: The logits buffers (the model's and a draft model's).
+    OUTPUT = "output"
+    LORA = "lora"  # --lora
+    DRAFT_WEIGHTS = "draft weights"  # -md
+    DRAFT_KV = "draft kv"
+    DRAFT_COMPUTE = "draft compute"
+    #: --cache-ram: a limit (MiB), not an allocation.
+    PROMPT_CACHE = "prompt cache"
+    #: NVML's figure for the engine process: every buffer plus the CUDA context.
+    PROCESS = "process"
+    #: The opencoti engine's resident window, from GET /props (cells).
+    WINDOW_CELLS = "window cells"
+    #: --mmproj: the vision projector's weights and compute reserve (the CLIP lines of the log).
+    PROJECTOR_WEIGHTS = "projector weights"
+    PROJECTOR_COMPUTE = "projector compute"
+
+    @property
+    def plan_field(self) -> str:
+        """The ``DevicePlan``/``HostPlan`` field of an extra part (``draft weights`` → ``draft_weights``)."""
+        return self.value.replace(" ", "_")
+
+
+PARTS = (CheckPart.WEIGHTS, CheckPart.KV, CheckPart.COMPUTE)
 #: Parts a launch has only with a LoRA (``--lora``) or a draft model (``-md``), and the logits buffer.
-EXTRA_PARTS = ("output", "lora", "draft weights", "draft kv", "draft compute")
+EXTRA_PARTS = (CheckPart.OUTPUT, CheckPart.LORA, CheckPart.DRAFT_WEIGHTS, CheckPart.DRAFT_KV,
+               CheckPart.DRAFT_COMPUTE)
 
 
 class ActualSource(StrEnum):
@@ -46,7 +77,7 @@ class ActualSource(StrEnum):
 @dataclass(frozen=True)
 class CheckRow:
     device: str  # "CUDA0", ..., or "host"
-    part: str  # "weights" | "kv" | "compute" | "process" | "window cells"
+    part: CheckPart
     planned: int | None
     actual: int | None
     tolerance: int = BUFFER_TOLERANCE
@@ -101,8 +132,19 @@ class PlanCheck:
         judged = [r for r in self.rows if r.error is not None]
         return bool(judged) and all(r.ok for r in judged)
 
-    def row(self, device: str, part: str) -> CheckRow | None:
+    def row(self, device: str, part: CheckPart | str) -> CheckRow | None:
         return next((r for r in self.rows if r.device == device and r.part == part), None)
+
+    def process_overhead(self, device: str) -> int | None:
+        """What NVML counts for the engine process on ``device`` beyond every buffer its log shows
+        there: the CUDA context and libraries, the plan's per-process ``overhead`` (docs/domain.md §2).
+        None without NVML's process row (no NVML, an RPC worker's device)."""
+        process = self.row(device, CheckPart.PROCESS)
+        if process is None or process.actual is None:
+            return None
+        logged = sum(r.actual or 0 for r in self.rows
+                     if r.device == device and r.unit == "bytes" and r.part is not CheckPart.PROCESS)
+        return max(0, process.actual - logged)
 
     def to_json(self) -> dict[str, Any]:
         return {"ok": self.ok, "warnings": list(self.warnings), "opencoti": self.opencoti,
@@ -117,18 +159,18 @@ class PlanCheck:
         return "\n".join(lines + [f"warning: {w}" for w in self.warnings])
 
 
-def actuals(buffers: LogBuffers) -> dict[tuple[str, str], int]:
+def actuals(buffers: LogBuffers) -> dict[tuple[str, CheckPart], int]:
     """(device, part) → bytes from the engine log; host devices (``CPU_Mapped``, ``CUDA_Host``,
     ``CPU``) summed into one ``host`` device, as the plan counts host memory. The logits buffers are
     their own part, ``output`` (the model's and a draft model's); a draft model's other buffers are
     ``draft weights``/``draft kv``/``draft compute`` (its lines follow the draft marker, logparse)."""
-    out: dict[tuple[str, str], int] = {}
+    out: dict[tuple[str, CheckPart], int] = {}
     draft = buffers.draft
-    blocks = [("weights", buffers.model), ("kv", buffers.kv), ("compute", buffers.compute),
-              ("output", buffers.output), ("lora", buffers.lora)]
+    blocks = [(CheckPart.WEIGHTS, buffers.model), (CheckPart.KV, buffers.kv), (CheckPart.COMPUTE, buffers.compute),
+              (CheckPart.OUTPUT, buffers.output), (CheckPart.LORA, buffers.lora)]
     if draft is not None:
-        blocks += [("draft weights", draft.model), ("draft kv", draft.kv), ("draft compute", draft.compute),
-                   ("output", draft.output)]
+        blocks += [(CheckPart.DRAFT_WEIGHTS, draft.model), (CheckPart.DRAFT_KV, draft.kv),
+                   (CheckPart.DRAFT_COMPUTE, draft.compute), (CheckPart.OUTPUT, draft.output)]
     for part, block in blocks:
         for dev, size in block.items():
             key = (HOST if is_host_device(dev) else dev, part)
@@ -136,22 +178,23 @@ def actuals(buffers: LogBuffers) -> dict[tuple[str, str], int]:
     return out
 
 
-def planned(plan: Plan) -> dict[tuple[str, str], int]:
+def planned(plan: Plan) -> dict[tuple[str, CheckPart], int]:
     """(device, part) → bytes the plan expects, in the same shape as ``actuals``. Host weights are
     ``weights_mapped``, which includes the CPU backend's repacked copy: ``actuals`` sums ``CPU_Mapped``
     and ``CPU_REPACK`` for that row."""
-    out: dict[tuple[str, str], int] = {}
+    out: dict[tuple[str, CheckPart], int] = {}
     for gpu in plan.gpus:
-        out[(gpu.name, "weights")] = int(gpu.weights)
-        out[(gpu.name, "kv")] = int(gpu.kv_resident)
-        out[(gpu.name, "compute")] = int(gpu.compute)
-    out[(HOST, "weights")] = int(plan.host.weights_mapped)
-    out[(HOST, "kv")] = int(plan.host.kv_tail)
-    out[(HOST, "compute")] = int(plan.host.compute_pinned)
-    for name, dev in [*((g.name, g) for g in plan.gpus), (HOST, plan.host)]:
+        out[(gpu.name, CheckPart.WEIGHTS)] = int(gpu.weights)
+        out[(gpu.name, CheckPart.KV)] = int(gpu.kv_resident)
+        out[(gpu.name, CheckPart.COMPUTE)] = int(gpu.compute)
+    out[(HOST, CheckPart.WEIGHTS)] = int(plan.host.weights_mapped)
+    out[(HOST, CheckPart.KV)] = int(plan.host.kv_tail)
+    out[(HOST, CheckPart.COMPUTE)] = int(plan.host.compute_pinned)
+    devices: list[tuple[str, DevicePlan | HostPlan]] = [*((g.name, g) for g in plan.gpus), (HOST, plan.host)]
+    for name, dev in devices:
         for part in EXTRA_PARTS[1:]:
-            out[(name, part)] = int(getattr(dev, part.replace(" ", "_")))
-    out[(HOST, "output")] = int(plan.host.output_buffer)
+            out[(name, part)] = dev.part(part.plan_field)
+    out[(HOST, CheckPart.OUTPUT)] = int(plan.host.output_buffer)
     return out
 
 
@@ -193,7 +236,7 @@ def check_plan(plan: Plan, log_lines: Iterable[str], *, snapshot: Snapshot | Non
                 continue
             rows.append(CheckRow(dev, part, p, a))
     if buffers.prompt_cache_mib is not None:  # a limit, not an allocation: it must be the planned one exactly
-        rows.append(CheckRow(HOST, "prompt cache", plan.cache_ram_mib, buffers.prompt_cache_mib, 0,
+        rows.append(CheckRow(HOST, CheckPart.PROMPT_CACHE, plan.cache_ram_mib, buffers.prompt_cache_mib, 0,
                              ActualSource.ENGINE_LOG, "MiB limit"))
     rows += projector_rows(plan, buffers)
     warnings = list(buffers.warnings)
@@ -205,12 +248,12 @@ def check_plan(plan: Plan, log_lines: Iterable[str], *, snapshot: Snapshot | Non
             if sample is None or not sample.processes_known:
                 warnings.append(f"NVML did not report the engine's processes on {gpu_plan.name}")
                 continue
-            rows.append(CheckRow(gpu_plan.name, "process", int(gpu_plan.used), sample.engine_used,
+            rows.append(CheckRow(gpu_plan.name, CheckPart.PROCESS, int(gpu_plan.used), sample.engine_used,
                                  PROCESS_TOLERANCE, ActualSource.NVML))
     block = (props or {}).get("opencoti")
     opencoti = block if isinstance(block, dict) else None
     if opencoti is not None and "n_cells_resident" in opencoti:
-        rows.append(CheckRow("all", "window cells", plan.window_cells, int(opencoti["n_cells_resident"]),
+        rows.append(CheckRow("all", CheckPart.WINDOW_CELLS, plan.window_cells, int(opencoti["n_cells_resident"]),
                              0, ActualSource.PROPS, "cells"))
     return PlanCheck(tuple(rows), tuple(warnings), opencoti, buffers)
 
@@ -227,14 +270,14 @@ def projector_rows(plan: Plan, buffers: LogBuffers) -> list[CheckRow]:
     on_dev = sum(b for d, b in buffers.projector_compute.items() if (HOST if is_host_device(d) else d) == dev)
     on_host = sum(b for d, b in buffers.projector_compute.items() if is_host_device(d)) if dev != HOST else 0
     planned_dev = proj.device if proj else dev
-    rows = [CheckRow(dev, "projector weights", proj.weights if proj and planned_dev == dev else None,
+    rows = [CheckRow(dev, CheckPart.PROJECTOR_WEIGHTS, proj.weights if proj and planned_dev == dev else None,
                      buffers.projector_weights),
-            CheckRow(dev, "projector compute", proj.compute if proj and planned_dev == dev else None,
+            CheckRow(dev, CheckPart.PROJECTOR_COMPUTE, proj.compute if proj and planned_dev == dev else None,
                      on_dev if backend else None)]
     if dev != HOST and (on_host or (proj and proj.compute_host)):
-        rows.append(CheckRow(HOST, "projector compute", proj.compute_host if proj else None, on_host))
+        rows.append(CheckRow(HOST, CheckPart.PROJECTOR_COMPUTE, proj.compute_host if proj else None, on_host))
     if proj is not None and planned_dev != dev:  # the engine put it elsewhere: say where the plan had it
-        rows.append(CheckRow(planned_dev, "projector weights", proj.weights, None))
+        rows.append(CheckRow(planned_dev, CheckPart.PROJECTOR_WEIGHTS, proj.weights, None))
     return rows
 
 

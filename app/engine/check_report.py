@@ -10,7 +10,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from app.engine.check import BUFFER_TOLERANCE, HOST, PROCESS_TOLERANCE, CheckRow, PlanCheck, describe
+from app.engine.check import (
+    BUFFER_TOLERANCE,
+    HOST,
+    PROCESS_TOLERANCE,
+    CheckPart,
+    CheckRow,
+    PlanCheck,
+    describe,
+)
 from app.planner.sources import Source, SourceKind
 from app.planner.units import Bytes, MiB
 
@@ -41,20 +49,21 @@ def ran_on_cpu(check: PlanCheck, plan: Plan) -> bool:
     return bool(gpus) and not any(r.device in gpus and r.actual for r in check.rows)
 
 
-def estimated_parts(plan: Plan) -> frozenset[tuple[str, str]]:
+def estimated_parts(plan: Plan) -> frozenset[tuple[str, CheckPart]]:
     """The (device, part) rows whose planned number is the planner's estimate, not pass 1's."""
 
     def estimated(source: Source | None) -> bool:
         return source is not None and source.kind is SourceKind.ESTIMATED
 
-    out: set[tuple[str, str]] = set()
+    out: set[tuple[str, CheckPart]] = set()
     devices = [(g.name, g.sources, "compute") for g in plan.gpus] + [(HOST, plan.host.sources, "compute_pinned")]
     for name, sources, compute in devices:
-        out |= {(name, part) for part, key in (("compute", compute), ("draft compute", "draft_compute"))
+        out |= {(name, part) for part, key in ((CheckPart.COMPUTE, compute),
+                                                     (CheckPart.DRAFT_COMPUTE, CheckPart.DRAFT_COMPUTE.plan_field))
                 if estimated(sources.get(key))}
     proj = plan.projector
     if proj is not None and estimated(proj.sources.get("compute")):
-        out.add((proj.device, "projector compute"))
+        out.add((proj.device, CheckPart.PROJECTOR_COMPUTE))
     return frozenset(out)
 
 

@@ -54,9 +54,11 @@ import time
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from app.engine.engine_patches import UNPATCHED, PatchSeries, engine_label, patch_series, patched_source
 from app.paths import bundle_dir, cache_dir
+from app.planner.devices import Backend
 
 #: The llama-cpp-python release Headroom pins (pyproject.toml says the same).
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
@@ -93,7 +95,7 @@ class EngineBuild:
     of Headroom's patches it carries (names, the series digest, the upstream fixes they port)."""
 
     commit: str
-    backend: str
+    backend: Backend  # CPU or CUDA; its slug ("cpu", "cuda") names the build's folder
     backend_reason: str
     bin_dir: str
     seconds: float
@@ -107,6 +109,10 @@ class EngineBuild:
     @property
     def portable(self) -> bool:
         return self.cpu == PORTABLE
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``build.json`` stamp: the backend by its slug, as every stamp has carried it."""
+        return asdict(self) | {"backend": self.backend.slug}
 
     @property
     def label(self) -> str:
@@ -200,13 +206,13 @@ def find_nvcc() -> str | None:
     )
 
 
-def detect_backend() -> tuple[str, str]:
-    """``("cuda", why)`` when nvcc and cuBLAS are both present, else ``("cpu", why)``."""
+def detect_backend() -> tuple[Backend, str]:
+    """``(Backend.CUDA, why)`` when nvcc and cuBLAS are both present, else ``(Backend.CPU, why)``."""
     if os.environ.get("HEADROOM_ENGINE_BACKEND") == "cpu":
-        return "cpu", "CPU forced by HEADROOM_ENGINE_BACKEND=cpu"
+        return Backend.CPU, "CPU forced by HEADROOM_ENGINE_BACKEND=cpu"
     nvcc = find_nvcc()
     if nvcc is None:
-        return "cpu", "CUDA off: nvcc not found"
+        return Backend.CPU, "CUDA off: nvcc not found"
     cuda_root = Path(nvcc).resolve().parent.parent
     patterns = [
         str(cuda_root / "lib64" / "libcublas.so*"),
@@ -215,8 +221,8 @@ def detect_backend() -> tuple[str, str]:
         "/usr/lib/aarch64-linux-gnu/libcublas.so*",
     ]
     if not any(glob.glob(p) for p in patterns):
-        return "cpu", f"CUDA off: nvcc found at {nvcc} but no cuBLAS (libcublas.so) next to it"
-    return "cuda", f"CUDA on: nvcc at {nvcc} and cuBLAS found"
+        return Backend.CPU, f"CUDA off: nvcc found at {nvcc} but no cuBLAS (libcublas.so) next to it"
+    return Backend.CUDA, f"CUDA on: nvcc at {nvcc} and cuBLAS found"
 
 
 def cpu_key(cpuinfo: str | None = None) -> str:
@@ -245,11 +251,11 @@ def _this_cpu_key() -> str:
         return cpu_key("")
 
 
-def build_dir(commit: str, backend: str, series: PatchSeries = UNPATCHED, cpu: str = "") -> Path:
-    """``llama.cpp-<commit9>-<backend>[-<cpu>][-p<series8>]`` under the cache."""
+def build_dir(commit: str, backend: Backend, series: PatchSeries = UNPATCHED, cpu: str = "") -> Path:
+    """``llama.cpp-<commit9>-<backend slug>[-<cpu>][-p<series8>]`` under the cache."""
     middle = f"-{cpu}" if cpu else ""
     suffix = f"-p{series.digest}" if series.patches else ""
-    return cache_dir() / "engines" / f"llama.cpp-{commit[:9]}-{backend}{middle}{suffix}"
+    return cache_dir() / "engines" / f"llama.cpp-{commit[:9]}-{backend.slug}{middle}{suffix}"
 
 
 def _read_stamp(stamp: Path) -> EngineBuild | None:
@@ -260,6 +266,7 @@ def _read_stamp(stamp: Path) -> EngineBuild | None:
         for key in ("patches", "fixes"):
             data[key] = tuple(data.get(key, ()))
         data["bin_dir"] = str(stamp.parent / data["bin_dir"])  # an absolute bin_dir stays as it is
+        data["backend"] = Backend(data["backend"])  # "cuda" in the stamp
         return EngineBuild(**data)
     except (OSError, ValueError, TypeError, AttributeError, KeyError):
         return None
@@ -286,7 +293,7 @@ def bundled_build() -> EngineBuild | None:
     return build if build is not None and build.server.is_file() else None
 
 
-def find_build(backend: str | None = None, series: PatchSeries | None = None, *,
+def find_build(backend: Backend | None = None, series: PatchSeries | None = None, *,
                bundled: bool = True, portable: bool = False) -> EngineBuild | None:
     """A finished build of ``series`` (default: Headroom's current patch series) in the cache that runs
     on this CPU: a native one built for it (a cache copied from another machine is skipped) or a
@@ -304,7 +311,7 @@ def find_build(backend: str | None = None, series: PatchSeries | None = None, *,
             continue
         if build.server.is_file() and (backend is None or build.backend == backend):
             builds.append(build)
-    builds.sort(key=lambda b: (b.backend != "cuda", b.portable, b.commit))
+    builds.sort(key=lambda b: (b.backend is not Backend.CUDA, b.portable, b.commit))
     if builds:
         return builds[0]
     shipped = bundled_build() if bundled else None
@@ -330,7 +337,7 @@ def cpu_args(portable: bool, x86: bool | None = None) -> list[str]:
     return args
 
 
-def cmake_args(backend: str, commit: str | None = None, portable: bool = False) -> list[str]:
+def cmake_args(backend: Backend, commit: str | None = None, portable: bool = False) -> list[str]:
     """CMake's options. A known ``commit`` is passed as the build info, so ``llama-server --version``
     names it also for a tree without git metadata (llama.cpp CMakeLists.txt: LLAMA_BUILD_COMMIT/NUMBER)."""
     args = [
@@ -344,7 +351,7 @@ def cmake_args(backend: str, commit: str | None = None, portable: bool = False) 
     ]
     if commit and commit != "unknown":
         args += [f"-DLLAMA_BUILD_COMMIT={commit[:7]}", f"-DLLAMA_BUILD_NUMBER={SDIST_BUILD_NUMBER}"]
-    if backend == "cuda":
+    if backend is Backend.CUDA:
         args.append("-DGGML_CUDA=ON")
         nvcc = find_nvcc()
         if nvcc and not shutil.which("nvcc"):  # CMake finds nvcc on PATH only
@@ -372,7 +379,7 @@ def build(python: str = sys.executable, jobs: int | None = None, source: Path | 
     stamp = out / "build.json"
     cached = _read_stamp(stamp)
     if cached is not None and cached.server.is_file() and cached.series == series.digest and cached.cpu == cpu:
-        _log(f"cache hit: {out} ({cached.label}, {backend}), nothing to do")
+        _log(f"cache hit: {out} ({cached.label}, {backend.slug}), nothing to do")
         return cached
     if shutil.which("cmake") is None:
         raise RuntimeError("cmake not found: install it (apt-get install cmake) to build the engine")
@@ -380,7 +387,7 @@ def build(python: str = sys.executable, jobs: int | None = None, source: Path | 
         src = patched_source(src, commit, series, _log)
     bdir = out / "build"
     bdir.mkdir(parents=True, exist_ok=True)
-    _log(f"configuring {engine_label(commit, series.names)} ({backend}) from {src} in {bdir}")
+    _log(f"configuring {engine_label(commit, series.names)} ({backend.slug}) from {src} in {bdir}")
     subprocess.run(["cmake", "-S", str(src), "-B", str(bdir), *cmake_args(backend, commit, portable)], check=True)
     n = jobs or os.cpu_count() or 2
     _log(f"building {', '.join(TARGETS)} with {n} jobs")
@@ -393,7 +400,7 @@ def build(python: str = sys.executable, jobs: int | None = None, source: Path | 
             raise RuntimeError(f"build finished but {name} is missing in {bdir / 'bin'}")
     result = EngineBuild(commit, backend, reason, str(bdir / "bin"), round(time.monotonic() - started, 1),
                          series.names, series.digest, series.fixes, cpu)
-    stamp.write_text(json.dumps(asdict(result), indent=2))
+    stamp.write_text(json.dumps(result.to_json(), indent=2))
     _log(f"done in {result.seconds:.0f} s: {result.bin_dir}")
     return result
 

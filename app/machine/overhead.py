@@ -3,14 +3,16 @@
 CUDA context, cuBLAS and friends: ~590 MiB per process on an H200 (docs/domain.md §2), the same at
 18 GB and at 114 GB of use, so it is a per-GPU, per-driver constant. Issue 9's run confirmed it on
 our own CUDA build: 588–595 MiB on all 32 launches, four models, 14–114 GB (607 MiB once the engine
-had generated tokens; bench/results/h200-2026-11-30.md). Measured once with NVML
-(the process's ``usedGpuMemory`` minus the buffers llama.cpp logged for it) and kept in
+had generated tokens; bench/results/h200-2026-11-30.md). Measured once per GPU model and driver,
+when ``headroom serve`` first launches on it (its plan-vs-actual check has the engine process's
+``usedGpuMemory`` from NVML and the buffers llama.cpp logged for it: ``record_overhead``), and kept in
 ``<cache>/overhead.json``; without a measurement the planner uses the H200 figure. A plan request
 for this machine (``request_for_machine``) carries the stored figure for its first GPU.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from dataclasses import dataclass
@@ -69,37 +71,29 @@ def known_overhead(gpu_name: str, driver: str | None, *, path: Path | None = Non
     return Overhead(DEFAULT_OVERHEAD, DEFAULT_SOURCE)
 
 
-def process_gpu_use(nvml: Any, index: int, pid: int) -> int | None:
-    """Bytes of GPU ``index`` that NVML attributes to ``pid`` (None when it lists no such process
-    or cannot say). ``nvml`` is an initialised ``pynvml``."""
-    handle = nvml.nvmlDeviceGetHandleByIndex(index)
-    for proc in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
-        used = getattr(proc, "usedGpuMemory", None)
-        if proc.pid == pid and isinstance(used, int):
-            return used
-    return None
-
-
-def measure_overhead(nvml: Any, index: int, pid: int, buffers: int, *, driver: str | None,
-                     path: Path | None = None) -> Overhead:
-    """Once per GPU model and driver: ``pid`` (a process that initialised the backend, e.g. the
-    engine) uses NVML's figure; ``buffers`` is what llama.cpp logged for it on that GPU (the
-    breakdown's ``self``; 0 for a no_alloc probe). A stored measurement is returned as is."""
+def record_overhead(gpu_name: str, driver: str | None, beyond_buffers: int, *,
+                    path: Path | None = None) -> Overhead | None:
+    """Keep what an engine process used on a ``gpu_name`` GPU under ``driver`` beyond every buffer
+    llama.cpp logged for it there (NVML's ``usedGpuMemory`` less those buffers:
+    ``PlanCheck.process_overhead``), once per GPU model and driver. Returns what was stored, or None
+    when nothing new was: a figure was already kept, or the cache cannot be written (issue 31: a full
+    or read-only cache keeps the default and leaves nothing half-written)."""
     store = path or overhead_path()
-    name = str(nvml.nvmlDeviceGetName(nvml.nvmlDeviceGetHandleByIndex(index)))
-    known = known_overhead(name, driver, path=store)
-    if known.measured:
-        return known
-    used = process_gpu_use(nvml, index, pid)
-    if used is None:
-        return known
-    result = Overhead(max(0, used - buffers), f"measured on {name} (driver {driver or 'unknown'}) with NVML", True)
+    if known_overhead(gpu_name, driver, path=store).measured:
+        return None
+    result = Overhead(max(0, beyond_buffers), f"measured on {gpu_name} (driver {driver or 'unknown'}) with NVML",
+                      True)
     data = load_json_dict(store)
-    data[_key(name, driver)] = {"bytes": result.bytes, "source": result.source}
-    store.parent.mkdir(parents=True, exist_ok=True)
+    data[_key(gpu_name, driver)] = {"bytes": result.bytes, "source": result.source}
     tmp = store.with_name(f".{store.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    os.replace(tmp, store)
+    try:
+        store.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(data, indent=1))
+        os.replace(tmp, store)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        return None
     return result
 
 

@@ -10,9 +10,54 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from enum import Enum, StrEnum
 
 from app.planner.gpu_table import SIMULATED_SUFFIX, parse_spec
 from app.planner.memory.repack import CpuFeatures
+from app.planner.sources import SourceKind
+
+
+class Backend(StrEnum):
+    """A ggml backend, spelled as ggml names its devices and buffers (``CUDA0``, ``RPC0[host:port]``,
+    ``CPU``): the one spelling of a backend in Headroom. ``Backend("cuda")`` is ``Backend.CUDA`` (any
+    case is read); :attr:`slug` is the lowercase word an engine build's folder and ``build.json``
+    have always carried (``llama.cpp-0c1e57098-cuda-…``), so builds made before are still found."""
+
+    CPU = "CPU"
+    CUDA = "CUDA"
+    RPC = "RPC"
+
+    @classmethod
+    def _missing_(cls, value: object) -> Backend | None:
+        if isinstance(value, str):
+            return next((b for b in cls if b.value.lower() == value.lower()), None)
+        return None
+
+    @property
+    def slug(self) -> str:
+        return self.value.lower()
+
+
+class DeviceKind(Enum):
+    """What a :class:`GpuDevice` is, and so where its memory figures come from."""
+
+    #: A GPU of this machine, read through NVML.
+    NVML = "nvml"
+    #: A card from the table (``--gpu "RTX 4090"``, app/planner/gpu_table.py): nothing was read.
+    SIMULATED = "simulated"
+    #: A device of a ggml-rpc-server worker, as the worker reported it (``--rpc``).
+    RPC = "rpc"
+
+    @property
+    def source(self) -> SourceKind:
+        """What a plan says its total and free memory rest on."""
+        return {DeviceKind.NVML: SourceKind.FROM_NVML, DeviceKind.SIMULATED: SourceKind.SIMULATED,
+                DeviceKind.RPC: SourceKind.FROM_RPC}[self]
+
+    @property
+    def backend(self) -> Backend:
+        """The backend the engine reaches it through (a simulated card stands for a CUDA GPU)."""
+        return Backend.RPC if self is DeviceKind.RPC else Backend.CUDA
 
 
 @dataclass(frozen=True)
@@ -42,18 +87,18 @@ class GpuDevice:
     used: int = 0
     reserved: int = 0
     uuid: str = ""
-    simulated: bool = False
+    kind: DeviceKind = DeviceKind.NVML
     processes: tuple[GpuProcess, ...] = ()
     pcie_gen: int | None = None
     pcie_width: int | None = None
-    #: Where total/free come from: "from NVML", or the simulated card's source.
+    #: Where total/free come from, in words for a tooltip ("from NVML", the simulated card's source,
+    #: "from RPC worker HOST:PORT"); never parsed: ``kind`` says what the device is.
     source: str = ""
     #: "v2" (used and reserved apart), "v1" (used includes reserved) or "" (simulated).
     memory_api: str = ""
     #: False when NVML would not list the processes (then ``processes`` is empty, not "none").
     processes_known: bool = True
-    #: "CUDA" (a local GPU) or "RPC" (a device of a ggml-rpc-server worker at ``endpoint``).
-    backend: str = "CUDA"
+    #: A worker's ``host:port`` (``kind`` RPC; "" for a local GPU).
     endpoint: str = ""
     #: For an RPC device: its index on its worker (the ``RPC<n>`` of its buffer name).
     remote_index: int = 0
@@ -62,8 +107,16 @@ class GpuDevice:
     budget: int | None = None
 
     @property
+    def simulated(self) -> bool:
+        return self.kind is DeviceKind.SIMULATED
+
+    @property
     def is_rpc(self) -> bool:
-        return self.backend == "RPC"
+        return self.kind is DeviceKind.RPC
+
+    @property
+    def backend(self) -> Backend:
+        return self.kind.backend
 
     @property
     def engine_name(self) -> str:
@@ -144,7 +197,7 @@ def with_workers(inv: Inventory, devices: Sequence[RemoteDevice],
     across the workers as ggml-rpc numbers them (``ggml_backend_rpc_add_server``: one counter over
     every device of every worker that answered)."""
     rpc = tuple(GpuDevice(index=i, name=d.description, total=d.total, free=d.free, used=d.total - d.free,
-                          source=f"from RPC worker {d.endpoint}", backend="RPC", endpoint=d.endpoint,
+                          source=f"from RPC worker {d.endpoint}", kind=DeviceKind.RPC, endpoint=d.endpoint,
                           remote_index=d.index, processes_known=False)
                 for i, d in enumerate(devices))
     return replace(inv, gpus=rpc + inv.local_gpus, dead_workers=inv.dead_workers + tuple(dead))
@@ -175,7 +228,7 @@ def simulated_gpu(spec: str, index: int) -> GpuDevice:
     """A card from the table (``"RTX 4090"``, ``"h200"``) or ``"MyCard:20GiB"``. ValueError if unknown."""
     card = parse_spec(spec)
     return GpuDevice(index=index, name=card.name + SIMULATED_SUFFIX, total=card.total, free=card.free,
-                     used=0, reserved=card.reserved, simulated=True, source=card.source)
+                     used=0, reserved=card.reserved, kind=DeviceKind.SIMULATED, source=card.source)
 
 
 # ---- live updates -------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ Each card in the table carries the memory a plan may use on it and where that nu
 Only the H200 has a recorded reading (``tests/fixtures/h200/nvml-readings.txt``: NVML total
 150754820096 B, free 150109880320 B, the difference being the driver's 615 MiB reservation); the
 others use the nominal capacity, as the card's name states it, because their reservation was not
-measured. A simulated card is ``simulated=True`` and its name ends in "(simulated)".
+measured. A simulated card is ``kind=DeviceKind.SIMULATED`` and its name ends in "(simulated)".
 """
 
 from __future__ import annotations

@@ -8,9 +8,65 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, field
+from enum import Enum
 from typing import Any
 
 from app.planner.settings import LaunchSettings
+
+
+class MeasuredBy(Enum):
+    """What ran pass 1."""
+
+    #: app/probe/measure.py: a ``no_alloc`` load through the Python bindings (detail: which bindings).
+    PROBE = "probe"
+    #: app/probe/fit_params.py: the engine build's own libllama, loaded as llama-fit-params does but with
+    #: llama-server's context parameters (detail: the build's backend).
+    FIT_PARAMS = "fit-params"
+    #: The opencoti engine measures its own compute buffer (window mode, app/probe/fit_params.py
+    #: ``engine_measure``). It does not say which llama.cpp commit it carries: ``llama_commit`` is "".
+    OPENCOTI = "opencoti"
+    #: Numbers read from an engine's log (a recorded one, or a launch's; detail: which log).
+    LOG = "log"
+
+
+_PROBE_WORDS = "{} no_alloc probe"
+_FIT_PARAMS_WORDS = ("the engine build's libllama ({}): llama-fit-params' no_alloc load with llama-server's "
+                     "context parameters")
+_OPENCOTI_WORDS = "the engine's own two-pass measurement (opencoti window mode)"
+
+
+@dataclass(frozen=True)
+class MeasurementSource:
+    """Who measured, and a detail in words; ``str()`` is the phrase the CLI prints and the JSON (and
+    the pass-1 cache) carries. Code asks ``kind``, never the words."""
+
+    kind: MeasuredBy
+    detail: str = ""
+
+    def __str__(self) -> str:
+        if self.kind is MeasuredBy.PROBE:
+            return _PROBE_WORDS.format(self.detail or "llama-cpp-python")
+        if self.kind is MeasuredBy.FIT_PARAMS:
+            return _FIT_PARAMS_WORDS.format(self.detail)
+        if self.kind is MeasuredBy.OPENCOTI:
+            return _OPENCOTI_WORDS
+        return self.detail
+
+    @classmethod
+    def from_text(cls, text: str) -> MeasurementSource:
+        """The source a stored measurement names (the inverse of ``str``); words no kind has are a log's."""
+        if text == _OPENCOTI_WORDS:
+            return cls(MeasuredBy.OPENCOTI)
+        head, tail = _FIT_PARAMS_WORDS.split("{}")
+        if text.startswith(head) and text.endswith(tail):
+            return cls(MeasuredBy.FIT_PARAMS, text[len(head):len(text) - len(tail)])
+        if text.endswith(_PROBE_WORDS.format("")) and len(text) > len(_PROBE_WORDS.format("")):
+            return cls(MeasuredBy.PROBE, text.removesuffix(_PROBE_WORDS.format("")))
+        return cls(MeasuredBy.LOG, text)
+
+
+#: What pass 1 is, unless said otherwise: the probe through llama-cpp-python.
+PROBE_SOURCE = MeasurementSource(MeasuredBy.PROBE, "llama-cpp-python")
 
 
 @dataclass(frozen=True)
@@ -28,13 +84,15 @@ class DeviceMeasurement:
 
 @dataclass(frozen=True)
 class Measurement:
-    """A pass-1 result. ``backend`` is what measured ("CPU", "CUDA"); only true for that backend."""
+    """A pass-1 result. ``backend`` is what measured: a ``Backend`` (app/planner/devices.py), or several
+    joined by "+" ("CUDA+RPC"); only true for that backend. ``llama_commit``: the llama.cpp commit
+    that measured, "" or "unknown" when not known (the opencoti engine's own measurement)."""
 
     devices: tuple[DeviceMeasurement, ...]
     backend: str
     llama_commit: str
     seconds: float
-    source: str = "llama-cpp-python no_alloc probe"
+    source: MeasurementSource = PROBE_SOURCE
     kv_lines: tuple[str, ...] = field(default=())
     #: All KV caches together (bytes), from llama.cpp's ``llama_kv_cache: size =`` lines.
     kv_total: int = 0
@@ -64,14 +122,20 @@ class Measurement:
     def host_compute(self) -> int:
         return sum(d.compute for d in self.devices if d.host)
 
+    @property
+    def llama_label(self) -> str:
+        """Which llama.cpp measured, in words: ``llama.cpp 0c1e57098``; the opencoti engine by name."""
+        return "llama.cpp opencoti" if self.source.kind is MeasuredBy.OPENCOTI else llama_label(self.llama_commit)
+
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        """``source`` in words (as ``str``); the draft's likewise."""
+        return asdict(self) | {"source": str(self.source), "draft": self.draft.to_json() if self.draft else None}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Measurement:
         devs = tuple(DeviceMeasurement(**d) for d in data.get("devices", ()))
         return cls(devs, data["backend"], data["llama_commit"], float(data["seconds"]),
-                   data.get("source", "llama-cpp-python no_alloc probe"), tuple(data.get("kv_lines", ())),
+                   MeasurementSource.from_text(str(data.get("source", PROBE_SOURCE))), tuple(data.get("kv_lines", ())),
                    int(data.get("kv_total", 0)), int(data.get("output", 0)), int(data.get("recurrent", 0)),
                    tuple(data.get("warnings", ())),
                    LaunchSettings.from_json(data["launch"]) if data.get("launch") else None,

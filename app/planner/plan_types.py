@@ -51,7 +51,7 @@ from app.planner.solve.speed import SpeedFigures, SpeedRow
 from app.planner.sources import Source, Sourced
 from app.planner.units import MiB
 
-__all__ = ["PLAN_JSON_VERSION", "Alternative", "AlternativeKind", "ContextFit", "DevicePlan", "HostPlan",
+__all__ = ["PLAN_JSON_VERSION", "Alternative", "AlternativeKind", "ContextFit", "DevicePlan", "Extras", "HostPlan",
            "KvSummary", "NetworkCost", "Plan", "PlanMode", "ProjectorPlan", "Source", "Sourced"]
 
 PLAN_JSON_VERSION = 1
@@ -109,6 +109,36 @@ class AlternativeKind(Enum):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Extras:
+    """What the launch's extras take on one device or in host RAM, bytes: LoRA adapters' buffers
+    (``--lora``: on the devices of the weights they adapt), a draft model's weights, KV and compute
+    buffers (``-md``; app/planner/memory/extras.py), and the vision projector's weights and compute
+    (``--mmproj``; app/planner/memory/projector.py). In a plan's JSON they are the device's own keys."""
+
+    lora: int = 0
+    draft_weights: int = 0
+    draft_kv: int = 0
+    draft_compute: int = 0
+    projector: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.lora + self.draft_weights + self.draft_kv + self.draft_compute + self.projector
+
+    def to_json(self) -> dict[str, int]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+#: The parts an :class:`Extras` holds, by the names the sources, the JSON and the window use.
+EXTRA_PARTS: tuple[str, ...] = tuple(Extras.__dataclass_fields__)
+
+
+def _part(plan: DevicePlan | HostPlan, key: str) -> int:
+    value = getattr(plan.extras, key) if key in EXTRA_PARTS else getattr(plan, key)
+    return int(value)
+
+
+@dataclass(frozen=True, kw_only=True)
 class DevicePlan:
     name: str  # llama.cpp device name, "CUDA0"
     label: str  # "NVIDIA H200 (simulated)"
@@ -128,23 +158,21 @@ class DevicePlan:
     remote: str = ""
     #: This device's own budget (``--vram-target RPC0=2GiB``), safety included; None: none.
     budget: int | None = None
-    #: LoRA adapters' buffers here (``--lora``: on the devices of the weights they adapt).
-    lora: int = 0
-    #: A draft model's weights, KV and compute buffers here (``-md``).
-    draft_weights: int = 0
-    draft_kv: int = 0
-    draft_compute: int = 0
-    #: The vision projector's weights and compute when it is on this device (``--mmproj``).
-    projector: int = 0
+    #: What a LoRA, a draft model and the vision projector take here (the projector: when it is on this device).
+    extras: Extras = field(default_factory=Extras)
 
     @property
     def used(self) -> int:
         """What this engine process takes on the GPU (everything but others and the safety margin)."""
-        return (self.weights + self.compute + self.kv_resident + self.overhead + self.lora + self.draft_weights
-                + self.draft_kv + self.draft_compute + self.projector)
+        return self.weights + self.compute + self.kv_resident + self.overhead + self.extras.total
+
+    def part(self, key: str) -> int:
+        """A part by its name (``"weights"``, ``"draft_kv"``): the name its source and JSON key have."""
+        return _part(self, key)
 
     def to_json(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__} | {"sources": {k: v.to_json() for k, v in self.sources.items()}}
+        return ({k: getattr(self, k) for k in self.__dataclass_fields__ if k != "extras"} | self.extras.to_json()
+                | {"sources": {k: v.to_json() for k, v in self.sources.items()}})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -159,16 +187,12 @@ class HostPlan:
     weights_repacked: int = 0  # the part of weights_mapped that is the CPU backend's CPU_REPACK copy
     #: llama-server's prompt cache (``--cache-ram``): host RAM it may fill over time, held back.
     prompt_cache: int = 0
-    #: LoRA adapters' host buffers, a draft model's host weights, KV and compute (``--lora``, ``-md``).
-    lora: int = 0
-    draft_weights: int = 0
-    draft_kv: int = 0
-    draft_compute: int = 0
     #: The output (logits) buffers: ``n_vocab × slots`` floats, the draft model's too.
     output_buffer: int = 0
-    #: The vision projector's weights and compute in host RAM (``--no-mmproj-offload``, no GPU, or the
-    #: CPU's share of a GPU projector's compute).
-    projector: int = 0
+    #: A LoRA's host buffers, a draft model's host weights, KV and compute (``--lora``, ``-md``), and the
+    #: vision projector in host RAM (``--no-mmproj-offload``, no GPU, or the CPU's share of a GPU
+    #: projector's compute).
+    extras: Extras = field(default_factory=Extras)
 
     @property
     def allocated(self) -> int:
@@ -176,8 +200,17 @@ class HostPlan:
         it fills over time) — what the plan holds of ``available`` less the cache."""
         return self.available - self.free - self.prompt_cache
 
+    def part(self, key: str) -> int:
+        """A part by its name (``"kv_tail"``, ``"lora"``): the name its source and JSON key have."""
+        return _part(self, key)
+
     def to_json(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__} | {"sources": {k: v.to_json() for k, v in self.sources.items()}}
+        # PLAN_JSON_VERSION 1's key order: the logits buffer between the draft's parts and the projector
+        own = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("extras", "output_buffer")}
+        extras = self.extras.to_json()
+        projector = extras.pop("projector")
+        return (own | extras | {"output_buffer": self.output_buffer, "projector": projector}
+                | {"sources": {k: v.to_json() for k, v in self.sources.items()}})
 
 
 @dataclass(frozen=True, kw_only=True)

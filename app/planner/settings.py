@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import asdict, dataclass, replace
+from enum import StrEnum
 from typing import Any
 
 #: Cache types llama-server accepts for ``-ctk/-ctv`` (common/arg.cpp, kv_cache_types).
@@ -48,6 +49,21 @@ MAX_CONTEXT = 2**31 - 1
 DEFAULT_CONTEXT = 32 * 1024
 
 
+class FlashAttn(StrEnum):
+    """``-fa``: the value is the word llama-server takes (common/arg.cpp ``--flash-attn on|off|auto``),
+    and so what the CLI, the window, the JSON and the argv carry."""
+
+    ON = "on"
+    OFF = "off"
+    #: llama.cpp turns it on where the backend has the kernel (src/llama-context.cpp ``flash_attn_type``).
+    AUTO = "auto"
+
+    @property
+    def llama_type(self) -> int:
+        """llama.h ``enum llama_flash_attn_type`` (clip.h's ``clip_flash_attn_type`` takes the same values)."""
+        return {FlashAttn.AUTO: -1, FlashAttn.OFF: 0, FlashAttn.ON: 1}[self]
+
+
 def context_problem(n_ctx: int) -> str:
     """Why ``n_ctx`` cannot be a launch's context ('' when it can)."""
     if n_ctx < 1:
@@ -68,7 +84,8 @@ class LaunchSettings:
     """Every parameter that changes what the engine allocates.
 
     n_parallel: ``-np``. kv_unified: ``-kvu`` (llama-server's ``-np`` auto means 4 slots *and*
-    unified; Headroom always passes both explicitly). flash_attn: "on" | "off" | "auto".
+    unified; Headroom always passes both explicitly). flash_attn: ``-fa``, a :class:`FlashAttn` (its word,
+"on", "off" or "auto", is taken too and kept as the enum).
     n_gpu_layers: ``-ngl`` (ALL_LAYERS = everything). offload_kqv False = ``-nkvo``.
     rpc: ``--rpc`` endpoints (``host:port``), in order: their devices come *first* in the engine's
     device list (src/llama.cpp ``llama_model_load``: "add RPC servers at the front"). tensor_split:
@@ -93,7 +110,7 @@ class LaunchSettings:
     swa_full: bool = False
     n_ubatch: int = 512
     n_batch: int = 2048
-    flash_attn: str = "on"
+    flash_attn: FlashAttn = FlashAttn.ON
     n_gpu_layers: int = ALL_LAYERS
     offload_kqv: bool = True
     rpc: tuple[str, ...] = ()
@@ -115,14 +132,15 @@ class LaunchSettings:
         """Flash attention is off (``-fa off``). ``auto`` is planned as on: llama.cpp turns it on where
         the backend has the kernel (src/llama-context.cpp ``flash_attn_type``), which every backend
         Headroom plans for has; the engine's log says when it did not."""
-        return self.flash_attn == "off"
+        return self.flash_attn is FlashAttn.OFF
 
     def __post_init__(self) -> None:
         for name in ("type_k", "type_v", "draft_type_k", "draft_type_v"):
             if getattr(self, name) not in KV_TYPES:
                 raise ValueError(f"{name} must be one of {', '.join(KV_TYPES)}, not {getattr(self, name)!r}")
-        if self.flash_attn not in ("on", "off", "auto"):
+        if self.flash_attn not in tuple(FlashAttn):
             raise ValueError(f"flash_attn must be on, off or auto, not {self.flash_attn!r}")
+        object.__setattr__(self, "flash_attn", FlashAttn(self.flash_attn))  # the word given: its enum
         if self.n_ctx < 1 or self.n_parallel < 1 or self.n_ubatch < 1 or self.n_batch < 1:
             raise ValueError("n_ctx, n_parallel, n_ubatch and n_batch must be positive")
         if self.n_ctx > MAX_CONTEXT:

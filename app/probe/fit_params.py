@@ -34,7 +34,7 @@ from app.engine.native_build import EngineBuild
 from app.engine.process import die_with_parent, forget_child, record_child
 from app.llamacpp.failures import failure_hint, last_lines
 from app.llamacpp.logs import LogParser, is_host_device
-from app.planner.measurement import DeviceMeasurement, Measurement
+from app.planner.measurement import DeviceMeasurement, MeasuredBy, Measurement, MeasurementSource
 from app.planner.settings import LaunchSettings
 from app.probe.measure import MeasureError, measure
 
@@ -50,8 +50,7 @@ def fit_params_measure(build: EngineBuild, model: str | Path, settings: LaunchSe
         raise MeasureError(f"the engine build in {build.bin_dir} has no libllama",
                            hint="Rebuild it: headroom engine build.")
     measured = measure(path, settings, timeout=timeout, lib_dir=build.bin_dir)
-    return replace(measured, source=f"the engine build's libllama ({build.backend}): llama-fit-params' no_alloc "
-                                    "load with llama-server's context parameters")
+    return replace(measured, source=MeasurementSource(MeasuredBy.FIT_PARAMS, build.backend.slug))
 
 
 def _reader(stream: object, lines: queue.Queue[str | None]) -> None:
@@ -117,6 +116,6 @@ def engine_pass1(argv: Sequence[str], *, timeout: float = 180.0, env: dict[str, 
     host = {d: b for d, b in buffers.compute.items() if is_host_device(d)}
     devices = (DeviceMeasurement(gpu, measured, 0, False),
                *(DeviceMeasurement(d, b, 0, True) for d, b in host.items()))
-    return Measurement(devices, re.sub(r"\d+$", "", gpu), "opencoti", round(time.monotonic() - started, 3),
-                       "the engine's own two-pass measurement (opencoti window mode)",
+    return Measurement(devices, re.sub(r"\d+$", "", gpu), "", round(time.monotonic() - started, 3),
+                       MeasurementSource(MeasuredBy.OPENCOTI),
                        tuple(c.line for c in buffers.kv_caches), buffers.kv_total)

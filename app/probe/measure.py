@@ -28,8 +28,9 @@ from app.engine.native_build import EngineBuild, find_build
 from app.engine.process import die_with_parent, forget_child, reap_leftovers, record_child
 from app.llamacpp.failures import failure_hint, last_lines, up_to_reason
 from app.llamacpp.logs import LogBuffers, is_host_device, parse_log
+from app.planner.devices import Backend
 from app.planner.errors import PlannerError
-from app.planner.measurement import DeviceMeasurement, Measurement
+from app.planner.measurement import DeviceMeasurement, MeasuredBy, Measurement, MeasurementSource
 from app.planner.measurement import gpu_caveat as measurement_caveat
 from app.planner.settings import LaunchSettings
 from app.probe.cache import MeasureCache, cache_key, cached, library_identity
@@ -160,7 +161,7 @@ def _wait_worker(proc: subprocess.Popen[str], request: str, *, timeout: float,
 def backend_of(buffers: LogBuffers) -> str:
     """What measured: the device family of the non-host compute buffers (``CUDA0`` → ``CUDA``), else CPU."""
     families = sorted({re.sub(r"\d+(\[.*\])?$", "", d) for d in buffers.compute if not is_host_device(d)})
-    return "+".join(families) if families else "CPU"
+    return "+".join(families) if families else Backend.CPU
 
 
 def engine_commit(lib_dir: str, build: EngineBuild | None = None) -> str:
@@ -177,7 +178,7 @@ def engine_commit(lib_dir: str, build: EngineBuild | None = None) -> str:
 
 
 def measurement_from_log(buffers: LogBuffers, *, backend: str, commit: str, seconds: float,
-                         source: str) -> Measurement:
+                         source: MeasurementSource) -> Measurement:
     """Per-device compute and KV from a parsed log.
 
     KV per device: the ``KV buffer size`` lines when they carry sizes (a real engine); with
@@ -218,7 +219,8 @@ def measure(model_path: str | Path, settings: LaunchSettings, *, timeout: float 
     measured = measurement_from_log(buffers, backend=backend_of(buffers),
                                     commit=engine_commit(str(result.get("lib_dir") or "")),
                                     seconds=time.monotonic() - started,
-                                    source=f"{result.get('bindings', 'llama-cpp-python')} no_alloc probe")
+                                    source=MeasurementSource(MeasuredBy.PROBE,
+                                                             str(result.get("bindings", "llama-cpp-python"))))
     draft = None
     if settings.draft_model and buffers.draft is not None:  # the draft's lines, after the marker
         draft = replace(measurement_from_log(buffers.draft, backend=measured.backend, commit=measured.llama_commit,

@@ -24,8 +24,6 @@ from app.planner.settings import LaunchSettings
 #: The mangled names in libmtmd (Itanium C++ ABI) of clip.h's ``clip_init`` and ``clip_free``.
 CLIP_INIT = "_Z9clip_initPKc19clip_context_params"
 CLIP_FREE = "_Z9clip_freeP8clip_ctx"
-#: clip.h ``enum clip_flash_attn_type`` (the server passes llama's value through: -1, 0, 1).
-FLASH_ATTN = {"auto": -1, "off": 0, "on": 1}
 
 
 class ClipContextParams(ctypes.Structure):
@@ -69,7 +67,7 @@ def measure_projector(lib_dir: str | None, settings: LaunchSettings, log: Any) -
     init.restype, init.argtypes = ClipInitResult, [ctypes.c_char_p, ClipContextParams]
     free = lib[CLIP_FREE]
     free.restype, free.argtypes = None, [ctypes.c_void_p]
-    params = ClipContextParams(use_gpu=settings.mmproj_offload, flash_attn_type=FLASH_ATTN[settings.flash_attn],
+    params = ClipContextParams(use_gpu=settings.mmproj_offload, flash_attn_type=settings.flash_attn.llama_type,
                                warmup=True, no_alloc=True)
     res = init(settings.mmproj.encode(), params)
     if not res.ctx_v and not res.ctx_a:

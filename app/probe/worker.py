@@ -28,8 +28,6 @@ from app.planner.settings import GGML_TYPE_IDS, LaunchSettings
 #: llama.h ``enum llama_load_mode``: LLAMA_LOAD_MODE_NONE. With no_alloc, anything else aborts
 #: (``GGML_ASSERT(!ml.no_alloc)`` in src/llama-model.cpp).
 LOAD_MODE_NONE = 0
-#: llama.h ``enum llama_flash_attn_type``.
-FLASH_ATTN = {"auto": -1, "off": 0, "on": 1}
 #: ggml/include/ggml.h ``enum ggml_log_level`` (NONE 0, DEBUG 1, INFO 2, WARN 3, ERROR 4, CONT 5).
 LOG_DEBUG, LOG_CONT = 1, 5
 #: The one DEBUG line kept: which device holds each KV layer (splits the KV size per device).
@@ -69,7 +67,7 @@ def context_values(settings: LaunchSettings) -> dict[str, Any]:
         "n_rs_seq": 0,
         "n_outputs_max": settings.n_outputs_max,
         "n_outputs_max_per_seq": settings.n_outputs_max_per_seq,
-        "flash_attn_type": FLASH_ATTN[settings.flash_attn],
+        "flash_attn_type": settings.flash_attn.llama_type,
         "type_k": GGML_TYPE_IDS[settings.type_k],
         "type_v": GGML_TYPE_IDS[settings.type_v],
         "offload_kqv": settings.offload_kqv,

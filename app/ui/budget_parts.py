@@ -113,7 +113,7 @@ def device_segments(dp: DevicePlan, *, window: bool = True) -> list[Segment]:
         if not window:
             label = STOCK_KV_LABELS.get(key, label)
         source = source_text(dp.sources.get(key, DEFAULT_SOURCES.get(key, UNLABELLED)))
-        size = int(getattr(dp, key))
+        size = dp.part(key)
         if key == "other_processes" and dp.driver_reserve > 0:
             # What no process holds is the driver's own reserve (an idle H200: 615 MiB), not "apps".
             reserve = min(int(dp.driver_reserve), size)
@@ -136,7 +136,7 @@ def host_segments(hp: HostPlan, *, no_gpu: bool = False, window: bool = True) ->
             label = "KV cache"
         elif not window:
             label = STOCK_KV_LABELS.get(key, label)
-        segs.append(Segment(key, label, int(getattr(hp, key)), color,
+        segs.append(Segment(key, label, hp.part(key), color,
                             source_text(hp.sources.get(key, DEFAULT_SOURCES.get(key, UNLABELLED)))))
     return segs
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.planner import words
-from app.planner.settings import ALL_LAYERS, DEFAULT_CACHE_RAM_MIB, KV_TYPES, LaunchSettings
+from app.planner.settings import ALL_LAYERS, DEFAULT_CACHE_RAM_MIB, KV_TYPES, FlashAttn, LaunchSettings
 from app.planner.units import MiB
 from app.ui.context_control import ContextControl, K
 from app.ui.extras_section import ExtrasSection
@@ -133,7 +133,7 @@ class SettingsPanel(QWidget):
         self.n_ubatch.addItems([str(v) for v in UBATCH_VALUES])
         self.n_ubatch.setAccessibleName("Micro-batch")
         self.flash_attn = QComboBox()
-        self.flash_attn.addItems(["on", "off", "auto"])
+        self.flash_attn.addItems([f.value for f in FlashAttn])
         self.flash_attn.setAccessibleName("Flash attention")
         self.safety = QSpinBox()
         self.safety.setRange(0, 16 * 1024)
@@ -241,7 +241,7 @@ class SettingsPanel(QWidget):
         return self._base.with_(
             n_ctx=self.context.value(), type_k=self.type_k.currentText(), type_v=self.type_v.currentText(),
             n_parallel=self.n_parallel.value(), kv_unified=self.kv_unified.isChecked() and not self.engine_window(),
-            n_ubatch=int(self.n_ubatch.currentText()), flash_attn=self.flash_attn.currentText(),
+            n_ubatch=int(self.n_ubatch.currentText()), flash_attn=FlashAttn(self.flash_attn.currentText()),
             n_gpu_layers=self.n_gpu_layers.value(), offload_kqv=not self.nkvo.isChecked(),
             cache_ram_mib=None if self.cache_ram.value() < 0 else self.cache_ram.value(),
             mmproj=self._mmproj_path if self.mmproj.isChecked() else "", mmproj_offload=not self.mmproj_cpu.isChecked(),
@@ -300,7 +300,7 @@ class SettingsPanel(QWidget):
         if str(s.n_ubatch) not in [self.n_ubatch.itemText(i) for i in range(self.n_ubatch.count())]:
             self.n_ubatch.addItem(str(s.n_ubatch))
         self.n_ubatch.setCurrentText(str(s.n_ubatch))
-        self.flash_attn.setCurrentText(s.flash_attn)
+        self.flash_attn.setCurrentText(s.flash_attn.value)
         self.n_gpu_layers.setValue(s.n_gpu_layers)
         self.nkvo.setChecked(not s.offload_kqv)
         self.cache_ram.setValue(-1 if s.cache_ram_mib is None else max(s.cache_ram_mib, 0))  # no limit: CLI only

@@ -161,7 +161,7 @@ def about() -> str:
 
     build = find_build()
     if build is not None:
-        lines.append(f"- engine: llama.cpp {build.commit[:9]} ({build.backend}), built in {build.seconds:.0f} s: "
+        lines.append(f"- engine: llama.cpp {build.commit[:9]} ({build.backend.slug}), built in {build.seconds:.0f} s: "
                      f"`{build.backend_reason}`")
     git = ROOT / ".device" / "HEADROOM_GIT"
     if git.is_file():

@@ -26,7 +26,7 @@ from app.engine.discover import EngineInfo, EngineKind, EngineOrigin
 from app.engine.native_build import EngineBuild
 from app.llamacpp.logs import LogBuffers, parse_fit_print, parse_log
 from app.planner.plan_types import PlanMode
-from app.planner.settings import LaunchSettings
+from app.planner.settings import FlashAttn, LaunchSettings
 from app.planner.units import MiB
 from app.probe.measure import measure
 from tests.fixtures import pagecache
@@ -80,7 +80,7 @@ def assert_same_compute(engine: EngineBuild, model: Path, settings: LaunchSettin
 #: The tiny model's head size (16) is below q8_0's block (32): its q8_0 case is on the 8B shape.
 TINY_CASES = {
     "fa-on-ub512-f16-np1": LaunchSettings(n_ctx=8192),
-    "fa-off": LaunchSettings(n_ctx=8192, flash_attn="off"),
+    "fa-off": LaunchSettings(n_ctx=8192, flash_attn=FlashAttn.OFF),
     "ub2048": LaunchSettings(n_ctx=8192, n_ubatch=2048),
     "bf16-kv": LaunchSettings(n_ctx=8192, type_k="bf16", type_v="bf16"),
     "np4-kvu": LaunchSettings(n_ctx=8192, n_parallel=4, kv_unified=True),
@@ -100,9 +100,9 @@ SHAPE_CASES = {
     "llama8b-q8_0-np4-kvu": ("llama-3.1-8b-instruct-q4_k_m",
                              LaunchSettings(n_ctx=4096, n_parallel=4, kv_unified=True, type_k="q8_0", type_v="q8_0")),
     "llama8b-fa-off-ub2048": ("llama-3.1-8b-instruct-q4_k_m",
-                              LaunchSettings(n_ctx=4096, flash_attn="off", n_ubatch=2048)),
+                              LaunchSettings(n_ctx=4096, flash_attn=FlashAttn.OFF, n_ubatch=2048)),
     # iSWA: two caches (8 global layers at n_ctx, 40 local at the window), swa_full off as llama-server.
-    "gemma3-iswa-fa-off-ub2048": ("gemma-3-12b-it-q4_k_m", LaunchSettings(n_ctx=8192, flash_attn="off", n_ubatch=2048)),
+    "gemma3-iswa-fa-off-ub2048": ("gemma-3-12b-it-q4_k_m", LaunchSettings(n_ctx=8192, flash_attn=FlashAttn.OFF, n_ubatch=2048)),
     "gemma3-iswa-np4-kvu-q8_0": ("gemma-3-12b-it-q4_k_m",
                                  LaunchSettings(n_ctx=8192, n_parallel=4, kv_unified=True, type_k="q8_0", type_v="q8_0")),
     # Hybrid: 4 attention layers with a KV cache, 36 Mamba layers with recurrent state, 2 split slots.

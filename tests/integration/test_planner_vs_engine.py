@@ -31,7 +31,7 @@ from app.planner.memory.kv import kv_layout
 from app.planner.memory.repack import NO_REPACK, CpuFeatures
 from app.planner.memory.weights import weight_split
 from app.planner.plan_types import PlanMode
-from app.planner.settings import LaunchSettings
+from app.planner.settings import FlashAttn, LaunchSettings
 from app.planner.solve.plan import make_plan
 from app.planner.units import MiB
 from app.planner.words import REPACKED_COPY
@@ -46,7 +46,7 @@ SETTINGS = {
     "f16-np1": LaunchSettings(n_ctx=8192),
     "q8_0-np4": LaunchSettings(n_ctx=10000, type_k="q8_0", type_v="q8_0", n_parallel=4),
     "q4_0-np4-kvu": LaunchSettings(n_ctx=16384, type_k="q4_0", type_v="q4_0", n_parallel=4, kv_unified=True),
-    "f16-np3-fa-off-ub256": LaunchSettings(n_ctx=5000, n_parallel=3, flash_attn="off", n_ubatch=256),
+    "f16-np3-fa-off-ub256": LaunchSettings(n_ctx=5000, n_parallel=3, flash_attn=FlashAttn.OFF, n_ubatch=256),
     "q5_1-np2-kvu-swafull": LaunchSettings(n_ctx=3000, type_k="q5_1", type_v="q5_1", n_parallel=2,
                                            kv_unified=True, swa_full=True),
     "iq4_nl-k-f32-v": LaunchSettings(n_ctx=2048, type_k="iq4_nl", type_v="f32"),

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from app.machine.devices import resolve_gpus, snapshot
 from app.machine.nvml_session import NvmlSession
+from app.planner.devices import DeviceKind
 from app.planner.units import Bytes, MiB
 from app.ui.live_replan import refreshed_inventory
 from app.ui.main_window import MainWindow
@@ -82,5 +83,5 @@ def test_changes_within_the_safety_margin_and_simulated_cards_do_not_replan():
     new = refreshed_inventory(inv, snap, margin=256 * MiB)
     assert new is not None and new.gpus[0].free == load_readings().ctx_free
     assert [p.pid for p in new.gpus[0].processes] == [419]
-    sim = replace(inv, gpus=tuple(replace(g, simulated=True) for g in inv.gpus))
+    sim = replace(inv, gpus=tuple(replace(g, kind=DeviceKind.SIMULATED) for g in inv.gpus))
     assert refreshed_inventory(sim, snap, margin=0) is None

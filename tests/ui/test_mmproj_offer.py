@@ -34,10 +34,10 @@ def test_the_projector_beside_the_model_is_offered_and_planned(qtbot, tmp_path):
     assert panel.mmproj.isVisibleTo(panel) and panel.mmproj.isChecked()
     assert panel.mmproj.text() == "Vision projector: mmproj-f16.gguf" and panel.settings().mmproj == str(mmproj)
     assert state.plan is not None and state.plan.projector is not None
-    assert state.plan.projector.device == "CUDA0" and state.plan.gpus[0].projector > 6 * 2**20
+    assert state.plan.projector.device == "CUDA0" and state.plan.gpus[0].extras.projector > 6 * 2**20
     panel.mmproj_cpu.click()  # --no-mmproj-offload: the projector moves to host RAM
     assert state.plan is not None and state.plan.projector is not None and state.plan.projector.device == "host"
-    assert state.plan.gpus[0].projector == 0 and state.plan.host.projector > 6 * 2**20
+    assert state.plan.gpus[0].extras.projector == 0 and state.plan.host.extras.projector > 6 * 2**20
     panel.mmproj.click()  # unchecked: no projector planned
     assert state.plan is not None and state.plan.projector is None and not panel.settings().mmproj
     state.use_model(WindowState.read_model(alone))

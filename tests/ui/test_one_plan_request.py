@@ -4,8 +4,9 @@ GPU and driver and the same pass 1.
 
 NVML is the recorded H200 (tests/fixtures/fake_nvml.py) for both: the window gets it as its
 ``nvml``, the CLI as the ``pynvml`` it imports. Host RAM is held still, so both read the same
-machine. The overhead is measured once with NVML from the recorded CUDA-context process, as
-``app.machine.overhead.measure_overhead`` does after a launch.
+machine. The overhead is the recorded CUDA-context process's NVML figure (it holds no buffers), kept
+as ``headroom serve`` keeps it after the first launch on a GPU and driver
+(``app.machine.overhead.record_overhead``).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from app import cli
 from app.cli import build_parser
 from app.commands.common import settings_from_args
 from app.machine import devices
-from app.machine.overhead import measure_overhead
+from app.machine.overhead import record_overhead
 from app.planner.devices import HostMemory
 from app.planner.measurement import DeviceMeasurement, Measurement
 from app.planner.plan_types import Plan
@@ -36,8 +37,9 @@ from app.ui.qt import Qt
 from app.ui.state import UiState
 from tests.fixtures.fake_nvml import FakeNvml, load_readings
 
-#: The recorded process holding a CUDA context on the H200 (tests/fixtures/h200/nvml-readings.txt).
-PID, USED = 419, 543162368
+#: NVML's figure for the recorded process holding a CUDA context on the H200 (pid 419,
+#: tests/fixtures/h200/nvml-readings.txt).
+USED = 543162368
 HOST = HostMemory(total=125 * GiB, available=100 * GiB)
 #: Pass 1 as the H200 run recorded it (the sched_reserve lines of tests/fixtures/h200/*.log).
 RECORDED = Measurement((DeviceMeasurement("CUDA0", compute=round(623.01 * MiB)),
@@ -58,12 +60,10 @@ CASES = {
 @pytest.fixture
 def h200_machine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> FakeNvml:
     monkeypatch.setenv("HEADROOM_CACHE_DIR", str(tmp_path / "cache"))  # overheads and pass 1: this test's
-    nvml = FakeNvml(state="torch_ctx")
-    nvml.nvmlInit()
-    measured = measure_overhead(nvml, 0, PID, buffers=0, driver=load_readings().driver)
-    nvml.nvmlShutdown()
-    assert measured.measured and measured.bytes == USED
-    nvml.state = "idle"  # the process is gone; the GPU is the idle recording again
+    recorded = load_readings()
+    measured = record_overhead(recorded.name, recorded.driver, USED)
+    assert measured is not None and measured.bytes == USED
+    nvml = FakeNvml(state="idle")  # the process is gone; the GPU is the idle recording
     monkeypatch.setitem(sys.modules, "pynvml", nvml)  # what `headroom plan` imports
     monkeypatch.setattr(devices, "host_memory", lambda: HOST)
     # Pass 1's child replaced by the recorded numbers; the probe's own cache is used as it is.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.planner.settings import LaunchSettings
+from app.planner.settings import FlashAttn, LaunchSettings
 from app.ui.context_control import SNAP_VALUES, ContextControl, ctx_to_pos, snap_ctx
 from app.ui.qt import Qt
 from app.ui.settings_panel import SettingsPanel
@@ -83,7 +83,7 @@ def test_panel_round_trips_every_launch_setting(qtbot):
     p = SettingsPanel()
     qtbot.addWidget(p)
     s = LaunchSettings(n_ctx=512 * K, type_k="q8_0", type_v="q4_0", n_parallel=4, kv_unified=True,
-                       n_ubatch=1024, flash_attn="auto", n_gpu_layers=20, offload_kqv=False)
+                       n_ubatch=1024, flash_attn=FlashAttn.AUTO, n_gpu_layers=20, offload_kqv=False)
     with qtbot.waitSignal(p.changed):
         p.set_settings(s)
     assert p.settings() == s

@@ -15,7 +15,7 @@ from app.machine.overhead import request_for_machine
 from app.planner.gguf.model import read_shape
 from app.planner.measurement import DeviceMeasurement, Measurement
 from app.planner.plan_types import Plan
-from app.planner.settings import LaunchSettings
+from app.planner.settings import FlashAttn, LaunchSettings
 from app.planner.sources import SourceKind
 from app.planner.units import MiB
 from app.ui.window_state import PlanSettings, WindowState
@@ -86,7 +86,7 @@ def test_settings_that_cannot_be_planned_give_no_plan_and_say_why(qtbot, shape_m
     assert rec.seen == [("settingsChanged", (state.settings,)), ("noPlan", ("context: not a token count: 'abc'",))]
     assert state.plan is None and state.fit is None
     rec.names()
-    state.set_settings(PlanSettings(LaunchSettings(n_ctx=32 * K, type_v="q8_0", flash_attn="off")))
+    state.set_settings(PlanSettings(LaunchSettings(n_ctx=32 * K, type_v="q8_0", flash_attn=FlashAttn.OFF)))
     assert rec.seen[-1] == ("noPlan", ("a quantized V cache (q8_0) requires flash attention",))
 
 

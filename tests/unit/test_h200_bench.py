@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from app.engine.check import PROCESS_TOLERANCE, ActualSource, CheckRow, PlanCheck
+from app.engine.check import PROCESS_TOLERANCE, ActualSource, CheckPart, CheckRow, PlanCheck
 from app.planner.units import MiB
 from bench.h200 import matrix
 from bench.h200.serve_row import Result, Row, parse_check
@@ -19,11 +19,11 @@ ENGINE_PID = 4242
 def _serve_output(planned: int, nvml: int) -> list[str]:
     """What ``headroom serve`` prints, made by the real table code (app/engine/check.py)."""
     check = PlanCheck((
-        CheckRow("CUDA0", "weights", 14179_61 * MiB // 100, 14179_61 * MiB // 100),
-        CheckRow("CUDA0", "kv", 98304 * MiB, 98304 * MiB),
-        CheckRow("CUDA0", "compute", 635 * MiB, 700 * MiB),
-        CheckRow("host", "weights", 788_91 * MiB // 100, 788_91 * MiB // 100),
-        CheckRow("CUDA0", "process", planned, nvml, PROCESS_TOLERANCE, ActualSource.NVML),
+        CheckRow("CUDA0", CheckPart.WEIGHTS, 14179_61 * MiB // 100, 14179_61 * MiB // 100),
+        CheckRow("CUDA0", CheckPart.KV, 98304 * MiB, 98304 * MiB),
+        CheckRow("CUDA0", CheckPart.COMPUTE, 635 * MiB, 700 * MiB),
+        CheckRow("host", CheckPart.WEIGHTS, 788_91 * MiB // 100, 788_91 * MiB // 100),
+        CheckRow("CUDA0", CheckPart.PROCESS, planned, nvml, PROCESS_TOLERANCE, ActualSource.NVML),
     ))
     return ["plan vs actual:", *check.table().splitlines(), "serving at http://127.0.0.1:1 — Ctrl-C to stop"]
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from app.planner import words
-from app.planner.devices import Inventory
+from app.planner.devices import Backend, Inventory
 from app.planner.gguf.model import ModelShape
 from app.planner.measurement import Measurement
 from app.planner.memory import extras
@@ -27,7 +27,7 @@ from app.planner.memory.weights import (
     resolve_overrides,
     weight_split,
 )
-from app.planner.plan_types import DevicePlan, HostPlan, ProjectorPlan
+from app.planner.plan_types import DevicePlan, Extras, HostPlan, ProjectorPlan
 from app.planner.settings import (
     AUTO_CACHE_MIN_MIB,
     AUTO_CACHE_RESERVE_MIB,
@@ -110,7 +110,7 @@ def _compute_for(shape: ModelShape, inv: Inventory, settings: LaunchSettings,
     if measurement is not None:
         label = Source(SourceKind.MEASURED)
         measured_for = measurement.launch
-        if measured_for is not None and not names and measurement.backend == "CPU":
+        if measured_for is not None and not names and measurement.backend == Backend.CPU:
             # no GPU: -ngl and --no-mmproj-offload are moot
             measured_for = measured_for.with_(n_gpu_layers=settings.n_gpu_layers, mmproj_offload=settings.mmproj_offload)
         if measured_for is not None and measured_for != settings:
@@ -176,8 +176,7 @@ def stack(shape: ModelShape, inv: Inventory, settings: LaunchSettings, ws: Weigh
         held = sum(p.used for p in g.processes)
         # What no process holds is the driver's (a simulated card has no processes, only that reserve).
         reserve = other if g.simulated else (max(other - held, 0) if g.processes_known else 0)
-        src_total = Source(SourceKind.SIMULATED if g.simulated else
-                           SourceKind.FROM_RPC if g.is_rpc else SourceKind.FROM_NVML)
+        src_total = Source(g.kind.source)
         src_other = src_total
         if not g.simulated and g.processes_known:
             src_other = Source(SourceKind.FROM_NVML,
@@ -192,9 +191,7 @@ def stack(shape: ModelShape, inv: Inventory, settings: LaunchSettings, ws: Weigh
             sources={"total": src_total, "other_processes": src_other, "weights": gguf,
                      "compute": compute.source, "kv_resident": gguf, "overhead": dev_ovh_src,
                      "safety": Source(SourceKind.GIVEN)},
-            remote=g.endpoint if g.is_rpc else "", budget=g.budget,
-            lora=more[i].lora, draft_weights=more[i].draft_weights, draft_kv=more[i].draft_kv,
-            draft_compute=more[i].draft_compute, projector=proj))
+            remote=g.endpoint if g.is_rpc else "", budget=g.budget, extras=replace(more[i].extras, projector=proj)))
         gpus[-1].sources.update(more[i].sources)
     pinned = compute.host
     output = output_buffer_bytes(shape, settings) + host_more.output
@@ -215,10 +212,8 @@ def stack(shape: ModelShape, inv: Inventory, settings: LaunchSettings, ws: Weigh
                                         else SourceKind.DEFAULT,
                                         words.prompt_cache_detail(settings.cache_ram_mib, prompt_cache // MiB,
                                                                   context_kv, kvp.cells))},
-        prompt_cache=prompt_cache,
-        weights_repacked=ws.repacked, lora=host_more.lora, draft_weights=host_more.draft_weights,
-        draft_kv=host_more.draft_kv, draft_compute=host_more.draft_compute, output_buffer=output,
-        projector=host_proj)
+        prompt_cache=prompt_cache, weights_repacked=ws.repacked, output_buffer=output,
+        extras=replace(host_more.extras, projector=host_proj))
     host.sources.update(host_more.sources)
     host.sources["output_buffer"] = Source(SourceKind.FROM_GGUF, words.output_buffer_detail(settings))
     return Stacked(tuple(gpus), host, ws.host_layers + kv_host, ws.prefill_host_weights + kv_host)
@@ -226,18 +221,16 @@ def stack(shape: ModelShape, inv: Inventory, settings: LaunchSettings, ws: Weigh
 
 @dataclass(frozen=True)
 class Extra:
-    """What a LoRA and a draft model add on one device (or the host), bytes."""
+    """What a LoRA and a draft model add on one device (or the host): the plan's record (its
+    projector filled in by ``stack``), the draft's logits buffer (host only) and their sources."""
 
-    lora: int = 0
-    draft_weights: int = 0
-    draft_kv: int = 0
-    draft_compute: int = 0
-    output: int = 0  # the draft's logits buffer (host only)
+    extras: Extras = field(default_factory=Extras)
+    output: int = 0
     sources: dict[str, Source] = field(default_factory=dict)
 
     @property
     def total(self) -> int:
-        return self.lora + self.draft_weights + self.draft_kv + self.draft_compute
+        return self.extras.total
 
 
 def _extras(shape: ModelShape, inv: Inventory, settings: LaunchSettings, ws: WeightSplit,
@@ -265,8 +258,10 @@ def _extras(shape: ModelShape, inv: Inventory, settings: LaunchSettings, ws: Wei
     lora_src = Source(SourceKind.FROM_GGUF, words.LORA_DETAIL)
     srcs: dict[str, Source] = ({"lora": lora_src} if settings.lora else {}) | (
         {"draft_weights": gguf, "draft_kv": gguf, "draft_compute": d_src} if settings.draft_model else {})
-    gpus = [Extra(lora_gpu[i], d_gpus[i].weights if d_gpus else 0, d_gpus[i].kv_resident if d_gpus else 0,
-                  d_gpus[i].compute if d_gpus else 0, 0, srcs) for i in range(n)]
-    host = Extra(lora_host, d_host.weights_mapped if d_host else 0, d_host.kv_tail if d_host else 0,
-                 d_host.compute_pinned if d_host else 0, d_host.output_buffer if d_host else 0, srcs)
+    gpus = [Extra(Extras(lora=lora_gpu[i], draft_weights=d_gpus[i].weights if d_gpus else 0,
+                         draft_kv=d_gpus[i].kv_resident if d_gpus else 0,
+                         draft_compute=d_gpus[i].compute if d_gpus else 0), 0, srcs) for i in range(n)]
+    host = Extra(Extras(lora=lora_host, draft_weights=d_host.weights_mapped if d_host else 0,
+                        draft_kv=d_host.kv_tail if d_host else 0, draft_compute=d_host.compute_pinned if d_host else 0),
+                 d_host.output_buffer if d_host else 0, srcs)
     return gpus, host

@@ -16,7 +16,7 @@ from app.commands.common import settings_from_args
 from app.planner.errors import PlannerError
 from app.planner.gguf.model import read_shape
 from app.planner.gguf.reader import read_header
-from app.planner.settings import ALL_LAYERS, LaunchSettings
+from app.planner.settings import ALL_LAYERS, FlashAttn, LaunchSettings
 
 LLAMA_SERVER = ["-c", "128k", "-ctk", "q8_0", "-ctv", "q4_0", "-np", "4", "-kvu", "-fa", "auto", "-ub", "1024",
                 "-b", "4096", "-ngl", "20", "-nkvo", "--swa-full"]
@@ -26,7 +26,7 @@ LLAMA_SERVER_LONG = ["--ctx-size", "128k", "--cache-type-k", "q8_0", "--cache-ty
                      "--kv-unified", "--flash-attn", "auto", "--ubatch-size", "1024", "--batch-size", "4096",
                      "--gpu-layers", "20", "--no-kv-offload", "--swa-full"]
 EXPECTED = LaunchSettings(n_ctx=131072, type_k="q8_0", type_v="q4_0", n_parallel=4, kv_unified=True, swa_full=True,
-                          n_ubatch=1024, n_batch=4096, flash_attn="auto", n_gpu_layers=20, offload_kqv=False)
+                          n_ubatch=1024, n_batch=4096, flash_attn=FlashAttn.AUTO, n_gpu_layers=20, offload_kqv=False)
 
 
 def _settings(command: str, flags: list[str]) -> LaunchSettings:

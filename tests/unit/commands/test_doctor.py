@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from app.engine.native_build import EngineBuild
+from app.planner.devices import Backend
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -40,6 +41,6 @@ def test_doctor_names_the_engine_with_its_patches_and_pass_1_loads_that_build(en
     assert "(llama.cpp 0c1e57098 + 4 Headroom patches)" in engine
     bindings = next(line for line in proc.stdout.splitlines() if line.startswith("llama-cpp-python"))
     assert f"library from {engine_build.bin_dir}" in bindings  # pass 1's libllama: the same patched build
-    if engine_build.backend == "cpu":  # what to do for GPU numbers: the engine build comes first
+    if engine_build.backend is Backend.CPU:  # what to do for GPU numbers: the engine build comes first
         assert "for GPU numbers build the engine with CUDA (headroom engine build, with nvcc and cuBLAS" in (
             proc.stdout)

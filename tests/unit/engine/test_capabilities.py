@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from app.engine.capabilities import Capabilities, ProbeResult, refusal, required, verdict
 from app.planner.plan_types import PlanMode
-from app.planner.settings import LaunchSettings
+from app.planner.settings import FlashAttn, LaunchSettings
 
 # Lines the real llama-server (llama.cpp 0c1e57098, CPU build) printed for probes on this machine.
 ACCEPTED = ("0.00.005.347 E gguf_init_from_file: failed to open GGUF file '/nonexistent.gguf' "
@@ -40,4 +40,4 @@ def test_a_plan_needing_a_flag_the_engine_lacks_is_refused_with_the_reason() -> 
 def test_window_never_requires_kvu_and_host_kv_requires_nkvo() -> None:
     assert "-kvu" not in required(LaunchSettings(kv_unified=True), PlanMode.WINDOW)
     assert "-nkvo" in required(LaunchSettings(offload_kqv=False), PlanMode.STOCK)
-    assert "-fa on" not in required(LaunchSettings(flash_attn="off"), PlanMode.STOCK)
+    assert "-fa on" not in required(LaunchSettings(flash_attn=FlashAttn.OFF), PlanMode.STOCK)

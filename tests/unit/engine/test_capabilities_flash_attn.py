@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from app.engine.capabilities import PROBES, Capabilities, ProbeResult, refusal
 from app.planner.plan_types import PlanMode
-from app.planner.settings import LaunchSettings
+from app.planner.settings import FlashAttn, LaunchSettings
 
 #: An older engine where ``-fa`` took on/off but not yet ``auto`` (llama.cpp added it in 2025).
 OLD = Capabilities({"-fa on": ProbeResult("accepted"), "-fa off": ProbeResult("accepted"),
@@ -13,9 +13,9 @@ OLD = Capabilities({"-fa on": ProbeResult("accepted"), "-fa off": ProbeResult("a
 
 
 def test_a_plan_with_flash_attention_auto_is_refused_by_an_engine_without_it() -> None:
-    assert refusal(OLD, LaunchSettings(flash_attn="on"), PlanMode.STOCK) is None
-    assert refusal(OLD, LaunchSettings(flash_attn="off"), PlanMode.STOCK) is None
-    why = refusal(OLD, LaunchSettings(flash_attn="auto"), PlanMode.STOCK)
+    assert refusal(OLD, LaunchSettings(flash_attn=FlashAttn.ON), PlanMode.STOCK) is None
+    assert refusal(OLD, LaunchSettings(flash_attn=FlashAttn.OFF), PlanMode.STOCK) is None
+    why = refusal(OLD, LaunchSettings(flash_attn=FlashAttn.AUTO), PlanMode.STOCK)
     assert why is not None and "-fa auto" in why and "invalid argument: auto" in why
 
 

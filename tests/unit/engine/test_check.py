@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from app.engine.check import HOST, ActualSource, CheckRow, PlanCheck, actuals, check_plan, describe
+from app.engine.check import HOST, ActualSource, CheckPart, CheckRow, PlanCheck, actuals, check_plan, describe
 from app.llamacpp.logs import mib_to_bytes, parse_log
 from app.planner.devices import GpuProcess, GpuSample, Snapshot
 from app.planner.plan_types import DevicePlan, HostPlan, Plan, PlanMode
@@ -37,13 +37,13 @@ def test_recorded_h200_log_gives_the_per_device_actuals(shared_fixtures: Path) -
     assert buffers.kv == {"CUDA0": mib_to_bytes(98304.00)}
     assert buffers.compute == {"CUDA0": mib_to_bytes(623.01), "CUDA_Host": mib_to_bytes(532.01)}
     got = actuals(buffers)
-    assert got[("CUDA0", "weights")] == mib_to_bytes(14179.61)
-    assert got[("CUDA0", "kv")] == mib_to_bytes(98304.00)
-    assert got[("CUDA0", "compute")] == mib_to_bytes(623.01)
-    assert got[(HOST, "weights")] == mib_to_bytes(788.91)
+    assert got[("CUDA0", CheckPart.WEIGHTS)] == mib_to_bytes(14179.61)
+    assert got[("CUDA0", CheckPart.KV)] == mib_to_bytes(98304.00)
+    assert got[("CUDA0", CheckPart.COMPUTE)] == mib_to_bytes(623.01)
+    assert got[(HOST, CheckPart.WEIGHTS)] == mib_to_bytes(788.91)
     # pinned compute, and the 2.32 MiB logits buffer as its own part
-    assert got[(HOST, "compute")] == mib_to_bytes(532.01)
-    assert got[(HOST, "output")] == mib_to_bytes(2.32)
+    assert got[(HOST, CheckPart.COMPUTE)] == mib_to_bytes(532.01)
+    assert got[(HOST, CheckPart.OUTPUT)] == mib_to_bytes(2.32)
 
 
 def test_a_plan_that_held_is_ok_row_by_row_and_nvml_counts_the_cuda_context(shared_fixtures: Path) -> None:
@@ -122,7 +122,7 @@ def test_a_plan_that_forgot_the_repacked_copy_is_off_by_it() -> None:
 def test_a_part_planned_at_zero_that_the_engine_allocated_is_not_ok() -> None:
     # the reviewer's "host kv 0.00 MiB planned / 1.00 MiB actual ok": the KV went somewhere the plan
     # did not put it, which no MiB-rounding tolerance should hide
-    check = PlanCheck((CheckRow(HOST, "kv", 0, 1 * MiB), CheckRow(HOST, "compute", 0, 2 * 1024)))
+    check = PlanCheck((CheckRow(HOST, CheckPart.KV, 0, 1 * MiB), CheckRow(HOST, CheckPart.COMPUTE, 0, 2 * 1024)))
     lines = check.table().splitlines()
     kv = next(line for line in lines if " kv " in line)
     assert kv.endswith("+1.00 MiB  OFF"), kv
@@ -132,5 +132,5 @@ def test_a_part_planned_at_zero_that_the_engine_allocated_is_not_ok() -> None:
 
 
 def test_an_error_below_the_log_resolution_reads_plus_zero() -> None:
-    table = PlanCheck((CheckRow("CUDA0", "weights", 100 * MiB, 100 * MiB - 100),)).table()
+    table = PlanCheck((CheckRow("CUDA0", CheckPart.WEIGHTS, 100 * MiB, 100 * MiB - 100),)).table()
     assert "+0.00 MiB" in table and "-0.00" not in table

@@ -15,6 +15,7 @@ import pytest
 from app.engine import native_build
 from app.engine.engine_patches import patch_series
 from app.engine.native_build import NO_AMX_FLAGS, PORTABLE, PORTABLE_CPU_VARIANTS, EngineBuild
+from app.planner.devices import Backend
 
 COMMIT = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
 #: /proc/cpuinfo of the machines CI lands on (the first processor's lines that matter), recorded 2026-12-01.
@@ -83,17 +84,17 @@ def test_a_native_build_is_keyed_by_the_cpu_it_was_built_for() -> None:
     assert amd.startswith("native-") and len(amd) == len("native-") + 8
     assert amd != intel and amd == native_build.cpu_key(AMD_EPYC + "\nprocessor\t: 2\nflags\t\t: other\n")
     series = patch_series()
-    assert native_build.build_dir(COMMIT, "cpu", series, amd).name == f"llama.cpp-0c1e57098-cpu-{amd}-p{series.digest}"
-    assert native_build.build_dir(COMMIT, "cpu", series, PORTABLE).name == f"llama.cpp-0c1e57098-cpu-portable-p{series.digest}"
+    assert native_build.build_dir(COMMIT, Backend.CPU, series, amd).name == f"llama.cpp-0c1e57098-cpu-{amd}-p{series.digest}"
+    assert native_build.build_dir(COMMIT, Backend.CPU, series, PORTABLE).name == f"llama.cpp-0c1e57098-cpu-portable-p{series.digest}"
 
 
 def _stamp(cache: Path, cpu: str) -> EngineBuild:
     series = patch_series()
-    out = native_build.build_dir(COMMIT, "cpu", series, cpu)
+    out = native_build.build_dir(COMMIT, Backend.CPU, series, cpu)
     assert out.is_relative_to(cache)
     (out / "build" / "bin").mkdir(parents=True)
     (out / "build" / "bin" / "llama-server").write_text("")
-    build = EngineBuild(COMMIT, "cpu", "test", str(out / "build" / "bin"), 1.0, series.names, series.digest,
+    build = EngineBuild(COMMIT, Backend.CPU, "test", str(out / "build" / "bin"), 1.0, series.names, series.digest,
                         series.fixes, cpu)
     (out / "build.json").write_text(json.dumps(build.__dict__))
     return native_build._read_stamp(out / "build.json") or build

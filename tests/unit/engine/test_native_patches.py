@@ -15,6 +15,7 @@ import pytest
 from app.engine import engine_patches, native_build
 from app.engine.engine_patches import UNPATCHED, PatchSeries, patch_series
 from app.engine.native_build import EngineBuild
+from app.planner.devices import Backend
 
 COMMIT = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
 PORTS = ("0001-kpool-one-graph-shape.patch", "0002-kpool-one-scatter-row-per-rep.patch")
@@ -88,12 +89,12 @@ def _patch(folder: Path, name: str, old: str, new: str) -> Path:
 def test_a_changed_patch_changes_the_build_key(tmp_path: Path) -> None:
     _patch(tmp_path / "p", "0001-demo.patch", "int a = 1;", "int a = 2;")
     one = patch_series(tmp_path / "p")
-    key = native_build.build_dir(COMMIT, "cpu", one).name
+    key = native_build.build_dir(COMMIT, Backend.CPU, one).name
     assert key == f"llama.cpp-0c1e57098-cpu-p{one.digest}" and one.fixes == ("demo",)
     _patch(tmp_path / "p", "0001-demo.patch", "int a = 1;", "int a = 3;")  # the same patch, edited
     two = patch_series(tmp_path / "p")
-    assert two.names == ("0001-demo.patch",) and native_build.build_dir(COMMIT, "cpu", two).name != key
-    assert native_build.build_dir(COMMIT, "cpu", UNPATCHED).name == "llama.cpp-0c1e57098-cpu"
+    assert two.names == ("0001-demo.patch",) and native_build.build_dir(COMMIT, Backend.CPU, two).name != key
+    assert native_build.build_dir(COMMIT, Backend.CPU, UNPATCHED).name == "llama.cpp-0c1e57098-cpu"
     assert patch_series(tmp_path / "none") == UNPATCHED and UNPATCHED.digest == ""
 
 
@@ -135,7 +136,7 @@ def _stamp(cache: Path, name: str, series: PatchSeries) -> EngineBuild:
     out = cache / "engines" / name
     (out / "build" / "bin").mkdir(parents=True)
     (out / "build" / "bin" / "llama-server").write_text("")
-    build = EngineBuild(COMMIT, "cpu", "test", str(out / "build" / "bin"), 1.0, series.names, series.digest,
+    build = EngineBuild(COMMIT, Backend.CPU, "test", str(out / "build" / "bin"), 1.0, series.names, series.digest,
                         series.fixes, native_build.cpu_key())
     data = json.loads(json.dumps(build.__dict__))
     if not series.patches:  # a stamp written before the series existed

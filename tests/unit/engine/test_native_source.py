@@ -14,6 +14,7 @@ import pytest
 
 from app.engine import native_build
 from app.engine.native_build import EngineBuild
+from app.planner.devices import Backend
 
 ROOT = Path(__file__).resolve().parents[3]
 COMMIT = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
@@ -40,15 +41,15 @@ def test_source_option_names_the_tree_and_its_commit(tmp_path: Path, monkeypatch
     assert native_build.llama_source(tree) == (tree, COMMIT)
     monkeypatch.setenv("HEADROOM_LLAMA_SRC", str(tree))
     assert native_build.llama_source(None) == (tree, COMMIT)
-    args = native_build.cmake_args("cpu", COMMIT)
+    args = native_build.cmake_args(Backend.CPU, COMMIT)
     assert "-DLLAMA_BUILD_COMMIT=0c1e570" in args and "-DLLAMA_BUILD_NUMBER=1" in args
 
 
 def test_a_tree_without_a_commit_file_builds_as_unknown(tmp_path: Path) -> None:
     tree = _fake_tree(tmp_path / "llama.cpp", None)
     assert native_build.llama_source(tree)[1] == "unknown"
-    assert native_build.build_dir("unknown", "cuda").name == "llama.cpp-unknown-cuda"
-    assert not any(a.startswith("-DLLAMA_BUILD_COMMIT") for a in native_build.cmake_args("cpu", "unknown"))
+    assert native_build.build_dir("unknown", Backend.CUDA).name == "llama.cpp-unknown-cuda"
+    assert not any(a.startswith("-DLLAMA_BUILD_COMMIT") for a in native_build.cmake_args(Backend.CPU, "unknown"))
 
 
 def test_a_folder_that_is_not_llama_cpp_is_refused(tmp_path: Path) -> None:
@@ -58,7 +59,7 @@ def test_a_folder_that_is_not_llama_cpp_is_refused(tmp_path: Path) -> None:
 
 def test_cuda_build_pins_the_architectures_it_is_told(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HEADROOM_CUDA_ARCHS", "90")
-    args = native_build.cmake_args("cuda", COMMIT)
+    args = native_build.cmake_args(Backend.CUDA, COMMIT)
     assert "-DGGML_CUDA=ON" in args and "-DCMAKE_CUDA_ARCHITECTURES=90" in args
     assert "-DGGML_CUDA_FA_ALL_QUANTS=OFF" in args
 
@@ -71,7 +72,7 @@ def test_an_existing_build_is_reused_through_a_linked_cache(tmp_path: Path, monk
     cache.mkdir()
     (cache / "engines").symlink_to(Path(engine_build.bin_dir).parents[2], target_is_directory=True)
     monkeypatch.setenv("HEADROOM_CACHE_DIR", str(cache))
-    if engine_build.backend == "cpu":
+    if engine_build.backend is Backend.CPU:
         monkeypatch.setenv("HEADROOM_ENGINE_BACKEND", "cpu")
     assert native_build.build(source=tree) == engine_build
 
@@ -93,7 +94,7 @@ def test_trimmed_tarball_configures_and_names_its_commit(tmp_path: Path, engine_
     assert "llama.cpp/ggml/src/ggml-cuda/fattn.cu" in names and "llama.cpp/tools/server/server.cpp" in names
     src, commit = native_build.llama_source(tmp_path / "x" / "llama.cpp")
     assert commit == engine_build.commit
-    subprocess.run(["cmake", "-S", str(src), "-B", str(tmp_path / "b"), *native_build.cmake_args("cpu", commit)],
+    subprocess.run(["cmake", "-S", str(src), "-B", str(tmp_path / "b"), *native_build.cmake_args(Backend.CPU, commit)],
                    check=True, capture_output=True)
     info = (tmp_path / "b" / "common" / "build-info.cpp").read_text()
     assert f'LLAMA_COMMIT = "{commit[:7]}"' in info

@@ -8,12 +8,12 @@ import json
 from pathlib import Path
 
 from app.machine import calibrate
-from app.planner.devices import GpuDevice, HostMemory, Inventory
+from app.planner.devices import DeviceKind, GpuDevice, HostMemory, Inventory
 from app.planner.units import GiB
 
 
 def desktop(ram_gib: int = 32) -> Inventory:
-    return Inventory((GpuDevice(0, "NVIDIA GeForce RTX 4090", 24 * GiB, 24 * GiB, simulated=True),),
+    return Inventory((GpuDevice(0, "NVIDIA GeForce RTX 4090", 24 * GiB, 24 * GiB, kind=DeviceKind.SIMULATED),),
                      HostMemory(ram_gib * GiB, ram_gib * GiB - GiB))
 
 

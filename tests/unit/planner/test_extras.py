@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from app.llamacpp.logs import parse_log
-from app.planner.devices import GpuDevice, HostMemory, Inventory
+from app.planner.devices import DeviceKind, GpuDevice, HostMemory, Inventory
 from app.planner.errors import PlannerError
 from app.planner.gguf.model import read_shape
 from app.planner.measurement import DeviceMeasurement, Measurement
@@ -29,7 +29,7 @@ def deep(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 def _gpu() -> Inventory:
-    gpu = GpuDevice(index=0, name="Sim", total=24 * GiB, free=23 * GiB, simulated=True)
+    gpu = GpuDevice(index=0, name="Sim", total=24 * GiB, free=23 * GiB, kind=DeviceKind.SIMULATED)
     return Inventory((gpu,), HostMemory(64 * GiB, 60 * GiB))
 
 
@@ -83,10 +83,10 @@ def test_a_plan_with_a_lora_and_a_draft_counts_them_on_the_gpu_with_their_source
     plan = make_plan(read_shape(model), _gpu(), settings)
     plain = make_plan(read_shape(model), _gpu(), LaunchSettings(n_ctx=32768))
     g, p = plan.gpus[0], plain.gpus[0]
-    assert g.lora == 8 * 2 * (128 * RANK + RANK * 128) * 4
-    assert 4 * MiB < g.draft_kv < 4.5 * MiB  # one q8_0 layer of 64 K and 64 V values × 32k cells
-    assert g.draft_weights > 0 and g.draft_compute > 0 and plan.host.draft_weights > 0  # its token embedding
-    assert p.free - g.free == g.lora + g.draft_weights + g.draft_kv + g.draft_compute
+    assert g.extras.lora == 8 * 2 * (128 * RANK + RANK * 128) * 4
+    assert 4 * MiB < g.extras.draft_kv < 4.5 * MiB  # one q8_0 layer of 64 K and 64 V values × 32k cells
+    assert g.extras.draft_weights > 0 and g.extras.draft_compute > 0 and plan.host.extras.draft_weights > 0  # its token embedding
+    assert p.free - g.free == g.extras.lora + g.extras.draft_weights + g.extras.draft_kv + g.extras.draft_compute
     assert str(g.sources["lora"]).startswith("from the GGUF") and g.sources["draft_compute"].kind.name == "ESTIMATED"
     assert plan.host.output_buffer == 2 * read_shape(model).n_vocab * 4  # the model's logits and the draft's
 
@@ -100,7 +100,7 @@ def test_pass_1_of_the_draft_gives_its_compute_and_the_log_parts_it_from_the_mod
                                       0.0, launch=settings.draft_settings()))
     inv = Inventory((), HostMemory(64 * GiB, 60 * GiB))
     plan = make_plan(read_shape(model), inv, settings.with_(n_gpu_layers=0), measurement=m)
-    assert plan.host.draft_compute == 3 * MiB and plan.host.compute_pinned == 5 * MiB
+    assert plan.host.extras.draft_compute == 3 * MiB and plan.host.compute_pinned == 5 * MiB
     assert str(plan.host.sources["draft_compute"]) == "measured by pass 1"
     log = parse_log("\n".join([
         "load_tensors:   CPU_Mapped model buffer size =     3.41 MiB",

@@ -40,7 +40,7 @@ from app.planner.memory.compute import (
     ffn_width,
 )
 from app.planner.memory.kv import context_size, swa_cells
-from app.planner.settings import LaunchSettings
+from app.planner.settings import FlashAttn, LaunchSettings
 from app.planner.solve.plan import make_plan
 from app.planner.sources import SourceKind
 from app.planner.units import GiB, MiB
@@ -243,7 +243,7 @@ def test_the_fitted_range_is_the_recordings() -> None:
     (LaunchSettings(n_ctx=16384), "never compared with CUDA below 32k context"),
     (LaunchSettings(n_ctx=131072, n_ubatch=4096, n_batch=4096), "never compared with CUDA at -ub 4096"),
     (LaunchSettings(n_ctx=8192, n_ubatch=256), "never compared with CUDA below 32k context, at -ub 256"),
-    (LaunchSettings(n_ctx=131072, flash_attn="off"), "never compared with CUDA with flash attention off"),
+    (LaunchSettings(n_ctx=131072, flash_attn=FlashAttn.OFF), "never compared with CUDA with flash attention off"),
     (LaunchSettings(n_ctx=1048576), "never compared with CUDA above 512k context"),
 ])
 def test_a_plan_outside_the_fit_says_so_beside_the_number_and_in_its_warnings(launch: LaunchSettings,

@@ -11,7 +11,7 @@ from app.planner.errors import PlannerError
 from app.planner.gguf.model import ModelShape, read_shape
 from app.planner.memory.kv import context_size, kv_layout, row_bytes
 from app.planner.memory.weights import layer_devices, output_buffer_bytes, weight_split
-from app.planner.settings import LaunchSettings
+from app.planner.settings import FlashAttn, LaunchSettings
 from app.planner.units import MiB
 from tests.fixtures import gguf_factory, shapes
 
@@ -79,7 +79,7 @@ def test_settings_the_engine_refuses_are_planner_errors() -> None:
         kv_layout(mla, LaunchSettings(type_k="q8_0", type_v="f16"))
     dense = read_shape(gguf_factory.ensure(shapes.LLAMA31_8B))
     with pytest.raises(PlannerError, match="requires flash attention"):
-        kv_layout(dense, LaunchSettings(type_v="q4_0", flash_attn="off"))
+        kv_layout(dense, LaunchSettings(type_v="q4_0", flash_attn=FlashAttn.OFF))
     # "K cache type q8_0 with block size 32 does not divide n_embd_head_k=16": refused before any launch
     tiny = read_shape(gguf_factory.ensure(shapes.TINY))
     assert tiny.head_dim_k == 16

@@ -121,5 +121,6 @@ def test_the_host_row_plans_every_part_the_engine_allocates_but_the_prompt_cache
     row's plan counts them (the prompt cache is a limit it fills later, shown beside)."""
     h = plan.host
     assert h.output_buffer > 0
-    assert host_planned(h) == (h.weights_mapped + h.kv_tail + h.compute_pinned + h.output_buffer + h.lora
-                               + h.draft_weights + h.draft_kv + h.draft_compute + h.projector)
+    assert host_planned(h) == (h.weights_mapped + h.kv_tail + h.compute_pinned + h.output_buffer
+                               + h.extras.lora + h.extras.draft_weights + h.extras.draft_kv
+                               + h.extras.draft_compute + h.extras.projector)

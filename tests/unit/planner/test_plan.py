@@ -9,11 +9,11 @@ import pytest
 
 from app.engine.argv import argv_for_plan
 from app.engine.discover import EngineInfo, EngineKind, EngineOrigin
-from app.planner.devices import GpuDevice, HostMemory, Inventory
+from app.planner.devices import DeviceKind, GpuDevice, HostMemory, Inventory
 from app.planner.gguf.model import ModelShape
 from app.planner.measurement import DeviceMeasurement, Measurement
 from app.planner.plan_types import AlternativeKind, PlanMode
-from app.planner.settings import ALL_LAYERS, LaunchSettings
+from app.planner.settings import ALL_LAYERS, FlashAttn, LaunchSettings
 from app.planner.solve.plan import make_plan, max_context
 from app.planner.units import GiB, MiB
 
@@ -25,7 +25,7 @@ LONG = LaunchSettings(n_ctx=524288, n_parallel=4, kv_unified=True)
 
 
 def h200(free_mib: int = 142629, host_gib: int = 125) -> Inventory:
-    return Inventory((GpuDevice(0, "NVIDIA H200", 143155 * MiB, free_mib * MiB, simulated=True),),
+    return Inventory((GpuDevice(0, "NVIDIA H200", 143155 * MiB, free_mib * MiB, kind=DeviceKind.SIMULATED),),
                      HostMemory(host_gib * GiB, host_gib * GiB))
 
 
@@ -114,7 +114,7 @@ def test_no_gpu_is_a_cpu_plan(qwen14b: ModelShape) -> None:
 
 
 def test_flash_attention_off_at_long_context_is_warned(qwen14b: ModelShape) -> None:
-    plan = make_plan(qwen14b, h200(), LaunchSettings(n_ctx=131072, flash_attn="off"))
+    plan = make_plan(qwen14b, h200(), LaunchSettings(n_ctx=131072, flash_attn=FlashAttn.OFF))
     assert any("flash attention is off" in w for w in plan.warnings)
     # The estimate carries the KQ matrix: ~10.5 GB at 131072 × 512 × 40 heads (docs/domain.md §2).
     assert plan.gpus[0].compute > 10 * 10**9
@@ -215,7 +215,7 @@ def test_largest_resident_context_counts_the_compute_growth_past_the_measured_co
     # Pass 1 measured at 4k with flash attention off (here: a perfect measurement, equal to the
     # estimate, which reproduces the 10.5 GB seen at 131072 within a few percent). The compute buffer
     # grows with the context, so "largest context fully resident" may not reuse the 4k number for 660k.
-    s = LaunchSettings(n_ctx=4096, flash_attn="off")
+    s = LaunchSettings(n_ctx=4096, flash_attn=FlashAttn.OFF)
     at_4k = make_plan(qwen14b, h200(), s).gpus[0].compute
     measured = Measurement((DeviceMeasurement("CUDA0", compute=at_4k),), backend="CUDA",
                            llama_commit="0c1e57098", seconds=1.5)

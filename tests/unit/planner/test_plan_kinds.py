@@ -7,7 +7,7 @@ import json
 import pytest
 
 from app.planner import words
-from app.planner.devices import GpuDevice, HostMemory, Inventory
+from app.planner.devices import DeviceKind, GpuDevice, HostMemory, Inventory
 from app.planner.gguf.model import ModelShape
 from app.planner.plan_types import AlternativeKind, Plan, PlanMode
 from app.planner.settings import AUTO_CACHE_RESERVE_MIB, LaunchSettings
@@ -94,7 +94,7 @@ def test_a_short_host_gets_a_smaller_prompt_cache_not_a_plan_that_does_not_fit(q
     """One context's KV (32k: 6 GiB) would not fit beside the layers a 16 GB card leaves on a busy desktop:
     auto sizes the cache to what host RAM leaves (less 1 GiB for the desktop) and says so; a size given
     is kept."""
-    inv = Inventory((GpuDevice(0, "NVIDIA GeForce RTX 5080", 16 * GiB, 16 * GiB, simulated=True),),
+    inv = Inventory((GpuDevice(0, "NVIDIA GeForce RTX 5080", 16 * GiB, 16 * GiB, kind=DeviceKind.SIMULATED),),
                     HostMemory(24 * GiB, 8 * GiB))  # 8 GiB available: other apps hold the rest
     auto = make_plan(qwen14b, inv, LaunchSettings(n_ctx=32768))
     assert auto.feasible, auto.reason

@@ -26,7 +26,7 @@ from app.planner.memory.projector import (
     weights_bytes,
 )
 from app.planner.plan_types import PlanMode
-from app.planner.settings import LaunchSettings
+from app.planner.settings import FlashAttn, LaunchSettings
 from app.planner.solve.plan import make_plan
 from app.planner.sources import SourceKind
 from app.planner.units import MiB
@@ -65,8 +65,8 @@ def test_the_header_gives_the_type_the_warm_up_image_and_the_output_width(mmproj
 
 def test_the_estimate_is_above_what_pass_1_measured_with_and_without_flash_attention(mmproj: Path) -> None:
     p = read_projector(mmproj)  # CPU pass 1 of this projector: 3.41 MiB (fa on), 7.22 MiB (fa off)
-    assert 3.41 * MiB < estimate_compute(p, "on") < 1.2 * 3.41 * MiB
-    assert 7.22 * MiB < estimate_compute(p, "off") < 1.3 * 7.22 * MiB
+    assert 3.41 * MiB < estimate_compute(p, FlashAttn.ON) < 1.2 * 3.41 * MiB
+    assert 7.22 * MiB < estimate_compute(p, FlashAttn.OFF) < 1.3 * 7.22 * MiB
 
 
 def test_on_a_gpu_the_projector_takes_that_gpus_memory_and_off_it_host_ram(mmproj: Path, chat: Path) -> None:
@@ -74,13 +74,13 @@ def test_on_a_gpu_the_projector_takes_that_gpus_memory_and_off_it_host_ram(mmpro
     bare = make_plan(shape, h200(), LaunchSettings(n_ctx=4096))
     on = make_plan(shape, h200(), LaunchSettings(n_ctx=4096, mmproj=str(mmproj)))
     assert on.projector is not None and on.projector.device == "CUDA0"
-    assert on.gpus[0].projector == on.projector.weights + on.projector.compute > 6 * MiB
-    assert bare.gpus[0].free - on.gpus[0].free == on.gpus[0].projector and on.host.free == bare.host.free
-    assert on.gpus[0].used - bare.gpus[0].used == on.gpus[0].projector
+    assert on.gpus[0].extras.projector == on.projector.weights + on.projector.compute > 6 * MiB
+    assert bare.gpus[0].free - on.gpus[0].free == on.gpus[0].extras.projector and on.host.free == bare.host.free
+    assert on.gpus[0].used - bare.gpus[0].used == on.gpus[0].extras.projector
     assert on.projector.sources["compute"].kind is SourceKind.ESTIMATED
     off = make_plan(shape, h200(), LaunchSettings(n_ctx=4096, mmproj=str(mmproj), mmproj_offload=False))
-    assert off.projector is not None and off.projector.device == "host" and off.gpus[0].projector == 0
-    assert bare.host.free - off.host.free == off.host.projector == off.projector.total
+    assert off.projector is not None and off.projector.device == "host" and off.gpus[0].extras.projector == 0
+    assert bare.host.free - off.host.free == off.host.extras.projector == off.projector.total
     assert on.to_json()["projector"]["device"] == "CUDA0" and on.to_json()["gpus"][0]["projector"] > 0
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from app.llamacpp.logs import mib_to_bytes
-from app.planner.devices import GpuDevice, HostMemory, Inventory
+from app.planner.devices import DeviceKind, GpuDevice, HostMemory, Inventory
 from app.planner.gguf.model import read_shape
 from app.planner.memory import repack as rp
 from app.planner.memory.repack import NO_REPACK, CpuFeatures, is_repacked, parse_cpuinfo, repack_bytes
@@ -142,7 +142,7 @@ def test_a_cpu_plan_that_only_fits_without_the_copy_is_refused() -> None:
 def test_a_gpu_plan_with_layers_on_the_host_repacks_nothing() -> None:
     """With a GPU, its pinned host type precedes CPU_REPACK and the mapped load swaps it for plain CPU."""
     s = read_shape(gguf_factory.ensure(shapes.LLAMA31_8B))
-    gpu = GpuDevice(0, "NVIDIA RTX 4060", 8 * GiB, 8 * GiB, simulated=True)
+    gpu = GpuDevice(0, "NVIDIA RTX 4060", 8 * GiB, 8 * GiB, kind=DeviceKind.SIMULATED)
     plan = make_plan(s, Inventory((gpu,), _host(), cpu=AVX2), LaunchSettings(n_ctx=4096, n_gpu_layers=10))
     assert plan.mode == PlanMode.STOCK and plan.host.weights_repacked == 0
     assert plan.host.weights_mapped == weight_split(s, plan.launch.n_gpu_layers, [8 * GiB], cpu=NO_REPACK).host

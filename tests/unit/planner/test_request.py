@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from app.machine.overhead import machine_overhead, request_for_machine
-from app.planner.devices import HostMemory, Inventory
+from app.planner.devices import DeviceKind, HostMemory, Inventory
 from app.planner.gguf.model import ModelShape
 from app.planner.measurement import DeviceMeasurement, Measurement
 from app.planner.request import DEFAULT_SAFETY, PlanRequest
@@ -24,7 +24,7 @@ DRIVER = "580.159.04"
 def _real_h200() -> Inventory:
     """The simulated H200 as if NVML had read it (a driver, not simulated)."""
     inv = h200()
-    return replace(inv, gpus=tuple(replace(g, simulated=False) for g in inv.gpus), driver=DRIVER)
+    return replace(inv, gpus=tuple(replace(g, kind=DeviceKind.NVML) for g in inv.gpus), driver=DRIVER)
 
 
 def _store(tmp_path: Path, bytes_: int) -> Path:

@@ -9,7 +9,7 @@ import pytest
 
 from app.commands.plan import render
 from app.planner import words
-from app.planner.devices import GpuDevice, HostMemory, Inventory
+from app.planner.devices import DeviceKind, GpuDevice, HostMemory, Inventory
 from app.planner.gguf.model import ModelShape, read_shape
 from app.planner.plan_types import AlternativeKind, Plan
 from app.planner.settings import LaunchSettings
@@ -28,7 +28,7 @@ def qwen30b() -> ModelShape:
 
 def rtx4060(host_gib: int) -> Inventory:
     """An 8 GB card on a desktop with ``host_gib`` of RAM (a GiB of it in use by others)."""
-    return Inventory((GpuDevice(0, "NVIDIA GeForce RTX 4060", 8 * GiB, 8 * GiB, simulated=True),),
+    return Inventory((GpuDevice(0, "NVIDIA GeForce RTX 4060", 8 * GiB, 8 * GiB, kind=DeviceKind.SIMULATED),),
                      HostMemory(host_gib * GiB, (host_gib - 1) * GiB))
 
 
@@ -63,7 +63,7 @@ def test_while_a_placement_keeps_the_asked_context_the_shorter_one_is_fully_resi
     # 24 GB: at 128k --n-cpu-moe keeps the context (chosen); the shorter context on offer is the trade
     # of context for speed, the largest the settings hold as set. At 256k nothing keeps it: still the
     # largest the settings hold fully resident (no host cost a turn), not a longer one with a host tail.
-    big = Inventory((GpuDevice(0, "NVIDIA GeForce RTX 4090", 24 * GiB, 24 * GiB, simulated=True),),
+    big = Inventory((GpuDevice(0, "NVIDIA GeForce RTX 4090", 24 * GiB, 24 * GiB, kind=DeviceKind.SIMULATED),),
                     HostMemory(24 * GiB, 23 * GiB))
     resident = max_context(qwen30b, big, ASKED).resident
     plan = make_plan(qwen30b, big, ASKED)

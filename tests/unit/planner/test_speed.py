@@ -8,7 +8,7 @@ import pytest
 
 from app.commands.plan import render
 from app.planner import words
-from app.planner.devices import GpuDevice, HostMemory, Inventory
+from app.planner.devices import DeviceKind, GpuDevice, HostMemory, Inventory
 from app.planner.gguf.model import read_shape
 from app.planner.plan_types import AlternativeKind
 from app.planner.settings import LaunchSettings
@@ -83,7 +83,7 @@ def qwen14b():  # type: ignore[no-untyped-def]
 
 
 def test_512k_on_a_4090_with_23_5_gb_offers_the_longest_with_a_tail_beside_the_fastest(qwen14b) -> None:  # type: ignore[no-untyped-def]
-    inv = Inventory((GpuDevice(0, "NVIDIA GeForce RTX 4090", 24 * GiB, 24 * GiB, simulated=True),),
+    inv = Inventory((GpuDevice(0, "NVIDIA GeForce RTX 4090", 24 * GiB, 24 * GiB, kind=DeviceKind.SIMULATED),),
                     HostMemory(int(23.5e9), int(22.5e9)))
     asked = LaunchSettings(n_ctx=512 * 1024)
     plan = make_plan(qwen14b, inv, asked)
@@ -107,7 +107,7 @@ def test_512k_on_a_4090_with_23_5_gb_offers_the_longest_with_a_tail_beside_the_f
 
 
 def test_the_chosen_placement_is_the_fastest_that_keeps_the_context(qwen14b) -> None:  # type: ignore[no-untyped-def]
-    inv = Inventory((GpuDevice(0, "NVIDIA GeForce RTX 4090", 24 * GiB, 24 * GiB, simulated=True),),
+    inv = Inventory((GpuDevice(0, "NVIDIA GeForce RTX 4090", 24 * GiB, 24 * GiB, kind=DeviceKind.SIMULATED),),
                     HostMemory(64 * GiB, 60 * GiB))
     plan = make_plan(qwen14b, inv, LaunchSettings(n_ctx=128 * 1024))
     keep = [a for a in plan.alternatives if a.feasible and a.launch.n_ctx == 128 * 1024

@@ -17,8 +17,14 @@ import pytest
 from app.engine.native_build import EngineBuild
 from app.engine.process import pid_alive
 from app.planner.errors import PlannerError
-from app.planner.measurement import DeviceMeasurement, Measurement
-from app.planner.settings import LaunchSettings
+from app.planner.measurement import (
+    PROBE_SOURCE,
+    DeviceMeasurement,
+    MeasuredBy,
+    Measurement,
+    MeasurementSource,
+)
+from app.planner.settings import FlashAttn, LaunchSettings
 from app.planner.units import MiB
 from app.probe.measure import MeasureCancelled, MeasureError, gpu_caveat, measure
 
@@ -34,13 +40,13 @@ def test_probe_measures_compute_and_kv(engine_build: EngineBuild, tiny_model: Pa
     assert m.kv_total == 2 * 8192 * 32 * 2 * 2 == cpu.kv
     assert m.backend == "CPU"
     assert m.llama_commit == engine_build.commit
-    assert "no_alloc" in m.source
+    assert m.source.kind is MeasuredBy.PROBE and "no_alloc" in str(m.source)
 
 
 def test_compute_follows_the_launch_settings(engine_build: EngineBuild, tiny_model: Path) -> None:
     base = measure(tiny_model, LaunchSettings(n_ctx=8192, n_ubatch=512))
     bigger = measure(tiny_model, LaunchSettings(n_ctx=8192, n_ubatch=2048))
-    no_fa = measure(tiny_model, LaunchSettings(n_ctx=8192, flash_attn="off"))
+    no_fa = measure(tiny_model, LaunchSettings(n_ctx=8192, flash_attn=FlashAttn.OFF))
     assert bigger.devices[0].compute > base.devices[0].compute
     assert no_fa.devices[0].compute > base.devices[0].compute
 
@@ -54,7 +60,7 @@ def test_iswa_shape_reports_both_caches(engine_build: EngineBuild, shape_model: 
 def test_quantized_v_without_flash_attention_says_what_to_change(engine_build: EngineBuild,
                                                                  tiny_model: Path) -> None:
     with pytest.raises(MeasureError) as err:
-        measure(tiny_model, LaunchSettings(flash_attn="off", type_k="f16", type_v="q4_0"))
+        measure(tiny_model, LaunchSettings(flash_attn=FlashAttn.OFF, type_k="f16", type_v="q4_0"))
     assert "flash attention" in err.value.hint
     assert any("quantized V cache requires flash_attn" in line for line in err.value.log_tail)
     assert isinstance(err.value, PlannerError)
@@ -152,7 +158,7 @@ def test_a_cuda_engine_log_becomes_a_gpu_measurement(shared_fixtures: Path) -> N
     log = (shared_fixtures / "h200" / "llama-server-qwen2-14b-1m-c524288-fa-ub512-f16.log").read_text()
     buffers = parse_log(log)
     m = measurement_from_log(buffers, backend=backend_of(buffers), commit="0c1e57098", seconds=6.2,
-                             source="llama-server log")
+                             source=MeasurementSource(MeasuredBy.LOG, "llama-server log"))
     assert m.backend == "CUDA"
     assert m.gpu_compute == {"CUDA0": round(623.01 * MiB)}
     assert m.host_compute == round(532.01 * MiB)
@@ -196,7 +202,7 @@ def test_partial_offload_kv_is_split_by_layer_device() -> None:
                      "K (f16): 3072.00 MiB, V (f16): 3072.00 MiB",
                      "sched_reserve:      CUDA0 compute buffer size =   300.00 MiB",
                      "sched_reserve:  CUDA_Host compute buffer size =    80.00 MiB"])
-    m = measurement_from_log(parse_log(log), backend="CUDA", commit="c", seconds=1.0, source="probe")
+    m = measurement_from_log(parse_log(log), backend="CUDA", commit="c", seconds=1.0, source=PROBE_SOURCE)
     assert m.device("CUDA0") == DeviceMeasurement("CUDA0", 300 * MiB, 4608 * MiB, False)
     assert m.device("CPU") == DeviceMeasurement("CPU", 0, 1536 * MiB, True)
     assert m.host_compute == 80 * MiB

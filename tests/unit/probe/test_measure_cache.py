@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from app.engine.native_build import EngineBuild
-from app.planner.measurement import DeviceMeasurement, Measurement
+from app.planner.measurement import DeviceMeasurement, MeasuredBy, Measurement, MeasurementSource
 from app.planner.settings import LaunchSettings
 from app.planner.units import MiB
 from app.probe.cache import MeasureCache, cache_key, library_identity
@@ -99,3 +100,25 @@ def test_measure_cached_runs_the_probe_once(engine_build: EngineBuild, model: Pa
     assert second == first and first.llama_commit == engine_build.commit
     _, hit3 = measure_cached(model, LaunchSettings(n_ctx=4096), cache=store, refresh=True)
     assert not hit3
+
+
+@pytest.mark.parametrize(("words", "kind", "detail"), [
+    ("llama-cpp-python no_alloc probe", MeasuredBy.PROBE, "llama-cpp-python"),
+    ("the engine build's libllama (cuda): llama-fit-params' no_alloc load with llama-server's context "
+     "parameters", MeasuredBy.FIT_PARAMS, "cuda"),
+    ("the engine's own two-pass measurement (opencoti window mode)", MeasuredBy.OPENCOTI, ""),
+    ("llama-server log", MeasuredBy.LOG, "llama-server log"),
+])
+def test_a_stored_pass_1_keeps_who_measured_it(model: Path, tmp_path: Path, words: str, kind: MeasuredBy,
+                                               detail: str) -> None:
+    # An entry a Headroom before the typed source wrote (the source as words): read back with its kind,
+    # and `headroom plan` / `measure` print the same words.
+    store = MeasureCache(tmp_path / "m")
+    key = cache_key(model, LaunchSettings(), library_identity(None, "c"))
+    old = {"devices": [{"name": "CPU", "compute": MiB, "kv": 0, "host": True}], "backend": "CPU",
+           "llama_commit": "abc", "seconds": 0.1, "source": words}
+    store.root.mkdir(parents=True)
+    (store.root / f"{key}.json").write_text(json.dumps({"model": str(model), "measurement": old}))
+    got = store.get(key)
+    assert got is not None and got.source == MeasurementSource(kind, detail)
+    assert str(got.source) == words and got.to_json()["source"] == words

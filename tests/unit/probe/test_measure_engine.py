@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from app.engine.native_build import EngineBuild
+from app.planner.measurement import MeasuredBy
 from app.planner.settings import LaunchSettings
 from app.planner.units import MiB
 from app.probe.fit_params import engine_pass1, fit_params_measure
@@ -51,7 +52,8 @@ def test_engine_pass1_reads_the_measured_compute_and_stops_the_engine(tmp_path: 
     m = engine_pass1(argv, timeout=30)
     assert m.gpu_compute == {"CUDA0": 635 * MiB}
     assert m.host_compute == round(76.01 * MiB)
-    assert m.source.startswith("the engine's own two-pass")
+    assert m.source.kind is MeasuredBy.OPENCOTI and str(m.source).startswith("the engine's own two-pass")
+    assert m.llama_label == "llama.cpp opencoti"  # the engine does not say its commit: it is named
     assert not _alive(int(pidfile.read_text())), "the engine was left running"
 
 
@@ -70,6 +72,6 @@ def test_fit_params_measures_in_the_engine_builds_library_with_the_servers_conte
     s = LaunchSettings(n_ctx=8192, n_parallel=4, kv_unified=True)
     m = fit_params_measure(engine_build, tiny_model, s)
     assert m.llama_commit == engine_build.commit  # the build's own libllama measured
-    assert "the engine build's libllama" in m.source
+    assert m.source.kind is MeasuredBy.FIT_PARAMS and "the engine build's libllama" in str(m.source)
     assert m.kv_lines == measure(tiny_model, s).kv_lines  # the same unified cache the probe sizes
     assert "4/1 seqs" in m.kv_lines[0] and "8192 cells" in m.kv_lines[0]  # 4 slots in one unified stream
