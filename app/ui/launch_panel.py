@@ -54,7 +54,7 @@ from app.ui.qt import (
 )
 from app.ui.server_settings import ServerSettings
 from app.ui.window_state import WindowState
-from app.ui.workers import StreamBatcher, TaskThread
+from app.ui.workers import StreamBatcher, TaskPool
 
 NO_MODEL = "Open a model first: there is nothing to launch yet"
 #: How an advisory reads before launch (severity -> colour); "error" refuses the launch.
@@ -90,8 +90,9 @@ class LaunchPanel(QWidget):
     adviceChanged = Signal(list)  # list[Advisory]: the engine advisories for the plan and engine now
     runStarted = Signal(str)  # the command line of a launch (the console starts a fresh log)
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, parent: QWidget | None = None, pool: TaskPool | None = None) -> None:
         super().__init__(parent)
+        self.pool = pool if pool is not None else TaskPool(self)
         self._state: WindowState | None = None
         #: Where the engine listens (the server panel's settings) and where its API key is kept.
         self._server: Callable[[], ServerSettings] = ServerSettings
@@ -103,7 +104,6 @@ class LaunchPanel(QWidget):
         self._not_launchable = ""  # why this model cannot be launched at all (a header-only preview)
         self._arch = ""
         self._advice: list[Advisory] = []  # the engine advisories for the current plan and engine
-        self._tasks: set[TaskThread] = set()
         self._measure: MeasureBar | None = None
         self._measuring: LaunchSettings | None = None  # pass 1 runs for this launch; Launch follows it
         self.launch_button = QPushButton("&Launch")
@@ -145,7 +145,7 @@ class LaunchPanel(QWidget):
         self.advice_label.setVisible(False)
         # Plan vs actual as a table; the window shows it with the plan (check_view), the panel fills it.
         self.check_view = CheckView()
-        self.builder = EngineBuilder()
+        self.builder = EngineBuilder(pool=self.pool)
         self.builder.setVisible(False)
         self.builder.logLines.connect(self.logLines)
         self.builder.built.connect(lambda: self.discover())
@@ -470,16 +470,7 @@ class LaunchPanel(QWidget):
     # ---- plumbing ------------------------------------------------------------------------------
     def _run(self, fn: Callable[[threading.Event], object], ok: Callable[[Any], None],
              err: Callable[[str], None]) -> None:
-        task = TaskThread(fn, self)
-        task.succeeded.connect(ok)
-        task.failed.connect(err)
-        task.finished.connect(lambda: self._done(task))
-        self._tasks.add(task)
-        task.start()
-
-    def _done(self, task: TaskThread) -> None:
-        self._tasks.discard(task)
-        task.deleteLater()
+        self.pool.run(fn, ok, err, owner=self)
 
     def shutdown(self) -> None:
         """Stop the engine (never leave one behind), any build, and wait for the workers."""
@@ -487,9 +478,7 @@ class LaunchPanel(QWidget):
         running, self._engine = self._engine, None
         if running is not None:
             running.stop(grace=5.0)
-        for task in list(self._tasks):
-            task.cancel()
-            task.wait()
+        self.pool.wait(self)
         self._log.stop()
 
 

@@ -37,7 +37,7 @@ from app.ui.library_dialog import LibraryDialog
 from app.ui.live_replan import LiveReplan
 from app.ui.live_view import LiveView
 from app.ui.measure_bar import MeasureBar
-from app.ui.planning import inventory_for, real_inventory
+from app.ui.planning import inventory_for, not_read_yet
 from app.ui.profile import Profile
 from app.ui.qt import (
     QAction,
@@ -70,7 +70,7 @@ from app.ui.settings_panel import SettingsPanel
 from app.ui.state import UiState, ignored_fields, load_state, save_state
 from app.ui.window_session import ClosingPanels, WindowSession
 from app.ui.window_state import OpenModel, WindowState
-from app.ui.workers import PollWorker
+from app.ui.workers import PollWorker, TaskPool
 
 RESOURCES = Path(__file__).resolve().parent.parent.parent / "resources"
 
@@ -123,6 +123,7 @@ class PlanSplit(QSplitter):
 
 class MainWindow(QMainWindow):
     planned = Signal(object)  # every new Plan (tests and the screenshot wait on it)
+    gpusRead = Signal(object)  # this machine's Inventory, read by NVML off the GUI thread
     measured = Signal(object)  # a Measurement
     errorShown = Signal(str)
 
@@ -140,7 +141,12 @@ class MainWindow(QMainWindow):
         self.setWindowTitle("Headroom")
         self.setWindowIcon(app_icon())
         self.setAcceptDrops(True)
-        self.real_inventory = real_inventory(nvml)  # NVML read once; "Real GPUs" re-reads it
+        self.pool = TaskPool(self)  # every background task of the window's panels; waited for at close
+        # One NVML session for the window's life: the ~1/s poll and the inventory ("Real GPUs" re-reads
+        # it) both read through it, on worker threads. Until its first answer the window plans for
+        # no GPU, and says it is reading them.
+        self.poller = Poller(nvml, read_host)  # read_host: live host RAM (tests pass their own)
+        self.real_inventory = not_read_yet()
         try:
             inv, reason = inventory_for(self.state.simulated_gpus[0] if self.state.simulated_gpus else "",
                                         self.real_inventory)
@@ -154,7 +160,7 @@ class MainWindow(QMainWindow):
         self._build()
         self._bind()
         self._menus()
-        self.poller = Poller(nvml, read_host)  # read_host: live host RAM (tests pass their own)
+        self.read_gpus()
         self.poll = PollWorker(self._poll_once, parent=self)
         self.poll.polled.connect(self.devices.show_snapshot)
         self.poll.polled.connect(self.live_view.show_snapshot)
@@ -198,9 +204,9 @@ class MainWindow(QMainWindow):
         self.settings.set_margins(self.state.safety_mib, self.state.vram_target_mib)
         self.settings.refused.connect(self.show_error)
         self.settings.notice.connect(lambda text: self.statusBar().showMessage(text, 10_000))
-        self.measure = MeasureBar()
+        self.measure = MeasureBar(pool=self.pool)
         self.measure.failed.connect(lambda msg: self.show_error(f"Pass 1 failed: {msg.removeprefix('pass 1 failed: ')}"))
-        self.launch = LaunchPanel(self)
+        self.launch = LaunchPanel(self, pool=self.pool)
         self.launch.use_measure(self.measure)  # Launch measures an estimated plan first (pass 1)
         self.server = ServerPanel()
         try:
@@ -213,7 +219,7 @@ class MainWindow(QMainWindow):
         left_w, self.left_scroll = form_with_footer(
             [self.model_label, open_row, self.settings, self.server, self.measure, self.launch],
             [self.measure.pinned_controls(), self.launch.pinned_controls()], max_width=480)
-        self.devices = DevicesPanel()
+        self.devices = DevicesPanel(pool=self.pool)
         self.devices.set_simulated_choice(self.state.simulated_gpus[0] if self.state.simulated_gpus else "")
         self.devices.simulationChanged.connect(self.set_simulated)
         self.devices.workersAnswered.connect(self._workers_answered)
@@ -259,9 +265,9 @@ class MainWindow(QMainWindow):
         self.launch.logLines.connect(self.console.append_lines)
         self.launch.runStarted.connect(self.console.start_run)
         # A window with a state file of its own (a test's) keeps its sessions beside it, not in the CLI's store.
-        self.sessions = SessionsPanel(store_root=self.state_file.parent if self.state_file else None)
+        self.sessions = SessionsPanel(store_root=self.state_file.parent if self.state_file else None, pool=self.pool)
         self.launch.adviceChanged.connect(self.sessions.set_advisories)
-        self.chat = ChatPanel()
+        self.chat = ChatPanel(pool=self.pool)
         talk = QTabWidget()  # the chat first; the shared-sessions proof one tab away
         talk.addTab(self.chat, "Chat")
         sessions_page = QScrollArea()  # in a short window (1024×700) it scrolls rather than push the plan up
@@ -442,7 +448,7 @@ class MainWindow(QMainWindow):
     def open_hub(self) -> HubDialog:
         """The repo picker (kept between uses: its listing stays); it hands back a file to open."""
         if self.hub_dialog is None:
-            self.hub_dialog = HubDialog(self)
+            self.hub_dialog = HubDialog(self, pool=self.pool)
             self.hub_dialog.opened.connect(lambda path: self.open_model(Path(path)))
         self.hub_dialog.show()
         self.hub_dialog.activateWindow()
@@ -451,7 +457,7 @@ class MainWindow(QMainWindow):
     def open_library(self) -> None:
         """The GGUFs found here and a Hub search (kept between uses); it hands back a file or a repo."""
         if self.library_dialog is None:
-            self.library_dialog = LibraryDialog(self.state, self)
+            self.library_dialog = LibraryDialog(self.state, self, pool=self.pool)
             self.library_dialog.chosen.connect(lambda path: self.open_model(Path(path)))
             self.library_dialog.hubRepoChosen.connect(lambda repo: self.open_hub().open_ref(repo))
         self.library_dialog.show()
@@ -547,9 +553,36 @@ class MainWindow(QMainWindow):
                 return
 
     # ---- planning ------------------------------------------------------------------------------
-    def set_simulated(self, name: str, *, replan: bool = True) -> None:
-        if not name:
-            self.real_inventory = real_inventory(self.nvml)
+    def read_gpus(self) -> None:
+        """Read this machine's GPUs in the background (NVML can take seconds to answer); the window
+        plans with the last reading meanwhile, and again with the new one (``gpusRead``)."""
+        self.pool.run(lambda _c: self.poller.inventory(), self._gpus_read, self._gpus_not_read,
+                      owner=self, key="gpus")
+
+    @property
+    def reading_gpus(self) -> bool:
+        """NVML is being read for the inventory (the window plans with the last reading meanwhile)."""
+        return self.pool.current(self, "gpus") is not None
+
+    def _gpus_read(self, inv: object) -> None:
+        assert isinstance(inv, Inventory)
+        self.real_inventory = inv
+        name = self.devices.simulated_choice()
+        if name:  # a simulated card does not change with the reading; why there is no real GPU may
+            _inv, reason = inventory_for(name, inv, self.devices.worker_readings())
+            self.current.set_inventory(self.current.inventory, reason, replan=False)
+        else:
+            self.set_simulated("", read=False)
+        self.gpusRead.emit(inv)
+
+    def _gpus_not_read(self, message: str) -> None:
+        self._gpus_read(replace(self.real_inventory, reason=f"the GPUs could not be read: {message}"))
+
+    def set_simulated(self, name: str, *, replan: bool = True, read: bool = True) -> None:
+        """Plan for the simulated card ``name`` ("": this machine's GPUs, read again in the background
+        unless ``read`` is False)."""
+        if not name and read:
+            self.read_gpus()
         inv, reason = inventory_for(name, self.real_inventory, self.devices.worker_readings())
         self.state.simulated_gpus = [name] if name else []
         self.current.set_inventory(inv, reason, replan=replan)
@@ -599,7 +632,6 @@ class MainWindow(QMainWindow):
         self.live.stop()
         self.poll.stop()
         self.poll.wait()
-        self.poller.close()
         self.devices.shutdown()
         self.sessions.shutdown()
         self.chat.shutdown()
@@ -608,6 +640,8 @@ class MainWindow(QMainWindow):
         for dialog in (self.hub_dialog, self.library_dialog):
             if dialog is not None:
                 dialog.shutdown()
+        self.pool.close()  # whatever is left (the GPU reading): no thread outlives the window running
+        self.poller.close()
         if self.persist:
             settings, model, engine = self.current.settings, self.current.model, self.current.engine
             state = self.session.remember_at_close(ClosingPanels(
