@@ -8,8 +8,9 @@ from pathlib import Path
 from app.planner.plan_types import Plan
 from app.planner.units import Bytes, parse_tokens
 from app.ui import first_run
-from app.ui.main_window import MainWindow, app_icon
+from app.ui.main_window import MainWindow
 from app.ui.qt import QApplication, QTimer
+from app.ui.window_layout import app_icon
 
 #: After the first plan, how long the screenshot waits for layouts and painting to settle (ms).
 SCREENSHOT_SETTLE_MS = 300

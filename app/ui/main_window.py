@@ -14,12 +14,11 @@ from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 
-from app.engine.discover import EngineInfo, EngineKind
+from app.engine.discover import EngineInfo
 from app.machine.devices import Poller, host_memory
 from app.planner.devices import HostMemory, Inventory, Snapshot
 from app.planner.errors import PlannerError
 from app.planner.plan_types import Plan
-from app.planner.settings import default_context
 from app.planner.units import MiB
 from app.ui import demo
 from app.ui import profile as profile_module
@@ -48,14 +47,11 @@ from app.ui.qt import (
     QFileDialog,
     QFrame,
     QHBoxLayout,
-    QIcon,
     QKeySequence,
     QLabel,
     QMainWindow,
     QPushButton,
-    QResizeEvent,
     QScrollArea,
-    QSize,
     QSplitter,
     Qt,
     QTabWidget,
@@ -68,57 +64,10 @@ from app.ui.server_settings import ServerSettings
 from app.ui.sessions_panel import SessionsPanel
 from app.ui.settings_panel import SettingsPanel
 from app.ui.state import UiState, ignored_fields, load_state, save_state
-from app.ui.window_session import ClosingPanels, WindowSession
+from app.ui.window_layout import PlanSplit, app_icon, first_size
+from app.ui.window_session import BeforeDemo, ClosingPanels, ProfileError, WindowSession
 from app.ui.window_state import OpenModel, WindowState
 from app.ui.workers import PollWorker, TaskPool
-
-RESOURCES = Path(__file__).resolve().parent.parent.parent / "resources"
-
-
-#: The plan and the form keep at least this share of the height; the log and sessions the rest, and
-#: everything past PLAN_HEIGHT px (a tall screen: the plan does not need more, the sessions do).
-PLAN_SHARE = 0.7
-PLAN_HEIGHT = 700
-
-
-def app_icon() -> QIcon:
-    return QIcon(str(RESOURCES / "headroom.svg"))
-
-
-#: The window's first size on a screen with room for it; a smaller screen gets what it has.
-FIRST_SIZE = (1280, 860)
-
-
-def first_size(available: QSize) -> tuple[int, int]:
-    """The first window size (no geometry remembered): FIRST_SIZE, or the screen's available area less a
-    margin for the window frame where that is smaller (a 1366×768 laptop: Measure and Launch on screen)."""
-    return (min(FIRST_SIZE[0], max(640, available.width() - 40)),
-            min(FIRST_SIZE[1], max(480, available.height() - 60)))
-
-
-def split_sizes(total: int) -> tuple[int, int]:
-    """(plan, log and sessions) for a column ``total`` px tall."""
-    bottom = max(int(total * (1 - PLAN_SHARE)), total - PLAN_HEIGHT)
-    return total - bottom, bottom
-
-
-class PlanSplit(QSplitter):
-    """The plan over the log and sessions, sized by ``split_sizes`` whenever it is resized — until
-    the user drags the handle (then it is theirs)."""
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(Qt.Orientation.Vertical, parent)
-        self.automatic = True
-        self.setChildrenCollapsible(False)  # a squeezed sessions pane drew its status over its text
-        self.splitterMoved.connect(self._moved)
-
-    def _moved(self, _pos: int, _index: int) -> None:
-        self.automatic = False
-
-    def resizeEvent(self, e: QResizeEvent) -> None:
-        super().resizeEvent(e)
-        if self.automatic and self.count() == 2:
-            self.setSizes(list(split_sizes(self.height() - self.handleWidth())))
 
 
 class MainWindow(QMainWindow):
@@ -147,13 +96,10 @@ class MainWindow(QMainWindow):
         # no GPU, and says it is reading them.
         self.poller = Poller(nvml, read_host)  # read_host: live host RAM (tests pass their own)
         self.real_inventory = not_read_yet()
-        try:
-            inv, reason = inventory_for(self.state.simulated_gpus[0] if self.state.simulated_gpus else "",
-                                        self.real_inventory)
-        except ValueError:  # a card this Headroom does not know (an edited or newer file): the real GPUs
-            self.state.simulated_gpus = []
+        simulated, dropped = self.session.simulated_at_start()
+        if dropped:
             self.ignored_state.append("simulated_gpus")
-            inv, reason = inventory_for("", self.real_inventory)
+        inv, reason = inventory_for(simulated, self.real_inventory)
         self.current = WindowState(inv, reason, self)
         self.hub_dialog: HubDialog | None = None
         self.library_dialog: LibraryDialog | None = None
@@ -220,7 +166,7 @@ class MainWindow(QMainWindow):
             [self.model_label, open_row, self.settings, self.server, self.measure, self.launch],
             [self.measure.pinned_controls(), self.launch.pinned_controls()], max_width=480)
         self.devices = DevicesPanel(pool=self.pool)
-        self.devices.set_simulated_choice(self.state.simulated_gpus[0] if self.state.simulated_gpus else "")
+        self.devices.set_simulated_choice(self.session.simulated_at_start()[0])
         self.devices.simulationChanged.connect(self.set_simulated)
         self.devices.workersAnswered.connect(self._workers_answered)
         if self.state.rpc_workers:  # remembered: asked again in the background
@@ -374,8 +320,8 @@ class MainWindow(QMainWindow):
         if self.current.model is None:
             self.show_error("Open a model first: a launch profile holds a model and its settings")
             return
-        name = f"{self.current.model.path.stem}{profile_module.SUFFIX}"
-        path, _f = QFileDialog.getSaveFileName(self, "Save the launch profile", str(self.session.profile_folder() / name),
+        path, _f = QFileDialog.getSaveFileName(self, "Save the launch profile",
+                                               str(self.session.profile_path(self.current.model.path)),
                                                f"Launch profiles (*{profile_module.SUFFIX})")
         if path:
             self.save_profile(Path(path))
@@ -384,12 +330,10 @@ class MainWindow(QMainWindow):
         profile = self.profile()
         if profile is None:
             return False
-        try:
-            profile_module.save_profile(profile, path)
-        except OSError as exc:
-            self.show_error(f"Cannot save the launch profile to {path}: {exc.strerror or exc}")
+        error = self.session.save_profile(profile, path)
+        if error:
+            self.show_error(error)
             return False
-        self.state.remember_profile(str(path))
         self._fill_recent_profiles()
         self.statusBar().showMessage(f"Launch profile saved: {path}", 10_000)
         return True
@@ -404,15 +348,10 @@ class MainWindow(QMainWindow):
         """Open the profile's model with its settings, planning options and server. A profile that
         cannot be used (or whose model cannot be read) changes nothing and says why."""
         try:
-            profile = profile_module.load_profile(path)
-            self.current.read_model(Path(profile.model))  # before anything changes
-        except ValueError as exc:
-            self.show_error(f"Cannot open the launch profile: {exc}")
+            profile, _model = self.session.read_profile(path, self.current.read_model)
+        except ProfileError as exc:
+            self.show_error(str(exc))
             return False
-        except (PlannerError, OSError) as exc:
-            self.show_error(f"Cannot open the launch profile {path.name}: its model {profile.model}: {exc}")
-            return False
-        self.session.forget_demo()  # the profile says which card and placement
         self.devices.set_simulated_choice(profile.simulated)
         self.set_simulated(profile.simulated, replan=False)
         self.settings.set_engine_window(profile.engine_window)
@@ -421,21 +360,21 @@ class MainWindow(QMainWindow):
         if not self.open_model(Path(profile.model)):
             return False
         self.settings.set_settings(profile.launch)
-        self.state.remember_profile(str(path))
+        self.session.profile_opened(path)
         self._fill_recent_profiles()
         return True
 
     # ---- engine --------------------------------------------------------------------------------
     def choose_engine_file(self) -> None:
         """File ▸ Choose engine… and the Engine list's Other…: an engine file, found again with it first."""
-        start = Path(self.state.engine_path).parent if self.state.engine_path else Path.home()
-        path, _f = QFileDialog.getOpenFileName(self, "Choose llama-server or a llamafile", str(start))
+        path, _f = QFileDialog.getOpenFileName(self, "Choose llama-server or a llamafile",
+                                               str(self.session.engine_folder()))
         if path:
             self.use_engine_file(Path(path))
 
     def use_engine_file(self, path: Path) -> None:
         """Discover the engines again with ``path`` first and choose it (remembered at close)."""
-        self.state.engine_path = str(path)  # what _engines_found chooses once discovery answers
+        self.session.choose_engine_file(path)  # what _engines_found chooses once discovery answers
         self.launch.discover(path)
 
     # ---- model ---------------------------------------------------------------------------------
@@ -476,34 +415,29 @@ class MainWindow(QMainWindow):
         return self.open_model(demo.ensure_demo_model(), remember=False, is_demo=True)
 
     def open_model(self, path: Path, *, remember: bool = True, is_demo: bool = False) -> bool:
-        """Read the model's shape (header only: fast) and plan. False, with a message, if unusable.
-
-        Another model than the one before starts at a context within its training
-        (``default_context``): the last model's 512k is no setting for a model trained for 8k."""
+        """Read the model's shape (header only: fast) and plan, with the settings the session says
+        a model starts with (``WindowSession.opening``). False, with a message, if unusable."""
         try:
             model = self.current.read_model(path, demo=is_demo)
         except (PlannerError, OSError) as exc:
             reason = str(exc)  # the reader's message usually names the file already
             self.show_error(f"Cannot use {reason if reason.startswith(path.name) else f'{path.name}: {reason}'}")
             return False
-        settings = None
-        if not is_demo:
-            open_model = self.current.model
-            new = self.session.is_another_model(path, open_model.path if open_model is not None else None,
-                                                open_model is not None and open_model.demo)
-            self._leave_demo()
-            if new:  # the last model's context, placement and adapters are no settings for this one
-                settings = self.settings.settings_for_model(default_context(model.shape.n_ctx_train), model.shape)
-        elif self.settings.has_extras():
-            settings = self.settings.extras_for_model(model.shape)  # the demo's shape takes no user's LoRA
+        was = self.current.model
+        start = self.session.opening(path, model.shape.n_ctx_train, is_demo=is_demo,
+                                     open_path=was.path if was is not None else None,
+                                     open_is_demo=was is not None and was.demo, has_extras=self.settings.has_extras())
+        self._put_back(start.put_back)
+        settings = (self.settings.settings_for_model(start.context, model.shape) if start.context is not None
+                    else self.settings.extras_for_model(model.shape) if start.drop_extras else None)
         self.current.use_model(model, settings)
         if remember:
-            self.state.remember_model(str(path))
+            self.session.opened(path)
             self._fill_recent()
         return True
 
-    def _leave_demo(self) -> None:
-        before = self.session.leave_demo()
+    def _put_back(self, before: BeforeDemo | None) -> None:
+        """What the demo changed, back on the panels."""
         if before is None:
             return
         self.devices.set_simulated_choice(before.simulated)
@@ -584,7 +518,7 @@ class MainWindow(QMainWindow):
         if not name and read:
             self.read_gpus()
         inv, reason = inventory_for(name, self.real_inventory, self.devices.worker_readings())
-        self.state.simulated_gpus = [name] if name else []
+        self.session.simulate(name)
         self.current.set_inventory(inv, reason, replan=replan)
 
     def _live_busy(self) -> bool:
@@ -593,7 +527,7 @@ class MainWindow(QMainWindow):
 
     def _workers_answered(self, readings: object) -> None:
         """The RPC workers answered (or the list was emptied): remember them, plan with their devices."""
-        self.state.rpc_workers = self.devices.worker_endpoints() if readings else []
+        self.session.workers_answered(self.devices.worker_endpoints(), bool(readings))
         self.set_simulated(self.devices.simulated_choice())
 
     def _apply_live(self, inv: Inventory) -> None:
@@ -617,9 +551,9 @@ class MainWindow(QMainWindow):
     def _engines_found(self, engines: list[EngineInfo] | None) -> None:
         """The engine chosen last time, if it is still there; else an opencoti engine first in the
         list: plan for its rolling KV window."""
-        if not engines or self.settings.choose_engine(self.state.engine_path):
+        if not engines or self.settings.choose_engine(self.session.engine_to_choose()):
             return
-        if engines[0].kind == EngineKind.OPENCOTI:
+        if self.session.wants_window_for(engines):
             self.settings.set_engine_window(True)
 
     # ---- lifetime ------------------------------------------------------------------------------
