@@ -3,7 +3,9 @@ launch and the engine's log at the bottom. Only wiring; every number comes from 
 
 The model, the settings, pass 1, the plan and the running engine live in one ``WindowState``
 (``current``); each panel binds to it and the window talks to panels only through their methods
-and signals.
+and signals. What the window decides (the demo, another model's settings, launch profiles, the engine
+and card chosen, what is remembered at close) is ``WindowSession``'s (app/ui/window_session.py); every
+background task runs on the window's one ``TaskPool`` (``pool``), NVML's readings included.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from app.ui.library_dialog import LibraryDialog
 from app.ui.live_replan import LiveReplan
 from app.ui.live_view import LiveView
 from app.ui.measure_bar import MeasureBar
-from app.ui.planning import inventory_for, not_read_yet
+from app.ui.planning import inventory_for, machine_part, not_read_yet
 from app.ui.profile import Profile
 from app.ui.qt import (
     QAction,
@@ -531,9 +533,9 @@ class MainWindow(QMainWindow):
         self.set_simulated(self.devices.simulated_choice())
 
     def _apply_live(self, inv: Inventory) -> None:
-        if not any(g.simulated for g in inv.gpus):  # simulated cards: only their host RAM is live
-            # (this machine's part: the workers' devices are added again from their readings)
-            self.real_inventory = replace(inv, gpus=inv.local_gpus, dead_workers=())
+        real = machine_part(inv)
+        if real is not None:
+            self.real_inventory = real
         self.current.set_inventory(inv)
 
     def replan(self) -> None:

@@ -10,6 +10,7 @@ as given; then the alternative it chose). No Qt.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from app.engine.rpc import WorkerReading, add_workers
@@ -70,6 +71,15 @@ def not_read_yet() -> Inventory:
     """The real inventory before NVML's first answer: no GPU yet, this machine's host RAM and CPU
     (psutil and /proc, no NVML)."""
     return Inventory(gpus=(), host=host_memory(), reason=READING_GPUS, cpu=host_cpu_features())
+
+
+def machine_part(live: Inventory) -> Inventory | None:
+    """This machine's part of a live planning inventory, the last reading of its GPUs from now on
+    (the RPC workers' devices are added again from their readings); None for simulated cards: only
+    their host RAM is live."""
+    if any(g.simulated for g in live.gpus):
+        return None
+    return replace(live, gpus=live.local_gpus, dead_workers=())
 
 
 def inventory_for(simulated: str, real: Inventory,
