@@ -69,21 +69,26 @@ def _no_gpu_reason(session: NvmlSession, warnings: list[str]) -> str:
 def inventory(nvml: ModuleType | None = None) -> Inventory:
     """What this machine has now. ``nvml`` is for tests (a module replaying recorded readings)."""
     session = NvmlSession(nvml)
-    if not session.open():
-        return Inventory(gpus=(), host=host_memory(), nvml_ok=False, reason=session.reason, cpu=host_cpu_features())
     try:
-        warnings = list(session.warnings)
-        gpus: list[GpuDevice] = []
-        for info, handle in session.devices:
-            try:
-                gpus.append(_read_gpu(session, info, handle, warnings))
-            except session.error as err:
-                warnings.append(f"GPU {info.index} ({info.name}) skipped: {err}")
-        reason = "" if gpus else _no_gpu_reason(session, warnings)
-        return Inventory(gpus=tuple(gpus), host=host_memory(), nvml_ok=True, reason=reason,
-                         driver=session.driver, cuda=session.cuda, warnings=tuple(warnings), cpu=host_cpu_features())
+        return read_inventory(session)
     finally:
         session.close()
+
+
+def read_inventory(session: NvmlSession) -> Inventory:
+    """What this machine has now, through ``session`` (opened here on first use, left open)."""
+    if not session.open():
+        return Inventory(gpus=(), host=host_memory(), nvml_ok=False, reason=session.reason, cpu=host_cpu_features())
+    warnings = list(session.warnings)
+    gpus: list[GpuDevice] = []
+    for info, handle in session.devices:
+        try:
+            gpus.append(_read_gpu(session, info, handle, warnings))
+        except session.error as err:
+            warnings.append(f"GPU {info.index} ({info.name}) skipped: {err}")
+    reason = "" if gpus else _no_gpu_reason(session, warnings)
+    return Inventory(gpus=tuple(gpus), host=host_memory(), nvml_ok=True, reason=reason,
+                     driver=session.driver, cuda=session.cuda, warnings=tuple(warnings), cpu=host_cpu_features())
 
 
 def resolve_gpus(specs: list[str], nvml: ModuleType | None = None) -> Inventory:
@@ -188,6 +193,14 @@ class Poller:
                 return Snapshot(gpus=(), ok=False, reason="poller closed", engine_pid=engine_pid,
                                 taken_at=time.monotonic())
             return snapshot(self._session, engine_pid, self._read_host)
+
+    def inventory(self) -> Inventory:
+        """Everything, as ``inventory()`` reads it, through this poller's one session (NVML is not
+        opened again for it). Read off the GUI thread: the window's pool runs it."""
+        with self._lock:
+            if self._closed:
+                return Inventory(gpus=(), host=host_memory(), reason="poller closed", cpu=host_cpu_features())
+            return read_inventory(self._session)
 
     def close(self) -> None:
         with self._lock:

@@ -8,8 +8,9 @@ from pathlib import Path
 from app.planner.plan_types import Plan
 from app.planner.units import Bytes, parse_tokens
 from app.ui import first_run
-from app.ui.main_window import MainWindow, app_icon
+from app.ui.main_window import MainWindow
 from app.ui.qt import QApplication, QTimer
+from app.ui.window_layout import app_icon
 
 #: After the first plan, how long the screenshot waits for layouts and painting to settle (ms).
 SCREENSHOT_SETTLE_MS = 300
@@ -64,18 +65,20 @@ def plan_summary(plan: Plan) -> str:
 
 
 class Screenshot:
-    """``--screenshot``: save the window once the first plan (or the error shown instead of one)
-    and the engine list are on screen, then quit. Exit code 0 only for a saved picture of a plan."""
+    """``--screenshot``: save the window once the first plan (or the error shown instead of one),
+    the engine list and this machine's GPUs (read in the background) are on screen, then quit. Exit
+    code 0 only for a saved picture of a plan."""
 
     def __init__(self, app: QApplication, window: MainWindow, path: Path,
                  size: tuple[int, int] = SCREENSHOT_SIZE) -> None:
         self.app, self.window, self.path = app, window, path
-        self.waiting = {"picture", "engines"}
+        self.waiting = {"picture", "engines"} | ({"gpus"} if window.reading_gpus else set())
         self.done = False
         window.resize(*size)
         window.planned.connect(lambda _p: self.shown("picture"))
         window.errorShown.connect(lambda _m: self.shown("picture"))  # a plan will not come
         window.launch.enginesFound.connect(lambda _e: self.shown("engines"))
+        window.gpusRead.connect(lambda _i: self.shown("gpus"))
         QTimer.singleShot(SCREENSHOT_DEADLINE_MS, self.deadline)
 
     def shown(self, what: str) -> None:

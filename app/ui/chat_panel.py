@@ -32,7 +32,7 @@ from app.ui.qt import (
     prompt_line,
 )
 from app.ui.window_state import WindowState
-from app.ui.workers import StreamBatcher, TaskThread
+from app.ui.workers import StreamBatcher, TaskPool
 
 #: A reply's length unless the user sets another (the "Max tokens" box).
 MAX_TOKENS = 256
@@ -103,7 +103,7 @@ class ChatPanel(QWidget):
     streamed = Signal()  # new text is on screen
     failed = Signal(str)
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, parent: QWidget | None = None, pool: TaskPool | None = None) -> None:
         super().__init__(parent)
         self.base_url = ""
         self.api_key: str | None = None
@@ -119,7 +119,7 @@ class ChatPanel(QWidget):
         self.fork_replies: list[Reply] = []  # the last fork's, until one is kept
         self.fork_message: Message | None = None
         self._switch: StopSwitch | None = None
-        self._tasks: set[TaskThread] = set()
+        self.pool = pool if pool is not None else TaskPool(self)
 
         self.status = QLabel()
         self.status.setWordWrap(True)
@@ -288,15 +288,11 @@ class ChatPanel(QWidget):
         sampling = Sampling(self.max_tokens.value(), ignore_eos=self.ignore_eos)
         client, switch = EngineClient(self.base_url, self.api_key), StopSwitch()
         self._switch = switch
-        task = TaskThread(lambda _c: chat(client, messages, sampling, k=k, on_piece=self._piece, stop=switch), self)
-        task.succeeded.connect(self._done)
-        task.failed.connect(self._failed)
-        task.finished.connect(lambda: self._forget(task))
-        self._tasks.add(task)
         self._enable()
         self._render()
         self._say(f"Forking into {k} replies…" if k > 1 else "The model is replying…")
-        task.start()
+        self.pool.run(lambda _c: chat(client, messages, sampling, k=k, on_piece=self._piece, stop=switch),
+                      self._done, self._failed, owner=self)
 
     # ---- results -------------------------------------------------------------------------------
     def _piece(self, index: int, piece: str) -> None:  # the worker thread
@@ -356,10 +352,6 @@ class ChatPanel(QWidget):
         if asked is not None and not self.message.text():
             self.message.setText(asked.content)
 
-    def _forget(self, task: TaskThread) -> None:
-        self._tasks.discard(task)
-        task.deleteLater()
-
     # ---- drawing -------------------------------------------------------------------------------
     def _say(self, text: str) -> None:
         self.status.setText(escape(text))
@@ -402,7 +394,5 @@ class ChatPanel(QWidget):
     def shutdown(self) -> None:
         if self._switch is not None:
             self._switch.stop()
-        for task in list(self._tasks):
-            task.cancel()
-            task.wait()
+        self.pool.wait(self)
         self._stream.stop()

@@ -25,6 +25,7 @@ from app.ui.qt import (
 )
 from app.ui.rpc_workers import WorkersRow
 from app.ui.window_state import WindowState
+from app.ui.workers import TaskPool
 
 #: The simulated-GPU choice meaning "use the real inventory".
 REAL_GPUS = "Real GPUs (NVML)"
@@ -79,7 +80,7 @@ class DevicesPanel(QWidget):
     simulationChanged = Signal(str)  # "" = real GPUs, else card names known to gpu_table ("A,B": two)
     workersAnswered = Signal(object)  # the RPC workers' readings (a tuple; () when the list was emptied)
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, parent: QWidget | None = None, pool: TaskPool | None = None) -> None:
         super().__init__(parent)
         self.notice = QLabel()
         self.notice.setObjectName("driverNotice")
@@ -126,7 +127,7 @@ class DevicesPanel(QWidget):
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         lay.addLayout(top)
-        self.workers = WorkersRow()
+        self.workers = WorkersRow(pool=pool)
         self.workers.readingsChanged.connect(self.workersAnswered)
         lay.addWidget(self.workers)
         lay.addWidget(self.notice)

@@ -18,7 +18,7 @@ import threading
 from collections.abc import Sequence
 
 from app.ui.qt import QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget, Signal
-from app.ui.workers import StreamBatcher, TaskThread
+from app.ui.workers import StreamBatcher, TaskPool, TaskThread
 
 BUILD_ARGV: tuple[str, ...] = (sys.executable, "-m", "app", "engine", "build")
 #: How often queued build output reaches the window (ms).
@@ -47,10 +47,12 @@ class EngineBuilder(QWidget):
     failed = Signal(str)
     logLines = Signal(list)  # list[str]: build output, batched
 
-    def __init__(self, argv: Sequence[str] = BUILD_ARGV, parent: QWidget | None = None) -> None:
+    def __init__(self, argv: Sequence[str] = BUILD_ARGV, parent: QWidget | None = None,
+                 pool: TaskPool | None = None) -> None:
         super().__init__(parent)
         self.argv = list(argv)
-        self.task: TaskThread | None = None
+        self.pool = pool if pool is not None else TaskPool(self)
+        self.task: TaskThread | None = None  # the build running (cancelled too) until it has ended
         self._proc: subprocess.Popen[str] | None = None
         self._tail: list[str] = []
         self._stream = StreamBatcher(self, FLUSH_MS)  # the build's output, batched
@@ -88,17 +90,12 @@ class EngineBuilder(QWidget):
         if self.task is not None:
             return
         self._tail = []
-        task = TaskThread(self._work, self)
-        self.task = task
-        task.succeeded.connect(self._done)
-        task.failed.connect(self._failed)
-        task.finished.connect(lambda: self._finished(task))
         self.button.setEnabled(False)
         self.cancel_button.setVisible(True)
         self.progress.setRange(0, 0)
         self.progress.setVisible(True)
         self.status.setText("Building the engine…")
-        task.start()
+        self.task = self.pool.run(self._work, self._done, self._failed, owner=self, finished=self._finished)
 
     def _work(self, cancel: threading.Event) -> int:
         """Worker thread: run the build, pass each line on, return its exit status."""
@@ -167,7 +164,6 @@ class EngineBuilder(QWidget):
         if self.task is task:
             self.task = None
             self._proc = None
-        task.deleteLater()
         self._flush_lines()
         if task.cancelled:
             self.status.setText("Build cancelled")
@@ -178,4 +174,4 @@ class EngineBuilder(QWidget):
     def shutdown(self) -> None:
         if self.task is not None:
             self.cancel()
-            self.task.wait()
+        self.pool.wait(self)

@@ -18,7 +18,6 @@ session only: never saved, logged or shown.
 
 from __future__ import annotations
 
-import atexit
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -48,7 +47,7 @@ from app.ui.qt import (
     QWidget,
     Signal,
 )
-from app.ui.workers import TaskThread
+from app.ui.workers import Abandon, TaskPool, TaskThread
 
 REF_HELP = "owner/name, hf:owner/name:Q4_K_M or a huggingface.co link"
 CANCELLED = "Download cancelled: the partial file is kept, and Download resumes it."
@@ -69,14 +68,14 @@ class HubDialog(QDialog):
     _moved = Signal(object, object)  # (done, total) from the worker thread, queued to the GUI
     _verified = Signal(object, object)  # (hashed, kept) while a kept .part is re-hashed
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, parent: QWidget | None = None, pool: TaskPool | None = None) -> None:
         super().__init__(parent)
+        self.pool = pool if pool is not None else TaskPool(self)
         self.setWindowTitle("Open from Hugging Face")
         self.listing: RepoListing | None = None
         self.ref: HubRef | None = None
         self.task: TaskThread | None = None
         self.kind = ""  # "list" | "header" | "download" | "projector header" | "projector" while a task runs
-        self.stopping: set[TaskThread] = set()  # cancelled listings still waiting on the network
         self.clock = TransferClock()
         self.target: RemoteGguf | None = None  # the file being downloaded
         self.repo = QLineEdit()
@@ -342,9 +341,6 @@ class HubDialog(QDialog):
     # ---- running -------------------------------------------------------------------------------
     def _start(self, kind: str, text: str, fn: Callable[[threading.Event], object],
                ok: Callable[[Any], None], fail: Callable[[str], None] | None = None) -> None:
-        task = TaskThread(hub_work(fn), self)
-        self.task, self.kind, self.clock = task, kind, TransferClock()
-
         def succeeded(result: object) -> None:
             self._end(task)
             ok(result)
@@ -353,17 +349,19 @@ class HubDialog(QDialog):
             self._end(task)
             (fail or self._failed)(message)
 
-        task.succeeded.connect(succeeded)
-        task.failed.connect(failed)
-        task.finished.connect(lambda: self._finished(task))
+        self.kind, self.clock = kind, TransferClock()
         self._show_error("")
         self.status.setText(text)
         self.progress.setRange(0, 0)  # busy until the first bytes arrive
         self.progress.setVisible(True)
         self.cancel_button.setVisible(True)
         self.cancel_button.setEnabled(True)
+        # A worker still waiting on the network when the window closes is left to end on its own
+        # (every Hub request times out), never waited for longer than SHUTDOWN_WAIT_MS.
+        task = self.pool.run(hub_work(fn), succeeded, failed, owner=self, finished=self._finished,
+                             abandon=Abandon(SHUTDOWN_WAIT_MS, remote.longest_wait() + 5))
+        self.task = task
         self._update()
-        task.start()
 
     def cancel(self) -> None:
         task = self.task
@@ -372,7 +370,6 @@ class HubDialog(QDialog):
         task.cancel()
         if self.kind == "list":  # nothing written: free at once, drop the late answer
             self.task = None
-            self.stopping.add(task)
             self.status.setText("Listing cancelled")
             self._idle()
         else:  # wait until the worker stops writing, so a new Download resumes a whole .part
@@ -389,14 +386,17 @@ class HubDialog(QDialog):
             self.task = None
             self._idle()
 
+    @property
+    def stopping(self) -> bool:
+        """A cancelled task has not ended yet (a listing still waiting on the network)."""
+        return self.pool.busy(self) and self.task is None
+
     def _finished(self, task: TaskThread) -> None:
-        self.stopping.discard(task)
         if self.task is task:  # a cancelled header fetch or download has stopped writing
             self.task = None
             self.status.setText(self._cancelled_text())
             self._idle()
             self.stopped.emit()
-        task.deleteLater()
 
     def _cancelled_text(self) -> str:
         if self.kind not in ("download", "projector"):
@@ -420,33 +420,8 @@ class HubDialog(QDialog):
         super().closeEvent(e)
 
     def shutdown(self) -> None:
-        """The window closes: cancel every worker and wait a little for it. One still waiting on the
-        network is detached (kept alive until it ends: every Hub request times out), never waited for."""
-        task = self.task
+        """The window closes: cancel every worker and wait a little for it; one still waiting on the
+        network is left to end on its own (``Abandon``), never waited for long."""
         self.cancel()
         self.hide()
-        for t in [*self.stopping, *([task] if task is not None else [])]:
-            if not t.wait(SHUTDOWN_WAIT_MS):
-                detach(t)
-
-
-#: Workers that outlived their dialog: referenced here until they finish, so none is destroyed running.
-_DETACHED: set[TaskThread] = set()
-
-
-def _wait_detached() -> None:
-    """At exit: a detached worker ends within the Hub's longest wait; Qt aborts if one is destroyed running."""
-    for t in list(_DETACHED):
-        t.wait(int((remote.longest_wait() + 5) * 1000))
-
-
-atexit.register(_wait_detached)
-
-
-def detach(task: TaskThread) -> None:
-    """Let ``task`` outlive its dialog: disconnected, unparented and kept referenced until it ends."""
-    for signal in (task.succeeded, task.failed, task.finished):  # its dialog may be gone before it ends
-        signal.disconnect()
-    task.setParent(None)
-    _DETACHED.difference_update([t for t in _DETACHED if t.isFinished()])
-    _DETACHED.add(task)
+        self.pool.wait(self)

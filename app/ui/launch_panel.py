@@ -10,7 +10,7 @@ and tells the state what runs (a ``RunningEngine``: the only way the rest of the
 Given the Measure bar (``use_measure``), Launch with estimated compute buffers runs pass 1 first for the
 plan's own launch, as ``headroom serve`` does (the bar's progress and Cancel), and launches the plan
 re-made with it; when pass 1 fails the launch is refused with its reason, by the same rule as
-``headroom serve`` (app/engine/launch.py ``pass1_refusal``).
+``headroom serve``. The sequence's decisions are app/ui/launch_sequence.py's ``MeasureThenLaunch``.
 """
 
 from __future__ import annotations
@@ -28,17 +28,16 @@ from app.engine.argv import ArgvError, shell_line
 from app.engine.capabilities import port_is_free, refusal
 from app.engine.check import PlanCheck
 from app.engine.discover import EngineInfo, discover_engines
-from app.engine.launch import LaunchRefused, advisories, pass1_refusal, prepare
+from app.engine.launch import LaunchRefused, advisories, prepare
 from app.engine.process import ServerStatus
 from app.engine.running import LaunchedEngine
 from app.hub.preview import preview_refusal
 from app.planner.plan_types import Plan
-from app.planner.settings import LaunchSettings
-from app.planner.sources import SourceKind
 from app.ui.check_view import CheckView
 from app.ui.demo import DEMO_LAUNCH
 from app.ui.engine_builder import EngineBuilder
 from app.ui.hub_button import PREVIEW_LAUNCH
+from app.ui.launch_sequence import MEASURING_FIRST, MeasureThenLaunch
 from app.ui.measure_bar import MeasureBar
 from app.ui.qt import (
     QGuiApplication,
@@ -54,7 +53,7 @@ from app.ui.qt import (
 )
 from app.ui.server_settings import ServerSettings
 from app.ui.window_state import WindowState
-from app.ui.workers import StreamBatcher, TaskThread
+from app.ui.workers import StreamBatcher, TaskPool
 
 NO_MODEL = "Open a model first: there is nothing to launch yet"
 #: How an advisory reads before launch (severity -> colour); "error" refuses the launch.
@@ -69,14 +68,6 @@ STATUS_TEXT = {
 NO_ENGINE = "No engine found: press Build engine… above, or put llama-server or a llamafile on PATH."
 LOOKING_FOR_ENGINES = "Looking for engines…"
 DISCOVERY_FAILED = "Engine discovery failed: "
-MEASURING_FIRST = "Engine: measuring the compute buffers first (pass 1), then launching…"
-MEASURE_CANCELLED = "Engine: not launched (pass 1 was cancelled)"
-
-
-def estimated(plan: Plan) -> bool:
-    """The plan's compute buffers are the planner's estimate (pass 1 has not measured this launch)."""
-    sources = [g.sources.get("compute") for g in plan.gpus] + [plan.host.sources.get("compute_pinned")]
-    return any(s is not None and s.kind is SourceKind.ESTIMATED for s in sources)
 
 
 class LaunchPanel(QWidget):
@@ -90,8 +81,9 @@ class LaunchPanel(QWidget):
     adviceChanged = Signal(list)  # list[Advisory]: the engine advisories for the plan and engine now
     runStarted = Signal(str)  # the command line of a launch (the console starts a fresh log)
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, parent: QWidget | None = None, pool: TaskPool | None = None) -> None:
         super().__init__(parent)
+        self.pool = pool if pool is not None else TaskPool(self)
         self._state: WindowState | None = None
         #: Where the engine listens (the server panel's settings) and where its API key is kept.
         self._server: Callable[[], ServerSettings] = ServerSettings
@@ -103,9 +95,8 @@ class LaunchPanel(QWidget):
         self._not_launchable = ""  # why this model cannot be launched at all (a header-only preview)
         self._arch = ""
         self._advice: list[Advisory] = []  # the engine advisories for the current plan and engine
-        self._tasks: set[TaskThread] = set()
         self._measure: MeasureBar | None = None
-        self._measuring: LaunchSettings | None = None  # pass 1 runs for this launch; Launch follows it
+        self._sequence = MeasureThenLaunch()  # pass 1 first for an estimated plan, then the launch
         self.launch_button = QPushButton("&Launch")
         self.launch_button.clicked.connect(self.launch)
         self.stop_button = QPushButton("S&top")
@@ -145,7 +136,7 @@ class LaunchPanel(QWidget):
         self.advice_label.setVisible(False)
         # Plan vs actual as a table; the window shows it with the plan (check_view), the panel fills it.
         self.check_view = CheckView()
-        self.builder = EngineBuilder()
+        self.builder = EngineBuilder(pool=self.pool)
         self.builder.setVisible(False)
         self.builder.logLines.connect(self.logLines)
         self.builder.built.connect(lambda: self.discover())
@@ -205,12 +196,12 @@ class LaunchPanel(QWidget):
             if model is not None:
                 why = PREVIEW_LAUNCH if model.preview else DEMO_LAUNCH if model.demo else ""
                 self.set_plan(plan, None if model.preview else model.path, model.shape.arch, not_launchable=why)
-            if self._measuring is not None and state.measurement_for(self._measuring) is not None:
-                self._measuring = None  # pass 1 ran and the plan is re-made with it: launch that plan
-                self._launch_measured()
+            waiting = self._sequence.waiting
+            if self._sequence.ready(waiting is not None and state.measurement_for(waiting) is not None):
+                self._launch_measured()  # pass 1 ran and the plan is re-made with it: launch that plan
 
         def another_model(_model: object) -> None:
-            self._measuring = None
+            self._sequence.forget()
             if self._engine is None:
                 self.forget_last_run()
 
@@ -264,10 +255,10 @@ class LaunchPanel(QWidget):
         self.adviceChanged.emit(list(self._advice))
 
     def _no_plan(self, why: str) -> None:
-        if self._measuring is not None:
-            self._measuring = None
+        said = self._sequence.no_plan()
+        if said is not None:
             self.progress.setVisible(False)
-            self.status.setText("Engine: not launched: with pass 1's numbers the settings give no plan")
+            self.status.setText(said)
         self.set_no_plan(f"the settings give no plan ({why})")
 
     def set_no_plan(self, reason: str) -> None:
@@ -284,7 +275,7 @@ class LaunchPanel(QWidget):
         plan = self._plan
         fits = plan is not None and plan.feasible
         why_not = self._not_launchable
-        self.launch_button.setEnabled(self._engine is None and self._measuring is None and self._model is not None
+        self.launch_button.setEnabled(self._engine is None and self._sequence.waiting is None and self._model is not None
                                       and fits and not why_not)
         no_fit = "" if fits or plan is None else (f"Nothing to launch: the plan does not fit ({plan.reason}). "
                                                   "Use one of the other ways to run it, shown with the plan.")
@@ -298,12 +289,15 @@ class LaunchPanel(QWidget):
     def launch(self) -> None:
         """Launch the plan; an estimated one is measured first (pass 1), then the re-made plan launches."""
         plan, state = self._plan, self._state
-        if self._engine is not None or self._measuring is not None or plan is None or self._model is None \
+        sequence = self._sequence
+        if self._engine is not None or sequence.waiting is not None or plan is None or self._model is None \
                 or state is None:
             return
-        if self._measure is not None and estimated(plan) and self.engine() is not None and self.refusal() is None \
-                and state.measurement_for(plan.launch) is None and self._measure.measure_launch(plan.launch):
-            self._measuring = plan.launch
+        if sequence.needs_pass1(plan, measured=state.measurement_for(plan.launch) is not None,
+                                can_measure=self._measure is not None and self.engine() is not None
+                                and self.refusal() is None) \
+                and self._measure is not None and self._measure.measure_launch(plan.launch):
+            sequence.measuring(plan.launch)
             self._enable_launch()
             self.progress.setVisible(True)  # the launch is under way: pass 1 is its first step
             self.status.setText(MEASURING_FIRST)
@@ -311,31 +305,27 @@ class LaunchPanel(QWidget):
         self._start(plan)
 
     def _launch_measured(self) -> None:
-        plan = self._plan
-        if plan is None or not plan.feasible:
-            self.progress.setVisible(False)
-            self.status.setText("Engine: not launched: with pass 1's numbers the plan does not fit "
-                                f"({plan.reason if plan else 'no plan'})")
-            self._enable_launch()
+        after = self._sequence.after_pass1(self._plan)
+        if after.plan is None:
+            self._not_launched(after.why)
             return
-        self._start(plan)
+        self._start(after.plan)
 
     def _measure_failed(self, message: str) -> None:
         """Pass 1 failed: the launch is refused with its reason, as ``headroom serve`` refuses it."""
-        if self._measuring is None:
-            return
-        self._measuring = None
-        self.progress.setVisible(False)
-        reason = next((ln.strip() for ln in message.splitlines() if ln.strip()), "no reason given")
-        self.status.setText(f"Engine: refused: {pass1_refusal(reason.removeprefix('pass 1 failed: '))}")
-        self._enable_launch()
+        said = self._sequence.failed(message)
+        if said is not None:
+            self._not_launched(said)
 
     def _measure_cancelled(self) -> None:
-        if self._measuring is not None:
-            self._measuring = None
-            self.progress.setVisible(False)
-            self.status.setText(MEASURE_CANCELLED)
-            self._enable_launch()
+        said = self._sequence.cancelled()
+        if said is not None:
+            self._not_launched(said)
+
+    def _not_launched(self, why: str) -> None:
+        self.progress.setVisible(False)
+        self.status.setText(why)
+        self._enable_launch()
 
     def _start(self, plan: Plan) -> None:
         model, engine, state = self._model, self.engine(), self._state
@@ -470,16 +460,7 @@ class LaunchPanel(QWidget):
     # ---- plumbing ------------------------------------------------------------------------------
     def _run(self, fn: Callable[[threading.Event], object], ok: Callable[[Any], None],
              err: Callable[[str], None]) -> None:
-        task = TaskThread(fn, self)
-        task.succeeded.connect(ok)
-        task.failed.connect(err)
-        task.finished.connect(lambda: self._done(task))
-        self._tasks.add(task)
-        task.start()
-
-    def _done(self, task: TaskThread) -> None:
-        self._tasks.discard(task)
-        task.deleteLater()
+        self.pool.run(fn, ok, err, owner=self)
 
     def shutdown(self) -> None:
         """Stop the engine (never leave one behind), any build, and wait for the workers."""
@@ -487,9 +468,7 @@ class LaunchPanel(QWidget):
         running, self._engine = self._engine, None
         if running is not None:
             running.stop(grace=5.0)
-        for task in list(self._tasks):
-            task.cancel()
-            task.wait()
+        self.pool.wait(self)
         self._log.stop()
 
 

@@ -16,10 +16,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from app.hub import remote
 from app.hub.cache import hub_cache
 from app.hub.library import HF_SOURCE, LibraryEntry, LibraryScan, scan_library
 from app.hub.search import OFFLINE, HubRepo, search_repos
-from app.ui.hub_dialog import SHUTDOWN_WAIT_MS, detach
+from app.ui.hub_dialog import SHUTDOWN_WAIT_MS
 from app.ui.hub_progress import hub_work
 from app.ui.library_table import (
     fill_library,
@@ -44,7 +45,7 @@ from app.ui.qt import (
     Signal,
 )
 from app.ui.state import UiState
-from app.ui.workers import TaskThread
+from app.ui.workers import Abandon, TaskPool
 
 SEARCH_HELP = "A model's name, e.g. qwen2.5 7b instruct"
 STILL_WORKS = "the models found here are listed all the same"
@@ -91,14 +92,13 @@ class LibraryDialog(QDialog):
     searched = Signal(object)  # list[HubRepo], as shown
     failed = Signal(str)  # a search's error, as shown
 
-    def __init__(self, state: UiState, parent: QWidget | None = None) -> None:
+    def __init__(self, state: UiState, parent: QWidget | None = None, pool: TaskPool | None = None) -> None:
         super().__init__(parent)
+        self.pool = pool if pool is not None else TaskPool(self)
         self.setWindowTitle("Model library")
         self.state = state
         self.scan: LibraryScan | None = None
         self.repos: list[HubRepo] = []
-        self.tasks: dict[str, TaskThread] = {}  # "scan" | "search" → the one whose answer is wanted
-        self.stopping: set[TaskThread] = set()  # replaced or cancelled, not finished yet
         self.table = make_library_table()
         self.table.itemSelectionChanged.connect(self._update)
         self.table.cellDoubleClicked.connect(lambda row, _c: self.open_row(row))
@@ -193,7 +193,7 @@ class LibraryDialog(QDialog):
         chosen = self.selected()
         self.open_button.setEnabled(chosen is not None and chosen.openable)
         self.remove_button.setEnabled(bool(self.folders.selectedItems()))
-        searching = "search" in self.tasks
+        searching = self.working("search")
         self.query.setEnabled(not offline())
         self.search_button.setEnabled(not offline() and not searching and bool(self.query.text().strip()))
         self.hub_button.setEnabled(0 <= self._row(self.results) < len(self.repos))
@@ -288,47 +288,26 @@ class LibraryDialog(QDialog):
             self.accept()
 
     # ---- running ---------------------------------------------------------------------------------
+    def working(self, kind: str) -> bool:
+        """A "scan" or "search" runs whose answer is wanted."""
+        return self.pool.current(self, kind) is not None
+
     def _start(self, kind: str, fn: Callable[[threading.Event], object], ok: Callable[[Any], None],
                failed: Callable[[str], None] | None = None) -> None:
-        old = self.tasks.pop(kind, None)
-        if old is not None:  # replaced: its answer is dropped
-            old.cancel()
-            self.stopping.add(old)
-        task = TaskThread(fn, self)
-        self.tasks[kind] = task
-
-        def succeeded(result: object) -> None:
-            if self.tasks.get(kind) is task:
-                del self.tasks[kind]
-                ok(result)
-
+        """Run ``kind``'s task (one before it is replaced: its answer is dropped). One still waiting on
+        a disk or the network when the window closes is left to end on its own (a search times out)."""
         def fail(message: str) -> None:
-            if self.tasks.get(kind) is task:
-                del self.tasks[kind]
-                (failed or self._scan_failed)(message)
-                self._update()
+            (failed or self._scan_failed)(message)
+            self._update()
 
-        task.succeeded.connect(succeeded)
-        task.failed.connect(fail)
-        task.finished.connect(lambda: self._finished(task))
+        self.pool.run(fn, ok, fail, owner=self, key=kind,
+                      abandon=Abandon(SHUTDOWN_WAIT_MS, remote.longest_wait() + 5))
         self._update()
-        task.start()
 
     def _scan_failed(self, message: str) -> None:
         self.status.setText(f"The library could not be read: {message}")
 
-    def _finished(self, task: TaskThread) -> None:
-        self.stopping.discard(task)
-        task.deleteLater()
-
     def shutdown(self) -> None:
-        """The window closes: stop every scan and search; one still waiting on a disk or the network is
-        detached (a search times out), never waited for long."""
+        """The window closes: stop every scan and search, waited for a little (``Abandon``)."""
         self.hide()
-        running = [*self.tasks.values(), *self.stopping]
-        self.tasks.clear()
-        for t in running:
-            t.cancel()
-        for t in running:
-            if not t.wait(SHUTDOWN_WAIT_MS):
-                detach(t)
+        self.pool.wait(self)

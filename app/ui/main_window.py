@@ -3,7 +3,9 @@ launch and the engine's log at the bottom. Only wiring; every number comes from 
 
 The model, the settings, pass 1, the plan and the running engine live in one ``WindowState``
 (``current``); each panel binds to it and the window talks to panels only through their methods
-and signals.
+and signals. What the window decides (the demo, another model's settings, launch profiles, the engine
+and card chosen, what is remembered at close) is ``WindowSession``'s (app/ui/window_session.py); every
+background task runs on the window's one ``TaskPool`` (``pool``), NVML's readings included.
 """
 
 from __future__ import annotations
@@ -14,12 +16,11 @@ from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 
-from app.engine.discover import EngineInfo, EngineKind
+from app.engine.discover import EngineInfo
 from app.machine.devices import Poller, host_memory
 from app.planner.devices import HostMemory, Inventory, Snapshot
 from app.planner.errors import PlannerError
 from app.planner.plan_types import Plan
-from app.planner.settings import default_context
 from app.planner.units import MiB
 from app.ui import demo
 from app.ui import profile as profile_module
@@ -37,7 +38,7 @@ from app.ui.library_dialog import LibraryDialog
 from app.ui.live_replan import LiveReplan
 from app.ui.live_view import LiveView
 from app.ui.measure_bar import MeasureBar
-from app.ui.planning import inventory_for, real_inventory
+from app.ui.planning import inventory_for, machine_part, not_read_yet
 from app.ui.profile import Profile
 from app.ui.qt import (
     QAction,
@@ -48,14 +49,11 @@ from app.ui.qt import (
     QFileDialog,
     QFrame,
     QHBoxLayout,
-    QIcon,
     QKeySequence,
     QLabel,
     QMainWindow,
     QPushButton,
-    QResizeEvent,
     QScrollArea,
-    QSize,
     QSplitter,
     Qt,
     QTabWidget,
@@ -68,61 +66,15 @@ from app.ui.server_settings import ServerSettings
 from app.ui.sessions_panel import SessionsPanel
 from app.ui.settings_panel import SettingsPanel
 from app.ui.state import UiState, ignored_fields, load_state, save_state
-from app.ui.window_session import ClosingPanels, WindowSession
+from app.ui.window_layout import PlanSplit, app_icon, first_size
+from app.ui.window_session import BeforeDemo, ClosingPanels, ProfileError, WindowSession
 from app.ui.window_state import OpenModel, WindowState
-from app.ui.workers import PollWorker
-
-RESOURCES = Path(__file__).resolve().parent.parent.parent / "resources"
-
-
-#: The plan and the form keep at least this share of the height; the log and sessions the rest, and
-#: everything past PLAN_HEIGHT px (a tall screen: the plan does not need more, the sessions do).
-PLAN_SHARE = 0.7
-PLAN_HEIGHT = 700
-
-
-def app_icon() -> QIcon:
-    return QIcon(str(RESOURCES / "headroom.svg"))
-
-
-#: The window's first size on a screen with room for it; a smaller screen gets what it has.
-FIRST_SIZE = (1280, 860)
-
-
-def first_size(available: QSize) -> tuple[int, int]:
-    """The first window size (no geometry remembered): FIRST_SIZE, or the screen's available area less a
-    margin for the window frame where that is smaller (a 1366×768 laptop: Measure and Launch on screen)."""
-    return (min(FIRST_SIZE[0], max(640, available.width() - 40)),
-            min(FIRST_SIZE[1], max(480, available.height() - 60)))
-
-
-def split_sizes(total: int) -> tuple[int, int]:
-    """(plan, log and sessions) for a column ``total`` px tall."""
-    bottom = max(int(total * (1 - PLAN_SHARE)), total - PLAN_HEIGHT)
-    return total - bottom, bottom
-
-
-class PlanSplit(QSplitter):
-    """The plan over the log and sessions, sized by ``split_sizes`` whenever it is resized — until
-    the user drags the handle (then it is theirs)."""
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(Qt.Orientation.Vertical, parent)
-        self.automatic = True
-        self.setChildrenCollapsible(False)  # a squeezed sessions pane drew its status over its text
-        self.splitterMoved.connect(self._moved)
-
-    def _moved(self, _pos: int, _index: int) -> None:
-        self.automatic = False
-
-    def resizeEvent(self, e: QResizeEvent) -> None:
-        super().resizeEvent(e)
-        if self.automatic and self.count() == 2:
-            self.setSizes(list(split_sizes(self.height() - self.handleWidth())))
+from app.ui.workers import PollWorker, TaskPool
 
 
 class MainWindow(QMainWindow):
     planned = Signal(object)  # every new Plan (tests and the screenshot wait on it)
+    gpusRead = Signal(object)  # this machine's Inventory, read by NVML off the GUI thread
     measured = Signal(object)  # a Measurement
     errorShown = Signal(str)
 
@@ -140,21 +92,23 @@ class MainWindow(QMainWindow):
         self.setWindowTitle("Headroom")
         self.setWindowIcon(app_icon())
         self.setAcceptDrops(True)
-        self.real_inventory = real_inventory(nvml)  # NVML read once; "Real GPUs" re-reads it
-        try:
-            inv, reason = inventory_for(self.state.simulated_gpus[0] if self.state.simulated_gpus else "",
-                                        self.real_inventory)
-        except ValueError:  # a card this Headroom does not know (an edited or newer file): the real GPUs
-            self.state.simulated_gpus = []
+        self.pool = TaskPool(self)  # every background task of the window's panels; waited for at close
+        # One NVML session for the window's life: the ~1/s poll and the inventory ("Real GPUs" re-reads
+        # it) both read through it, on worker threads. Until its first answer the window plans for
+        # no GPU, and says it is reading them.
+        self.poller = Poller(nvml, read_host)  # read_host: live host RAM (tests pass their own)
+        self.real_inventory = not_read_yet()
+        simulated, dropped = self.session.simulated_at_start()
+        if dropped:
             self.ignored_state.append("simulated_gpus")
-            inv, reason = inventory_for("", self.real_inventory)
+        inv, reason = inventory_for(simulated, self.real_inventory)
         self.current = WindowState(inv, reason, self)
         self.hub_dialog: HubDialog | None = None
         self.library_dialog: LibraryDialog | None = None
         self._build()
         self._bind()
         self._menus()
-        self.poller = Poller(nvml, read_host)  # read_host: live host RAM (tests pass their own)
+        self.read_gpus()
         self.poll = PollWorker(self._poll_once, parent=self)
         self.poll.polled.connect(self.devices.show_snapshot)
         self.poll.polled.connect(self.live_view.show_snapshot)
@@ -198,9 +152,9 @@ class MainWindow(QMainWindow):
         self.settings.set_margins(self.state.safety_mib, self.state.vram_target_mib)
         self.settings.refused.connect(self.show_error)
         self.settings.notice.connect(lambda text: self.statusBar().showMessage(text, 10_000))
-        self.measure = MeasureBar()
+        self.measure = MeasureBar(pool=self.pool)
         self.measure.failed.connect(lambda msg: self.show_error(f"Pass 1 failed: {msg.removeprefix('pass 1 failed: ')}"))
-        self.launch = LaunchPanel(self)
+        self.launch = LaunchPanel(self, pool=self.pool)
         self.launch.use_measure(self.measure)  # Launch measures an estimated plan first (pass 1)
         self.server = ServerPanel()
         try:
@@ -213,8 +167,8 @@ class MainWindow(QMainWindow):
         left_w, self.left_scroll = form_with_footer(
             [self.model_label, open_row, self.settings, self.server, self.measure, self.launch],
             [self.measure.pinned_controls(), self.launch.pinned_controls()], max_width=480)
-        self.devices = DevicesPanel()
-        self.devices.set_simulated_choice(self.state.simulated_gpus[0] if self.state.simulated_gpus else "")
+        self.devices = DevicesPanel(pool=self.pool)
+        self.devices.set_simulated_choice(self.session.simulated_at_start()[0])
         self.devices.simulationChanged.connect(self.set_simulated)
         self.devices.workersAnswered.connect(self._workers_answered)
         if self.state.rpc_workers:  # remembered: asked again in the background
@@ -259,9 +213,9 @@ class MainWindow(QMainWindow):
         self.launch.logLines.connect(self.console.append_lines)
         self.launch.runStarted.connect(self.console.start_run)
         # A window with a state file of its own (a test's) keeps its sessions beside it, not in the CLI's store.
-        self.sessions = SessionsPanel(store_root=self.state_file.parent if self.state_file else None)
+        self.sessions = SessionsPanel(store_root=self.state_file.parent if self.state_file else None, pool=self.pool)
         self.launch.adviceChanged.connect(self.sessions.set_advisories)
-        self.chat = ChatPanel()
+        self.chat = ChatPanel(pool=self.pool)
         talk = QTabWidget()  # the chat first; the shared-sessions proof one tab away
         talk.addTab(self.chat, "Chat")
         sessions_page = QScrollArea()  # in a short window (1024×700) it scrolls rather than push the plan up
@@ -368,8 +322,8 @@ class MainWindow(QMainWindow):
         if self.current.model is None:
             self.show_error("Open a model first: a launch profile holds a model and its settings")
             return
-        name = f"{self.current.model.path.stem}{profile_module.SUFFIX}"
-        path, _f = QFileDialog.getSaveFileName(self, "Save the launch profile", str(self.session.profile_folder() / name),
+        path, _f = QFileDialog.getSaveFileName(self, "Save the launch profile",
+                                               str(self.session.profile_path(self.current.model.path)),
                                                f"Launch profiles (*{profile_module.SUFFIX})")
         if path:
             self.save_profile(Path(path))
@@ -378,12 +332,10 @@ class MainWindow(QMainWindow):
         profile = self.profile()
         if profile is None:
             return False
-        try:
-            profile_module.save_profile(profile, path)
-        except OSError as exc:
-            self.show_error(f"Cannot save the launch profile to {path}: {exc.strerror or exc}")
+        error = self.session.save_profile(profile, path)
+        if error:
+            self.show_error(error)
             return False
-        self.state.remember_profile(str(path))
         self._fill_recent_profiles()
         self.statusBar().showMessage(f"Launch profile saved: {path}", 10_000)
         return True
@@ -398,15 +350,10 @@ class MainWindow(QMainWindow):
         """Open the profile's model with its settings, planning options and server. A profile that
         cannot be used (or whose model cannot be read) changes nothing and says why."""
         try:
-            profile = profile_module.load_profile(path)
-            self.current.read_model(Path(profile.model))  # before anything changes
-        except ValueError as exc:
-            self.show_error(f"Cannot open the launch profile: {exc}")
+            profile, _model = self.session.read_profile(path, self.current.read_model)
+        except ProfileError as exc:
+            self.show_error(str(exc))
             return False
-        except (PlannerError, OSError) as exc:
-            self.show_error(f"Cannot open the launch profile {path.name}: its model {profile.model}: {exc}")
-            return False
-        self.session.forget_demo()  # the profile says which card and placement
         self.devices.set_simulated_choice(profile.simulated)
         self.set_simulated(profile.simulated, replan=False)
         self.settings.set_engine_window(profile.engine_window)
@@ -415,21 +362,21 @@ class MainWindow(QMainWindow):
         if not self.open_model(Path(profile.model)):
             return False
         self.settings.set_settings(profile.launch)
-        self.state.remember_profile(str(path))
+        self.session.profile_opened(path)
         self._fill_recent_profiles()
         return True
 
     # ---- engine --------------------------------------------------------------------------------
     def choose_engine_file(self) -> None:
         """File ▸ Choose engine… and the Engine list's Other…: an engine file, found again with it first."""
-        start = Path(self.state.engine_path).parent if self.state.engine_path else Path.home()
-        path, _f = QFileDialog.getOpenFileName(self, "Choose llama-server or a llamafile", str(start))
+        path, _f = QFileDialog.getOpenFileName(self, "Choose llama-server or a llamafile",
+                                               str(self.session.engine_folder()))
         if path:
             self.use_engine_file(Path(path))
 
     def use_engine_file(self, path: Path) -> None:
         """Discover the engines again with ``path`` first and choose it (remembered at close)."""
-        self.state.engine_path = str(path)  # what _engines_found chooses once discovery answers
+        self.session.choose_engine_file(path)  # what _engines_found chooses once discovery answers
         self.launch.discover(path)
 
     # ---- model ---------------------------------------------------------------------------------
@@ -442,7 +389,7 @@ class MainWindow(QMainWindow):
     def open_hub(self) -> HubDialog:
         """The repo picker (kept between uses: its listing stays); it hands back a file to open."""
         if self.hub_dialog is None:
-            self.hub_dialog = HubDialog(self)
+            self.hub_dialog = HubDialog(self, pool=self.pool)
             self.hub_dialog.opened.connect(lambda path: self.open_model(Path(path)))
         self.hub_dialog.show()
         self.hub_dialog.activateWindow()
@@ -451,7 +398,7 @@ class MainWindow(QMainWindow):
     def open_library(self) -> None:
         """The GGUFs found here and a Hub search (kept between uses); it hands back a file or a repo."""
         if self.library_dialog is None:
-            self.library_dialog = LibraryDialog(self.state, self)
+            self.library_dialog = LibraryDialog(self.state, self, pool=self.pool)
             self.library_dialog.chosen.connect(lambda path: self.open_model(Path(path)))
             self.library_dialog.hubRepoChosen.connect(lambda repo: self.open_hub().open_ref(repo))
         self.library_dialog.show()
@@ -470,34 +417,29 @@ class MainWindow(QMainWindow):
         return self.open_model(demo.ensure_demo_model(), remember=False, is_demo=True)
 
     def open_model(self, path: Path, *, remember: bool = True, is_demo: bool = False) -> bool:
-        """Read the model's shape (header only: fast) and plan. False, with a message, if unusable.
-
-        Another model than the one before starts at a context within its training
-        (``default_context``): the last model's 512k is no setting for a model trained for 8k."""
+        """Read the model's shape (header only: fast) and plan, with the settings the session says
+        a model starts with (``WindowSession.opening``). False, with a message, if unusable."""
         try:
             model = self.current.read_model(path, demo=is_demo)
         except (PlannerError, OSError) as exc:
             reason = str(exc)  # the reader's message usually names the file already
             self.show_error(f"Cannot use {reason if reason.startswith(path.name) else f'{path.name}: {reason}'}")
             return False
-        settings = None
-        if not is_demo:
-            open_model = self.current.model
-            new = self.session.is_another_model(path, open_model.path if open_model is not None else None,
-                                                open_model is not None and open_model.demo)
-            self._leave_demo()
-            if new:  # the last model's context, placement and adapters are no settings for this one
-                settings = self.settings.settings_for_model(default_context(model.shape.n_ctx_train), model.shape)
-        elif self.settings.has_extras():
-            settings = self.settings.extras_for_model(model.shape)  # the demo's shape takes no user's LoRA
+        was = self.current.model
+        start = self.session.opening(path, model.shape.n_ctx_train, is_demo=is_demo,
+                                     open_path=was.path if was is not None else None,
+                                     open_is_demo=was is not None and was.demo, has_extras=self.settings.has_extras())
+        self._put_back(start.put_back)
+        settings = (self.settings.settings_for_model(start.context, model.shape) if start.context is not None
+                    else self.settings.extras_for_model(model.shape) if start.drop_extras else None)
         self.current.use_model(model, settings)
         if remember:
-            self.state.remember_model(str(path))
+            self.session.opened(path)
             self._fill_recent()
         return True
 
-    def _leave_demo(self) -> None:
-        before = self.session.leave_demo()
+    def _put_back(self, before: BeforeDemo | None) -> None:
+        """What the demo changed, back on the panels."""
         if before is None:
             return
         self.devices.set_simulated_choice(before.simulated)
@@ -547,11 +489,38 @@ class MainWindow(QMainWindow):
                 return
 
     # ---- planning ------------------------------------------------------------------------------
-    def set_simulated(self, name: str, *, replan: bool = True) -> None:
-        if not name:
-            self.real_inventory = real_inventory(self.nvml)
+    def read_gpus(self) -> None:
+        """Read this machine's GPUs in the background (NVML can take seconds to answer); the window
+        plans with the last reading meanwhile, and again with the new one (``gpusRead``)."""
+        self.pool.run(lambda _c: self.poller.inventory(), self._gpus_read, self._gpus_not_read,
+                      owner=self, key="gpus")
+
+    @property
+    def reading_gpus(self) -> bool:
+        """NVML is being read for the inventory (the window plans with the last reading meanwhile)."""
+        return self.pool.current(self, "gpus") is not None
+
+    def _gpus_read(self, inv: object) -> None:
+        assert isinstance(inv, Inventory)
+        self.real_inventory = inv
+        name = self.devices.simulated_choice()
+        if name:  # a simulated card does not change with the reading; why there is no real GPU may
+            _inv, reason = inventory_for(name, inv, self.devices.worker_readings())
+            self.current.set_inventory(self.current.inventory, reason, replan=False)
+        else:
+            self.set_simulated("", read=False)
+        self.gpusRead.emit(inv)
+
+    def _gpus_not_read(self, message: str) -> None:
+        self._gpus_read(replace(self.real_inventory, reason=f"the GPUs could not be read: {message}"))
+
+    def set_simulated(self, name: str, *, replan: bool = True, read: bool = True) -> None:
+        """Plan for the simulated card ``name`` ("": this machine's GPUs, read again in the background
+        unless ``read`` is False)."""
+        if not name and read:
+            self.read_gpus()
         inv, reason = inventory_for(name, self.real_inventory, self.devices.worker_readings())
-        self.state.simulated_gpus = [name] if name else []
+        self.session.simulate(name)
         self.current.set_inventory(inv, reason, replan=replan)
 
     def _live_busy(self) -> bool:
@@ -560,13 +529,13 @@ class MainWindow(QMainWindow):
 
     def _workers_answered(self, readings: object) -> None:
         """The RPC workers answered (or the list was emptied): remember them, plan with their devices."""
-        self.state.rpc_workers = self.devices.worker_endpoints() if readings else []
+        self.session.workers_answered(self.devices.worker_endpoints(), bool(readings))
         self.set_simulated(self.devices.simulated_choice())
 
     def _apply_live(self, inv: Inventory) -> None:
-        if not any(g.simulated for g in inv.gpus):  # simulated cards: only their host RAM is live
-            # (this machine's part: the workers' devices are added again from their readings)
-            self.real_inventory = replace(inv, gpus=inv.local_gpus, dead_workers=())
+        real = machine_part(inv)
+        if real is not None:
+            self.real_inventory = real
         self.current.set_inventory(inv)
 
     def replan(self) -> None:
@@ -584,9 +553,9 @@ class MainWindow(QMainWindow):
     def _engines_found(self, engines: list[EngineInfo] | None) -> None:
         """The engine chosen last time, if it is still there; else an opencoti engine first in the
         list: plan for its rolling KV window."""
-        if not engines or self.settings.choose_engine(self.state.engine_path):
+        if not engines or self.settings.choose_engine(self.session.engine_to_choose()):
             return
-        if engines[0].kind == EngineKind.OPENCOTI:
+        if self.session.wants_window_for(engines):
             self.settings.set_engine_window(True)
 
     # ---- lifetime ------------------------------------------------------------------------------
@@ -599,7 +568,6 @@ class MainWindow(QMainWindow):
         self.live.stop()
         self.poll.stop()
         self.poll.wait()
-        self.poller.close()
         self.devices.shutdown()
         self.sessions.shutdown()
         self.chat.shutdown()
@@ -608,6 +576,8 @@ class MainWindow(QMainWindow):
         for dialog in (self.hub_dialog, self.library_dialog):
             if dialog is not None:
                 dialog.shutdown()
+        self.pool.close()  # whatever is left (the GPU reading): no thread outlives the window running
+        self.poller.close()
         if self.persist:
             settings, model, engine = self.current.settings, self.current.model, self.current.engine
             state = self.session.remember_at_close(ClosingPanels(

@@ -21,7 +21,7 @@ from app.planner.settings import LaunchSettings
 from app.probe.measure import gpu_caveat, measure_cached
 from app.ui.qt import QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget, Signal
 from app.ui.window_state import WindowState
-from app.ui.workers import TaskThread
+from app.ui.workers import TaskPool
 
 #: Runs pass 1: (model, settings, cancel) -> (measurement, from_cache). Tests swap in a slow child.
 Probe = Callable[[Path, LaunchSettings, threading.Event], tuple[Measurement, bool]]
@@ -35,11 +35,10 @@ class MeasureBar(QWidget):
     failed = Signal(str)
     cancelled = Signal()  # Cancel was clicked (or another model opened) while pass 1 ran
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, parent: QWidget | None = None, pool: TaskPool | None = None) -> None:
         super().__init__(parent)
-        self.task: TaskThread | None = None
+        self.pool = pool if pool is not None else TaskPool(self)
         self._state: WindowState | None = None
-        self.stopping: set[TaskThread] = set()  # cancelled workers whose child is being killed
         #: The chosen engine's libllama (when it has one beside it), read on the GUI thread at each start.
         self._lib_dir: str | None = None
         self._running_for: LaunchSettings | None = None  # the settings pass 1 runs for now
@@ -79,7 +78,7 @@ class MeasureBar(QWidget):
 
     @property
     def running(self) -> bool:
-        return self.task is not None
+        return self.pool.current(self, "pass 1") is not None
 
     # ---- the window state ----------------------------------------------------------------------
     def bind(self, state: WindowState) -> None:
@@ -125,7 +124,7 @@ class MeasureBar(QWidget):
         self._status.setToolTip(tip)
 
     def start(self, model: Path, settings: LaunchSettings, *, targets_gpu: bool) -> None:
-        if self.task is not None:
+        if self.running:
             return
         engine = self._state.engine if self._state is not None else None
         self._lib_dir = lib_dir_beside(engine.path) if engine is not None and not engine.is_llamafile else None
@@ -135,21 +134,14 @@ class MeasureBar(QWidget):
         def work(cancel: threading.Event) -> tuple[Measurement, bool]:
             return probe(model, settings, cancel)
 
-        task = TaskThread(work, self)
-        self.task = task
-        task.succeeded.connect(lambda r: self._done(task, r, settings, targets_gpu))
-        task.failed.connect(self._failed)
-        task.finished.connect(lambda: self._finished(task))
         self._set_busy(True)
         self._status.setText("Measuring with the engine's allocator…")
-        task.start()
+        self.pool.run(work, lambda r: self._done(r, settings, targets_gpu), self._failed, owner=self, key="pass 1")
 
     def cancel(self) -> None:
         """Stop pass 1 (its child is killed in the background); the bar is free again at once."""
-        task, self.task = self.task, None
-        if task is not None:
-            task.cancel()  # measure() kills the child's process group and returns
-            self.stopping.add(task)
+        if self.running:
+            self.pool.cancel(self, "pass 1")  # measure() kills the child's process group and returns
             self._status.setText(CANCELLED)
             self._set_busy(False)
             self.cancelled.emit()
@@ -159,9 +151,7 @@ class MeasureBar(QWidget):
         self.cancel_button.setVisible(on)
         self.button.setEnabled(not on)
 
-    def _done(self, task: TaskThread, result: object, settings: LaunchSettings, targets_gpu: bool) -> None:
-        if task.cancelled:
-            return  # a result already queued when Cancel was clicked
+    def _done(self, result: object, settings: LaunchSettings, targets_gpu: bool) -> None:
         assert isinstance(result, tuple)
         m, from_cache = result
         how = "from the measurement cache" if from_cache else f"{m.seconds:.2f} s"
@@ -181,13 +171,11 @@ class MeasureBar(QWidget):
         self._set_busy(False)
         self.failed.emit(message)
 
-    def _finished(self, task: TaskThread) -> None:
-        if self.task is task:
-            self.task = None
-        self.stopping.discard(task)
-        task.deleteLater()
+    @property
+    def stopping(self) -> bool:
+        """A cancelled pass 1 whose child is still being killed."""
+        return self.pool.busy(self) and not self.running
 
     def shutdown(self) -> None:
         self.cancel()
-        for task in list(self.stopping):
-            task.wait()
+        self.pool.wait(self)

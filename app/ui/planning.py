@@ -10,11 +10,12 @@ as given; then the alternative it chose). No Qt.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
-from types import ModuleType
 
 from app.engine.rpc import WorkerReading, add_workers
-from app.machine.devices import resolve_gpus
+from app.machine.cpu import host_cpu_features
+from app.machine.devices import host_memory, resolve_gpus
 from app.machine.overhead import request_for_machine
 from app.planner.devices import Inventory
 from app.planner.gguf.model import ModelShape
@@ -62,9 +63,23 @@ class Planner:
         return plan, fit
 
 
-def real_inventory(nvml: ModuleType | None = None) -> Inventory:
-    """This machine's GPUs through NVML (``nvml``: a pynvml stand-in for tests)."""
-    return resolve_gpus(["auto"], nvml)
+#: Why there is no real GPU until the first reading is in (NVML is read off the GUI thread).
+READING_GPUS = "reading this machine's GPUs…"
+
+
+def not_read_yet() -> Inventory:
+    """The real inventory before NVML's first answer: no GPU yet, this machine's host RAM and CPU
+    (psutil and /proc, no NVML)."""
+    return Inventory(gpus=(), host=host_memory(), reason=READING_GPUS, cpu=host_cpu_features())
+
+
+def machine_part(live: Inventory) -> Inventory | None:
+    """This machine's part of a live planning inventory, the last reading of its GPUs from now on
+    (the RPC workers' devices are added again from their readings); None for simulated cards: only
+    their host RAM is live."""
+    if any(g.simulated for g in live.gpus):
+        return None
+    return replace(live, gpus=live.local_gpus, dead_workers=())
 
 
 def inventory_for(simulated: str, real: Inventory,

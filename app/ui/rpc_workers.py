@@ -21,7 +21,7 @@ from app.engine.rpc import (
 )
 from app.planner.words import plural
 from app.ui.qt import QHBoxLayout, QLabel, QLineEdit, QPushButton, Qt, QVBoxLayout, QWidget, Signal
-from app.ui.workers import TaskThread
+from app.ui.workers import TaskPool
 
 TIP = ("ggml-rpc-server workers whose devices the engine also uses (llama-server --rpc), e.g. "
        "192.168.1.20:50052, 127.0.0.1:50052. Start one with `headroom rpc-worker`. Warning: "
@@ -33,8 +33,9 @@ class WorkersRow(QWidget):
 
     readingsChanged = Signal(object)
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, parent: QWidget | None = None, pool: TaskPool | None = None) -> None:
         super().__init__(parent)
+        self.pool = pool if pool is not None else TaskPool(self)
         self.edit = QLineEdit()
         self.edit.setPlaceholderText("host:port, … (none)")
         self.edit.setAccessibleName("RPC workers")
@@ -59,7 +60,6 @@ class WorkersRow(QWidget):
         lay.setContentsMargins(0, 0, 0, 0)
         lay.addLayout(row)
         lay.addWidget(self.status)
-        self.task: TaskThread | None = None
         self.readings: tuple[WorkerReading, ...] = ()
 
     def endpoints(self) -> tuple[str, ...]:
@@ -82,8 +82,7 @@ class WorkersRow(QWidget):
         except ValueError as exc:
             self._say(str(exc), error=True)
             return
-        if self.task is not None:
-            self.task.cancel()
+        self.pool.cancel(self, "ask")  # a running ask is abandoned
         if not endpoints:
             self.readings = ()
             self._say("")
@@ -95,31 +94,19 @@ class WorkersRow(QWidget):
         def work(cancel: threading.Event) -> object:
             return query_workers(rpc_query_server(), endpoints)
 
-        task = TaskThread(work, self)
-        task.succeeded.connect(lambda result, t=task: self._answered(t, result))
-        task.failed.connect(lambda message, t=task: self._failed(t, message))
-        self.task = task
-        task.start()
+        self.pool.run(work, self._answered, self._failed, owner=self, key="ask")
 
-    def _answered(self, task: TaskThread, result: object) -> None:
-        if task is not self.task:
-            return
-        self.task = None
+    def _answered(self, result: object) -> None:
         self.button.setEnabled(True)
         readings = tuple(r for r in result if isinstance(r, WorkerReading)) if isinstance(result, tuple) else ()
         self.readings = readings
         self._say(describe_workers(readings), error=not any(r.devices for r in readings))
         self.readingsChanged.emit(readings)
 
-    def _failed(self, task: TaskThread, message: str) -> None:
-        if task is not self.task:
-            return
-        self.task = None
+    def _failed(self, message: str) -> None:
         self.button.setEnabled(True)
         self._say(message, error=True)
 
     def wait(self) -> None:
         """Block until a running ask has finished (closing the window)."""
-        if self.task is not None:
-            self.task.cancel()
-            self.task.wait()
+        self.pool.wait(self)

@@ -38,7 +38,7 @@ from app.ui.qt import (
     prompt_line,
 )
 from app.ui.window_state import WindowState
-from app.ui.workers import StreamBatcher, TaskThread
+from app.ui.workers import StreamBatcher, TaskPool
 
 #: Tokens each reply may take in the panel (short: it is a demonstration, not a chat client).
 N_PREDICT = 48
@@ -53,7 +53,8 @@ class SessionsPanel(QGroupBox):
     smokeDone = Signal(object)  # SmokeResult
     failed = Signal(str)
 
-    def __init__(self, parent: QWidget | None = None, *, store_root: Path | None = None) -> None:
+    def __init__(self, parent: QWidget | None = None, *, store_root: Path | None = None,
+                 pool: TaskPool | None = None) -> None:
         """``store_root``: where the session store lives (None: the cache directory, as for the CLI)."""
         super().__init__("Shared sessions", parent)
         self.store_root = store_root
@@ -63,7 +64,7 @@ class SessionsPanel(QGroupBox):
         self.sessions: dict[str, Session] = {}
         self.store: SessionStore | None = None  # the engine's (None: no engine; the texts stay shown)
         self.api_key: str | None = None  # the running engine's
-        self._tasks: set[TaskThread] = set()
+        self.pool = pool if pool is not None else TaskPool(self)
         self.advisories = QLabel()
         self.advisories.setWordWrap(True)
         self.advisories.setObjectName("advisories")
@@ -205,7 +206,7 @@ class SessionsPanel(QGroupBox):
     def showEvent(self, event: QShowEvent) -> None:
         """Shown again: the sessions as the store has them now (the CLI may have made some)."""
         super().showEvent(event)
-        if self.store is not None and not self._tasks:
+        if self.store is not None and not self.pool.busy(self):
             try:
                 self.store.reload()
             except (OSError, ValueError) as exc:
@@ -307,19 +308,8 @@ class SessionsPanel(QGroupBox):
         self.failed.emit(message)
 
     def _run(self, fn: Callable[[threading.Event], Any]) -> None:
-        task = TaskThread(fn, self)
-        task.succeeded.connect(self._done)
-        task.failed.connect(self._failed)
-        task.finished.connect(lambda: self._forget(task))
-        self._tasks.add(task)
-        task.start()
-
-    def _forget(self, task: TaskThread) -> None:
-        self._tasks.discard(task)
-        task.deleteLater()
+        self.pool.run(fn, self._done, self._failed, owner=self)
 
     def shutdown(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
-            task.wait()
+        self.pool.wait(self)
         self._stream.stop()

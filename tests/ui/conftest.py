@@ -11,6 +11,7 @@ import pytest
 from app.ui.main_window import MainWindow
 from app.ui.state import UiState
 from tests.fixtures.fake_nvml import FakeNvml
+from tests.ui.windows import gpus_read
 
 #: The offscreen platform cannot propagate size hints or raise a window (a tooltip); it says so each
 #: time. That is the test platform's limit, not the app's: every other Qt warning still fails a test.
@@ -38,6 +39,7 @@ def window(qtbot, tmp_path: Path) -> Iterator[MainWindow]:
     w = MainWindow(state=UiState(), persist=False, state_file=tmp_path / "gui-state.json", read_host=lambda: None)
     qtbot.addWidget(w)
     w.show()
+    gpus_read(qtbot, w)
     yield w
     w.close()
 
@@ -58,5 +60,6 @@ def no_gpu_window(qtbot, tmp_path: Path) -> Iterator[MainWindow]:
                    read_host=lambda: None)  # host RAM held still, as in conftest's window
     qtbot.addWidget(w)
     w.show()
+    gpus_read(qtbot, w)
     yield w
     w.close()

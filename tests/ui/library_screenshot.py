@@ -73,10 +73,10 @@ def main(out: Path, work: Path) -> int:
         dialog = LibraryDialog(UiState(library_folders=[str(folder)]))
         dialog.resize(*SIZE)
         dialog.show()
-        wait(app, lambda: dialog.scan is not None and "scan" not in dialog.tasks, "scan")
+        wait(app, lambda: dialog.scan is not None and not dialog.working("scan"), "scan")
         dialog.query.setText(QUERY)
         dialog.search()
-        wait(app, lambda: "search" not in dialog.tasks and bool(dialog.repos), "search answer")
+        wait(app, lambda: not dialog.working("search") and bool(dialog.repos), "search answer")
         dialog.table.selectRow(0)
         for _ in range(20):  # layouts and painting settle
             app.processEvents()

@@ -48,6 +48,7 @@ def main(out: Path) -> int:
         w = MainWindow(state=UiState(), persist=False, state_file=Path(tmp) / "s.json", nvml=nvml)
         w.resize(*SCREENSHOT_SIZE)
         w.show()
+        wait(app, lambda: not w.reading_gpus, "the recorded H200 read")
         found: list[object] = []
         w.launch.enginesFound.connect(found.append)
         w.launch.discover()

@@ -7,6 +7,7 @@ from app.planner.units import Bytes
 from app.ui.main_window import MainWindow
 from app.ui.state import UiState
 from tests.fixtures.fake_nvml import FakeNvml, load_readings
+from tests.ui.windows import gpus_read
 
 QWEN14_1M = "qwen2.5-14b-instruct-1m-q8_0"
 
@@ -14,6 +15,7 @@ QWEN14_1M = "qwen2.5-14b-instruct-1m-q8_0"
 def test_real_gpu_card_shows_memory_and_processes_live(qtbot, tmp_path, shape_model):
     nvml = FakeNvml(state="idle")
     w = MainWindow(state=UiState(), persist=False, state_file=tmp_path / "s.json", nvml=nvml)
+    gpus_read(qtbot, w)
     qtbot.addWidget(w)
     w.show()
     rec = load_readings()
@@ -38,6 +40,7 @@ def test_real_gpu_card_shows_memory_and_processes_live(qtbot, tmp_path, shape_mo
 def test_simulated_card_is_marked_and_real_snapshots_do_not_overwrite_it(qtbot, tmp_path):
     nvml = FakeNvml(state="torch_ctx")
     w = MainWindow(state=UiState(), persist=False, state_file=tmp_path / "s.json", nvml=nvml)
+    gpus_read(qtbot, w)
     qtbot.addWidget(w)
     w.devices.choose_simulated("RTX 4090")
     assert "simulated" in w.devices.cards[0].title.text()
@@ -58,6 +61,7 @@ def test_two_simulated_cards_plan_a_split_and_are_remembered(no_gpu_window, shap
     assert len(window.budget.rows) == 2 and len(window.devices.cards) == 2
     assert "simulated GPUs below" in window.devices.notice.text()
     again = MainWindow(state=window.state, persist=False, state_file=tmp_path / "again.json")
+    gpus_read(qtbot, again)
     qtbot.addWidget(again)
     assert again.devices.simulated_choice() == "H200,H200"
     assert again.devices.simulate.currentText().startswith("2 × H200")

@@ -16,6 +16,7 @@ from app.ui.main_window import MainWindow
 from app.ui.qt import QApplication, Qt
 from app.ui.state import UiState, load_state
 from tests.fixtures import adapters, shapes
+from tests.ui.windows import gpus_read
 
 LEFT = Qt.MouseButton.LeftButton
 LLAMA8B = "llama-3.1-8b-instruct-q4_k_m"
@@ -100,6 +101,7 @@ def test_a_file_llama_cpp_would_refuse_is_said_and_not_kept(window, tiny_deep_mo
 def test_the_adapters_and_draft_persist_in_the_state_and_in_a_profile(qtbot, tiny_deep_model, deep_lora, tmp_path):
     state_file = tmp_path / "gui-state.json"
     first = MainWindow(state=UiState(), persist=True, state_file=state_file, read_host=lambda: None)
+    gpus_read(qtbot, first)
     qtbot.addWidget(first)
     assert first.open_model(tiny_deep_model)
     draft = adapters.draft_model()
@@ -110,6 +112,7 @@ def test_the_adapters_and_draft_persist_in_the_state_and_in_a_profile(qtbot, tin
     assert first.save_profile(profile)
     first.close()
     again = MainWindow(state=load_state(state_file), persist=False, state_file=state_file, read_host=lambda: None)
+    gpus_read(qtbot, again)
     qtbot.addWidget(again)
     again.show()
     extras = again.settings.extras
@@ -123,6 +126,7 @@ def test_the_adapters_and_draft_persist_in_the_state_and_in_a_profile(qtbot, tin
     loaded = profile_module.load_profile(profile)
     assert loaded.launch == again.settings.settings()
     other = MainWindow(state=UiState(), persist=False, state_file=tmp_path / "other.json", read_host=lambda: None)
+    gpus_read(qtbot, other)
     qtbot.addWidget(other)
     assert other.open_profile(profile)
     assert other.plan is not None and other.plan.launch.lora == (str(deep_lora),)

@@ -17,6 +17,7 @@ from app.ui.first_run import FirstRunGuide
 from app.ui.main_window import MainWindow
 from app.ui.state import UiState
 from tests.fixtures.fake_hub import own_hf_cache
+from tests.ui.windows import gpus_read
 
 ENGINES_S = 120_000  # discovery probes each engine's flags: generous on 2 busy cores
 
@@ -33,6 +34,7 @@ def user(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def _window(qtbot, user: Path) -> MainWindow:
     w = MainWindow(state=UiState(), persist=True, state_file=user / "gui-state.json", read_host=lambda: None)
+    gpus_read(qtbot, w)
     qtbot.addWidget(w)
     w.show()
     return w

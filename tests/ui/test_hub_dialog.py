@@ -22,7 +22,6 @@ from app.hub.download import UNVERIFIED, download
 from app.hub.preview import preview_origin
 from app.hub.remote import RemoteGguf
 from app.planner.units import Bytes
-from app.ui import hub_dialog
 from app.ui.hub_button import PREVIEW_LAUNCH
 from app.ui.hub_dialog import CANCELLED, FINISHED_FIRST, HubDialog
 from app.ui.hub_progress import TOKEN_HINT, duration_text, transfer_text
@@ -30,10 +29,12 @@ from app.ui.hub_projector import PROGRESS_PREFIX
 from app.ui.main_window import MainWindow
 from app.ui.qt import QLabel, QLineEdit, QPalette, Qt, QTableWidgetItem, QTimer
 from app.ui.state import UiState
+from app.ui.workers import ABANDONED
 from tests.fixtures import gguf_factory, shapes, tables
 from tests.fixtures.fake_hub import FakeHub, fake_hub, hf_cache  # noqa: F401 (the fixtures)
 from tests.fixtures.quant import uniform
 from tests.fixtures.spec import ModelSpec
+from tests.ui.windows import gpus_read
 
 LEFT = Qt.MouseButton.LeftButton
 REPO = "acme/tiny-GGUF"
@@ -422,7 +423,7 @@ def test_closing_the_window_while_the_hub_never_answers_does_not_hang(window, hu
     qtbot.waitUntil(lambda: any(p.startswith("/api/") for _, p, _ in hub.requests), timeout=10_000)
     window.close()  # waits a little, then leaves the listing to time out on its own
     assert not window.isVisible() and not dialog.isVisible()
-    qtbot.waitUntil(lambda: all(t.isFinished() for t in hub_dialog._DETACHED), timeout=20_000)
+    qtbot.waitUntil(lambda: all(t.isFinished() for t in ABANDONED), timeout=20_000)
 
 
 def test_a_cancel_that_lands_after_the_download_finished_says_it_is_complete(
@@ -476,6 +477,7 @@ def test_a_gated_repo_points_at_the_token_field_and_the_token_is_never_shown(
     hub.gate(REPO, accept_token=SECRET)
     state_file = tmp_path / "gui-state.json"
     window = MainWindow(state=UiState(), persist=True, state_file=state_file, read_host=lambda: None)
+    gpus_read(qtbot, window)
     qtbot.addWidget(window)
     window.show()
     dialog = open_dialog(window, qtbot, f"hf:{REPO}/{CHAT}")

@@ -22,6 +22,7 @@ from app.ui.main_window import MainWindow
 from app.ui.qt import Qt
 from app.ui.settings_panel import NONE_FOUND
 from app.ui.state import UiState, load_state
+from tests.ui.windows import gpus_read
 
 LEFT = Qt.MouseButton.LeftButton
 LLAMA8B = "llama-3.1-8b-instruct-q4_k_m"
@@ -167,12 +168,14 @@ def test_the_chosen_engine_is_remembered(qtbot, tmp_path):
                for n in ("first", "second")]
     state_file = tmp_path / "state.json"
     w = MainWindow(state=UiState(), state_file=state_file)
+    gpus_read(qtbot, w)
     qtbot.addWidget(w)
     w.launch.set_engines(engines)
     w.settings.engine.setCurrentIndex(1)
     w.close()
     assert load_state(state_file).engine_path == engines[1].path
     again = MainWindow(state=load_state(state_file), persist=False, state_file=state_file)
+    gpus_read(qtbot, again)
     qtbot.addWidget(again)
     again.launch.set_engines(engines)
     assert again.launch.engine() == engines[1]  # not the first one found

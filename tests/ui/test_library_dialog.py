@@ -16,16 +16,17 @@ import pytest
 
 from app.hub.library import LibraryScan
 from app.planner.units import Bytes
-from app.ui import hub_dialog
 from app.ui.library_dialog import LibraryDialog
 from app.ui.main_window import MainWindow
 from app.ui.qt import QFileDialog, QImage, Qt, QTableWidget, QTableWidgetItem
 from app.ui.state import load_state
+from app.ui.workers import ABANDONED
 from tests.fixtures import gguf_factory, shapes
 from tests.fixtures.fake_hub import FakeHub, fake_hub, hf_cache  # noqa: F401 (the fixtures)
 from tests.fixtures.library import PROJECTOR, hf_snapshot
 from tests.ui.library_screenshot import SIZE
 from tests.ui.test_screenshot import ARTIFACT, ROOT, xvfb  # noqa: F401 (the fixture)
+from tests.ui.windows import gpus_read
 
 LEFT = Qt.MouseButton.LeftButton
 REPO = "acme/tiny-GGUF"
@@ -64,7 +65,7 @@ def open_library(window: MainWindow, qtbot) -> LibraryDialog:
     qtbot.mouseClick(window.library_button, LEFT)
     dialog = window.library_dialog
     assert dialog is not None and dialog.isVisible()
-    qtbot.waitUntil(lambda: "scan" not in dialog.tasks and dialog.scan is not None, timeout=30_000)
+    qtbot.waitUntil(lambda: not dialog.working("scan") and dialog.scan is not None, timeout=30_000)
     return dialog
 
 
@@ -144,6 +145,7 @@ def test_the_folders_are_remembered_and_an_old_state_file_still_loads(qtbot, tmp
     state_file.write_text(json.dumps({"last_model": "", "recent": [], "safety_mib": 512}))  # before the library
     assert load_state(state_file).library_folders == [] and load_state(state_file).safety_mib == 512
     w = MainWindow(state=load_state(state_file), persist=True, state_file=state_file, read_host=lambda: None)
+    gpus_read(qtbot, w)
     qtbot.addWidget(w)
     w.show()
     dialog = open_library(w, qtbot)
@@ -152,6 +154,7 @@ def test_the_folders_are_remembered_and_an_old_state_file_still_loads(qtbot, tmp
     w.close()
     assert load_state(state_file).library_folders == [str(folder)]
     again = MainWindow(state_file=state_file, persist=False, read_host=lambda: None)
+    gpus_read(qtbot, again)
     qtbot.addWidget(again)
     again.show()
     assert LLAMA_8B in rows(open_library(again, qtbot))
@@ -270,7 +273,7 @@ def test_closing_the_window_while_a_search_waits_on_a_silent_hub_does_not_hang(w
     qtbot.waitUntil(lambda: any(p == "/api/models" for _, p, _ in fake_hub.requests), timeout=10_000)
     window.close()  # waits a little, then leaves the search to time out on its own
     assert not window.isVisible() and not dialog.isVisible()
-    qtbot.waitUntil(lambda: all(t.isFinished() for t in hub_dialog._DETACHED), timeout=20_000)
+    qtbot.waitUntil(lambda: all(t.isFinished() for t in ABANDONED), timeout=20_000)
 
 
 def test_the_projector_column_names_a_projector_only_beside_a_model_it_fits(window, tmp_path, tiny_chat_model,

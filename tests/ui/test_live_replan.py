@@ -13,6 +13,7 @@ from app.ui.live_replan import refreshed_inventory
 from app.ui.main_window import MainWindow
 from app.ui.state import UiState
 from tests.fixtures.fake_nvml import FakeNvml, load_readings
+from tests.ui.windows import gpus_read
 
 LLAMA8B = "llama-3.1-8b-instruct-q4_k_m"
 
@@ -22,6 +23,7 @@ def _window(qtbot, tmp_path, nvml: FakeNvml) -> MainWindow:
     # (tests/ui/test_live_replan_host.py); these tests count the re-plans GPU memory causes.
     w = MainWindow(state=UiState(), persist=False, state_file=tmp_path / "s.json", nvml=nvml,
                    read_host=lambda: None)
+    gpus_read(qtbot, w)
     qtbot.addWidget(w)
     w.show()
     return w

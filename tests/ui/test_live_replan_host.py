@@ -19,6 +19,7 @@ from app.planner.units import Bytes, GiB, MiB
 from app.ui.live_replan import HOST_MIN_MOVE, host_threshold, refreshed_inventory
 from app.ui.main_window import MainWindow
 from app.ui.state import UiState
+from tests.ui.windows import gpus_read
 
 LLAMA8B = "llama-3.1-8b-instruct-q4_k_m"
 TAKEN = 3 * GiB // 2
@@ -41,6 +42,7 @@ class HostFeed:
 def _cpu_window(qtbot, tmp_path, shape_model) -> tuple[MainWindow, HostFeed]:
     feed = HostFeed()
     w = MainWindow(state=UiState(), persist=False, state_file=tmp_path / "s.json", read_host=feed)
+    gpus_read(qtbot, w)
     feed.base = w.current.inventory.host  # the real reading the first plan uses
     qtbot.addWidget(w)
     w.show()

@@ -28,6 +28,7 @@ from app.ui.main_window import MainWindow
 from app.ui.qt import Qt
 from app.ui.state import UiState
 from tests.fixtures.fake_nvml import FakeNvml
+from tests.ui.windows import gpus_read
 
 LEFT = Qt.MouseButton.LeftButton
 OTHER_APP = 4_000_001  # a pid no process here has: "another app" on the replayed GPU
@@ -46,6 +47,7 @@ class HostFeed:
 
 def _window(qtbot, tmp_path: Path, nvml: FakeNvml | None, feed: HostFeed) -> MainWindow:
     w = MainWindow(state=UiState(), persist=False, state_file=tmp_path / "s.json", nvml=nvml, read_host=feed)
+    gpus_read(qtbot, w)
     qtbot.addWidget(w)
     w.show()
     return w

@@ -16,6 +16,7 @@ from app.ui.context_control import ctx_to_pos
 from app.ui.main_window import MainWindow
 from app.ui.qt import QCheckBox, QLabel, QPushButton, Qt
 from app.ui.state import UiState, load_state
+from tests.ui.windows import gpus_read
 
 K = 1024
 LLAMA8B = "llama-3.1-8b-instruct-q4_k_m"
@@ -133,6 +134,7 @@ def test_remembers_geometry_last_model_and_settings(qtbot, tmp_path, shape_model
     state_file = tmp_path / "state.json"
     path = shape_model(LLAMA8B)
     w = MainWindow(state=UiState(), persist=True, state_file=state_file)
+    gpus_read(qtbot, w)
     qtbot.addWidget(w)
     w.show()
     width = w.minimumSizeHint().width() + 4
@@ -147,6 +149,7 @@ def test_remembers_geometry_last_model_and_settings(qtbot, tmp_path, shape_model
     assert saved.recent[0] == str(path)
     assert saved.launch_settings().n_ctx == 96 * K
     w2 = MainWindow(state_file=state_file, persist=False)
+    gpus_read(qtbot, w2)
     qtbot.addWidget(w2)
     assert w2.settings.context.value() == 96 * K
     assert (w2.width(), w2.height()) == size  # restored from the saved geometry

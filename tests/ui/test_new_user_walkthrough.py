@@ -15,7 +15,7 @@ from app.planner.measurement import Measurement
 from app.planner.settings import LaunchSettings
 from app.probe.measure import measure
 from app.ui.chat_panel import ANOTHER_MODEL, FORK_LINES, lines_tall
-from app.ui.launch_panel import MEASURE_CANCELLED, MEASURING_FIRST
+from app.ui.launch_sequence import MEASURE_CANCELLED, MEASURING_FIRST
 from app.ui.qt import Qt
 
 LEFT = Qt.MouseButton.LeftButton

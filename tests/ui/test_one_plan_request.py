@@ -36,6 +36,7 @@ from app.ui.main_window import MainWindow
 from app.ui.qt import Qt
 from app.ui.state import UiState
 from tests.fixtures.fake_nvml import FakeNvml, load_readings
+from tests.ui.windows import gpus_read
 
 #: NVML's figure for the recorded process holding a CUDA context on the H200 (pid 419,
 #: tests/fixtures/h200/nvml-readings.txt).
@@ -81,6 +82,7 @@ def _window_plan(qtbot: Any, tmp_path: Path, nvml: FakeNvml, model: Path, settin
                  measure: bool) -> tuple[MainWindow, Plan]:
     w = MainWindow(state=UiState(), persist=False, state_file=tmp_path / "s.json", nvml=nvml,
                    read_host=lambda: None)
+    gpus_read(qtbot, w)
     qtbot.addWidget(w)
     w.settings.set_settings(settings)
     with qtbot.waitSignal(w.planned):

@@ -21,6 +21,7 @@ from app.ui.state import UiState
 from tests.fixtures import gguf_factory, shapes
 from tests.fixtures.fake_nvml import FakeNvml
 from tests.ui.test_window_findings import STOCK, shown_text
+from tests.ui.windows import gpus_read
 
 QWEN30B = "qwen3-30b-a3b-q4_k_m"
 LLAMA8B = "llama-3.1-8b-instruct-q4_k_m"
@@ -31,6 +32,7 @@ def _window(qtbot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **kw) -> Mai
     # Host RAM held at a desktop's 32 GiB: what the MoE's experts on the CPU need is there on any machine.
     monkeypatch.setattr(devices, "host_memory", lambda: HostMemory(32 * GiB, 30 * GiB))
     w = MainWindow(state=UiState(), persist=False, state_file=tmp_path / "s.json", read_host=lambda: None, **kw)
+    gpus_read(qtbot, w)
     qtbot.addWidget(w)
     w.show()
     return w

@@ -17,6 +17,7 @@ from app.ui.qt import Qt
 from app.ui.state import UiState
 from tests.fixtures.rpc import rpc_worker
 from tests.fixtures.server_proc import free_port
+from tests.ui.windows import gpus_read
 
 pytestmark = pytest.mark.engine
 LEFT = Qt.MouseButton.LeftButton
@@ -64,6 +65,7 @@ def test_the_remembered_workers_are_asked_again_at_start(qtbot, tmp_path: Path, 
     with rpc_worker() as (a, _):
         w = MainWindow(state=UiState(rpc_workers=[a]), persist=False, state_file=tmp_path / "s.json",
                        read_host=lambda: None)
+        gpus_read(qtbot, w)
         qtbot.addWidget(w)
         qtbot.waitUntil(lambda: f"RPC0 on {a}" in w.devices.workers.status.text(), timeout=60_000)
         assert w.current.inventory.rpc_endpoints == (a,)

@@ -14,6 +14,7 @@ from app.ui.profile import Profile, load_profile
 from app.ui.qt import QGuiApplication, QLineEdit
 from app.ui.server_settings import ServerSettings
 from app.ui.state import UiState, load_state
+from tests.ui.windows import gpus_read
 
 K = 1024
 
@@ -44,6 +45,7 @@ def test_beyond_loopback_a_key_is_required_masked_copyable_and_kept_0600(window,
 def test_the_port_and_host_are_remembered(qtbot, tmp_path):
     state_file = tmp_path / "state.json"
     w = MainWindow(state=UiState(), persist=True, state_file=state_file, read_host=lambda: None)
+    gpus_read(qtbot, w)
     qtbot.addWidget(w)
     port = w.server.settings().port
     assert 1024 <= port <= 65535  # chosen once, free when chosen
@@ -52,6 +54,7 @@ def test_the_port_and_host_are_remembered(qtbot, tmp_path):
     w.close()
     assert ServerSettings.from_json(load_state(state_file).server) == chosen
     again = MainWindow(state=load_state(state_file), persist=False, state_file=state_file, read_host=lambda: None)
+    gpus_read(qtbot, again)
     qtbot.addWidget(again)
     assert again.server.settings() == chosen
     again.close()
@@ -71,6 +74,7 @@ def test_a_profile_saves_the_model_settings_and_server_and_opens_again(window, s
     assert "api_key" not in path.read_text()  # never the key itself
     assert window.state.recent_profiles == [str(path)]
     again = MainWindow(state=UiState(), persist=False, state_file=tmp_path / "again.json", read_host=lambda: None)
+    gpus_read(qtbot, again)
     qtbot.addWidget(again)
     assert again.open_profile(path)
     plan = again.plan

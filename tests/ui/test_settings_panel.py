@@ -6,6 +6,7 @@ from app.planner.settings import FlashAttn, LaunchSettings
 from app.ui.context_control import SNAP_VALUES, ContextControl, ctx_to_pos, snap_ctx
 from app.ui.qt import Qt
 from app.ui.settings_panel import SettingsPanel
+from tests.ui.windows import gpus_read
 
 K = 1024
 LLAMA8B = "llama-3.1-8b-instruct-q4_k_m"
@@ -119,6 +120,7 @@ def test_the_prompt_cache_is_a_setting_the_plan_holds_back_and_the_host_bar_show
 
     state_file = tmp_path / "s.json"
     w = MainWindow(state=UiState(), persist=True, state_file=state_file, nvml=None, read_host=lambda: None)
+    gpus_read(qtbot, w)
     qtbot.addWidget(w)
     with qtbot.waitSignal(w.planned, timeout=20_000):
         assert w.open_model(shape_model(LLAMA8B))
@@ -145,6 +147,7 @@ def test_an_applied_placement_is_shown_said_and_undone_and_not_carried_to_anothe
 
     state = UiState(simulated_gpus=["RTX 5080"])
     w = MainWindow(state=state, persist=False, state_file=tmp_path / "s.json", nvml=None, read_host=lambda: None)
+    gpus_read(qtbot, w)
     qtbot.addWidget(w)
     w.show()
     with qtbot.waitSignal(w.planned, timeout=20_000):
@@ -181,6 +184,7 @@ def test_another_model_opens_with_every_layer_on_the_gpu_not_the_last_models_ngl
 
     w = MainWindow(state=UiState(simulated_gpus=["RTX 4090"]), persist=False, state_file=tmp_path / "s.json",
                    nvml=None, read_host=lambda: None)
+    gpus_read(qtbot, w)
     qtbot.addWidget(w)
     with qtbot.waitSignal(w.planned, timeout=20_000):
         assert w.open_model(shape_model(LLAMA8B))

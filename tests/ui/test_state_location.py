@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from app.ui.state import UiState, load_state, save_state
+from tests.ui.windows import gpus_read
 
 
 @pytest.fixture
@@ -47,6 +48,7 @@ def test_a_window_on_a_read_only_config_closes_cleanly(qtbot, tmp_path: Path, ca
     blocked = tmp_path / "not-a-dir"
     blocked.write_text("a file where the config folder should be")  # any write under it fails (ENOTDIR)
     window = MainWindow(state=UiState(), persist=True, state_file=blocked / "gui-state.json", read_host=lambda: None)
+    gpus_read(qtbot, window)
     qtbot.addWidget(window)
     window.show()
     assert window.open_demo()

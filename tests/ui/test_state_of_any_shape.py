@@ -10,6 +10,7 @@ import pytest
 
 from app.ui.main_window import MainWindow
 from app.ui.state import UiState, ignored_fields, load_state
+from tests.ui.windows import gpus_read
 
 BAD = {"simulated_gpus": "RTX 4090", "engine_path": 7, "safety_mib": "256", "recent": [1, 2],
        "engine_window": "yes", "settings": {"n_ctx": "lots"}, "server": {"port": "abc"}, "geometry": None,
@@ -31,6 +32,7 @@ def test_the_window_opens_whatever_the_state_file_holds(qtbot, tmp_path: Path, e
     path = tmp_path / "gui-state.json"
     path.write_text(json.dumps(BAD | extra))
     window = MainWindow(persist=False, state_file=path, read_host=lambda: None)
+    gpus_read(qtbot, window)
     qtbot.addWidget(window)
     window.show()
     said = window.statusBar().currentMessage()

@@ -14,9 +14,9 @@ from app.planner.settings import MAX_CONTEXT, default_context
 from app.planner.units import GiB
 from app.ui import demo
 from app.ui.budget_view import verdict
-from app.ui.main_window import PLAN_HEIGHT
 from app.ui.qt import QApplication, QLabel, Qt, QTextDocument, QWidget
 from app.ui.settings_panel import KV_MODES
+from app.ui.window_layout import PLAN_HEIGHT
 
 LLAMA8B = "llama-3.1-8b-instruct-q4_k_m"
 K = 1024

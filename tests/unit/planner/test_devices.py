@@ -242,6 +242,20 @@ def test_poller_inits_once_follows_changes_and_shuts_down() -> None:
     assert not fake.initialised and not poller.poll().ok
 
 
+def test_the_pollers_inventory_reads_through_its_one_session_as_a_fresh_one_would() -> None:
+    fake = FakeNvml(state="torch_ctx")
+    poller = Poller(fake)
+    poller.poll()
+    inv = poller.inventory()  # the window's "Real GPUs": NVML is not opened again for it
+    fresh = inventory(FakeNvml(state="torch_ctx"))
+    assert inv.gpus == fresh.gpus and (inv.nvml_ok, inv.driver, inv.cuda) == (fresh.nvml_ok, fresh.driver, fresh.cuda)
+    fake.state = "idle"
+    assert poller.inventory().gpus[0].free == FREE_IDLE
+    assert fake.calls["nvmlInit"] == 1 and fake.initialised
+    poller.close()
+    assert not fake.initialised and not poller.inventory().gpus
+
+
 def test_poller_without_driver_and_with_a_lost_gpu() -> None:
     fake = FakeNvml(init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
     with Poller(fake) as poller:
