@@ -9,14 +9,17 @@
 - After a launch, ``serve`` stores measured ÷ predicted tokens/s (``learn``): later predictions on the
   same machine and devices are scaled by it.
 
-Kept in ``<cache>/speed-calibration.json`` with the machine's identity (CPU model, RAM, the GPUs' names
-and UUIDs): a different identity is measured again. A cache that cannot be written (read-only, full)
-leaves the figures measured for this process only. Every figure says whether it was calibrated.
+Kept in ``<cache>/speed-calibration.json`` with the host's identity (CPU model, RAM): a different
+identity is measured again. A GPU's figure is kept by its UUID beside them, read once when a plan first
+names that GPU (planning for a simulated card, or for no card, measures nothing again). A cache that
+cannot be written (read-only, full) keeps the figures for this process only: nothing is measured twice.
+Every figure says whether it was calibrated.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import time
@@ -26,7 +29,7 @@ from typing import Any
 
 from app.machine.overhead import load_json_dict
 from app.paths import cache_dir
-from app.planner.devices import Inventory
+from app.planner.devices import GpuDevice, Inventory
 from app.planner.solve import speed
 from app.planner.solve.speed import DeviceSpeed, Figure, SpeedFigures
 from app.planner.sources import Source, SourceKind
@@ -42,6 +45,7 @@ def calibration_path() -> Path:
     return cache_dir() / "speed-calibration.json"
 
 
+@functools.cache
 def _cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
@@ -53,9 +57,9 @@ def _cpu_model() -> str:
 
 
 def identity(inventory: Inventory) -> dict[str, Any]:
-    """What the figures belong to: the CPU model, host RAM and the real GPUs (names and UUIDs)."""
-    gpus = [{"name": g.name, "uuid": g.uuid} for g in inventory.local_gpus if not g.simulated]
-    return {"cpu": _cpu_model(), "ram": inventory.host.total, "gpus": gpus}
+    """What the host's figures belong to: the CPU model and host RAM (each GPU's figure is kept by
+    its UUID beside them)."""
+    return {"cpu": _cpu_model(), "ram": inventory.host.total}
 
 
 def measure_host_bandwidth() -> float:
@@ -97,24 +101,23 @@ def nvml_bandwidth(nvml: Any, index: int) -> float | None:
     return float(mhz) * 1e6 * 2 * int(bits) / 8 if mhz and bits else None
 
 
-def _gpu_bandwidths(inventory: Inventory) -> dict[str, float]:
-    """NVML's bandwidth per real GPU UUID ({} without NVML: not calibrated, defaults used)."""
-    real = [g for g in inventory.local_gpus if not g.simulated]
-    if not real:
+def _real_gpus(inventory: Inventory) -> list[GpuDevice]:
+    return [g for g in inventory.local_gpus if not g.simulated]
+
+
+def _gpu_bandwidths(gpus: list[GpuDevice]) -> dict[str, float]:
+    """NVML's bandwidth per GPU UUID; 0 where NVML cannot say (not calibrated: the default is used,
+    and NVML is not asked again)."""
+    if not gpus:
         return {}
     try:
         import pynvml
 
         pynvml.nvmlInit()
     except Exception:
-        return {}
+        return dict.fromkeys((g.uuid or g.name for g in gpus), 0.0)
     try:
-        out = {}
-        for g in real:
-            bw = nvml_bandwidth(pynvml, g.index)
-            if bw:
-                out[g.uuid or g.name] = bw
-        return out
+        return {g.uuid or g.name: nvml_bandwidth(pynvml, g.index) or 0.0 for g in gpus}
     finally:
         with contextlib.suppress(Exception):
             pynvml.nvmlShutdown()
@@ -134,18 +137,34 @@ def _save(path: Path, data: dict[str, Any]) -> bool:
         return False
 
 
+#: Calibrations this process measured but could not store (a read-only or full cache), by store and
+#: identity: kept so that nothing is measured twice (the window plans on every slider move).
+_UNSTORED: dict[tuple[str, str], dict[str, Any]] = {}
+
+
 def calibration(inventory: Inventory, *, path: Path | None = None) -> dict[str, Any]:
-    """The stored calibration for this machine's identity, measured (and stored) when there is none
-    or the identity changed."""
+    """The stored calibration for this host's identity, measured (and stored) when there is none or
+    the identity changed; a real GPU not seen before gets its NVML figure added."""
     store = path or calibration_path()
     ident = identity(inventory)
+    memo_key = (str(store), json.dumps(ident, sort_keys=True))
     data = load_json_dict(store)
-    if data.get("version") == CALIBRATION_VERSION and data.get("identity") == ident:
-        return data
-    data = {"version": CALIBRATION_VERSION, "identity": ident, "measured_at": time.time(),
+    changed = False
+    if not (data.get("version") == CALIBRATION_VERSION and data.get("identity") == ident):
+        data = _UNSTORED.get(memo_key) or {
+            "version": CALIBRATION_VERSION, "identity": ident, "measured_at": time.time(),
             "host_bandwidth": measure_host_bandwidth(), "host_flops": measure_host_flops(),
-            "gpu_bandwidth": _gpu_bandwidths(inventory), "learned": {}}
-    data["saved"] = _save(store, data)
+            "gpu_bandwidth": {}, "learned": {}}
+        changed = memo_key not in _UNSTORED
+    known = data.setdefault("gpu_bandwidth", {})
+    if new := [g for g in _real_gpus(inventory) if (g.uuid or g.name) not in known]:
+        known.update(_gpu_bandwidths(new))
+        changed = True
+    if changed:
+        data.pop("saved", None)
+        data["saved"] = _save(store, data)
+        if not data["saved"]:
+            _UNSTORED[memo_key] = data
     return data
 
 
@@ -198,4 +217,5 @@ def learn(inventory: Inventory, decode_ratio: float | None, prefill_ratio: float
         entry["prefill_scale"] = prefill_ratio
     data.setdefault("learned", {})[learned_key(inventory)] = entry
     data.pop("saved", None)
-    return _save(store, data)
+    data["saved"] = _save(store, data)
+    return bool(data["saved"])

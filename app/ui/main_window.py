@@ -38,7 +38,7 @@ from app.ui.library_dialog import LibraryDialog
 from app.ui.live_replan import LiveReplan
 from app.ui.live_view import LiveView
 from app.ui.measure_bar import MeasureBar
-from app.ui.planning import inventory_for, machine_part, not_read_yet
+from app.ui.planning import inventory_for, machine_part, not_read_yet, read_machine
 from app.ui.profile import Profile
 from app.ui.qt import (
     QAction,
@@ -492,13 +492,17 @@ class MainWindow(QMainWindow):
     def read_gpus(self) -> None:
         """Read this machine's GPUs in the background (NVML can take seconds to answer); the window
         plans with the last reading meanwhile, and again with the new one (``gpusRead``)."""
-        self.pool.run(lambda _c: self.poller.inventory(), self._gpus_read, self._gpus_not_read,
+        self.pool.run(lambda _c: read_machine(self.poller.inventory), self._machine_read, self._gpus_not_read,
                       owner=self, key="gpus")
 
     @property
     def reading_gpus(self) -> bool:
         """NVML is being read for the inventory (the window plans with the last reading meanwhile)."""
         return self.pool.current(self, "gpus") is not None
+
+    def _machine_read(self, inv: object) -> None:
+        self.current.speed_calibrated()  # stored by read_machine: plans predict with it from now on
+        self._gpus_read(inv)
 
     def _gpus_read(self, inv: object) -> None:
         assert isinstance(inv, Inventory)

@@ -1,7 +1,9 @@
 """The one place the window talks to the planner: a cached plan request and largest contexts.
 
-Re-planning happens on every slider move, so everything slow (reading the GGUF, NVML, pass 1) is
-done elsewhere, once; the stored overhead is read once per inventory. Plans come from the planner's
+Re-planning happens on every slider move, so everything slow (reading the GGUF, NVML, pass 1, the
+speed calibration) is done elsewhere, once; the stored overhead and speed figures are read once per
+inventory. Until the calibration is in (``speed_ready``, set when the window's first GPU reading and
+calibration come back) the speeds are the speed model's defaults, and say so. Plans come from the planner's
 one ``PlanRequest`` (app.planner.request), as ``headroom plan``'s do: the same overhead (measured
 for this GPU and driver when it was), the same pass-1 rule (the plan's own launch, else the settings
 as given; then the alternative it chose). No Qt.
@@ -9,11 +11,12 @@ as given; then the alternative it chose). No Qt.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
 from app.engine.rpc import WorkerReading, add_workers
+from app.machine.calibrate import calibration, machine_speed
 from app.machine.cpu import host_cpu_features
 from app.machine.devices import host_memory, resolve_gpus
 from app.machine.overhead import request_for_machine
@@ -27,8 +30,12 @@ from app.planner.settings import LaunchSettings
 class Planner:
     """Plans for the window (``overhead_path``: where measured overheads are kept; None: the cache's)."""
 
-    def __init__(self, overhead_path: Path | None = None) -> None:
+    def __init__(self, overhead_path: Path | None = None, speed_path: Path | None = None) -> None:
         self.overhead_path = overhead_path
+        self.speed_path = speed_path
+        #: The machine's speed calibration is stored (app/machine/calibrate.py, measured off the GUI
+        #: thread): plans use its figures, as ``headroom plan``'s do.
+        self.speed_ready = False
         self._request: tuple[tuple[object, ...], PlanRequest] | None = None
         self._fits: dict[tuple[object, ...], ContextFit] = {}
 
@@ -36,12 +43,13 @@ class Planner:
                 vram_target: int | None, lookup: MeasurementLookup) -> PlanRequest:
         """The plan request for these inputs (a new one, with the overhead read again, only when
         they changed; the cached one keeps the shape and inventory alive, so their ids stay theirs)."""
-        key = (id(shape), id(inventory), engine_window, safety, vram_target, lookup)
+        key = (id(shape), id(inventory), engine_window, safety, vram_target, lookup, self.speed_ready)
         if self._request is None or self._request[0] != key:
             self._fits.clear()  # the largest contexts were for the last request
+            speed = machine_speed(inventory, path=self.speed_path) if self.speed_ready else None
             self._request = (key, request_for_machine(
                 shape, inventory, engine_window=engine_window, safety=safety, vram_target=vram_target,
-                lookup=lookup, overhead_path=self.overhead_path))
+                lookup=lookup, overhead_path=self.overhead_path, speed=speed))
         return self._request[1]
 
     def plan(self, shape: ModelShape, inventory: Inventory, settings: LaunchSettings, *, engine_window: bool,
@@ -61,6 +69,14 @@ class Planner:
             fit = request.largest_fit(settings, measurement)
             self._fits[key] = fit
         return plan, fit
+
+
+def read_machine(read_inventory: Callable[[], Inventory]) -> Inventory:
+    """This machine's GPUs (``read_inventory``: NVML) and its speed calibration for them (measured
+    the first time, about a second; then read from the cache): for a task off the GUI thread."""
+    inventory = read_inventory()
+    calibration(inventory)
+    return inventory
 
 
 #: Why there is no real GPU until the first reading is in (NVML is read off the GUI thread).

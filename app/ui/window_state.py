@@ -93,6 +93,11 @@ class WindowState(QObject):
         self.running_engine: RunningEngine | None = None
         self._planner = Planner(overhead_path)
 
+    def speed_calibrated(self) -> None:
+        """The machine's speed calibration is stored (measured off the GUI thread): the plans from now
+        on predict tokens/s with its figures, as ``headroom plan``'s do (the caller re-plans)."""
+        self._planner.speed_ready = True
+
     # ---- inputs --------------------------------------------------------------------------------
     @staticmethod
     def read_model(path: Path, *, demo: bool = False) -> OpenModel:

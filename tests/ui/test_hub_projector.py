@@ -99,8 +99,8 @@ def test_download_fetches_the_projector_too_and_the_window_offers_and_plans_it(
     assert window.settings.settings().mmproj == str(proj)
     plan = window.plan
     assert plan is not None and plan.projector is not None and plan.projector.device == "host"  # no GPU here
-    assert plan.host.projector > 3 * MiB  # its weights (3.1 MiB of f16) and its compute
-    assert f"host vision projector {Bytes(plan.host.projector)}" in window.budget.host_row.caption.text()
+    assert plan.host.extras.projector > 3 * MiB  # its weights (3.1 MiB of f16) and its compute
+    assert f"host vision projector {Bytes(plan.host.extras.projector)}" in window.budget.host_row.caption.text()
     assert window.launch.launch_button.isEnabled()
 
 

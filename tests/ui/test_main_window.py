@@ -6,6 +6,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
+from app.machine.calibrate import machine_speed
 from app.planner import words
 from app.planner.gguf.model import read_shape
 from app.planner.plan_types import Plan, PlanMode
@@ -23,9 +24,11 @@ LLAMA8B = "llama-3.1-8b-instruct-q4_k_m"
 
 
 def _expected(window: MainWindow, path: Path) -> Plan:
-    """What the planner itself says for the window's current inputs."""
+    """What the planner itself says for the window's current inputs (with this machine's speed
+    figures, as the window and ``headroom plan`` predict tokens/s with them)."""
     return make_plan(read_shape(path), window.current.inventory, window.settings.settings(),
-                     engine_window=False, measurement=None, safety=256 * MiB, vram_target=None)
+                     engine_window=False, measurement=None, safety=256 * MiB, vram_target=None,
+                     speed=machine_speed(window.current.inventory))
 
 
 def test_no_driver_is_said_plainly_and_planning_still_works(window, shape_model, qtbot):
@@ -52,8 +55,7 @@ def test_slider_replans_to_the_planners_numbers(window, shape_model, qtbot):
         assert plan == expected
         assert plan.launch.n_ctx == ctx
         bar = {s.key: s.size for s in window.budget.rows[0].bar.segments}
-        assert bar == {k: getattr(expected.gpus[0], k) for k, _l, _c in GPU_PARTS
-                       if getattr(expected.gpus[0], k) > 0}
+        assert bar == {k: expected.gpus[0].part(k) for k, _l, _c in GPU_PARTS if expected.gpus[0].part(k) > 0}
         assert window.budget.window_numbers.text() == words.kv_placement(expected)
         seen.append(expected.gpus[0].kv_resident)
     assert seen[1] > seen[0]  # the KV window segment grew with the context

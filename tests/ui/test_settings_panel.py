@@ -113,8 +113,9 @@ def test_a_mistyped_context_says_why_on_its_own_line(window, shape_model, qtbot)
 
 
 def test_the_prompt_cache_is_a_setting_the_plan_holds_back_and_the_host_bar_shows(qtbot, tmp_path, shape_model):
-    """--cache-ram: auto by default (the server's 8192 MiB here: host RAM has room), a size the user
-    types is planned as given, shown on the host bar with its source, and kept for the next start."""
+    """--cache-ram: auto by default (one full context's KV: 512 MiB for Llama 8B at 4k, not the server's
+    8192 MiB), a size the user types is planned as given, shown on the host bar with its source, and
+    kept for the next start."""
     from app.ui.main_window import MainWindow
     from app.ui.state import UiState, load_state
 
@@ -126,15 +127,17 @@ def test_the_prompt_cache_is_a_setting_the_plan_holds_back_and_the_host_bar_show
         assert w.open_model(shape_model(LLAMA8B))
     assert w.settings.cache_ram.text().startswith("auto")
     assert w.settings.settings().cache_ram_mib is None
-    assert w.plan is not None and w.plan.cache_ram_mib == 8192
+    assert w.plan is not None and w.plan.launch.n_ctx == 4096 and w.plan.cache_ram_mib == 512
+    auto = next(s for s in w.budget.host_row.bar.segments if s.key == "prompt_cache")
+    assert "room for one full context's KV (4,096 tokens)" in auto.tooltip
     with qtbot.waitSignal(w.planned, timeout=20_000):
-        w.settings.cache_ram.setValue(512)
+        w.settings.cache_ram.setValue(2048)
     plan = w.plan
-    assert plan is not None and plan.launch.cache_ram_mib == 512 and plan.host.prompt_cache == 512 * 1024 * 1024
+    assert plan is not None and plan.launch.cache_ram_mib == 2048 and plan.host.prompt_cache == 2048 * 1024 * 1024
     seg = next(s for s in w.budget.host_row.bar.segments if s.key == "prompt_cache")
-    assert seg.label == "Prompt cache" and seg.size == 512 * 1024 * 1024 and "--cache-ram 512" in seg.tooltip
+    assert seg.label == "Prompt cache" and seg.size == 2048 * 1024 * 1024 and "--cache-ram 2048" in seg.tooltip
     w.close()
-    assert load_state(state_file).launch_settings().cache_ram_mib == 512
+    assert load_state(state_file).launch_settings().cache_ram_mib == 2048
 
 
 def test_an_applied_placement_is_shown_said_and_undone_and_not_carried_to_another_model(qtbot, tmp_path,

@@ -25,6 +25,9 @@ def test_measured_once_per_identity_and_again_when_it_changes(tmp_path: Path) ->
     other = calibrate.calibration(desktop(64), path=store)  # more RAM: another machine
     assert other["identity"]["ram"] == 64 * GiB and other["measured_at"] != first["measured_at"]
     assert json.loads(store.read_text())["identity"]["ram"] == 64 * GiB
+    # a plan for no card, or for a simulated one, is the same host: nothing measured again
+    cpu_only = Inventory((), desktop(64).host)
+    assert calibrate.calibration(cpu_only, path=store)["measured_at"] == other["measured_at"]
 
 
 def test_figures_say_which_are_calibrated_and_a_simulated_card_stays_default(tmp_path: Path) -> None:
@@ -53,5 +56,6 @@ def test_a_cache_that_cannot_be_written_gives_figures_and_writes_nothing(tmp_pat
     data = calibrate.calibration(desktop(), path=blocker / "c.json")
     assert data["saved"] is False and data["host_bandwidth"] > 0
     assert calibrate.machine_speed(desktop(), path=blocker / "c.json").host_bandwidth.calibrated
+    assert calibrate.calibration(desktop(), path=blocker / "c.json")["measured_at"] == data["measured_at"]  # once
     assert not calibrate.learn(desktop(), 0.5, None, path=blocker / "c.json")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cache"] and blocker.read_text() == "not a directory"
