@@ -1,8 +1,12 @@
 """Text that came from a model file (``general.name``, ``general.architecture``: written by strangers),
-made safe to print. Imports nothing, so every package can use it: the planner's errors, an engine's
-log lines (app/llamacpp/failures.py, app/probe/measure.py), the CLI."""
+an engine's log, a server or a file name, made safe to print or show. The one escaping rule for all of
+it, used by the CLI and the window alike: ``printable`` (one line), ``printable_lines`` (line breaks
+kept), ``printable_text`` (a model's reply: line breaks and tabs kept), ``escape`` (the window's HTML
+labels). Imports nothing of Headroom's, so every package can use it."""
 
 from __future__ import annotations
+
+import html
 
 
 def printable(text: str) -> str:
@@ -20,3 +24,19 @@ def printable_lines(text: str) -> str:
     """``printable`` line by line: the line breaks kept, everything else that could steer a terminal
     (ESC, C1 controls, bidirectional overrides, a carriage return) escaped."""
     return "\n".join(printable(line) for line in text.split("\n"))
+
+
+def printable_text(text: str) -> str:
+    """Text a model generated (or a user typed), safe to print or show: its control characters escaped
+    as ``printable`` escapes them (ESC → ``\\x1b``, so a reply cannot recolour or clear a terminal),
+    its line breaks and tabs kept. A model with random weights writes any byte."""
+    if text.isprintable():
+        return text
+    return "\n".join("\t".join(printable(cell) for cell in line.split("\t")) for line in text.split("\n"))
+
+
+def escape(text: str) -> str:
+    """``text`` for a Qt rich-text label: ``printable_lines``, then HTML-escaped (quotes included), so
+    neither markup nor a control character or a bidirectional override from a file, a log or a server
+    reaches the screen as such."""
+    return html.escape(printable_lines(text))

@@ -285,14 +285,10 @@ def plan_request(args: argparse.Namespace, shape: ModelShape, inventory: Invento
 
 
 def model_text(text: str) -> str:
-    """Text a model generated, safe to print on a terminal: its control characters escaped as
-    ``text.printable`` escapes a GGUF's name (ESC → ``\\x1b``, so a reply cannot recolour or clear the
-    terminal), its line breaks and tabs kept. A model with random weights writes any byte."""
-    from app.text import printable
+    """Text a model generated, safe to print on a terminal (``app.text.printable_text``)."""
+    from app.text import printable_text
 
-    if text.isprintable():
-        return text
-    return "\n".join("\t".join(printable(cell) for cell in line.split("\t")) for line in text.split("\n"))
+    return printable_text(text)
 
 
 def advisory_lines(items: Sequence[Any]) -> list[str]:

@@ -10,13 +10,13 @@ now on one line.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from html import escape
 from typing import TYPE_CHECKING
 
 from app.planner import words
 from app.planner.plan_types import AlternativeKind, PlanMode
 from app.planner.settings import LaunchSettings
 from app.planner.units import Bytes
+from app.text import escape
 from app.ui.budget_parts import (
     AMBER,
     DEFAULT_SOURCES,

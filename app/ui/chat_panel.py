@@ -13,11 +13,12 @@ another model opens: a chat with one model is not continued on another.
 
 from __future__ import annotations
 
-from html import escape
+import html
 
 from app.sessions.chat import ChatOutcome, Message, Reply, StopSwitch, chat
 from app.sessions.client import EngineClient
 from app.sessions.fork import Sampling
+from app.text import escape, printable_text
 from app.ui.qt import (
     QHBoxLayout,
     QLabel,
@@ -48,11 +49,11 @@ ANOTHER_MODEL = "Another model is open: the chat with the one before was cleared
 
 
 def shown(text: str) -> str:
-    """Text from the model (or typed) as safe HTML: escaped, control characters as their visible
-    symbols (U+2400…), any line break one ``<br>``."""
-    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-    visible = ("".join(chr(0x2400 + ord(c)) if ord(c) < 0x20 and c != "\t" else c for c in line) for line in lines)
-    return "<br>".join(escape(line) for line in visible)
+    """Text from the model (or typed) as safe HTML: escaped as the CLI prints a reply
+    (``app.text.printable_text``: a control character or a bidirectional override as its escape,
+    ``\\x1b``), any line break one ``<br>``."""
+    lines = printable_text(text.replace("\r\n", "\n").replace("\r", "\n")).split("\n")
+    return "<br>".join(html.escape(line) for line in lines)
 
 
 def lines_tall(view: QWidget, lines: int) -> int:

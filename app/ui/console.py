@@ -3,6 +3,7 @@ the top (``start_run``); another model, opened while no engine runs, empties it.
 
 from __future__ import annotations
 
+from app.text import printable
 from app.ui.qt import QFont, QPlainTextEdit, QWidget
 from app.ui.window_state import WindowState
 
@@ -47,7 +48,7 @@ class Console(QPlainTextEdit):
         try:
             held = bar.value()
             for line in lines:
-                self.appendPlainText(line.rstrip("\n"))
+                self.appendPlainText(printable(line.rstrip("\n")))
             bar.setValue(bar.maximum() if self._follow else min(held, bar.maximum()))
         finally:
             self._appending = False

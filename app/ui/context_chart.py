@@ -10,13 +10,13 @@ is shown again after plans it missed (hidden in its tab, it prices nothing).
 from __future__ import annotations
 
 import math
-from html import escape
 from typing import TYPE_CHECKING
 
 from app.planner.curve import ContextCurve, KvCurve, context_curve
 from app.planner.errors import PlannerError
 from app.planner.plan_types import PlanMode
 from app.planner.units import Bytes, GiB
+from app.text import escape
 from app.ui.budget_parts import RED, source_text
 from app.ui.context_control import tokens_text
 from app.ui.qt import (

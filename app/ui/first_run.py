@@ -30,10 +30,10 @@ from app.ui.qt import (
     QPushButton,
     Qt,
     QTableWidget,
-    QTableWidgetItem,
     QTimer,
     QVBoxLayout,
 )
+from app.ui.shown_text import table_item
 
 if TYPE_CHECKING:
     from app.ui.main_window import MainWindow
@@ -129,8 +129,8 @@ class FirstRunGuide(QDialog):
         for path in self.models:
             row = self.library.rowCount()
             self.library.insertRow(row)
-            self.library.setItem(row, 0, QTableWidgetItem(path.name))
-            self.library.setItem(row, 1, QTableWidgetItem(str(path.parent)))
+            self.library.setItem(row, 0, table_item(path.name))
+            self.library.setItem(row, 1, table_item(str(path.parent)))
         self.library.setVisible(bool(self.models))
         self.library_note = QLabel(f"In your library ({folder}), double-click to open:" if self.models else
                               f"Your library ({folder}) is empty: open a file, a Hugging Face repo, "

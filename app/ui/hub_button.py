@@ -8,12 +8,12 @@ A download whose bytes nobody could check against a sha256 says so (``UNVERIFIED
 
 from __future__ import annotations
 
-from html import escape
 from pathlib import Path
 
 from app.hub.cache import unverified
 from app.hub.download import UNVERIFIED
 from app.hub.preview import preview_origin
+from app.text import escape
 from app.ui.qt import QPushButton, QWidget
 
 TIP = ("List the GGUF files of a Hugging Face repo, then plan one from its header (a few MiB) "

@@ -47,6 +47,7 @@ from app.ui.qt import (
     QWidget,
     Signal,
 )
+from app.ui.shown_text import PlainLabel
 from app.ui.workers import Abandon, TaskPool, TaskThread
 
 REF_HELP = "owner/name, hf:owner/name:Q4_K_M or a huggingface.co link"
@@ -90,7 +91,7 @@ class HubDialog(QDialog):
         self.token.setEchoMode(QLineEdit.EchoMode.Password)
         self.token.setPlaceholderText(token_placeholder())
         self.token.setAccessibleName("Hugging Face token (kept for this session only)")
-        self.ref_message = QLabel()
+        self.ref_message = PlainLabel()
         self.ref_message.setObjectName("refMessage")
         self.ref_message.setTextFormat(Qt.TextFormat.PlainText)
         self.ref_message.setWordWrap(True)
@@ -104,14 +105,14 @@ class HubDialog(QDialog):
         self.projector = ProjectorOffer()
         self.progress = QProgressBar()
         self.progress.setVisible(False)
-        self.status = QLabel()
+        self.status = PlainLabel()
         self.status.setObjectName("hubStatus")
         self.status.setTextFormat(Qt.TextFormat.PlainText)
         self.status.setWordWrap(True)
         self.cancel_button = QPushButton("&Cancel")
         self.cancel_button.setVisible(False)
         self.cancel_button.clicked.connect(self.cancel)
-        self.error = QLabel()
+        self.error = PlainLabel()
         self.error.setObjectName("hubError")
         self.error.setTextFormat(Qt.TextFormat.PlainText)  # server text, never markup
         self.error.setWordWrap(True)

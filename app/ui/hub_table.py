@@ -7,7 +7,8 @@ from __future__ import annotations
 from app.hub.download import UNVERIFIED
 from app.hub.remote import RepoListing
 from app.planner.units import Bytes
-from app.ui.qt import QAbstractItemView, QHeaderView, Qt, QTableWidget, QTableWidgetItem
+from app.ui.qt import QAbstractItemView, QHeaderView, Qt, QTableWidget
+from app.ui.shown_text import table_item
 
 COLUMNS = ("File", "Quant", "Size", "Parts", "Checked by")
 PROJECTOR_TIP = "A vision projector (mmproj): used together with a model, not planned on its own"
@@ -34,7 +35,7 @@ def fill_table(table: QTableWidget, listing: RepoListing) -> None:
         cells = (g.name, g.quant or "—", str(Bytes(g.size)), str(len(g.parts)),
                  "sha256" if g.verified else "size only")
         for col, text in enumerate(cells):
-            item = QTableWidgetItem(text)
+            item = table_item(text)
             item.setToolTip(PROJECTOR_TIP if g.is_projector else "\n".join(
                 [*(p.path for p in g.parts), *([] if g.verified else [f"A download is {UNVERIFIED}"])]))
             if col in (2, 3):

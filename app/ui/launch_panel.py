@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from html import escape
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +32,7 @@ from app.engine.process import ServerStatus
 from app.engine.running import LaunchedEngine
 from app.hub.preview import preview_refusal
 from app.planner.plan_types import Plan
+from app.text import escape
 from app.ui.check_view import CheckView
 from app.ui.demo import DEMO_LAUNCH
 from app.ui.engine_builder import EngineBuilder

@@ -44,6 +44,7 @@ from app.ui.qt import (
     QWidget,
     Signal,
 )
+from app.ui.shown_text import PlainLabel
 from app.ui.state import UiState
 from app.ui.workers import Abandon, TaskPool
 
@@ -75,7 +76,7 @@ def scan_text(scan: LibraryScan) -> str:
 
 
 def _label(name: str, *, error: bool = False) -> QLabel:
-    label = QLabel()
+    label = PlainLabel()
     label.setObjectName(name)
     label.setTextFormat(Qt.TextFormat.PlainText)  # file names and server text, never markup
     label.setWordWrap(True)

@@ -4,15 +4,16 @@ and the Hub's answer to a search (one row per repo)."""
 
 from __future__ import annotations
 
-from html import escape
 from pathlib import Path
 
 from app.hub.library import HF_SOURCE, LibraryEntry
 from app.hub.search import HubRepo
 from app.planner.units import Bytes
+from app.text import escape
 from app.ui.context_control import tokens_text
 from app.ui.hub_table import PROJECTOR_TIP
-from app.ui.qt import QAbstractItemView, QBrush, QColor, QHeaderView, Qt, QTableWidget, QTableWidgetItem
+from app.ui.qt import QAbstractItemView, QBrush, QColor, QHeaderView, Qt, QTableWidget
+from app.ui.shown_text import table_item
 
 COLUMNS = ("Model", "Arch", "Quant", "Size", "Trained", "Projector", "Where")
 RESULT_COLUMNS = ("Repo", "Downloads", "Updated")
@@ -84,7 +85,7 @@ def fill_library(table: QTableWidget, entries: tuple[LibraryEntry, ...]) -> None
     for row, e in enumerate(entries):
         tip = entry_tip(e)
         for col, text in enumerate(entry_cells(e)):
-            item = QTableWidgetItem(text)
+            item = table_item(text)
             item.setToolTip(tip)
             if col in (3, 4):
                 item.setTextAlignment(RIGHT)
@@ -103,7 +104,7 @@ def fill_results(table: QTableWidget, repos: list[HubRepo]) -> None:
     for row, r in enumerate(repos):
         cells = (r.repo + (" (gated)" if r.gated else ""), f"{r.downloads:,}", r.updated or "—")
         for col, text in enumerate(cells):
-            item = QTableWidgetItem(text)
+            item = table_item(text)
             item.setToolTip(f"Open {r.repo} in the Hugging Face picker: its GGUF files, planned from "
                             "their headers or downloaded")
             if col == 1:

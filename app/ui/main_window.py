@@ -22,6 +22,7 @@ from app.planner.devices import HostMemory, Inventory, Snapshot
 from app.planner.errors import PlannerError
 from app.planner.plan_types import Plan
 from app.planner.units import MiB
+from app.text import escape, printable, printable_lines
 from app.ui import demo
 from app.ui import profile as profile_module
 from app.ui.budget_view import BudgetView
@@ -65,6 +66,7 @@ from app.ui.server_panel import ServerPanel
 from app.ui.server_settings import ServerSettings
 from app.ui.sessions_panel import SessionsPanel
 from app.ui.settings_panel import SettingsPanel
+from app.ui.shown_text import PlainLabel
 from app.ui.state import UiState, ignored_fields, load_state, save_state
 from app.ui.window_layout import PlanSplit, app_icon, first_size
 from app.ui.window_session import BeforeDemo, ClosingPanels, ProfileError, WindowSession
@@ -140,7 +142,7 @@ class MainWindow(QMainWindow):
         open_row.addWidget(self.open_button, 1)
         open_row.addWidget(self.hub_button)
         open_row.addWidget(self.library_button)
-        self.error = QLabel()
+        self.error = PlainLabel()
         self.error.setObjectName("errorMessage")
         self.error.setWordWrap(True)
         self.error.setStyleSheet("color: #d62728;")
@@ -151,7 +153,7 @@ class MainWindow(QMainWindow):
         self.settings.set_engine_window(self.state.engine_window)
         self.settings.set_margins(self.state.safety_mib, self.state.vram_target_mib)
         self.settings.refused.connect(self.show_error)
-        self.settings.notice.connect(lambda text: self.statusBar().showMessage(text, 10_000))
+        self.settings.notice.connect(lambda text: self.statusBar().showMessage(printable_lines(text), 10_000))
         self.measure = MeasureBar(pool=self.pool)
         self.measure.failed.connect(lambda msg: self.show_error(f"Pass 1 failed: {msg.removeprefix('pass 1 failed: ')}"))
         self.launch = LaunchPanel(self, pool=self.pool)
@@ -449,9 +451,9 @@ class MainWindow(QMainWindow):
     def _show_model(self, model: OpenModel) -> None:
         self.demo_banner.setVisible(model.demo)
         shape = model.shape
-        self.model_label.setText(f"{model_title(model.path)}<br>{shape.arch}, {shape.n_layer} layers, "
+        self.model_label.setText(f"{model_title(model.path)}<br>{escape(shape.arch)}, {shape.n_layer} layers, "
                                  f"trained for {tokens_text(shape.n_ctx_train)} tokens")
-        self.model_label.setToolTip(str(model.path))
+        self.model_label.setToolTip(printable(str(model.path)))
         self.show_error("")
 
     @property
@@ -474,7 +476,7 @@ class MainWindow(QMainWindow):
         self.error.setText(message)
         self.error.setVisible(bool(message))
         if message:
-            self.statusBar().showMessage(message, 10_000)
+            self.statusBar().showMessage(printable_lines(message), 10_000)
             self.errorShown.emit(message)
 
     def dragEnterEvent(self, e: QDragEnterEvent) -> None:

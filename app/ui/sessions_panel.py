@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from html import escape
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ from app.sessions.client import EngineClient
 from app.sessions.fork import Sampling, TurnResult, fork, keep, turn
 from app.sessions.smoke import SmokeResult, run_smoke
 from app.sessions.store import Session, SessionStore, free_names
+from app.text import escape
 from app.ui.qt import (
     QComboBox,
     QGroupBox,

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from app.planner import words
 from app.planner.settings import ALL_LAYERS, DEFAULT_CACHE_RAM_MIB, KV_TYPES, FlashAttn, LaunchSettings
 from app.planner.units import MiB
+from app.text import printable
 from app.ui.context_control import ContextControl, K
 from app.ui.extras_section import ExtrasSection
 from app.ui.qt import (
@@ -254,12 +255,12 @@ class SettingsPanel(QWidget):
             self.mmproj.setText("Vision projector")
             self.mmproj.setToolTip("")
             return
-        name = path.name
+        name = printable(path.name)
         if len(name) > PROJECTOR_NAME_CHARS:
             half = (PROJECTOR_NAME_CHARS - 1) // 2
             name = f"{name[:half]}…{name[-half:]}"
         self.mmproj.setText(f"Vision projector: {name}")
-        self.mmproj.setToolTip(f"--mmproj {path}")
+        self.mmproj.setToolTip(printable(f"--mmproj {path}"))
 
     def offer_projector(self, model: str | Path | None, *, emit: bool = True) -> bool:
         """Show "Vision projector: FILE" (checked) when a projector for ``model`` lies beside it, else

@@ -3,7 +3,7 @@
 
 The real window launches the real engine on MODEL with 3 parallel sessions, sends two chat turns,
 forks a third message into 3 replies side by side, and saves the window to OUT. The tiny test models
-have random weights: their replies are random bytes (control characters drawn as their symbols).
+have random weights: their replies are random bytes (control characters shown as their escapes, as the CLI prints them).
 Prints ``chat screenshot: OUT`` and exits 0, or says what did not happen and exits 1.
 """
 

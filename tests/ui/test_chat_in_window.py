@@ -149,7 +149,8 @@ def test_an_engine_with_one_slot_chats_but_offers_no_fork(window, tiny_chat_mode
 def test_model_text_is_shown_as_text_never_as_markup():
     assert shown("<b>x</b> & y") == "&lt;b&gt;x&lt;/b&gt; &amp; y"
     assert shown("a\r\nb\rc\nd") == "a<br>b<br>c<br>d"
-    assert shown("\x02\x1b") == "\u2402\u241b"  # control characters as their visible symbols
+    # control characters and a right-to-left override as their escapes, as the CLI prints a reply
+    assert shown("\x02\x1b\u202e\tend") == "\\x02\\x1b\\u202e\tend"
 
 
 @pytest.mark.engine
