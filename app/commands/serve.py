@@ -41,6 +41,7 @@ from app.commands.common import (
 from app.engine.discover import EngineInfo, EngineOrigin
 from app.engine.process import ServerStatus
 from app.planner import words
+from app.planner.devices import Inventory
 from app.planner.errors import NotModelled
 from app.planner.gguf.model import ModelShape
 from app.planner.measurement import Measurement
@@ -136,9 +137,9 @@ class Pass1Failed(Exception):
         super().__init__(str(error))
 
 
-def _plan(args: argparse.Namespace, shape: ModelShape, settings: LaunchSettings) -> Plan:
-    """The plan, with pass 1 (through the on-disk cache) for the plan's own launch unless --no-measure.
-    Raises Pass1Failed when pass 1 ran and failed."""
+def _plan(args: argparse.Namespace, shape: ModelShape, settings: LaunchSettings) -> tuple[Plan, Inventory]:
+    """The plan, with pass 1 (through the on-disk cache) for the plan's own launch unless --no-measure,
+    and the devices it was made for. Raises Pass1Failed when pass 1 ran and failed."""
     from app.probe.measure import MeasureError, measure_cached
 
     inventory = inventory_from_args(args)
@@ -153,7 +154,7 @@ def _plan(args: argparse.Namespace, shape: ModelShape, settings: LaunchSettings)
         except MeasureError as exc:
             raise Pass1Failed(exc) from None
 
-    return plan_request(args, shape, inventory, None if args.no_measure else pass1).plan(settings).plan
+    return plan_request(args, shape, inventory, None if args.no_measure else pass1).plan(settings).plan, inventory
 
 
 def _refuse_failed_pass1(failed: Pass1Failed) -> int:
@@ -241,13 +242,13 @@ def run(args: argparse.Namespace) -> int:
         settings = settings_from_args(args)
         modelled = read_shape(args.model)
         shape: ModelShape | None = modelled
-        plan = _plan(args, modelled, settings)
+        plan, inventory = _plan(args, modelled, settings)
     except Pass1Failed as failed:
         return _refuse_failed_pass1(failed)
     except NotModelled as exc:
         if not args.unplanned:
             return _refuse_not_modelled(args, settings, engines, exc)
-        shape, plan = None, unplanned(settings, args, str(exc))
+        shape, plan, inventory = None, unplanned(settings, args, str(exc)), None
     except (PlannerError, ValueError) as exc:
         print(f"headroom serve: cannot plan: {exc}", file=sys.stderr)
         return 2
@@ -324,7 +325,7 @@ def run(args: argparse.Namespace) -> int:
             print(describe(check))
             for line in learn_overhead(plan.gpus, check):
                 print(line, flush=True)
-            _speed_row(plan, server.base_url, spec.api_key, args)
+            _speed_row(plan, inventory, server.base_url, spec.api_key)
         if args.smoke and not _smoke(server, spec.api_key, args.diagnostic):
             print("headroom serve: the smoke test failed; stopping the engine", file=sys.stderr)
             return 1
@@ -347,7 +348,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _speed_row(plan: Plan, base_url: str, api_key: str | None, args: argparse.Namespace) -> None:
+def _speed_row(plan: Plan, inventory: Inventory | None, base_url: str, api_key: str | None) -> None:
     """The engine's own timings of one short completion beside the plan's predicted tokens/s; the
     calibration learns measured ÷ predicted for this machine and these devices."""
     from app.engine.speed_check import check_speed, measure
@@ -362,7 +363,7 @@ def _speed_row(plan: Plan, base_url: str, api_key: str | None, args: argparse.Na
         print("speed: not predicted for this engine's placement (the window engine)", flush=True)
         return
     print(check.line(), flush=True)
-    if not learn(inventory_from_args(args, quiet=True), check.decode_ratio, check.prefill_ratio):
+    if inventory is not None and not learn(inventory, check.decode_ratio, check.prefill_ratio):
         print("speed: the calibration could not be stored (the cache is not writable)", flush=True)
 
 
