@@ -105,10 +105,11 @@ def _engine_for(plan: Plan) -> tuple[EngineInfo | None, str]:
 
 
 def _advisories(launch: LaunchSettings, mode: PlanMode, engine: EngineInfo | None, arch: str, *,
-                spills: bool = True) -> list[Advisory]:
+                spills: bool = True, kv_host_layers: int = 0) -> list[Advisory]:
     from app.engine.launch import launch_advisories
 
-    return [] if engine is None else launch_advisories(launch, mode, engine, arch, spills=spills)
+    return [] if engine is None else launch_advisories(launch, mode, engine, arch, spills=spills,
+                                                       kv_host_layers=kv_host_layers)
 
 
 def _not_modelled(args: argparse.Namespace, arch: str, message: str) -> int:
@@ -149,7 +150,8 @@ def run(args: argparse.Namespace) -> int:
     if pass1.failure:
         print(f"headroom plan: pass 1 failed, compute buffers estimated: {pass1.failure}", file=sys.stderr)
     engine, no_engine = _engine_for(plan)
-    advs = _advisories(plan.launch, plan.mode, engine, shape.arch, spills=plan.tail_cells > 0)
+    advs = _advisories(plan.launch, plan.mode, engine, shape.arch, spills=plan.tail_cells > 0,
+                       kv_host_layers=plan.kv_host_layers)
     if args.json:
         print(json.dumps(plan.to_json() | {
             "model": str(shape.path), "header_only": preview_origin(shape.path) is not None, "arch": shape.arch, "max_context": fit.to_json(),

@@ -54,6 +54,10 @@ RACE_FIX = Fix("43fe9c642", None, "43fe9c642", 29994, "2026-10-06",
                "(partial seq_cp is an assertion failure since)")
 #: Order matters: RACE_FIX landed after SCATTER_FIX.
 KPOOL_FIXES = (SCATTER_FIX, RACE_FIX)
+#: Headroom's patch 5 (docs/engine-patches.md): a layer whose KV is in host memory attends on the CPU
+#: for decode. Without it llama.cpp runs that attention on the GPU and copies the layer's used KV over the
+#: bus for every token (-ngl + -ot host tail; -nkvo with flash attention). No upstream fix is known.
+HOST_KV_ATTENTION = "host-kv-attention"
 
 
 class Placement(Enum):
@@ -167,15 +171,34 @@ def _fixed_here(arch: str, fixes: list[Fix], engine: str) -> Advisory:
         "nothing to do; forking and sharing sessions is safe on this engine")
 
 
+def _host_kv(patched: tuple[str, ...], engine: str) -> Advisory:
+    if HOST_KV_ATTENTION in patched:
+        return Advisory(
+            "host-kv-attention-in-build", Severity.INFO, "KV in host RAM: attention on the CPU in this build",
+            f"{engine} carries Headroom's patch for it: the layers whose KV is in host RAM read it on the CPU "
+            "for each decoded token, and only their activations cross the bus",
+            "nothing to do")
+    return Advisory(
+        "host-kv-attention", Severity.WARNING, "KV in host RAM: this engine attends on the GPU",
+        f"{engine} runs the attention of the layers whose KV is in host RAM on the GPU, copying their whole "
+        "used KV over the bus for every decoded token: decode slows as the context fills",
+        "serve with Headroom's engine (headroom engine build: its patch keeps that attention on the CPU), "
+        "or keep the KV resident (a shorter context or a q8_0 KV)")
+
+
 def advisories_for(arch: str, engine_commit: str | None, engine_build_number: int | None,
                    n_parallel: int, kv_unified: bool, window_mode: bool,
-                   patched: tuple[str, ...] = (), *, spills: bool = True) -> list[Advisory]:
+                   patched: tuple[str, ...] = (), *, spills: bool = True, host_kv: bool = False) -> list[Advisory]:
     """Known issues for serving ``arch`` with these settings on this engine (empty: none known).
     ``patched``: the ``Fix.name`` values the engine carries as Headroom patches (its build stamp).
-    ``spills``: the window has a host tail (False: every cell resident, nothing spills)."""
+    ``spills``: the window has a host tail (False: every cell resident, nothing spills).
+    ``host_kv``: some layer's KV is in host RAM while its weights are on a GPU (a KV host tail, or
+    -nkvo with flash attention)."""
     out: list[Advisory] = []
     shared = n_parallel > 1
     engine = _engine_words(engine_commit, engine_build_number)
+    if host_kv and not window_mode:
+        out.append(_host_kv(patched, engine))
     if window_mode and kv_unified:
         out.append(Advisory(
             "window-excludes-kvu", Severity.ERROR, "the rolling-KV window excludes --kv-unified",

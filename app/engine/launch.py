@@ -71,17 +71,20 @@ def engine_placement(engine: EngineInfo) -> EngineVersion:
 
 
 def launch_advisories(launch: LaunchSettings, mode: PlanMode, engine: EngineInfo, arch: str, *,
-                      spills: bool = True) -> list[Advisory]:
+                      spills: bool = True, kv_host_layers: int = 0) -> list[Advisory]:
     """Known engine issues for serving ``arch`` with ``launch`` on ``engine`` (no plan needed, so a
-    model the planner does not model still gets them). ``spills``: a window plan's host tail is not 0."""
+    model the planner does not model still gets them). ``spills``: a window plan's host tail is not 0.
+    ``kv_host_layers``: the plan's KV host tail (layers whose KV is in host RAM, their weights on a GPU)."""
     build, commit = engine_placement(engine)
+    host_kv = kv_host_layers > 0 or (not launch.offload_kqv and not launch.flash_attn_off)
     return advisories_for(arch, commit, build, launch.n_parallel, launch.kv_unified, mode == PlanMode.WINDOW,
-                          patched=engine.fixes, spills=spills)
+                          patched=engine.fixes, spills=spills, host_kv=host_kv)
 
 
 def advisories(plan: Plan, engine: EngineInfo, arch: str) -> list[Advisory]:
     """Known engine issues for this plan's launch of an ``arch`` model on ``engine``."""
-    return launch_advisories(plan.launch, plan.mode, engine, arch, spills=plan.tail_cells > 0)
+    return launch_advisories(plan.launch, plan.mode, engine, arch, spills=plan.tail_cells > 0,
+                             kv_host_layers=plan.kv_host_layers)
 
 
 def prepare(plan: Plan, model: Path, engines: Sequence[EngineInfo], *, host: str = "127.0.0.1",

@@ -232,3 +232,18 @@ class LaunchSettings:
         if "tensor_overrides" in known:
             known["tensor_overrides"] = tuple((str(p), str(b)) for p, b in known["tensor_overrides"])
         return cls(**known)
+
+
+#: ``--n-cpu-moe`` moves, for each of the first N layers, the tensors this matches (after
+#: ``blk\.N``) to the CPU (common/common.h ``LLM_FFN_EXPS_REGEX``, ``llm_add_n_cpu_ffn_overrides``).
+FFN_EXPS_REGEX = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps"
+
+
+def buffer_overrides(settings: LaunchSettings) -> tuple[tuple[str, str], ...]:
+    r"""Every tensor-buffer override the engine will apply, in its order (the argv passes
+    ``--n-cpu-moe`` before ``-ot``, so the experts stay on the CPU): ``--n-cpu-moe N``'s (one
+    ``blk\.i\.ffn_…_exps`` → CPU per layer ``i < N``), then ``-ot`` as given. The first match wins
+    (src/llama-model.cpp ``load_tensors``: ``regex_search`` over the list, ``break`` on a match).
+    Here, not beside the weights, so that pass 1's child imports no GGUF reader (app.probe.worker)."""
+    moe = tuple((f"blk\\.{i}{FFN_EXPS_REGEX}", "CPU") for i in range(settings.n_cpu_moe))
+    return moe + settings.tensor_overrides

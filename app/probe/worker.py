@@ -22,8 +22,7 @@ import types
 from pathlib import Path
 from typing import Any
 
-from app.planner.memory.weights import buffer_overrides
-from app.planner.settings import GGML_TYPE_IDS, LaunchSettings
+from app.planner.settings import GGML_TYPE_IDS, LaunchSettings, buffer_overrides
 
 #: llama.h ``enum llama_load_mode``: LLAMA_LOAD_MODE_NONE. With no_alloc, anything else aborts
 #: (``GGML_ASSERT(!ml.no_alloc)`` in src/llama-model.cpp).

@@ -44,7 +44,7 @@ def test_doctor_inside_the_bundle_reports_its_engine(bundle: Bundle, tmp_path: P
     assert proc.returncode == 0, proc.stderr
     bin_dir = bundle.folder / "engine" / "build" / "bin"
     engine = _line(proc.stdout, "Engine")
-    assert engine.endswith(f"(llama.cpp 0c1e57098 + 4 Headroom patches) at {bin_dir}/llama-server (bundle)")
+    assert engine.endswith(f"(llama.cpp 0c1e57098 + 5 Headroom patches) at {bin_dir}/llama-server (bundle)")
     assert _line(proc.stdout, "  CPU code").endswith("portable: the CPU code is chosen at run time, without AMX")
     selftest = _line(proc.stdout, "Engine self-test")  # the bundle's engine, really started on this CPU
     assert f"{bin_dir}/llama-server serves on this CPU: loaded a Q4_0 model and answered in" in selftest

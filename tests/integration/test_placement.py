@@ -16,8 +16,10 @@ from pathlib import Path
 import pytest
 
 from app.engine.native_build import EngineBuild
+from app.llamacpp.sched import sched_graphs
 from tests.fixtures.rpc import rpc_worker
-from tests.fixtures.server_proc import headroom_serving
+from tests.fixtures.sched_record import COMMON
+from tests.fixtures.server_proc import headroom_serving, running_server
 
 pytestmark = pytest.mark.engine
 
@@ -94,3 +96,30 @@ def test_a_moe_model_gets_its_experts_on_the_cpu_that_match_and_answer_the_same(
     assert rows[("host", "weights")][1] == "ok" and host_weights > 1.0, out  # experts mapped on the host
     assert "every buffer within 1 MiB" in out, out
     assert offloaded == resident
+
+
+def test_the_host_tails_layers_attend_on_the_cpu_for_every_decoded_token(
+        engine_build: EngineBuild, tiny_deep_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Patch 5 (docs/engine-patches.md): the layers whose KV is in host RAM read it on the CPU when
+    decoding, two graph splits each, and no KV crosses to the device; the answer is unchanged."""
+    monkeypatch.setenv("GGML_SCHED_DEBUG", "2")
+    log = tmp_path / "server.log"
+    with rpc_worker() as (worker, _):
+        tail = ("-ngl", "7", "-ot", rf"blk\.(0|1)\.=RPC0[{worker}]")  # the KV of layers 0 and 1 on the host
+        with running_server(engine_build.server, tiny_deep_model, log, ("--rpc", worker, *COMMON, *tail)) as srv:
+            tokens = srv.post("/completion", {"prompt": PROMPT, "n_predict": 8, "temperature": 0, "top_k": 1,
+                                              "return_tokens": True, "ignore_eos": True})["tokens"]
+        with running_server(engine_build.server, tiny_deep_model, tmp_path / "resident.log",
+                            ("--rpc", worker, *COMMON, "-ngl", "999")) as srv:
+            resident = srv.post("/completion", {"prompt": PROMPT, "n_predict": 8, "temperature": 0, "top_k": 1,
+                                                "return_tokens": True, "ignore_eos": True})["tokens"]
+    text = log.read_text(errors="replace")
+    assert "host-KV attention: a layer whose KV is in host memory attends on the CPU" in text
+    decode = [g for g in sched_graphs(text) if g.n_tokens == 1]
+    assert decode, text[-2000:]
+    for graph in decode:
+        attention = graph.attention()
+        assert attention[0] == attention[1] == "CPU", attention
+        assert all(attention[il] == f"RPC0[{worker}]" for il in range(2, 8)), attention
+        assert graph.kv_copied() == set() and len(graph.splits) == 6
+    assert tokens == resident

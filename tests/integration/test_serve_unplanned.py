@@ -60,7 +60,7 @@ def test_one_backend_diagnostic_smoke_is_inconclusive(tiny_glm5_next_model: Path
     assert rc == 0, out
     assert "warning: not planned: not modelled: glm5-next" in out
     assert out.count(FIXED) == 1 and "advisory: [warning]" not in out
-    assert "llama.cpp 0c1e57098 + 4 Headroom patches" in out
+    assert "llama.cpp 0c1e57098 + 5 Headroom patches" in out
     assert "smoke: inconclusive" in out and "--rpc" in out
     assert "engine stopped" in out
 

@@ -61,7 +61,7 @@ def test_nothing_configured_opens_the_guide_with_the_engine_found(window, qtbot,
     with qtbot.waitSignal(window.launch.enginesFound, timeout=ENGINES_S):
         window.launch.discover()
     text = guide.engine_status.text()
-    assert text.startswith("✓ llama-server") and "llama.cpp 0c1e57098 + 4 Headroom patches" in text
+    assert text.startswith("✓ llama-server") and "llama.cpp 0c1e57098 + 5 Headroom patches" in text
     assert not guide.builder.isVisible()
     assert guide.library.isHidden() and "is empty" in guide.library_note.text()
 

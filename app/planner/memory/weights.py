@@ -37,7 +37,7 @@ import numpy as np
 from app.planner.gguf.model import ModelShape
 from app.planner.gguf.reader import TensorInfo
 from app.planner.memory.repack import NO_REPACK, CpuFeatures, is_repacked, repack_bytes
-from app.planner.settings import LaunchSettings
+from app.planner.settings import LaunchSettings, buffer_overrides
 from app.planner.sources import Source, SourceKind
 
 #: ggml-cuda ``ggml_backend_cuda_buffer_type_get_alignment``.
@@ -178,20 +178,6 @@ def slot_gpu_bytes(shape: ModelShape) -> dict[int, int]:
 
 #: A tensor-buffer override resolved to a device: (pattern, device index or None for the CPU).
 Override = tuple[str, int | None]
-
-#: ``--n-cpu-moe`` moves, for each of the first N layers, the tensors this matches (after
-#: ``blk\.N``) to the CPU (common/common.h ``LLM_FFN_EXPS_REGEX``, ``llm_add_n_cpu_ffn_overrides``).
-FFN_EXPS_REGEX = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps"
-
-
-def buffer_overrides(settings: LaunchSettings) -> tuple[tuple[str, str], ...]:
-    r"""Every tensor-buffer override the engine will apply, in its order (the argv passes
-    ``--n-cpu-moe`` before ``-ot``, so the experts stay on the CPU): ``--n-cpu-moe N``'s (one
-    ``blk\.i\.ffn_…_exps`` → CPU per layer ``i < N``), then ``-ot`` as given. The first match wins
-    (src/llama-model.cpp ``load_tensors``: ``regex_search`` over the list, ``break`` on a match)."""
-    moe = tuple((f"blk\\.{i}{FFN_EXPS_REGEX}", "CPU") for i in range(settings.n_cpu_moe))
-    return moe + settings.tensor_overrides
-
 
 def resolve_overrides(settings: LaunchSettings, names: Sequence[str]) -> tuple[Override, ...]:
     """``buffer_overrides`` with each buffer name turned into a device index (``names``: the

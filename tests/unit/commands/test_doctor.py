@@ -38,7 +38,7 @@ def test_doctor_names_the_engine_with_its_patches_and_pass_1_loads_that_build(en
     assert proc.returncode == 0, proc.stderr
     engine = next(line for line in proc.stdout.splitlines()
                   if line.startswith("Engine") and str(engine_build.server) in line)
-    assert "(llama.cpp 0c1e57098 + 4 Headroom patches)" in engine
+    assert "(llama.cpp 0c1e57098 + 5 Headroom patches)" in engine
     bindings = next(line for line in proc.stdout.splitlines() if line.startswith("llama-cpp-python"))
     assert f"library from {engine_build.bin_dir}" in bindings  # pass 1's libllama: the same patched build
     if engine_build.backend is Backend.CPU:  # what to do for GPU numbers: the engine build comes first

@@ -79,13 +79,13 @@ def test_plan_names_the_engine_and_its_advisories(engine_build: EngineBuild, tin
     rc, out = _plan(capsys, str(tiny_model), "-np", "2", "-kvu")
     assert rc == 0
     assert "engine: llama-server" in out and str(engine_build.server) in out
-    assert "(llama.cpp 0c1e57098 + 4 Headroom patches)" in out
+    assert "(llama.cpp 0c1e57098 + 5 Headroom patches)" in out
     assert "advisories: none known" in out
     rc = cli.main(["plan", str(tiny_model), "--json"])
     data = json.loads(capsys.readouterr().out)
     assert data["engine"]["path"] == str(engine_build.server) and data["advisories"] == []
-    assert data["engine"]["llama_cpp"] == "llama.cpp 0c1e57098 + 4 Headroom patches"
-    assert data["engine"]["fixes"] == ["b11412", "43fe9c642", "fork-in-a-full-pool"]
+    assert data["engine"]["llama_cpp"] == "llama.cpp 0c1e57098 + 5 Headroom patches"
+    assert data["engine"]["fixes"] == ["b11412", "43fe9c642", "fork-in-a-full-pool", "host-kv-attention"]
 
 
 def test_a_model_the_planner_does_not_model_still_gets_its_advisories(

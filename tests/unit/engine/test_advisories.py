@@ -88,7 +88,7 @@ def test_props_build_info_parses_like_the_version_line() -> None:
 
 
 #: What the engine Headroom builds carries (its build.json ``fixes``, from the patches' Headroom-Fix lines).
-PATCHED = ("b11412", "43fe9c642", "fork-in-a-full-pool")
+PATCHED = ("b11412", "43fe9c642", "fork-in-a-full-pool", "host-kv-attention")
 
 
 def test_headroom_patched_engine_says_fixed_in_this_build_instead_of_warning() -> None:
@@ -112,3 +112,18 @@ def test_an_engine_with_only_the_first_patch_is_still_warned_of_the_race() -> No
 
 def test_a_patch_fixes_nothing_for_a_model_without_a_k_pool() -> None:
     assert advisories_for("llama", "0c1e570", 1, 4, True, False, patched=PATCHED) == []
+
+
+def test_a_kv_host_tail_on_an_engine_without_patch_5_is_warned_that_its_attention_copies_the_kv() -> None:
+    """The plan says "their attention on the CPU": true on Headroom's engine (patch 5, build.json
+    ``host-kv-attention``), and any other engine is told what it does instead."""
+    before_patch_5 = PATCHED[:3]
+    adv = advisories_for("llama", "0c1e570", 1, 1, False, False, patched=before_patch_5, host_kv=True)
+    assert [(a.key, a.severity) for a in adv] == [("host-kv-attention", "warning")]
+    assert "on the GPU, copying their whole used KV over the bus for every decoded token" in adv[0].detail
+    assert "headroom engine build" in adv[0].action
+    fixed = advisories_for("llama", "0c1e570", 1, 1, False, False, patched=PATCHED, host_kv=True)
+    assert [(a.key, a.severity) for a in fixed] == [("host-kv-attention-in-build", "info")]
+    assert "read it on the CPU for each decoded token" in fixed[0].detail
+    # nothing in host RAM: nothing to say
+    assert advisories_for("llama", "0c1e570", 1, 1, False, False, patched=PATCHED) == []

@@ -83,8 +83,8 @@ def test_the_engine_headroom_builds_says_fixed_in_this_build_for_glm5_next_with_
     from app.engine.launch import advisories
 
     (built,) = [e for e in discover_engines() if e.source == "headroom build"]
-    assert built.fixes == ("b11412", "43fe9c642", "fork-in-a-full-pool")
-    assert built.llama_cpp == "llama.cpp 0c1e57098 + 4 Headroom patches"
+    assert built.fixes == ("b11412", "43fe9c642", "fork-in-a-full-pool", "host-kv-attention")
+    assert built.llama_cpp == "llama.cpp 0c1e57098 + 5 Headroom patches"
     shared = _plan(PlanMode.STOCK, LaunchSettings(n_parallel=2, kv_unified=True))
     spec = prepare(shared, MODEL, [built], port=8080, arch="glm5-next")
     assert [(a.key, a.severity) for a in spec.advisories] == [("kpool-fixed-in-build", Severity.INFO)]
@@ -101,6 +101,17 @@ def test_the_engine_headroom_builds_says_fixed_in_this_build_for_glm5_next_with_
     # one sequence: no sharing warning, but on that engine the decode graph still re-reserves
     solo = prepare(alone, MODEL, [stock], port=8080, arch="glm5-next").advisories
     assert [(a.key, a.severity) for a in solo] == [("kpool-single-rereserve", "info")]
+    # a KV host tail ("their attention on the CPU"): true in this build (patch 5), warned elsewhere
+    tail = replace(alone, kv_host_layers=2)
+    assert [a.key for a in prepare(tail, MODEL, [built], port=8080, arch="llama").advisories] == [
+        "host-kv-attention-in-build"]
+    (warned,) = prepare(tail, MODEL, [stock], port=8080, arch="llama").advisories
+    assert warned.key == "host-kv-attention" and warned.severity == Severity.WARNING
+    nkvo = _plan(PlanMode.STOCK, LaunchSettings(offload_kqv=False))
+    assert [a.key for a in prepare(nkvo, MODEL, [stock], port=8080, arch="llama").advisories] == ["host-kv-attention"]
+    # without flash attention, llama.cpp already runs -nkvo's attention on the CPU
+    nkvo_no_fa = _plan(PlanMode.STOCK, LaunchSettings(offload_kqv=False, flash_attn="off"))
+    assert prepare(nkvo_no_fa, MODEL, [stock], port=8080, arch="llama").advisories == ()
 
 
 def test_an_engine_placed_only_by_build_number() -> None:

@@ -22,15 +22,17 @@ PORTS = ("0001-kpool-one-graph-shape.patch", "0002-kpool-one-scatter-row-per-rep
 FIXES = (*PORTS, "0003-fork-children-free-their-cells.patch")
 #: A build option, not a fix: it names no Headroom-Fix.
 BUILD = "0004-cpu-variants-list.patch"
-NAMES = (*FIXES, BUILD)
+#: Headroom's own speed fix: a host-KV layer's attention on the CPU for decode.
+HOST_KV = "0005-host-kv-attention-on-the-cpu.patch"
+NAMES = (*FIXES, BUILD, HOST_KV)
 
 
-def test_the_series_is_the_two_kpool_ports_headrooms_fork_fix_then_the_cpu_variants_option() -> None:
+def test_the_series_is_the_kpool_ports_the_fork_fix_the_cpu_variants_option_then_host_kv_attention() -> None:
     series = patch_series()
     assert series.names == NAMES
-    assert series.fixes == ("b11412", "43fe9c642", "fork-in-a-full-pool")
+    assert series.fixes == ("b11412", "43fe9c642", "fork-in-a-full-pool", "host-kv-attention")
     assert re.fullmatch(r"[0-9a-f]{8}", series.digest)
-    assert engine_patches.engine_label(COMMIT, series.names) == "llama.cpp 0c1e57098 + 4 Headroom patches"
+    assert engine_patches.engine_label(COMMIT, series.names) == "llama.cpp 0c1e57098 + 5 Headroom patches"
     assert engine_patches.engine_label(COMMIT, ()) == "llama.cpp 0c1e57098"
 
 
@@ -45,6 +47,10 @@ def test_each_patch_opens_with_what_it_changes_why_and_the_fix_it_ports(name: st
     elif name == BUILD:  # no engine code: a CMake list, and why the bundle needs it
         assert re.search(r"^Ports: nothing; Headroom's own build option", head, re.MULTILINE)
         assert "Headroom-Fix" not in head and "sapphirerapids" in head and "AMX" in head
+    elif name == HOST_KV:  # Headroom's own, the line its build records, and what it moves where
+        assert re.search(r"^Ports: nothing; Headroom's own fix \(0c1e57098 copies .+\)$", head, re.MULTILINE)
+        assert re.search(r"^Headroom-Fix: host-kv-attention$", head, re.MULTILINE)
+        assert "FLASH_ATTN_EXT" in head and "--no-op-offload" in head
     else:  # Headroom's own: it says so, and that upstream has the bug too
         assert re.search(r"^Ports: nothing; Headroom's own fix \(0c1e57098 has both bugs, .+\)$", head, re.MULTILINE)
 
@@ -54,7 +60,7 @@ def test_the_series_applies_to_the_pinned_tree_as_it_is(tmp_path: Path) -> None:
     root = tmp_path / "llama.cpp"  # the files the series touches, copied
     for rel in ("src/models/glm5-next.cpp", "src/llama-memory-hybrid-idx.cpp", "src/llama-memory-hybrid-idx.h",
                 "ggml/src/ggml-cuda/ggml-cuda.cu", "tools/server/server-context.cpp", "ggml/CMakeLists.txt",
-                "ggml/src/CMakeLists.txt"):
+                "ggml/src/CMakeLists.txt", "src/llama-graph.cpp", "src/llama-context.cpp"):
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(tree / rel, root / rel)
     env = dict(os.environ, GIT_CEILING_DIRECTORIES=str(tmp_path))
@@ -67,6 +73,8 @@ def test_the_series_applies_to_the_pinned_tree_as_it_is(tmp_path: Path) -> None:
     server = (root / "tools" / "server" / "server-context.cpp").read_text()
     assert "cached tokens for the child of task" in server and "&& prompt_decoded" in server
     assert "GGML_CPU_VARIANTS" in (root / "ggml" / "src" / "CMakeLists.txt").read_text()
+    assert "llama_headroom_kv_on_host(k)" in (root / "src" / "llama-graph.cpp").read_text()
+    assert "host-KV attention" in (root / "src" / "llama-context.cpp").read_text()
     assert "cache_safe" in (tree / "src" / "llama-memory-hybrid-idx.cpp").read_text(), "the cached tree is pristine"
 
 

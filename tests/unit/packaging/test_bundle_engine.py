@@ -73,7 +73,7 @@ def test_a_bundle_with_an_empty_user_cache_uses_its_own_engine(bundle: Path, tmp
     assert candidates()[-1] == (build.server, EngineOrigin.BUNDLE)
     engines = discover_engines(probe=False)
     shipped = next(e for e in engines if e.source == EngineOrigin.BUNDLE)
-    assert shipped.llama_cpp == "llama.cpp 0c1e57098 + 4 Headroom patches"  # its stamp: the patches
+    assert shipped.llama_cpp == "llama.cpp 0c1e57098 + 5 Headroom patches"  # its stamp: the patches
     assert ensure_llama_cpp_lib() == build.bin_dir  # pass 1's libllama: the same copy
 
 
