@@ -651,7 +651,8 @@ def automatic_choice(plan: Plan, asked: LaunchSettings, fit: ContextFit | None) 
         where = f"with {chosen.placement}" if chosen.placement else resident_where(chosen.launch)
         planned = f"{format_tokens(chosen.launch.n_ctx)} {where}{speed}"
     else:
-        planned = chosen.label + (f" — {chosen.note}" if chosen.note else "") + speed  # the rule, said once
+        gist = chosen.note.split(":")[0]  # its gist; a rule after the colon is said in the alternatives' row
+        planned = chosen.label + (f" — {gist}" if gist else "") + speed
     others = [e for e in reach if e.launch != plan.launch and e.n_ctx != plan.launch.n_ctx]
     if not others:
         return Choice(head, f"planned {planned}.")

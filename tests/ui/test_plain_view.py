@@ -13,7 +13,7 @@ from app.planner.plan_types import AlternativeKind
 from app.planner.units import format_tokens
 from app.ui.chat_panel import lines_tall
 from app.ui.main_window import MainWindow
-from app.ui.qt import QApplication, Qt, QWidget
+from app.ui.qt import QApplication, QScrollArea, Qt, QWidget
 from app.ui.state import UiState
 from tests.ui.test_window_findings import seen, show_at, shown_text
 
@@ -89,8 +89,9 @@ def test_a_smaller_kv_type_chosen_is_said_with_its_speed_and_the_settings_as_set
     assert chosen.kind is AlternativeKind.SMALLER_KV_TYPE
     text = shown_text(window.budget.verdict)
     assert text.startswith("512k does not fit as set (CUDA0 is short by ")
-    # the rule for q8_0 (said once: here) and its predicted speed
-    assert f"planned -ctk q8_0 -ctv q8_0 — {chosen.note} ({words.short_speed(chosen)})" in text
+    # its gist and its predicted speed (the rule is in its row of "Other ways to run it")
+    gist = chosen.note.split(":")[0]
+    assert f"planned -ctk q8_0 -ctv q8_0 — {gist} ({words.short_speed(chosen)})" in text
     resident = words.context_reach(plan, fit)[0]
     assert resident.resident and f"As set, at most: {words.end_words(resident)}." in text
     button = window.budget.other_way
@@ -119,7 +120,8 @@ def test_on_8_gib_both_ends_are_offered_with_the_clis_figures(window, qtbot):
     c = window.settings.context
     assert c.fits.text() == f"largest that fits: {format_tokens(fast.launch.n_ctx)} fully on GPU ({words.short_speed(fast)})"
     assert seen(c.longest)
-    assert shown_text(c.longest) == f"longest: {words.end_words(words.context_reach(plan, fit)[1])}"
+    drawn = shown_text(c.longest).replace("\u2060", "").replace("\xa0", " ")  # (the speed kept on one line)
+    assert drawn == f"longest: {words.end_words(words.context_reach(plan, fit)[1])}"
     with qtbot.waitSignal(window.planned):
         c.longest.linkActivated.emit("longest")  # a click on its link
     assert window.settings.settings().n_ctx == longest.launch.n_ctx
@@ -173,3 +175,22 @@ def test_opening_advanced_does_not_move_the_splitter_beside_the_form(window, qtb
     window.settings.set_advanced_open(True)
     QApplication.processEvents()
     assert window.centralWidget().sizes() == closed
+
+
+def test_a_long_sessions_status_wraps_and_is_reachable_at_1024x700(window, qtbot):
+    demo_on(window, qtbot, "")
+    show_at(window, qtbot, 1024, 700)
+    window.talk.setCurrentIndex(1)
+    result = window.sessions.result
+    said = ("Forked into 3 sessions: prompt evaluated once, shared by 3 (412-token prompt; /metrics: +412 decoded, "
+            "+824 from cache); continue one of them with the prompt above.")
+    result.setText(said)
+    QApplication.processEvents()
+    page = window.talk.currentWidget()
+    assert isinstance(page, QScrollArea)
+    page.ensureWidgetVisible(result)
+    QApplication.processEvents()
+    assert seen(result)
+    # the whole status is drawn: as wide as the page at most, as tall as its wrapped lines need
+    assert result.width() <= page.viewport().width()
+    assert result.height() >= result.heightForWidth(result.width())
