@@ -246,31 +246,21 @@ def render(plan: Plan, title: str, fit: ContextFit, asked: LaunchSettings | None
 
 def _largest_lines(plan: Plan, fit: ContextFit) -> list[str]:
     """"how far can I go": the largest context fully resident and the longest with part of it in
-    host RAM — the same figures the alternatives offer when the asked context fits no way."""
+    host RAM — the same figures the alternatives offer when the asked context fits no way, and the
+    window's (words.context_reach)."""
     from app.planner.units import format_tokens
 
     trained = f"trained {format_tokens(fit.n_ctx_train)}"
     as_set = words.as_set_launch(plan)
     # "fully resident" only when the settings as given put everything on the GPU (not -ngl 0, -nkvo)
     resident = "fully resident" if words.all_on_gpu(as_set) else words.resident_where(as_set)
-    ends = words.context_ends(plan)
-    if ends is not None:  # the plan's own two ends: the figures it offers
-        fast, longest = ends
-        return [f"  largest context: {format_tokens(fast.launch.n_ctx)} {resident} "
-                f"({words.speed_words(fast)}), {format_tokens(longest.launch.n_ctx)} with "
-                f"{longest.placement or 'part of it in host RAM'} ({words.speed_words(longest)}) ({trained})"]
-    at_least = "at least " if fit.resident_capped else ""
-    if fit.resident == 0:
-        where = "in host RAM" if not plan.gpus else resident
-        line = f"none fits {where} as set"
-    elif not plan.gpus:
-        line = f"{at_least}{format_tokens(fit.resident)} in host RAM"
-    else:
-        line = f"{at_least}{format_tokens(fit.resident)} {resident}"
-    if plan.gpus and fit.with_tail > fit.resident:
-        tail = "with a host tail" if plan.mode is PlanMode.WINDOW else "with part of it in host RAM"
-        line += f", {'at least ' if fit.tail_capped else ''}{format_tokens(fit.with_tail)} {tail}"
-    return [f"  largest context: {line} ({trained})"]
+    reach = words.context_reach(plan, fit)
+    parts = [] if reach and reach[0].resident else [f"none fits {'in host RAM' if not plan.gpus else resident} as set"]
+    for end in reach:
+        where = resident if end.resident and plan.gpus else end.where
+        speed = f" ({words.speed_words(end.alternative)})" if end.alternative is not None else ""
+        parts.append(f"{'at least ' if end.at_least else ''}{format_tokens(end.n_ctx)} {where}{speed}")
+    return [f"  largest context: {', '.join(parts)} ({trained})"]
 
 
 def _speed_cells_row(row: SpeedRow) -> str:

@@ -10,8 +10,10 @@ when the plan launches otherwise than asked) is made here too, from the plan's f
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from app.planner.measurement import Measurement, gpu_caveat
-from app.planner.plan_types import Alternative, AlternativeKind, Plan, PlanMode
+from app.planner.plan_types import Alternative, AlternativeKind, ContextFit, Plan, PlanMode
 from app.planner.settings import (
     ALL_LAYERS,
     AUTO_CACHE_MIN_MIB,
@@ -19,6 +21,7 @@ from app.planner.settings import (
     DEFAULT_CACHE_RAM_MIB,
     LaunchSettings,
 )
+from app.planner.solve.speed import TURN_PROMPT, SpeedRow
 from app.planner.sources import Source, SourceKind
 from app.planner.units import Bytes, MiB, format_tokens
 
@@ -532,3 +535,127 @@ def output_buffer_detail(settings: LaunchSettings) -> str:
     slots = f"{settings.n_parallel} slot" + ("s" if settings.n_parallel != 1 else "")
     draft = ", and the draft model's" if settings.draft_model else ""
     return f"logits: n_vocab × {slots} × 4 bytes{draft}"
+
+
+# ---- How far it goes, and the choice the plan made (the CLI and the window) -----------------------
+
+
+@dataclass(frozen=True)
+class ContextEnd:
+    """One answer to "how far can I go": a context, where it lives and the settings that run it.
+    ``resident``: the settings as given hold it (the CLI says "fully resident", the window "fully on
+    GPU"); else ``where`` says what goes to host RAM. ``alternative``: the plan's priced alternative
+    for it (its predicted speed), None when only the context search found it."""
+
+    n_ctx: int
+    where: str
+    launch: LaunchSettings
+    resident: bool
+    alternative: Alternative | None = None
+    at_least: bool = False  # the search stopped there, not the memory
+
+
+def context_reach(plan: Plan, fit: ContextFit) -> list[ContextEnd]:
+    """The largest context with everything as set and the longest with part of it in host RAM
+    (one when the longer one buys nothing; no resident one when not even the smallest fits as set): the plan's
+    own two ends when it offers them (``context_ends``, with their speeds), else the context search's."""
+    as_set = as_set_launch(plan)
+    resident = resident_where(as_set) if plan.gpus else "in host RAM"
+    ends = context_ends(plan)
+    if ends is not None:
+        fast, longest = ends
+        return [ContextEnd(fast.launch.n_ctx, resident, fast.launch, True, fast),
+                ContextEnd(longest.launch.n_ctx, f"with {longest.placement or 'part of it in host RAM'}",
+                           longest.launch, False, longest)]
+    out = [ContextEnd(fit.resident, resident, as_set.with_(n_ctx=fit.resident), True,
+                      at_least=fit.resident_capped)] if fit.resident > 0 else []
+    if plan.gpus and fit.with_tail > fit.resident:
+        # the plan's own shorter context when it is this one: its placement and its speed
+        priced = next((a for a in plan.alternatives if a.kind is AlternativeKind.SHORTER_CONTEXT and a.feasible
+                       and a.placement and a.launch.n_ctx == fit.with_tail), None)
+        if priced is not None:
+            out.append(ContextEnd(fit.with_tail, f"with {priced.placement}", priced.launch, False, priced))
+        else:
+            tail = "with a host tail" if plan.mode is PlanMode.WINDOW else "with part of it in host RAM"
+            out.append(ContextEnd(fit.with_tail, tail, as_set.with_(n_ctx=fit.with_tail), False,
+                                  at_least=fit.tail_capped))
+    return out
+
+
+def short_speed(a: Alternative | None) -> str:
+    """"~45 tok/s": an alternative's predicted decode speed at half context ('' when not predicted)."""
+    if a is None or a.speed is None:
+        return ""
+    return f"~{tokens_per_s(a.speed.at_fill(0.5).decode)} tok/s"
+
+
+def seconds_text(s: float) -> str:
+    """A predicted wait as a person says it: "~0.4 s", "~12 s", "~3 min"."""
+    if s < 1:
+        return f"~{s:.1f} s"
+    if s < 90:
+        return f"~{s:.0f} s"
+    return f"~{s / 60:.0f} min"
+
+
+def speed_sentence(row: SpeedRow) -> str:
+    """The expected speed in words: "~38 tokens/s when you start, ~31 at a full context; reads a 2k
+    prompt in ~2 s" (decode with the context empty and full, a typical prompt read at an empty one)."""
+    empty, full = row.at_fill(0.0), row.at_fill(1.0)
+    read = seconds_text(TURN_PROMPT / empty.prefill) if empty.prefill > 0 else "an unknown time"
+    return (f"~{tokens_per_s(empty.decode)} tokens/s when you start, ~{tokens_per_s(full.decode)} at a full "
+            f"context; reads a {format_tokens(TURN_PROMPT)} prompt in {read}")
+
+
+def end_words(end: ContextEnd) -> str:
+    """"312k fully on GPU (~40 tok/s)": one end as the window offers it."""
+    speed = short_speed(end.alternative)
+    return (f"{'≥ ' if end.at_least else ''}{format_tokens(end.n_ctx)} {end.where}"
+            + (f" ({speed})" if speed else ""))
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The choice the plan made instead of the settings as asked, in one sentence with its cost
+    (``head``: what did not fit, ``rest``: what was planned and the other way), and the other way to
+    run it, one click away (``other``; None: no other way that fits)."""
+
+    head: str
+    rest: str
+    other: LaunchSettings | None = None
+    other_label: str = ""
+
+    @property
+    def text(self) -> str:
+        return f"{self.head}: {self.rest}"
+
+
+def automatic_choice(plan: Plan, asked: LaunchSettings, fit: ContextFit | None) -> Choice | None:
+    """What the plan chose instead of ``asked`` and what it costs, with the other end a click away:
+    "512k does not fit as set (CUDA0 is short by 25.8 GiB): planned 48k fully on GPU (~62 tok/s).
+    Longest: 424,192 with KV of 26 layers on host (~2.2 tok/s)." The same ends and figures as the
+    CLI's first line (``changed``) and its "largest context" line (``context_reach``). None when the
+    plan launches as asked (or fits no way)."""
+    asked = asked.with_(rpc=plan.launch.rpc, tensor_split=plan.launch.tensor_split)
+    chosen = next((a for a in plan.alternatives if a.chosen), None)
+    if plan.launch == asked or not plan.feasible or chosen is None:
+        return None
+    why = next((a.note for a in plan.alternatives if a.kind is AlternativeKind.AS_SET and not a.feasible), "")
+    head = f"{format_tokens(asked.n_ctx)} does not fit as set" + (f" ({why})" if why else "")
+    reach = context_reach(plan, fit) if fit is not None else []
+    speed = f" ({short_speed(chosen)})" if chosen.speed is not None else ""
+    mine = next((e for e in reach if e.launch == chosen.launch), None)
+    if mine is not None:
+        planned = end_words(mine)
+    elif chosen.kind is AlternativeKind.SHORTER_CONTEXT:
+        where = f"with {chosen.placement}" if chosen.placement else resident_where(chosen.launch)
+        planned = f"{format_tokens(chosen.launch.n_ctx)} {where}{speed}"
+    else:
+        gist = chosen.note.split(":")[0]  # its gist; a rule after the colon is said in the alternatives' row
+        planned = chosen.label + (f" — {gist}" if gist else "") + speed
+    others = [e for e in reach if e.launch != plan.launch and e.n_ctx != plan.launch.n_ctx]
+    if not others:
+        return Choice(head, f"planned {planned}.")
+    other = others[-1] if chosen.kind is AlternativeKind.SHORTER_CONTEXT else others[0]
+    name = "Longest" if other.n_ctx > plan.launch.n_ctx else "As set, at most"
+    return Choice(head, f"planned {planned}. {name}: {end_words(other)}.", other.launch, end_words(other))

@@ -189,6 +189,8 @@ class Verdict:
     action: str = ""  # button text
     settings: LaunchSettings | None = None  # what the button applies
     says: str = ""  # a plan warning the verdict already says (shown once: here)
+    other: LaunchSettings | None = None  # the other way to run it (words.automatic_choice), one click away
+    other_action: str = ""
 
 
 def verdict(plan: Plan, requested: LaunchSettings | None, fit: ContextFit | None) -> Verdict:
@@ -214,11 +216,16 @@ def verdict(plan: Plan, requested: LaunchSettings | None, fit: ContextFit | None
                        AMBER)
     if requested is not None and plan.launch != requested:
         chosen = next((a for a in plan.alternatives if a.chosen), None)
+        choice = words.automatic_choice(plan, requested, fit)
+        apply = f"Apply: {chosen.label if chosen else 'planned settings'}"
+        if choice is not None:  # the choice and its cost in one sentence, the other end one click away
+            return Verdict(f"<b>{escape(choice.head)}</b>: {escape(choice.rest)}", AMBER, apply, plan.launch,
+                           says=words.chose_instead_of(plan), other=choice.other,
+                           other_action=f"Use this: {choice.other_label}" if choice.other is not None else "")
         label = alternative_text(chosen) if chosen else plan.reason
         why = next((a.note for a in plan.alternatives if a.kind is AlternativeKind.AS_SET and not a.feasible), "")
         return Verdict(f"<b>{words.DOES_NOT_FIT_AS_SET}</b> {escape(words.planned_instead(label, why))}", AMBER,
-                       f"Apply: {chosen.label if chosen else 'planned settings'}", plan.launch,
-                       says=words.chose_instead_of(plan))
+                       apply, plan.launch, says=words.chose_instead_of(plan))
     return Verdict(f"<b>{words.FITS}</b> — {plan.mode} mode" + (f": {escape(plan.reason)}" if plan.reason else ""), "")
 
 
@@ -254,6 +261,17 @@ class BudgetView(QWidget):
         # A long "Use instead: …" must not widen the pane (no sideways scrolling); its tooltip has it all.
         self.alternative.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
         self.alternative.clicked.connect(self._choose_alternative)
+        # The other way to run it (the longest end, or the settings as set at their largest context).
+        self.other_way = QPushButton()
+        self.other_way.setObjectName("otherWay")
+        self.other_way.setVisible(False)
+        self.other_way.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
+        self.other_way.clicked.connect(self._choose_other_way)
+        # What it will feel like: the plan's predicted speed in words (words.speed_sentence).
+        self.speed = QLabel()
+        self.speed.setObjectName("speedWords")
+        self.speed.setWordWrap(True)
+        self.speed.setVisible(False)
         self.window_numbers = QLabel()
         self.window_numbers.setObjectName("windowNumbers")
         self.window_numbers.setWordWrap(True)
@@ -270,7 +288,8 @@ class BudgetView(QWidget):
         self.options.settingsChosen.connect(self.settingsChosen)
         # Each of these shows escaped HTML; said so, because Qt guesses "plain" for a text without a
         # tag in its first line (one warning with an apostrophe showed "backend&#x27;s").
-        for label in (self.running, self.notice, self.verdict, self.window_numbers, self.warnings, self.legend):
+        for label in (self.running, self.notice, self.verdict, self.speed, self.window_numbers, self.warnings,
+                      self.legend):
             label.setTextFormat(Qt.TextFormat.RichText)
         self.rows: list[DeviceRow] = []
         self.host_row = DeviceRow()
@@ -280,7 +299,9 @@ class BudgetView(QWidget):
         lay.addWidget(self.notice)
         lay.addWidget(self.running)
         lay.addWidget(self.verdict)
+        lay.addWidget(self.speed)
         lay.addWidget(self.alternative)
+        lay.addWidget(self.other_way)
         lay.addLayout(self._rows_box)
         lay.addWidget(self.host_row)
         lay.addWidget(self.window_numbers)
@@ -317,7 +338,7 @@ class BudgetView(QWidget):
 
     def _picture(self) -> list[QWidget]:
         """The widgets that draw a plan (greyed when the settings give none)."""
-        return [self.verdict, self.alternative, *self.rows, self.host_row, self.window_numbers,
+        return [self.verdict, self.speed, self.alternative, self.other_way, *self.rows, self.host_row, self.window_numbers,
                 self.warnings, self.legend, self.options]
 
     def show_no_plan(self, message: str) -> None:
@@ -332,6 +353,7 @@ class BudgetView(QWidget):
         self.verdict.setText("<b>No plan</b> for these settings")
         self.verdict.setStyleSheet("")
         self.alternative.setVisible(False)
+        self.other_way.setVisible(False)
         self.warnings.setVisible(False)  # they were about the last plan
         for w in self._picture():
             w.setEnabled(False)
@@ -368,6 +390,12 @@ class BudgetView(QWidget):
         self.alternative.setVisible(v.settings is not None)
         self.alternative.setText(v.action)
         self.alternative.setToolTip(v.action)
+        self.other_way.setVisible(v.other is not None)
+        self.other_way.setText(v.other_action)
+        self.other_way.setToolTip(v.other_action)
+        self.speed.setText(f"<b>Expected speed</b>: {escape(words.speed_sentence(plan.speed))}"
+                           if plan.speed is not None and plan.feasible else "")
+        self.speed.setVisible(plan.speed is not None and plan.feasible)
         self.options.show_options(plan, fit, plan.mode == PlanMode.WINDOW)
 
     def set_running(self, running: Plan | None, pending: Plan | None = None) -> None:
@@ -381,6 +409,10 @@ class BudgetView(QWidget):
                          "Stop the engine, then Launch to use them.")
         self.running.setText(text)
         self.running.setVisible(bool(text))
+
+    def _choose_other_way(self) -> None:
+        if self._verdict is not None and self._verdict.other is not None:
+            self.settingsChosen.emit(self._verdict.other)
 
     def _choose_alternative(self) -> None:
         if self._verdict is not None and self._verdict.settings is not None:

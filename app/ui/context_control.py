@@ -6,11 +6,22 @@ token count.
 from __future__ import annotations
 
 import math
+from html import escape
 
 from app.planner import words
-from app.planner.settings import context_problem
+from app.planner.settings import LaunchSettings, context_problem
 from app.planner.units import format_tokens, parse_tokens
-from app.ui.qt import QHBoxLayout, QLabel, QLineEdit, QPushButton, QSlider, Qt, QVBoxLayout, QWidget, Signal
+from app.ui.qt import (
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QSlider,
+    Qt,
+    QVBoxLayout,
+    QWidget,
+    Signal,
+)
 
 K = 1024
 #: Where the context slider snaps: roughly geometric (x1.33–1.5) from 4k to 1M, values people use.
@@ -42,6 +53,7 @@ class ContextControl(QWidget):
     """Slider (4k…1M, log scale, snapping) + typed entry ("512k") + "largest that fits" button."""
 
     contextChanged = Signal(int)
+    longestChosen = Signal(object)  # LaunchSettings: the longest end's (its placement with its context)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -66,6 +78,17 @@ class ContextControl(QWidget):
         self.fits.setEnabled(False)
         self.fits.setToolTip("Click to use the largest context that fits fully on the GPUs")
         self._fits_value: int | None = None
+        # The other end of "how far can I go" (words.context_reach, as the CLI's "largest context"
+        # line): the longest context with part of it in host RAM, when it buys more.
+        self.longest = QLabel()  # wraps: a long placement never widens the form nor is cut
+        self.longest.setObjectName("longestContext")
+        self.longest.setWordWrap(True)
+        self.longest.setTextFormat(Qt.TextFormat.RichText)
+        self.longest.setTextInteractionFlags(Qt.TextInteractionFlag.LinksAccessibleByMouse
+                                             | Qt.TextInteractionFlag.LinksAccessibleByKeyboard)
+        self.longest.setVisible(False)
+        self._longest: LaunchSettings | None = None
+        self.longest.linkActivated.connect(lambda _link: self.use_longest())
         row = QHBoxLayout()
         row.setContentsMargins(0, 0, 0, 0)
         row.addWidget(self.slider, 1)
@@ -77,6 +100,7 @@ class ContextControl(QWidget):
         below.addWidget(self.fits)
         below.addStretch(1)
         col.addLayout(below)
+        col.addWidget(self.longest)
         col.addWidget(self.error)
         self.slider.valueChanged.connect(self._on_slider)
         self.entry.editingFinished.connect(self._on_entry)
@@ -98,8 +122,9 @@ class ContextControl(QWidget):
         if emit and changed:
             self.contextChanged.emit(n_ctx)
 
-    def set_largest_fit(self, n_ctx: int | None, note: str = "", *, capped: str = "") -> None:
-        """``capped``: why ``n_ctx`` is where the search stopped, not the memory (then "≥ n_ctx")."""
+    def set_largest_fit(self, n_ctx: int | None, note: str = "", *, capped: str = "", speed: str = "") -> None:
+        """``capped``: why ``n_ctx`` is where the search stopped, not the memory (then "≥ n_ctx");
+        ``speed``: its predicted speed ("~62 tok/s"), when the plan priced it."""
         self._fits_value = n_ctx
         if n_ctx is None:
             self.fits.setText(f"largest that fits: {note or words.NO_LARGEST}")
@@ -107,10 +132,27 @@ class ContextControl(QWidget):
             self.fits.setEnabled(False)
         else:
             self.fits.setText(f"largest that fits: {'≥ ' if capped else ''}{tokens_text(n_ctx)}"
-                              + (f" {note}" if note else ""))
+                              + (f" {note}" if note else "") + (f" ({speed})" if speed else ""))
             self.fits.setToolTip(f"Click to use the largest context that fits {note or 'these devices'}"
                                  + (f": {tokens_text(n_ctx)}; {capped}" if capped else ""))
             self.fits.setEnabled(True)
+
+    def set_longest(self, text: str, settings: LaunchSettings | None) -> None:
+        """The longest context with part of it in host RAM ("longest: <u>424,192 with KV of 26 layers
+        on host</u> (~2.1 tok/s)"), a link that applies ``settings`` (None: hidden, nothing longer fits)."""
+        self._longest = settings
+        self.longest.setVisible(settings is not None)
+        where, paren, speed = text.rpartition(" (")
+        # the speed kept on one line ("(~9.6 tok/s)", not "tok/" and "s"): no-break spaces, a word joiner
+        whole = "&nbsp;(" + escape(speed).replace(" ", "&nbsp;").replace("/", "/\u2060")
+        self.longest.setText(f"longest: <a href='longest'>{escape(where)}</a>{whole}" if paren
+                             else f"longest: <a href='longest'>{escape(text)}</a>")
+        self.longest.setToolTip(f"Click to use the longest context that fits with part of it in host RAM: {text}")
+
+    def use_longest(self) -> None:
+        """What a click on the longest context does: its settings, placement included."""
+        if self._longest is not None:
+            self.longestChosen.emit(self._longest)
 
     def _on_slider(self, pos: int) -> None:
         """Dragging snaps to the nearest value; a key or click step goes to the next one."""

@@ -152,6 +152,7 @@ class MainWindow(QMainWindow):
         self.settings.set_settings(self.state.launch_settings())
         self.settings.set_engine_window(self.state.engine_window)
         self.settings.set_margins(self.state.safety_mib, self.state.vram_target_mib)
+        self.settings.set_advanced_open(self.state.advanced_open)  # the plain view, unless it was left open
         self.settings.refused.connect(self.show_error)
         self.settings.notice.connect(lambda text: self.statusBar().showMessage(printable_lines(text), 10_000))
         self.measure = MeasureBar(pool=self.pool)
@@ -219,6 +220,7 @@ class MainWindow(QMainWindow):
         self.launch.adviceChanged.connect(self.sessions.set_advisories)
         self.chat = ChatPanel(pool=self.pool)
         talk = QTabWidget()  # the chat first; the shared-sessions proof one tab away
+        self.talk = talk
         talk.addTab(self.chat, "Chat")
         sessions_page = QScrollArea()  # in a short window (1024×700) it scrolls rather than push the plan up
         sessions_page.setWidgetResizable(True)
@@ -227,6 +229,7 @@ class MainWindow(QMainWindow):
         sessions_page.setWidget(self.sessions)
         talk.addTab(sessions_page, "Shared sessions")
         bottom = QSplitter(Qt.Orientation.Horizontal)
+        self.bottom = bottom  # the log beside the chat and sessions
         bottom.addWidget(self.console)
         bottom.addWidget(talk)
         bottom.setStretchFactor(0, 1)  # the log wraps; the sessions' controls need their width
@@ -591,7 +594,8 @@ class MainWindow(QMainWindow):
                 wants_window=self.settings.wants_window(), settings=self.settings.settings().to_json(),
                 model_is_demo=model is not None and model.demo, safety_mib=settings.safety // MiB,
                 vram_target_mib=(settings.vram_target or 0) // MiB, server=self.server.settings().to_json(),
-                engine_path=engine.path if engine is not None else None))
+                engine_path=engine.path if engine is not None else None,
+                advanced_open=self.settings.advanced_open()))
             try:
                 save_state(state, self.state_file)
             except OSError as exc:  # a full or read-only disk (issue 31): the window still closes cleanly

@@ -25,9 +25,12 @@ from app.ui.qt import (
     QHBoxLayout,
     QLabel,
     QPushButton,
+    QSize,
+    QSizePolicy,
     QSpinBox,
     QStandardItemModel,
     Qt,
+    QToolButton,
     QWidget,
     Signal,
 )
@@ -106,6 +109,27 @@ TIPS = {
     "vram_target": "--vram-target (opencoti engine): the most VRAM the engine may use on each GPU; "
                    "'all free VRAM' plans up to what the card has free.",
 }
+
+
+def advanced_summary(s: LaunchSettings, engine_window: bool) -> str:
+    """The flags the Advanced section holds, in one line ("K f16 V f16 · -np 1 · -ub 512 · -fa on ·
+    -ngl all"); what is set beyond the defaults (-nkvo, an applied -ot, the prompt cache, adapters)
+    is named too, so nothing hides behind the closed section."""
+    parts = [f"K {s.type_k} V {s.type_v}", f"-np {s.n_parallel}" + (" -kvu" if s.kv_unified else ""),
+             f"-ub {s.n_ubatch}", f"-fa {s.flash_attn.value}", f"-ngl {words.ngl_text(s.n_gpu_layers)}"]
+    if not s.offload_kqv:
+        parts.append("-nkvo")
+    if s.tensor_overrides or s.n_cpu_moe:
+        parts.append("placement applied")
+    if s.cache_ram_mib is not None:
+        parts.append(f"-cram {s.cache_ram_mib}")
+    if engine_window:
+        parts.append("rolling KV window")
+    if s.lora:
+        parts.append(f"{len(s.lora)} LoRA")
+    if s.draft_model:
+        parts.append("draft model")
+    return " · ".join(parts)
 
 
 class SettingsPanel(QWidget):
@@ -197,32 +221,52 @@ class SettingsPanel(QWidget):
                             (self.flash_attn, TIPS["flash_attn"]), (self.safety, TIPS["safety"]),
                             (self.vram_target, TIPS["vram_target"]), (self.cache_ram, TIPS["cache_ram"])):
             widget.setToolTip(tip)
-        form = QFormLayout(self)
-        form.addRow("&Context", self.context)
-        form.addRow("&KV cache", _row(QLabel("K"), self.type_k, QLabel("V"), self.type_v))
-        form.addRow("&Parallel sessions", _row(self.n_parallel, self.kv_unified))
-        form.addRow("M&icro-batch", self.n_ubatch)
-        form.addRow("Flas&h attention", self.flash_attn)
-        form.addRow("&GPU layers", _row(self.n_gpu_layers, self.nkvo))
-        self.placement_row = QWidget()
+        # The plain view: the model's context and the engine. Every flag is under "Advanced" (closed
+        # by default, remembered by the window): its one-line summary says what they are set to.
+        self.placement_row = QWidget()  # an applied placement: in the plain view, with the way back
         placement_lay = QHBoxLayout(self.placement_row)
         placement_lay.setContentsMargins(0, 0, 0, 0)
         placement_lay.addWidget(self.placement, 1)
         placement_lay.addWidget(self.placement_reset)
-        form.addRow(self.placement_row)
-        form.addRow("Prompt cache", self.cache_ram)  # every letter of it is another control's Alt key
-        form.addRow("&Safety margin", self.safety)
-        form.addRow("&VRAM target", self.vram_target)
-        form.addRow("KV pl&acement", self.kv_mode)
+        form = QFormLayout(self)
+        self._form = form
+        form.addRow("&Context", self.context)
         self._mmproj_row = _row(self.mmproj, self.mmproj_cpu)
         form.addRow(self._mmproj_row)
         self._mmproj_row.setVisible(False)
-        form.addRow(self.extras)
         engine_label = QLabel("&Engine")
+        form.addRow(self.placement_row)
         engine_label.setBuddy(self.engine)
         form.addRow(engine_label)  # the combo gets the whole width: "kind version (commit) — source"
         form.addRow(self.engine)
+        self.advanced_toggle = QToolButton()
+        self.advanced_toggle.setObjectName("advancedToggle")
+        self.advanced_toggle.setCheckable(True)
+        self.advanced_toggle.setAutoRaise(True)
+        self.advanced_toggle.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        self.advanced_toggle.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
+        self.advanced_toggle.setToolTip("The llama-server flags the plan launches with: KV cache types, parallel "
+                                        "sessions, batch, flash attention, GPU layers, prompt cache, margins, "
+                                        "KV placement, adapters and a draft model")
+        self.advanced_toggle.toggled.connect(self._advanced_opened)
+        form.addRow(self.advanced_toggle)
+        self.advanced = QWidget()
+        self.advanced.setObjectName("advancedSection")
+        adv = QFormLayout(self.advanced)
+        adv.setContentsMargins(12, 0, 0, 0)
+        adv.addRow("&KV cache", _row(QLabel("K"), self.type_k, QLabel("V"), self.type_v))
+        adv.addRow("&Parallel sessions", _row(self.n_parallel, self.kv_unified))
+        adv.addRow("M&icro-batch", self.n_ubatch)
+        adv.addRow("Flas&h attention", self.flash_attn)
+        adv.addRow("&GPU layers", _row(self.n_gpu_layers, self.nkvo))
+        adv.addRow("Prompt cache", self.cache_ram)  # every letter of it is another control's Alt key
+        adv.addRow("&Safety margin", self.safety)
+        adv.addRow("&VRAM target", self.vram_target)
+        adv.addRow("KV pl&acement", self.kv_mode)
+        adv.addRow(self.extras)
+        form.addRow(self.advanced)
         self.context.contextChanged.connect(lambda _v: self.changed.emit())
+        self.context.longestChosen.connect(self.set_settings)
         for combo in (self.type_k, self.type_v, self.n_ubatch, self.flash_attn):
             combo.currentIndexChanged.connect(lambda _i: self.changed.emit())
         self.kv_mode.currentIndexChanged.connect(self._placement_chosen)
@@ -233,8 +277,10 @@ class SettingsPanel(QWidget):
             spin.valueChanged.connect(lambda _v: self.changed.emit())
         for check in (self.kv_unified, self.nkvo, self.mmproj, self.mmproj_cpu):
             check.toggled.connect(lambda _b: self.changed.emit())
+        self.changed.connect(self._show_advanced_summary)
         self._base = LaunchSettings(n_ctx=32 * K)
         self.set_settings(self._base)
+        self._advanced_opened(False)
 
     def settings(self) -> LaunchSettings:
         """The widgets' values over the last settings set (fields without a widget kept). In window
@@ -247,6 +293,34 @@ class SettingsPanel(QWidget):
             cache_ram_mib=None if self.cache_ram.value() < 0 else self.cache_ram.value(),
             mmproj=self._mmproj_path if self.mmproj.isChecked() else "", mmproj_offload=not self.mmproj_cpu.isChecked(),
             **self.extras.values())
+
+    # ---- the Advanced section -------------------------------------------------------------------
+    def minimumSizeHint(self) -> QSize:
+        """As wide closed as open: opening "Advanced" does not move the splitter beside the form."""
+        hint = super().minimumSizeHint()
+        margins = self._form.contentsMargins()
+        width = self.advanced.minimumSizeHint().width() + margins.left() + margins.right()
+        return QSize(max(hint.width(), width), hint.height())
+
+    def advanced_open(self) -> bool:
+        """The Advanced section (every flag) is open."""
+        return self.advanced_toggle.isChecked()
+
+    def set_advanced_open(self, on: bool) -> None:
+        self.advanced_toggle.setChecked(on)
+        self._advanced_opened(on)
+
+    def _advanced_opened(self, on: bool) -> None:
+        self.advanced_toggle.setArrowType(Qt.ArrowType.DownArrow if on else Qt.ArrowType.RightArrow)
+        self.advanced.setVisible(on)
+        self._show_advanced_summary()
+
+    def _show_advanced_summary(self) -> None:
+        """"Advanced: K f16 V f16 · -np 1 · -ub 512 · -fa on · -ngl all": what the closed section holds."""
+        text = f"Advanced: {advanced_summary(self.settings(), self.engine_window())}"
+        self.advanced_toggle.setText(text)
+        self.advanced_toggle.setAccessibleName("Advanced settings")
+        self.advanced_toggle.setStatusTip(text)
 
     def _show_projector(self, path: Path | None) -> None:
         """"Vision projector: NAME", the name cut in the middle past PROJECTOR_NAME_CHARS (the form
@@ -317,6 +391,7 @@ class SettingsPanel(QWidget):
             self._mmproj_row.setVisible(True)
         for w in widgets:
             w.blockSignals(False)
+        self._show_advanced_summary()
         if emit:
             self.changed.emit()
 
@@ -463,16 +538,22 @@ class SettingsPanel(QWidget):
         state.set_settings(self.plan_settings())
 
     def _show_fit(self, plan: Plan, fit: ContextFit | None, engine_window: bool) -> None:
+        """"How far can I go", with the CLI's figures (words.context_reach): the largest context as set
+        on the fits button, the longest with part of it in host RAM on the one under it."""
         from app.ui.options_view import cap_text
 
         if fit is None:
             return
-        n_ctx, where, tail = words.largest_where(plan, fit.resident, fit.with_tail, engine_window)
-        capped = fit.tail_capped if tail else fit.resident_capped  # the search stopped, not the memory
-        if not n_ctx:  # not even the smallest context fits as set: say so, not a bare "fully on GPU"
-            self.context.set_largest_fit(None, words.none_fits(where))
-            return
-        self.context.set_largest_fit(n_ctx, where, capped=cap_text(fit) if capped else "")
+        reach = words.context_reach(plan, fit)
+        resident = next((e for e in reach if e.resident), None)
+        longer = next((e for e in reach if not e.resident), None)
+        if resident is None:  # not even the smallest context fits as set: say so, not a bare "fully on GPU"
+            self.context.set_largest_fit(None, words.none_fits(words.largest_where(plan, 0, 0, False)[1]))
+        else:
+            self.context.set_largest_fit(resident.n_ctx, resident.where,
+                                         capped=cap_text(fit) if resident.at_least else "",
+                                         speed=words.short_speed(resident.alternative))
+        self.context.set_longest(words.end_words(longer) if longer else "", longer.launch if longer else None)
 
     # ---- engines -------------------------------------------------------------------------------
     def show_engines(self, engines: list[EngineInfo] | None) -> None:

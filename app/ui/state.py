@@ -50,6 +50,7 @@ class UiState:
     server: dict[str, Any] = field(default_factory=dict)  # ServerSettings.to_json(): host, port, key
     recent_profiles: list[str] = field(default_factory=list)  # launch profiles saved or opened
     library_folders: list[str] = field(default_factory=list)  # the model library's folders, beside the HF cache
+    advanced_open: bool = False  # the settings' Advanced section (every flag) was open
 
     def launch_settings(self) -> LaunchSettings:
         try:

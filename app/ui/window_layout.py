@@ -12,8 +12,8 @@ RESOURCES = Path(__file__).resolve().parent.parent.parent / "resources"
 
 #: The plan and the form keep at least this share of the height; the log and sessions the rest, and
 #: everything past PLAN_HEIGHT px (a tall screen: the plan does not need more, the sessions do).
-PLAN_SHARE = 0.7
-PLAN_HEIGHT = 700
+PLAN_SHARE = 0.65
+PLAN_HEIGHT = 620
 
 
 def app_icon() -> QIcon:

@@ -64,6 +64,7 @@ class ClosingPanels:
     vram_target_mib: int
     server: dict[str, Any]  # ServerSettings.to_json()
     engine_path: str | None  # the engine chosen now (None: none found)
+    advanced_open: bool = False  # the settings' Advanced section is open
 
 
 class WindowSession:
@@ -211,5 +212,6 @@ class WindowSession:
         state.safety_mib = panels.safety_mib
         state.vram_target_mib = panels.vram_target_mib
         state.server = panels.server
+        state.advanced_open = panels.advanced_open
         state.engine_path = panels.engine_path if panels.engine_path is not None else state.engine_path
         return state

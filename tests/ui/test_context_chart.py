@@ -39,7 +39,8 @@ def test_the_chart_shows_each_kv_type_the_usable_line_and_the_largest_fit(window
     legend = window.chart.legend.text()
     assert "f16 (these settings)" in legend and "usable 23.8 GiB" in legend
     assert f"largest that fits: {fit.resident:,} fully on GPU" in legend
-    assert window.settings.context.fits.text() == f"largest that fits: {fit.resident:,} fully on GPU"
+    # (the plan's predicted speed follows when it offers that end: words.context_reach)
+    assert window.settings.context.fits.text().startswith(f"largest that fits: {fit.resident:,} fully on GPU")
     assert "Compute: f16 estimated" in window.chart.sources.text()  # no pass 1 yet: said so
     img = window.chart.render_image()
     seen = colours(img)

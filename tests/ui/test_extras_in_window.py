@@ -169,6 +169,7 @@ def test_the_demo_leaves_out_what_its_shape_cannot_take_and_says_so(window, tiny
 
 def test_with_nothing_chosen_the_form_still_fits_at_1280x860(window, tiny_deep_model, qtbot):
     assert window.open_model(tiny_deep_model)
+    window.settings.set_advanced_open(True)  # the section the adapters live in
     window.resize(1280, 860)
     qtbot.waitUntil(lambda: window.width() == 1280 and window.height() == 860)
     QApplication.processEvents()

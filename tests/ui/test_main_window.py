@@ -104,7 +104,7 @@ def test_stock_plan_that_moved_away_from_the_settings_says_so(window, shape_mode
         window.settings.context.set_value(512 * K, emit=True)
     plan = sig.args[0]
     assert plan.launch.n_ctx != 512 * K  # the planner chose an alternative
-    assert "Does not fit as set" in window.budget.verdict.text()
+    assert "512k does not fit as set" in window.budget.verdict.text()  # and what was planned instead
     with qtbot.waitSignal(window.planned) as sig2:
         qtbot.mouseClick(window.budget.alternative, Qt.MouseButton.LeftButton)
     assert window.settings.settings() == plan.launch
@@ -185,6 +185,7 @@ def test_every_alt_letter_reaches_one_control(window):
 
 def test_alt_m_measures_and_alt_i_reaches_the_micro_batch(window, tiny_model, qtbot):
     assert window.open_model(tiny_model)
+    window.settings.set_advanced_open(True)  # the flags' mnemonics work where the flags are shown
     window.activateWindow()
     qtbot.keyClick(window, Qt.Key.Key_I, Qt.KeyboardModifier.AltModifier)
     assert window.settings.n_ubatch.hasFocus()

@@ -15,6 +15,7 @@ from app.ui.qt import (
     Qt,
     QWidget,
 )
+from app.ui.window_layout import PLAN_SHARE
 
 GEMMA = "gemma-3-12b-it-q4_k_m"
 LEFT = Qt.MouseButton.LeftButton
@@ -100,7 +101,7 @@ def test_at_1024x700_launch_stop_and_the_plan_pane_are_all_in_view(window, shape
     form = window.left_scroll.widget()
     assert form.width() >= form.minimumSizeHint().width()  # the form is not cut off at the right
     top, bottom = window.vsplit.sizes()  # the engine log and sessions take the lesser part
-    assert top >= 0.7 * (top + bottom)
+    assert top >= PLAN_SHARE * (top + bottom)
     # the option notes wrap at sentence width, not one word per line
     note = next(lab for lab in window.budget.options.findChildren(QLabel) if lab.text().startswith("every KV"))
     assert note.width() > note.fontMetrics().horizontalAdvance("every KV cell")

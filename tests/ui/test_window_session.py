@@ -168,3 +168,11 @@ def test_a_profile_that_cannot_be_used_says_why_and_changes_nothing(tmp_path: Pa
     assert session.before_demo is not None  # nothing changed
     assert session.save_profile(Profile(str(MODEL), LaunchSettings()), bad / "x.json").startswith(  # a file as folder
         "Cannot save the launch profile to ")
+
+
+def test_closing_remembers_whether_advanced_was_open() -> None:
+    session = WindowSession(UiState())
+    assert not session.remember_at_close(_panels()).advanced_open  # the plain view, unless said
+    assert session.remember_at_close(_panels(advanced_open=True)).advanced_open
+    session.enter_demo("RTX 4060", False, showing_demo=False)  # the demo does not change it
+    assert session.remember_at_close(_panels(advanced_open=True, model_is_demo=True)).advanced_open
