@@ -12,7 +12,7 @@ from app.engine.capabilities import PROBES, Capabilities, ProbeResult
 from app.engine.discover import EngineInfo, EngineKind, EngineOrigin
 from app.engine.launch import LaunchRefused, prepare
 from app.planner.plan_types import DevicePlan, HostPlan, Plan, PlanMode
-from app.planner.settings import LaunchSettings
+from app.planner.settings import FlashAttn, LaunchSettings
 from app.planner.units import GiB, MiB
 
 MODEL = Path("/models/m.gguf")
@@ -110,7 +110,7 @@ def test_the_engine_headroom_builds_says_fixed_in_this_build_for_glm5_next_with_
     nkvo = _plan(PlanMode.STOCK, LaunchSettings(offload_kqv=False))
     assert [a.key for a in prepare(nkvo, MODEL, [stock], port=8080, arch="llama").advisories] == ["host-kv-attention"]
     # without flash attention, llama.cpp already runs -nkvo's attention on the CPU
-    nkvo_no_fa = _plan(PlanMode.STOCK, LaunchSettings(offload_kqv=False, flash_attn="off"))
+    nkvo_no_fa = _plan(PlanMode.STOCK, LaunchSettings(offload_kqv=False, flash_attn=FlashAttn.OFF))
     assert prepare(nkvo_no_fa, MODEL, [stock], port=8080, arch="llama").advisories == ()
 
 
