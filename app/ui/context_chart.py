@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from app.planner.curve import ContextCurve, CurvePoint, KvCurve, Reach, context_curve
 from app.planner.errors import PlannerError
 from app.planner.plan_types import PlanMode
-from app.planner.units import Bytes, GiB
+from app.planner.units import Bytes, GiB, round_tokens
 from app.planner.words import tokens_per_s
 from app.ui.budget_parts import RED, source_text
 from app.ui.context_control import tokens_text
@@ -308,7 +308,7 @@ class ChartCanvas(QWidget):
             p.setPen(grid)
             p.drawLine(QPointF(x, rect.top()), QPointF(x, rect.bottom()))
             if last:
-                t = tokens_text(n)
+                t = round_tokens(n)  # the axis: its powers of two, "512k"
                 w = fm.horizontalAdvance(t)
                 box = QRectF(x - w / 2, rect.bottom() + 4, w, fm.height())
                 if box.left() < rect.left() - fm.horizontalAdvance("8"):

@@ -129,9 +129,9 @@ def test_a_tiny_models_labels_keep_off_the_available_line_and_one_another(no_gpu
     boxes = window.chart.label_boxes()
     y = window.chart.usable_y("host")
     assert y is not None
-    largest = next(b for t, b in boxes.items() if t.startswith("largest that fits: ≥ 4k"))
+    largest = next(b for t, b in boxes.items() if t.startswith("largest that fits: ≥ 4,096"))
     assert not (largest.top() <= y <= largest.bottom())  # not across the dashed line
-    assert any(t.startswith("available ") for t in boxes) and any(t.startswith("now: 4k") for t in boxes)
+    assert any(t.startswith("available ") for t in boxes) and any(t.startswith("now: 4,096") for t in boxes)
     shown = list(boxes.values())
     assert not any(a.intersects(b) for i, a in enumerate(shown) for b in shown[i + 1:])
     curve = window.chart.curve

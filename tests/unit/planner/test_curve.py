@@ -118,7 +118,7 @@ def test_pass_1_for_the_settings_now_anchors_their_curve_and_no_other(qwen14b: M
     curve = context_curve(request, settings, measurement=measurement)
     f16 = curve.current
     assert f16 is not None and f16.label == "f16"
-    assert f16.source.kind is SourceKind.MEASURED and "at 512k" in str(f16.source)
+    assert f16.source.kind is SourceKind.MEASURED and "at 524,288;" in str(f16.source)
     now = f16.at(settings.n_ctx)
     assert now is not None and now.compute_source.kind is SourceKind.MEASURED
     exact = make_plan(qwen14b, inv, settings, measurement=measurement)
