@@ -50,14 +50,24 @@ GRID_HIGH = 1024 * 1024
 _HALF_STEPS = (1.0, 1.5)
 
 
-def context_grid(n_ctx_train: int, n_ctx: int, *extra: int, coarse: bool = False) -> tuple[int, ...]:
-    """The contexts a curve is priced at, ascending: 4k, 6k, 8k, 12k, … up to the training context
-    (1M when the model does not say, or says more), the top itself, the context now and ``extra``
-    (the largest that fits) — so the points the chart marks lie on its curves. ``coarse``: one
-    point per doubling (4k, 8k, 16k, …; the other KV types' curves, drawn for comparison: a KV
-    cache grows linearly with the context, so the line between doublings is the curve)."""
+def grid_top(n_ctx_train: int, n_ctx: int) -> int:
+    """The chart's right end: the training context (1M when the model does not say, or says more),
+    whatever the context now is below it; 1M (the slider's end) once the context asked for is
+    larger than the training context — so the axis does not follow the slider, and "how far can I
+    go" is on it — and the context asked for itself past 1M."""
     top = min(n_ctx_train, GRID_HIGH) if n_ctx_train > 0 else GRID_HIGH
-    top = max(top, 2 * GRID_LOW, n_ctx)
+    if n_ctx > top:
+        top = max(GRID_HIGH, n_ctx)
+    return max(top, 2 * GRID_LOW)
+
+
+def context_grid(n_ctx_train: int, n_ctx: int, *extra: int, coarse: bool = False) -> tuple[int, ...]:
+    """The contexts a curve is priced at, ascending: 4k, 6k, 8k, 12k, … up to ``grid_top``, the top
+    itself, the context now and ``extra`` (the largest that fits) — so the points the chart marks lie
+    on its curves. ``coarse``: one point per doubling (4k, 8k, 16k, …; the other KV types' curves,
+    drawn for comparison: a KV cache grows linearly with the context, so the line between doublings
+    is the curve)."""
+    top = grid_top(n_ctx_train, n_ctx)
     out = {top, n_ctx, *(e for e in extra if GRID_LOW <= e <= top)}
     base = GRID_LOW
     while base <= top:
@@ -80,6 +90,9 @@ class CurvePoint:
     why: str
     #: Where this point's compute buffers came from.
     compute_source: Source
+    #: Predicted decode tokens/s of this launch with its context full (app/planner/solve/speed.py);
+    #: None: it does not fit, or the plan predicts no speed (the window engine).
+    decode: float | None = None
 
     @property
     def gpu_total(self) -> int:
@@ -109,6 +122,18 @@ class KvCurve:
 
 
 @dataclass(frozen=True)
+class Reach:
+    """One of the largest contexts that fit (``headroom plan``'s "largest context"): fully resident,
+    or with part of the KV in host RAM. ``capped``: the search stopped there (more may fit)."""
+
+    n_ctx: int
+    where: str
+    capped: bool
+    #: The figure the plan offers for the settings (``ContextCurve.largest``).
+    offered: bool
+
+
+@dataclass(frozen=True)
 class ContextCurve:
     """Everything the chart draws for one set of settings."""
 
@@ -127,6 +152,9 @@ class ContextCurve:
     #: The search stopped at its cap there: more may fit.
     largest_capped: bool
     mode: PlanMode
+    #: The largest contexts that fit, as ``headroom plan`` says them: fully resident (as set) and,
+    #: with a GPU, the longest with part of the KV in host RAM when that is longer.
+    reaches: tuple[Reach, ...] = ()
 
     @property
     def gpu_usable_total(self) -> int:
@@ -135,6 +163,11 @@ class ContextCurve:
     @property
     def current(self) -> KvCurve | None:
         return next((c for c in self.curves if c.current), None)
+
+    @property
+    def top(self) -> int:
+        """The x axis' right end."""
+        return self.contexts[-1]
 
 
 def _usable(d: DevicePlan, vram_target: int | None) -> int:
@@ -169,14 +202,18 @@ def _point(request: PlanRequest, mode: PlanMode, launch: LaunchSettings,
     shape, inv = request.shape, request.inventory
     if mode is PlanMode.STOCK:
         priced = price_as_set(shape, inv, launch, measurement=measurement, safety=request.safety,
-                              vram_target=request.vram_target, overhead=request.overhead)
+                              vram_target=request.vram_target, overhead=request.overhead, speed=request.speed)
         gpus, host, why, source = priced.gpus, priced.host, priced.why, priced.compute.source
+        speed = priced.alternative.speed
     else:
         plan = make_plan(shape, inv, launch, engine_window=mode is PlanMode.WINDOW, measurement=measurement,
-                         safety=request.safety, vram_target=request.vram_target, overhead=request.overhead)
+                         safety=request.safety, vram_target=request.vram_target, overhead=request.overhead,
+                         speed=request.speed)
         gpus, host, why = plan.gpus, plan.host, "" if plan.feasible else plan.reason
         source = plan.gpus[0].sources["compute"] if plan.gpus else plan.host.sources["compute_pinned"]
-    point = CurvePoint(launch.n_ctx, tuple(g.used for g in gpus), _host_used(host), not why, why, source)
+        speed = plan.speed
+    decode = speed.at_fill(1.0).decode if speed is not None and not why else None
+    point = CurvePoint(launch.n_ctx, tuple(g.used for g in gpus), _host_used(host), not why, why, source, decode)
     return point, tuple(g.name for g in gpus), tuple(_usable(g, request.vram_target) for g in gpus)
 
 
@@ -189,10 +226,12 @@ def context_curve(request: PlanRequest, settings: LaunchSettings, *, measurement
     window = request.engine_window and bool(inv.gpus)
     mode = PlanMode.CPU if not inv.gpus else PlanMode.WINDOW if window else PlanMode.STOCK
     largest, where, capped = None, "", False
+    reaches: list[Reach] = []
     if fit is not None:
         n, where, tail = words.largest_for(bool(inv.gpus), fit.resident, fit.with_tail, window, settings)
         largest = n or None
         capped = fit.tail_capped if tail else fit.resident_capped
+        reaches = _reaches(fit, bool(inv.gpus), window, settings, largest)
     marks = [largest] if largest else []
     contexts = context_grid(shape.n_ctx_train, settings.n_ctx, *marks)
     others = context_grid(shape.n_ctx_train, settings.n_ctx, *marks, coarse=True)
@@ -220,4 +259,18 @@ def context_curve(request: PlanRequest, settings: LaunchSettings, *, measurement
         measured_at = settings.n_ctx if pass1 is not None else None  # pass 1 is for the settings now
         curves.append(KvCurve(type_k, type_v, tuple(points), current, _source(points, measured_at, settings.n_ctx)))
     return ContextCurve(contexts, tuple(curves), devices, usable, host_usable, settings.n_ctx, largest, where,
-                        capped, mode)
+                        capped, mode, tuple(reaches))
+
+
+def _reaches(fit: ContextFit, gpus: bool, window: bool, settings: LaunchSettings, offered: int | None) -> list[Reach]:
+    """The "largest context" figures of ``headroom plan`` (app/commands/plan.py ``_largest_lines``),
+    in the same words: as set (fully resident, in host RAM without a GPU), then the longest with part
+    of the KV in host RAM when a GPU is there and that is longer."""
+    out: list[Reach] = []
+    if fit.resident > 0:
+        where = words.resident_where(settings) if gpus else "in host RAM"
+        out.append(Reach(fit.resident, where, fit.resident_capped, fit.resident == offered))
+    if gpus and fit.with_tail > fit.resident:
+        tail = "with a host tail" if window else "with part of it in host RAM"
+        out.append(Reach(fit.with_tail, tail, fit.tail_capped, fit.with_tail == offered))
+    return out

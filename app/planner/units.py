@@ -76,7 +76,15 @@ def parse_tokens(text: str) -> int:
 
 
 def format_tokens(n: int) -> str:
-    """524288 → '512k', 1048576 → '1M', 335616 → '335,616', 5000 → '5,000'."""
+    """A number of tokens (a context, cells, a largest fit) as every message writes it: exact, with
+    thousands separators — 8192 → '8,192', 312576 → '312,576', 1048576 → '1,048,576' (docs/style.md,
+    "Numbers"). A flag is written as llama-server takes it, digits only (``-c 8192``)."""
+    return f"{n:,}"
+
+
+def round_tokens(n: int) -> str:
+    """Where a user types a context (the window's context field) and on the context chart's axis:
+    524288 → '512k', 1048576 → '1M'; a size that is not whole k is exact, '335,616'."""
     if n >= 1024 * 1024 and n % (1024 * 1024) == 0:
         return f"{n // (1024 * 1024)}M"
     if n >= 1024 and n % 1024 == 0:

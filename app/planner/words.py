@@ -23,7 +23,7 @@ from app.planner.settings import (
 )
 from app.planner.solve.speed import TURN_PROMPT, SpeedRow
 from app.planner.sources import Source, SourceKind
-from app.planner.units import Bytes, MiB, format_tokens
+from app.planner.units import Bytes, MiB, format_tokens, round_tokens
 
 
 def plural(n: int, noun: str, plural_form: str = "") -> str:
@@ -404,10 +404,10 @@ def changed(plan: Plan, asked: LaunchSettings) -> str:
                                               AlternativeKind.BOTH, AlternativeKind.SMALLER_KV_TYPE):
         instead.append(chosen.label)  # (its -ngl is the means, not the point; "-ctk q8_0 -ctv q8_0")
     elif chosen is not None and chosen.kind is AlternativeKind.SHORTER_CONTEXT and chosen.placement:
-        instead += [f"-c {format_tokens(launch.n_ctx)}", chosen.placement]  # "-c 32k --n-cpu-moe 39"
+        instead += [f"-c {launch.n_ctx}", chosen.placement]  # "-c 32768 --n-cpu-moe 39"
     else:
         if launch.n_ctx != asked.n_ctx:
-            instead.append(f"-c {format_tokens(launch.n_ctx)}")
+            instead.append(f"-c {launch.n_ctx}")
         if launch.n_gpu_layers != asked.n_gpu_layers:
             instead.append(f"-ngl {ngl_text(launch.n_gpu_layers)}")
         if launch.offload_kqv != asked.offload_kqv:
@@ -418,12 +418,12 @@ def changed(plan: Plan, asked: LaunchSettings) -> str:
     both = ""
     if chosen is not None and ends is not None and chosen.launch.n_ctx == ends[0].launch.n_ctx:
         both = f" ({speed_words(chosen)}); longest: {' '.join(_end_flags(ends[1]))} ({speed_words(ends[1])})"
-    return (f"{format_tokens(asked.n_ctx)} DOES NOT FIT as asked{f' ({why})' if why else ''}; "
+    return (f"{round_tokens(asked.n_ctx)} DOES NOT FIT as asked{f' ({why})' if why else ''}; "
             f"planned instead: {' '.join(instead) or 'other settings'}{both}")
 
 
 def _end_flags(a: Alternative) -> list[str]:
-    return [f"-c {format_tokens(a.launch.n_ctx)}", *([a.placement] if a.placement else [])]
+    return [f"-c {a.launch.n_ctx}", *([a.placement] if a.placement else [])]
 
 
 def context_ends(plan: Plan) -> tuple[Alternative, Alternative] | None:

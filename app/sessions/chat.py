@@ -69,6 +69,7 @@ class Reply:
     predicted: int = 0  # timings.predicted_n
     tokens_per_second: float = 0.0  # timings.predicted_per_second
     prompt_evaluated: int = 0  # timings.prompt_n
+    prompt_per_second: float = 0.0  # timings.prompt_per_second
     prompt_cached: int = 0  # timings.cache_n
     stopped: bool = False  # the user stopped it
     pieces: int = 0  # content pieces received (one per token)
@@ -250,4 +251,5 @@ def apply_chunk(outcome: ChatOutcome, data: dict[str, Any], on_piece: PieceCallb
                 reply.predicted = int(timings.get("predicted_n", 0))
                 reply.tokens_per_second = float(timings.get("predicted_per_second", 0.0))
                 reply.prompt_evaluated = int(timings.get("prompt_n", 0))
+                reply.prompt_per_second = float(timings.get("prompt_per_second", 0.0))
                 reply.prompt_cached = int(timings.get("cache_n", 0))

@@ -53,6 +53,10 @@ class Counters:
     decode_calls: int
     requests_processing: int
     requests_deferred: int
+    #: Gauges averaged by the engine over the time between two reads of /metrics (tokens/s; 0: none
+    #: processed since the last read): ``prompt_tokens_seconds``, ``predicted_tokens_seconds``.
+    prompt_per_second: float = 0.0
+    predicted_per_second: float = 0.0
 
     @classmethod
     def from_text(cls, text: str) -> Counters:
@@ -64,7 +68,8 @@ class Counters:
             return int(v.get(name, 0.0))
 
         return cls(n("prompt_tokens_total"), n("prompt_tokens_cached_total"), n("tokens_predicted_total"),
-                   n("n_decode_total"), n("requests_processing"), n("requests_deferred"))
+                   n("n_decode_total"), n("requests_processing"), n("requests_deferred"),
+                   v.get("prompt_tokens_seconds", 0.0), v.get("predicted_tokens_seconds", 0.0))
 
     def since(self, before: Counters) -> Counters:
         """The growth of each counter since ``before`` (gauges are kept as they are now)."""
@@ -72,4 +77,5 @@ class Counters:
                         self.prompt_tokens_cached - before.prompt_tokens_cached,
                         self.tokens_predicted - before.tokens_predicted,
                         self.decode_calls - before.decode_calls,
-                        self.requests_processing, self.requests_deferred)
+                        self.requests_processing, self.requests_deferred,
+                        self.prompt_per_second, self.predicted_per_second)

@@ -1,6 +1,9 @@
 """The context chart: GPU and host memory against the context (log scale, 4k up to the training
-context or 1M) for the settings now, one curve per KV cache type, the plan's usable line, the largest
-context that fits and the context now; a click on the chart sets the context.
+context, or 1M once more is asked) for the settings now, one curve per KV cache type, the plan's
+usable line, the largest contexts that fit (fully resident, and with part of the KV in host RAM: the
+figures ``headroom plan`` prints as "largest context") and the context now; under them the predicted
+decode tokens/s of the settings' own curve against the context (the speed model); a click on the
+chart sets the context.
 
 The numbers come from the planner (app/planner/curve.py: one plan per point); this only draws them.
 Bound to the window state (``bind``), it redraws on every plan while it is shown, and once when it
@@ -12,10 +15,11 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from app.planner.curve import ContextCurve, KvCurve, context_curve
+from app.planner.curve import ContextCurve, CurvePoint, KvCurve, Reach, context_curve
 from app.planner.errors import PlannerError
 from app.planner.plan_types import PlanMode
-from app.planner.units import Bytes, GiB
+from app.planner.units import Bytes, GiB, round_tokens
+from app.planner.words import tokens_per_s
 from app.text import escape
 from app.ui.budget_parts import RED, source_text
 from app.ui.context_control import tokens_text
@@ -51,6 +55,8 @@ if TYPE_CHECKING:
 TYPE_COLORS = {"f16": "#4e79a7", "q8_0": "#f28e2b", "q4_0": "#59a14f"}
 OTHER_COLOR = "#b07aa1"
 LARGEST_COLOR = "#2f6f3e"
+#: The longest context with part of the KV in host RAM (beside the fully resident one, in green).
+TAIL_COLOR = "#9c755f"
 #: How far above the usable line the GPU axis goes at most: a 1M f16 curve of 150 GiB would flatten
 #: a 24 GiB card's part of the picture to a few pixels (the curves are cut at the top, and it says so).
 Y_CAP = 3.0
@@ -74,6 +80,25 @@ def gib_text(v: float) -> str:
     return f"{v:.0f}" if v >= 10 or v == int(v) else f"{v:.1f}"
 
 
+def reach_color(i: int) -> str:
+    """The largest contexts' colours: fully resident first, then with part in host RAM."""
+    return LARGEST_COLOR if i == 0 else TAIL_COLOR
+
+
+def reach_text(r: Reach) -> str:
+    """"largest that fits: 49,664 fully on GPU" — the chart's and the legend's words for one reach."""
+    return f"largest that fits: {'≥ ' if r.capped else ''}{tokens_text(r.n_ctx)} {r.where}"
+
+
+def value_of(kind: str, point: CurvePoint) -> float | None:
+    """What a panel draws of a point: GiB on the GPUs or in host RAM, or decode tokens/s."""
+    if kind == "gpu":
+        return point.gpu_total / GiB
+    if kind == "host":
+        return point.host / GiB
+    return point.decode
+
+
 class ChartCanvas(QWidget):
     """The painted part: one panel for the GPUs (summed over devices) and one for host RAM."""
 
@@ -83,7 +108,7 @@ class ChartCanvas(QWidget):
         super().__init__(parent)
         self.curve: ContextCurve | None = None
         self.labels: dict[str, QRectF] = {}  # each label painted last, by its text (for tests)
-        self.setMinimumSize(300, 230)
+        self.setMinimumSize(300, 280)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
         self.setMouseTracking(True)
         self.setCursor(Qt.CursorShape.PointingHandCursor)
@@ -102,9 +127,13 @@ class ChartCanvas(QWidget):
         top = 4
         bottom = line + 10  # the x tick labels under the last panel
         kinds = ["gpu", "host"] if c is not None and c.devices else ["host"]
+        if c is not None and speed_points(c):
+            kinds.append("speed")
         gap = line + 10  # each panel's title above it
         avail = self.height() - top - bottom - gap * len(kinds) - 8 * (len(kinds) - 1)
-        heights = [avail * 0.6, avail * 0.4] if len(kinds) == 2 else [avail]
+        heights = {1: [1.0], 2: [0.6, 0.4] if kinds[-1] == "host" else [0.7, 0.3],
+                   3: [0.45, 0.3, 0.25]}[len(kinds)]
+        heights = [avail * f for f in heights]
         out = []
         y = float(top)
         for kind, h in zip(kinds, heights, strict=True):
@@ -120,9 +149,12 @@ class ChartCanvas(QWidget):
         return rect.left() + (math.log2(n_ctx) - lo) / max(hi - lo, 1e-9) * rect.width()
 
     def _scale(self, kind: str) -> tuple[float, float, bool]:
-        """(axis top in GiB, usable in GiB, curves cut at the top) for a panel."""
+        """(axis top in GiB, usable in GiB, curves cut at the top) for a panel; the speed panel's
+        top in tokens/s (no usable line)."""
         c = self.curve
         assert c is not None
+        if kind == "speed":
+            return max([p.decode or 0.0 for p in speed_points(c)] + [0.1]) * 1.1, 0.0, False
         usable = (c.gpu_usable_total if kind == "gpu" else c.host_usable) / GiB
         values = [(p.gpu_total if kind == "gpu" else p.host) / GiB for k in c.curves for p in k.points]
         top = max([usable, *values, 0.1]) * 1.05
@@ -145,8 +177,18 @@ class ChartCanvas(QWidget):
         if point is None or rect is None:
             return None
         top, _u, _cut = self._scale(kind)
-        value = (point.gpu_total if kind == "gpu" else point.host) / GiB
+        value = value_of(kind, point)
+        if value is None:
+            return None
         return QPointF(self._x(rect, n_ctx), self._y(rect, top, value))
+
+    def reach_x(self, n_ctx: int) -> float | None:
+        """Where the line of a largest context is drawn (None: off the axis, or no chart)."""
+        c = self.curve
+        panels = self._panels()
+        if c is None or not panels or not c.contexts[0] <= n_ctx <= c.contexts[-1]:
+            return None
+        return self._x(panels[0][1], n_ctx)
 
     def usable_y(self, kind: str = "gpu") -> float | None:
         """Where the usable line of a panel is drawn (None: no such panel)."""
@@ -197,8 +239,9 @@ class ChartCanvas(QWidget):
                 continue
             gpu = f"GPU {Bytes(p.gpu_total)}, " if c.devices else ""
             fits = "fits" if p.fits else f"does not fit: {p.why}"
+            speed = f"; decode ~{tokens_per_s(p.decode)} tok/s with it full" if p.decode is not None and k.current else ""
             lines.append(f"<span style='color:{curve_color(k)}'>■</span> {escape(k.label)}: {gpu}host "
-                         f"{Bytes(p.host)} — {escape(fits)}; compute {escape(source_text(p.compute_source))}")
+                         f"{Bytes(p.host)} — {escape(fits)}{speed}; compute {escape(source_text(p.compute_source))}")
         return "<br>".join(lines)
 
     # ---- painting ------------------------------------------------------------------------------
@@ -229,8 +272,12 @@ class ChartCanvas(QWidget):
         if kind == "gpu":
             title = f"GPU memory, GiB ({'+'.join(c.devices)})" if len(c.devices) <= 3 else \
                 f"GPU memory, GiB ({len(c.devices)} devices summed)"
-        else:
+        elif kind == "host":
             title = "Host RAM, GiB"
+        else:
+            cur = c.current
+            title = (f"Decode tokens/s, predicted with the context full ({cur.label if cur else ''}, "
+                     "app/planner/solve/speed.py)")
         if cut:
             title += f" — cut at {gib_text(top)} GiB"
         p.setPen(text)
@@ -250,7 +297,8 @@ class ChartCanvas(QWidget):
             p.setPen(text)
             label = QRectF(0, y - fm.height() / 2, rect.left() - 6, fm.height())
             if label.top() >= rect.top() - fm.height() / 2 - 1:
-                p.drawText(label, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter, gib_text(v))
+                p.drawText(label, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter,
+                           tokens_per_s(v) if kind == "speed" and v > 0 else gib_text(v))
             v += step
         # Vertical grid at each power of two, labelled under the last panel (labels that would touch skipped).
         n = 1 << max(0, (c.contexts[0] - 1).bit_length())
@@ -260,7 +308,7 @@ class ChartCanvas(QWidget):
             p.setPen(grid)
             p.drawLine(QPointF(x, rect.top()), QPointF(x, rect.bottom()))
             if last:
-                t = tokens_text(n)
+                t = round_tokens(n)  # the axis: its powers of two, "512k"
                 w = fm.horizontalAdvance(t)
                 box = QRectF(x - w / 2, rect.bottom() + 4, w, fm.height())
                 if box.left() < rect.left() - fm.horizontalAdvance("8"):
@@ -285,18 +333,19 @@ class ChartCanvas(QWidget):
             yu = self._y(rect, top, usable)
             p.drawLine(QPointF(rect.left(), yu), QPointF(rect.right(), yu))
         # The curves, the current one last (on top) and wider; a point that does not fit is hollow.
+        # The speed panel: the current curve's points that fit and have a prediction.
         for k in sorted(c.curves, key=lambda k: k.current):
-            if not k.points:
+            drawn = [pt for pt in k.points if value_of(kind, pt) is not None] if kind != "speed" or k.current else []
+            if not drawn:
                 continue
             color = QColor(curve_color(k))
             pen = QPen(color)
             pen.setWidthF(3.0 if k.current else 1.5)
             p.setPen(pen)
-            pts = [QPointF(self._x(rect, pt.n_ctx), self._y(rect, top, (pt.gpu_total if kind == "gpu" else pt.host) / GiB))
-                   for pt in k.points]
+            pts = [QPointF(self._x(rect, pt.n_ctx), self._y(rect, top, value_of(kind, pt) or 0.0)) for pt in drawn]
             p.drawPolyline(pts)
             r = 3.5 if k.current else 2.5
-            for pt, q in zip(k.points, pts, strict=True):
+            for pt, q in zip(drawn, pts, strict=True):
                 p.setPen(QPen(color, 1.5))
                 p.setBrush(color if pt.fits else pal.color(QPalette.ColorRole.Base))
                 p.drawEllipse(q, r, r)
@@ -306,21 +355,23 @@ class ChartCanvas(QWidget):
         xn = self._x(rect, c.n_ctx)
         p.setPen(QPen(text, 1, Qt.PenStyle.DotLine))
         p.drawLine(QPointF(xn, rect.top()), QPointF(xn, rect.bottom()))
-        if cur is not None and (now := cur.at(c.n_ctx)) is not None:
-            v = (now.gpu_total if kind == "gpu" else now.host) / GiB
+        if cur is not None and (now := cur.at(c.n_ctx)) is not None and (vn := value_of(kind, now)) is not None:
             p.setPen(QPen(text, 2))
-            p.drawEllipse(QPointF(xn, self._y(rect, top, v)), 6.0, 6.0)
-        # The largest context that fits: a dashed line through the panel and a diamond on the current curve.
-        if c.largest is not None and c.contexts[0] <= c.largest <= c.contexts[-1]:
-            xl = self._x(rect, c.largest)
-            pen = QPen(QColor(LARGEST_COLOR), 1.5, Qt.PenStyle.DashLine)
-            p.setPen(pen)
+            p.drawEllipse(QPointF(xn, self._y(rect, top, vn)), 6.0, 6.0)
+        # The largest contexts that fit: a dashed line each through the panel; a diamond on the current
+        # curve at the one the plan offers (the other is another placement's: not on this curve).
+        for i, reach in enumerate(c.reaches):
+            if not c.contexts[0] <= reach.n_ctx <= c.contexts[-1]:
+                continue
+            colour = QColor(reach_color(i))
+            xl = self._x(rect, reach.n_ctx)
+            p.setPen(QPen(colour, 1.5, Qt.PenStyle.DashLine))
             p.drawLine(QPointF(xl, rect.top()), QPointF(xl, rect.bottom()))
-            if cur is not None and (big := cur.at(c.largest)) is not None:
-                v = (big.gpu_total if kind == "gpu" else big.host) / GiB
-                y = self._y(rect, top, v)
-                p.setPen(QPen(QColor(LARGEST_COLOR), 2))
-                p.setBrush(QColor(LARGEST_COLOR))
+            if reach.offered and cur is not None and (big := cur.at(reach.n_ctx)) is not None \
+                    and (vb := value_of(kind, big)) is not None:
+                y = self._y(rect, top, vb)
+                p.setPen(QPen(colour, 2))
+                p.setBrush(colour)
                 p.drawPolygon([QPointF(xl, y - 6), QPointF(xl + 6, y), QPointF(xl, y + 6), QPointF(xl - 6, y)])
                 p.setBrush(Qt.BrushStyle.NoBrush)
         # Labels inside the plot, each on a box of the base colour, never over one another nor across the
@@ -332,12 +383,14 @@ class ChartCanvas(QWidget):
                         placed, QColor(RED), below=yu + 2)
             placed.append(QRectF(rect.left(), yu - 1, rect.width(), 2))
         if kind == placed_kind(c):
-            if c.largest is not None and c.contexts[0] <= c.largest <= c.contexts[-1]:
-                t = f"largest that fits: {'≥ ' if c.largest_capped else ''}{tokens_text(c.largest)}"
-                xl, w = self._x(rect, c.largest), fm.horizontalAdvance(t) + 8
+            for i, reach in enumerate(c.reaches):
+                if not c.contexts[0] <= reach.n_ctx <= c.contexts[-1]:
+                    continue
+                t = reach_text(reach)
+                xl, w = self._x(rect, reach.n_ctx), fm.horizontalAdvance(t) + 8
                 # Beside its line, on the side away from the curves' rise (a log axis: they rise to the right).
                 xc = xl - 4 - w / 2 if xl > rect.center().x() else xl + 4 + w / 2
-                self._label(p, t, xc, rect.top() + 3, rect, placed, QColor(LARGEST_COLOR))
+                self._label(p, t, xc, rect.top() + 3, rect, placed, QColor(reach_color(i)))
             self._label(p, f"now: {tokens_text(c.n_ctx)}", xn, rect.bottom() - fm.height() - 3, rect, placed, text)
 
     def _label(self, p: QPainter, text: str, x: float, y: float, rect: QRectF, placed: list[QRectF],
@@ -362,6 +415,12 @@ class ChartCanvas(QWidget):
         p.fillRect(box, base)
         p.setPen(color)
         p.drawText(box, Qt.AlignmentFlag.AlignCenter, text)
+
+
+def speed_points(c: ContextCurve) -> list[CurvePoint]:
+    """The current curve's points with a predicted decode speed (none: no speed panel)."""
+    cur = c.current
+    return [p for p in cur.points if p.decode is not None] if cur is not None else []
 
 
 def placed_kind(c: ContextCurve) -> str:
@@ -481,6 +540,14 @@ class ContextChart(QWidget):
         """Where the usable line of the "gpu" or "host" panel is drawn, in the canvas's coordinates."""
         return self.canvas.usable_y(kind)
 
+    def reach_x(self, n_ctx: int) -> float | None:
+        """Where the line of a largest context is drawn, in the canvas's coordinates."""
+        return self.canvas.reach_x(n_ctx)
+
+    def panel_kinds(self) -> list[str]:
+        """The panels drawn, top to bottom: "gpu", "host", "speed"."""
+        return [k for k, _r in self.canvas._panels()]
+
     def label_boxes(self) -> dict[str, QRectF]:
         """The labels inside the plots as last painted: text -> box, in the canvas's coordinates."""
         return dict(self.canvas.labels)
@@ -510,7 +577,11 @@ def legend_html(c: ContextCurve) -> str:
     usable = c.gpu_usable_total if c.devices else c.host_usable
     what = "usable" if c.devices else "available host RAM"
     parts.append(f"<span style='color:{RED}'><b>-&nbsp;-&nbsp;-</b></span>&nbsp;{what} {Bytes(usable)}")
-    if c.largest is not None:
+    if c.reaches:
+        for i, reach in enumerate(c.reaches):
+            parts.append(f"<span style='color:{reach_color(i)}'>{'◆' if reach.offered else '┊'}</span>&nbsp;"
+                         f"{escape(reach_text(reach))}")
+    elif c.largest is not None:
         parts.append(f"<span style='color:{LARGEST_COLOR}'>◆</span>&nbsp;largest that fits: "
                      f"{'≥ ' if c.largest_capped else ''}{tokens_text(c.largest)} {escape(c.largest_where)}")
     else:
@@ -527,8 +598,12 @@ def sources_html(c: ContextCurve) -> str:
             PlanMode.CPU: "Each point: the CPU plan (no GPU)"}[c.mode]
     computes = "; ".join(f"{escape(k.label)} {escape(source_text(k.source))}" for k in c.curves if not k.problem)
     usable = "free memory less the safety margin and any VRAM target" if c.devices else "what the OS says is available"
+    speed = ("Decode tokens/s: the speed model (app/planner/solve/speed.py) for each point that fits, with "
+             "its context full." if speed_points(c) else
+             "Decode tokens/s: not predicted for these points (the rolling KV window's engine)."
+             if c.mode is PlanMode.WINDOW else "Decode tokens/s: no point fits.")
     return (f"<small>{escape(mode)}. Weights, KV: from the GGUF. Compute: {computes}. Usable: {escape(usable)}. "
-            "Host RAM: mapped weights, KV host tail, pinned compute, prompt cache.</small>")
+            f"Host RAM: mapped weights, KV host tail, pinned compute, prompt cache. {escape(speed)}</small>")
 
 
 def accessible_text(c: ContextCurve) -> str:
@@ -537,5 +612,7 @@ def accessible_text(c: ContextCurve) -> str:
         return "context chart: no curve"
     p = cur.at(c.n_ctx)
     now = f"{Bytes(p.gpu_total)} on the GPUs, {Bytes(p.host)} host RAM" if p is not None else ""
-    return (f"context chart, {cur.label}: at {tokens_text(c.n_ctx)} {now}; largest that fits "
-            f"{tokens_text(c.largest) if c.largest else 'none'}")
+    speed = f", decode ~{tokens_per_s(p.decode)} tok/s with it full" if p is not None and p.decode is not None else ""
+    reaches = "; ".join(reach_text(r) for r in c.reaches) or (
+        f"largest that fits {tokens_text(c.largest) if c.largest else 'none'}")
+    return f"context chart, {cur.label}: at {tokens_text(c.n_ctx)} {now}{speed}; {reaches}"

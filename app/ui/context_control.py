@@ -10,7 +10,7 @@ from html import escape
 
 from app.planner import words
 from app.planner.settings import LaunchSettings, context_problem
-from app.planner.units import format_tokens, parse_tokens
+from app.planner.units import format_tokens, parse_tokens, round_tokens
 from app.ui.qt import (
     QHBoxLayout,
     QLabel,
@@ -117,7 +117,7 @@ class ContextControl(QWidget):
         self.slider.blockSignals(True)
         self.slider.setValue(ctx_to_pos(n_ctx))
         self.slider.blockSignals(False)
-        self.entry.setText(format_tokens(n_ctx))
+        self.entry.setText(round_tokens(n_ctx))  # where the user types: "512k" as they would
         self._say("")
         if emit and changed:
             self.contextChanged.emit(n_ctx)
@@ -193,6 +193,5 @@ class ContextControl(QWidget):
 
 
 def tokens_text(n: int) -> str:
-    """'512k' for round values, '738,048' otherwise (the planner's numbers are multiples of 256)."""
-    text = format_tokens(n)
-    return text if not text.isdigit() else f"{n:,}"
+    """A context in the window's words: exact, '524,288', as every message writes it (``format_tokens``)."""
+    return format_tokens(n)

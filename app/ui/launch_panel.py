@@ -52,6 +52,7 @@ from app.ui.qt import (
     Signal,
 )
 from app.ui.server_settings import ServerSettings
+from app.ui.speed_check_row import SpeedCheckRow
 from app.ui.window_state import WindowState
 from app.ui.workers import StreamBatcher, TaskPool
 
@@ -134,6 +135,8 @@ class LaunchPanel(QWidget):
         self.advice_label.setWordWrap(True)
         self.advice_label.setTextFormat(Qt.TextFormat.RichText)  # escaped HTML (app.ui.launch_panel.advice_html)
         self.advice_label.setVisible(False)
+        # Predicted tokens/s of the running plan and, after each chat reply, what the engine measured.
+        self.speed_row = SpeedCheckRow(self.pool)
         # Plan vs actual as a table; the window shows it with the plan (check_view), the panel fills it.
         self.check_view = CheckView()
         self.builder = EngineBuilder(pool=self.pool)
@@ -159,6 +162,7 @@ class LaunchPanel(QWidget):
         lay.addWidget(self.progress)
         lay.addWidget(self.status)
         lay.addWidget(self.check)
+        lay.addWidget(self.speed_row)
         lay.addWidget(self.command_caption)
         lay.addWidget(self.command)
         self._not_launchable = NO_MODEL
@@ -181,6 +185,10 @@ class LaunchPanel(QWidget):
         """Plan vs actual as a table, for the window to show with the plan."""
         return self.check_view
 
+    def reply_done(self, outcome: object) -> None:
+        """A chat reply (``ChatPanel.replyDone``) finished: the speed row measures it against the plan."""
+        self.speed_row.reply_done(outcome)
+
     def pinned_controls(self) -> QWidget:
         """Launch / Stop and the endpoint, for the window to pin where they never scroll away."""
         return self._controls
@@ -190,6 +198,7 @@ class LaunchPanel(QWidget):
         """Offer Launch for ``state``'s plan (a header-only preview never: Launch says why); what
         runs, and when it is ready, goes to ``state``."""
         self._state = state
+        self.speed_row.bind(state)
 
         def planned(plan: Plan) -> None:
             model = state.model

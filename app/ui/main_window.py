@@ -219,6 +219,7 @@ class MainWindow(QMainWindow):
         self.sessions = SessionsPanel(store_root=self.state_file.parent if self.state_file else None, pool=self.pool)
         self.launch.adviceChanged.connect(self.sessions.set_advisories)
         self.chat = ChatPanel(pool=self.pool)
+        self.chat.replyDone.connect(self.launch.reply_done)  # its speed row measures each reply
         talk = QTabWidget()  # the chat first; the shared-sessions proof one tab away
         self.talk = talk
         talk.addTab(self.chat, "Chat")

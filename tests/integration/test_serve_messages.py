@@ -57,7 +57,7 @@ def test_a_port_taken_after_the_check_is_said_once_without_the_engine_log(
         rc = cli.main(["serve", str(tiny_model), "--no-measure", "-c", "4096", "--port", str(port)])
     out = capsys.readouterr()
     assert rc == 1, out
-    assert "plan: cpu, 4k tokens" in out.out
+    assert "plan: cpu, 4,096 tokens" in out.out
     assert out.err.count("the port is in use") == 1, out.err
     assert f"headroom serve: the engine failed. The engine could not listen on 127.0.0.1:{port}" in out.err
     assert "Last engine log lines" not in out.err and out.err.count("\n") == 1, out.err
@@ -87,7 +87,7 @@ def test_serve_says_each_thing_once_and_sessions_take_url_after_the_action(
             proc.kill()
     out = "".join(lines)
     assert proc.wait(timeout=60) == 0, out
-    assert "plan: cpu, 4k tokens" in out
+    assert "plan: cpu, 4,096 tokens" in out
     smoke = next(line for line in lines if line.startswith("smoke: "))
     assert "smoke-a " in smoke and " tokens, smoke-b " in smoke and "{" not in smoke, smoke
     assert out.count("engine stopped (exit code") == 1 and "engine: stopped" not in out, out

@@ -4,8 +4,9 @@ follows the settings while shown and catches up when its tab is opened. Real win
 
 from __future__ import annotations
 
+from app.planner.words import tokens_per_s
 from app.ui.budget_parts import RED
-from app.ui.context_chart import LARGEST_COLOR, TYPE_COLORS
+from app.ui.context_chart import LARGEST_COLOR, TAIL_COLOR, TYPE_COLORS
 from app.ui.main_window import MainWindow
 from app.ui.qt import QApplication, QColor, QImage, Qt
 
@@ -129,12 +130,61 @@ def test_a_tiny_models_labels_keep_off_the_available_line_and_one_another(no_gpu
     boxes = window.chart.label_boxes()
     y = window.chart.usable_y("host")
     assert y is not None
-    largest = next(b for t, b in boxes.items() if t.startswith("largest that fits: ≥ 4k"))
+    largest = next(b for t, b in boxes.items() if t.startswith("largest that fits: ≥ 4,096"))
     assert not (largest.top() <= y <= largest.bottom())  # not across the dashed line
-    assert any(t.startswith("available ") for t in boxes) and any(t.startswith("now: 4k") for t in boxes)
+    assert any(t.startswith("available ") for t in boxes) and any(t.startswith("now: 4,096") for t in boxes)
     shown = list(boxes.values())
     assert not any(a.intersects(b) for i, a in enumerate(shown) for b in shown[i + 1:])
     curve = window.chart.curve
     assert curve is not None and (curve.contexts[0], curve.contexts[-1]) == (4 * K, 8 * K)
     legend = window.chart.legend.text()
     assert "<b>-&nbsp;-&nbsp;-</b></span>&nbsp;available host RAM" in legend  # the mark held to its words
+
+
+def test_the_chart_spans_the_training_context_with_both_largest_contexts_and_decode_speed(window, shape_model, qtbot):
+    """512k asked of the 1M model on a 24 GB card (issue 30's case): the axis runs 4k to the training
+    context, the largest context fully on the GPU and the longest with part of the KV in host RAM
+    are both drawn with the figures ``headroom plan`` prints, and under the memory the predicted
+    decode tokens/s fall as the context grows."""
+    window.devices.choose_simulated("RTX 4090")
+    assert window.open_model(shape_model(QWEN14_1M))
+    with qtbot.waitSignal(window.planned):
+        window.settings.set_context(512 * K)
+    open_chart(window, qtbot)
+    chart = window.chart
+    curve, fit = chart.curve, window.current.fit
+    assert curve is not None and fit is not None and fit.with_tail > fit.resident
+    assert (curve.contexts[0], curve.contexts[-1]) == (4 * K, 1_010_000)
+    resident = f"largest that fits: {fit.resident:,} fully on GPU"
+    tail = f"largest that fits: {fit.with_tail:,} with part of it in host RAM"
+    legend = chart.legend.text()
+    assert resident in legend and tail in legend
+    assert chart.panel_kinds() == ["gpu", "host", "speed"]
+    img = chart.render_image()
+    boxes = chart.label_boxes()
+    assert resident in boxes and tail in boxes  # both labelled in the plot
+    x_res, x_tail = chart.reach_x(fit.resident), chart.reach_x(fit.with_tail)
+    assert x_res is not None and x_tail is not None and x_res < x_tail
+    seen = colours(img)
+    assert QColor(LARGEST_COLOR).rgb() in seen and QColor(TAIL_COLOR).rgb() in seen
+    # The decode series: higher (faster) at 8k than at the largest fit; none drawn where nothing fits.
+    fast, slow = chart.point_pos("f16", 8 * K, "speed"), chart.point_pos("f16", fit.resident, "speed")
+    assert fast is not None and slow is not None and fast.y() < slow.y()
+    assert chart.point_pos("f16", 512 * K, "speed") is None
+    f16 = curve.current
+    assert f16 is not None
+    at_8k = f16.at(8 * K)
+    assert at_8k is not None and at_8k.decode is not None
+    assert f"decode ~{tokens_per_s(at_8k.decode)} tok/s with it full" in chart.canvas.point_tooltip(8 * K)
+    assert "Decode tokens/s: the speed model" in chart.sources.text()
+
+
+def test_past_the_training_context_the_axis_goes_to_1m_whatever_the_context(window, shape_model, qtbot):
+    window.devices.choose_simulated("RTX 4090")
+    assert window.open_model(shape_model("qwen3-30b-a3b-q8_0"))  # trained for 40k
+    open_chart(window, qtbot)
+    for n_ctx, end in ((16 * K, 40 * K), (32 * K, 40 * K), (64 * K, 1024 * K), (256 * K, 1024 * K)):
+        with qtbot.waitSignal(window.planned):
+            window.settings.set_context(n_ctx)
+        curve = window.chart.curve
+        assert curve is not None and curve.n_ctx == n_ctx and (curve.contexts[0], curve.contexts[-1]) == (4 * K, end)

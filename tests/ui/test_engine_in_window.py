@@ -159,7 +159,7 @@ def test_the_picture_stays_on_the_running_plan_and_session_texts_outlive_the_eng
         window.settings.context.set_value(8 * K, emit=True)
     assert sig.args[0].launch.n_ctx == 8 * K
     assert window.budget.plan is running  # the bars still show what runs
-    assert "4k tokens" in note.text() and "New settings" in note.text() and "8k tokens" in note.text()
+    assert "4,096 tokens" in note.text() and "New settings" in note.text() and "8,192 tokens" in note.text()
     assert not window.launch.launch_button.isEnabled() and window.launch.stop_button.isEnabled()
     window.sessions.prompt.setText("Once upon a time")
     with qtbot.waitSignal(window.sessions.turnDone, timeout=120_000) as done:

@@ -96,7 +96,7 @@ def test_the_library_lists_the_cache_and_an_added_folder_and_opens_a_model(
         window, snapshot, folder, tiny_chat_model, shape_model, qtbot, monkeypatch):
     dialog = open_library(window, qtbot)
     assert rows(dialog) == {
-        "tiny-chat-F32.gguf": ["tiny-chat-F32.gguf", "llama", "F32", str(Bytes(tiny_chat_model.stat().st_size)), "4k",
+        "tiny-chat-F32.gguf": ["tiny-chat-F32.gguf", "llama", "F32", str(Bytes(tiny_chat_model.stat().st_size)), "4,096",
                                "mmproj-tiny-F16.gguf", REPO],
         "mmproj-tiny-F16.gguf": ["mmproj-tiny-F16.gguf", "clip", "F16",
                                  str(Bytes(gguf_factory.ensure(PROJECTOR).stat().st_size)), "—", "is a projector", REPO],
@@ -111,7 +111,7 @@ def test_the_library_lists_the_cache_and_an_added_folder_and_opens_a_model(
     found = rows(dialog)
     assert set(found) == {"tiny-chat-F32.gguf", "mmproj-tiny-F16.gguf", LLAMA_8B, "half-downloaded.gguf"}  # no FIFO
     big = shape_model("llama-3.1-8b-instruct-q4_k_m").stat().st_size
-    assert found[LLAMA_8B] == [LLAMA_8B, "llama", "Q4_K_M", str(Bytes(big)), "128k", "—", str(folder)]
+    assert found[LLAMA_8B] == [LLAMA_8B, "llama", "Q4_K_M", str(Bytes(big)), "131,072", "—", str(folder)]
     assert found["half-downloaded.gguf"][1] == "cannot read: not a GGUF file: only 4 bytes"
     assert dialog.status.text().startswith("1 model in the Hugging Face cache")
     assert ", 1 model in your folders; double-click one to open it" in dialog.status.text()

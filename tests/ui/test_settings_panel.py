@@ -75,7 +75,7 @@ def test_largest_fit_is_one_click_away(qtbot):
     c = ContextControl()
     qtbot.addWidget(c)
     c.set_largest_fit(384 * K, "fully on GPU")
-    assert "384k" in c.fits.text()
+    assert "393,216" in c.fits.text()  # a figure Headroom found: exact (docs/style.md, "Numbers")
     qtbot.mouseClick(c.fits, Qt.MouseButton.LeftButton)
     assert c.value() == 384 * K
 

@@ -146,7 +146,7 @@ def test_a_stock_plan_never_speaks_of_a_window(window, shape_model, qtbot):
     plan = sig.args[0]
     assert plan.mode == PlanMode.STOCK
     b = window.budget
-    assert b.window_numbers.text() == f"KV cache: all {plan.launch.n_ctx // K}k cells on the GPU"
+    assert b.window_numbers.text() == f"KV cache: all {plan.launch.n_ctx:,} cells on the GPU"
     labels = [seg.label for row in b.rows for seg in row.bar.segments]
     assert "KV cache" in labels and "KV window" not in labels
     assert "window" not in shown_text(b.legend).lower() and "window" not in b.rows[0].caption.text().lower()

@@ -36,9 +36,9 @@ def test_a_cpu_plan_on_a_machine_without_a_gpu_reads_as_one(no_gpu: None, shape_
     lines = out.splitlines()
     assert lines[0] == "no GPU: planned for the CPU (-ngl 0)"
     assert "DOES NOT FIT" not in out and "  mode cpu: FITS — fits in host RAM" in lines
-    assert "  KV cache: all 32k cells in host RAM (no GPU)" in lines
+    assert "  KV cache: all 32,768 cells in host RAM (no GPU)" in lines
     assert "KV window" not in out and "host tail" not in out
-    assert any(line.startswith("  largest context: ") and line.endswith("in host RAM (trained 128k)")
+    assert any(line.startswith("  largest context: ") and line.endswith("in host RAM (trained 131,072)")
                for line in lines)
 
 
@@ -46,7 +46,7 @@ def test_a_stock_gpu_plan_names_no_window(shape_model: Callable[[str], Path], ca
                                           ) -> None:
     assert cli.main(["plan", str(shape_model(LLAMA8B)), "-c", "32k", "--gpu", "RTX 4090"]) == 0
     out = capsys.readouterr().out
-    assert "  KV cache: all 32k cells on the GPU" in out.splitlines()
+    assert "  KV cache: all 32,768 cells on the GPU" in out.splitlines()
     assert "KV window" not in out and "with a host tail" not in out
 
 

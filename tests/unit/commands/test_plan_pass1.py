@@ -71,7 +71,7 @@ def test_cpu_numbers_for_a_gpu_plan_say_so(engine_build: EngineBuild, tiny_model
     assert "warning: Pass 1 measured with the CPU backend" in out
     assert "estimates their compute buffers" in out
     gpu_compute = next(line for line in out.splitlines() if line.strip().startswith("compute ") and "MiB" in line)
-    assert gpu_compute.rstrip().endswith("estimated (never compared with CUDA below 32k context)")
+    assert gpu_compute.rstrip().endswith("estimated (never compared with CUDA below 32,768 context)")
 
 
 def test_plan_names_the_engine_and_its_advisories(engine_build: EngineBuild, tiny_model: Path,

@@ -8,14 +8,15 @@ import json
 from pathlib import Path
 
 from app.machine.devices import resolve_gpus
-from app.planner.curve import CHART_KV_TYPES, context_curve, context_grid
+from app.planner import words
+from app.planner.curve import CHART_KV_TYPES, ContextCurve, context_curve, context_grid
 from app.planner.devices import GpuDevice, HostMemory, Inventory
 from app.planner.gguf.model import ModelShape, read_shape
 from app.planner.measurement import DeviceMeasurement, Measurement
-from app.planner.plan_types import PlanMode
+from app.planner.plan_types import ContextFit, Plan, PlanMode
 from app.planner.request import PlanRequest
 from app.planner.settings import LaunchSettings
-from app.planner.solve.plan import make_plan
+from app.planner.solve.plan import make_plan, price_as_set
 from app.planner.sources import SourceKind
 from app.planner.units import GiB, MiB
 from tests.fixtures import gguf_factory, shapes
@@ -32,16 +33,55 @@ def test_the_grid_runs_from_4k_to_the_training_context_or_1m_with_the_points_it_
     assert context_grid(0, 32768)[-1] == 1024 * K  # the model does not say
     grid = context_grid(131072, 40_000, 49_664)
     assert 40_000 in grid and 49_664 in grid and grid == tuple(sorted(set(grid)))
-    assert context_grid(32768, 65536)[-1] == 64 * K  # the context asked for is on the chart
+    # Past the training context the axis goes to the slider's end (1M), not to the context asked for.
+    assert context_grid(32768, 65536)[-1] == 1024 * K and 64 * K in context_grid(32768, 65536)
+    assert context_grid(8192, 600 * K)[-1] == 1024 * K
+    assert context_grid(8192, 2048 * K)[-1] == 2048 * K  # past 1M: the context asked for is the end
+
+
+def test_the_axis_does_not_follow_the_context_below_the_training_context():
+    ends = {context_grid(131072, n)[-1] for n in (4 * K, 8 * K, 32 * K, 100_000, 128 * K)}
+    assert ends == {128 * K}
+    assert context_grid(8192, 8192) == (4 * K, 6 * K, 8 * K)  # an 8k model at 8k: 4k to its training context
+
+
+def _chart_at(shape: ModelShape, n_ctx: int) -> tuple[Inventory, LaunchSettings, Plan, ContextFit, ContextCurve]:
+    """The chart for ``n_ctx`` on a simulated RTX 4090, with the plan's largest contexts, and those."""
+    inv = resolve_gpus(["RTX 4090"])
+    request = PlanRequest(shape, inv)
+    settings = LaunchSettings(n_ctx=n_ctx)
+    plan, used = request.plan(settings)
+    fit = request.largest_fit(settings, used)
+    return inv, settings, plan, fit, context_curve(request, settings, fit=fit)
+
+
+def test_the_chart_carries_both_largest_contexts_plan_prints_and_decode_speed(qwen14b: ModelShape):
+    """The 512k case of issue 30 on a 24 GB card: the largest fully resident and the longest with part
+    of the KV in host RAM, the figures ``headroom plan`` prints; each point that fits predicts its
+    decode tokens/s with the context full, slower as the context grows; none where it does not fit."""
+    inv, settings, _plan, fit, curve = _chart_at(qwen14b, 512 * K)
+    assert fit.with_tail > fit.resident > 0
+    assert [(r.n_ctx, r.where, r.offered) for r in curve.reaches] == [
+        (fit.resident, "fully on GPU", True), (fit.with_tail, "with part of it in host RAM", False)]
+    ends = words.context_ends(_plan)  # what the CLI's "largest context" line offers here
+    assert ends is not None and (ends[0].launch.n_ctx, ends[1].launch.n_ctx) == (fit.resident, fit.with_tail)
+    assert curve.top == qwen14b.n_ctx_train  # 4k to the training context, though 512k is asked
+    f16 = curve.current
+    assert f16 is not None
+    fitting = [p for p in f16.points if p.fits]
+    assert fitting and all(p.decode is not None and p.decode > 0 for p in fitting)
+    assert all(p.decode is None for p in f16.points if not p.fits)
+    speeds = [p.decode or 0.0 for p in fitting]
+    assert speeds == sorted(speeds, reverse=True) and speeds[0] > speeds[-1]  # a fuller KV reads more per token
+    # The figure is the speed model's for that launch as set, with its context full.
+    at_32k = f16.at(32 * K)
+    priced = price_as_set(qwen14b, inv, settings.with_(n_ctx=32 * K))
+    assert at_32k is not None and priced.alternative.speed is not None
+    assert at_32k.decode == priced.alternative.speed.at_fill(1.0).decode
 
 
 def test_each_point_is_the_launch_as_set_and_the_largest_fit_is_the_plans(qwen14b: ModelShape):
-    inv = resolve_gpus(["RTX 4090"])
-    request = PlanRequest(qwen14b, inv)
-    settings = LaunchSettings(n_ctx=128 * K)
-    _plan, used = request.plan(settings)
-    fit = request.largest_fit(settings, used)
-    curve = context_curve(request, settings, fit=fit)
+    inv, settings, _plan, fit, curve = _chart_at(qwen14b, 128 * K)
     assert curve.mode is PlanMode.STOCK and curve.devices == ("CUDA0",)
     assert [k.label for k in curve.curves] == list(CHART_KV_TYPES)
     f16 = curve.current
@@ -78,7 +118,7 @@ def test_pass_1_for_the_settings_now_anchors_their_curve_and_no_other(qwen14b: M
     curve = context_curve(request, settings, measurement=measurement)
     f16 = curve.current
     assert f16 is not None and f16.label == "f16"
-    assert f16.source.kind is SourceKind.MEASURED and "at 512k" in str(f16.source)
+    assert f16.source.kind is SourceKind.MEASURED and "at 524,288;" in str(f16.source)
     now = f16.at(settings.n_ctx)
     assert now is not None and now.compute_source.kind is SourceKind.MEASURED
     exact = make_plan(qwen14b, inv, settings, measurement=measurement)

@@ -240,11 +240,11 @@ def test_the_fitted_range_is_the_recordings() -> None:
 
 
 @pytest.mark.parametrize(("launch", "says"), [
-    (LaunchSettings(n_ctx=16384), "never compared with CUDA below 32k context"),
+    (LaunchSettings(n_ctx=16384), "never compared with CUDA below 32,768 context"),
     (LaunchSettings(n_ctx=131072, n_ubatch=4096, n_batch=4096), "never compared with CUDA at -ub 4096"),
-    (LaunchSettings(n_ctx=8192, n_ubatch=256), "never compared with CUDA below 32k context, at -ub 256"),
+    (LaunchSettings(n_ctx=8192, n_ubatch=256), "never compared with CUDA below 32,768 context, at -ub 256"),
     (LaunchSettings(n_ctx=131072, flash_attn=FlashAttn.OFF), "never compared with CUDA with flash attention off"),
-    (LaunchSettings(n_ctx=1048576), "never compared with CUDA above 512k context"),
+    (LaunchSettings(n_ctx=1048576), "never compared with CUDA above 524,288 context"),
 ])
 def test_a_plan_outside_the_fit_says_so_beside_the_number_and_in_its_warnings(launch: LaunchSettings,
                                                                               says: str) -> None:

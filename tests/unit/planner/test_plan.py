@@ -176,7 +176,7 @@ def test_a_cpu_measurement_is_used_for_a_cpu_plan_but_not_for_a_gpu(qwen14b: Mod
     assert plan.host.output_buffer == 152064 * 4  # the logits buffer, a part of its own
     assert str(plan.host.sources["output_buffer"]) == "from the GGUF (logits: n_vocab × 1 slot × 4 bytes)"
     gpu_plan = make_plan(qwen14b, h200(), LaunchSettings(n_ctx=8192), measurement=cpu)
-    assert str(gpu_plan.gpus[0].sources["compute"]) == "estimated (never compared with CUDA below 32k context)"
+    assert str(gpu_plan.gpus[0].sources["compute"]) == "estimated (never compared with CUDA below 32,768 context)"
     # whose numbers: the plan itself carries the caveat (the CLI and the window both print plan.warnings)
     caveat = next(w for w in gpu_plan.warnings if "measured with the CPU backend" in w)
     assert "estimates their compute buffers" in caveat and 'CMAKE_ARGS="-DGGML_CUDA=on"' in caveat

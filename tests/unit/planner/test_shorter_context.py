@@ -52,7 +52,7 @@ def test_an_moe_at_long_context_is_offered_the_largest_context_its_experts_on_th
     assert shorter.label == f"-c {n_ctx} --n-cpu-moe {shorter.launch.n_cpu_moe}"
     assert shorter.note.startswith(f"a shorter context ({format_tokens(n_ctx)}); the expert weights of")
     assert words.changed(plan, ASKED).endswith(
-        f"planned instead: -c {format_tokens(n_ctx)} --n-cpu-moe {shorter.launch.n_cpu_moe}")
+        f"planned instead: -c {n_ctx} --n-cpu-moe {shorter.launch.n_cpu_moe}")
     # The largest: 256 more tokens fit no placement; and it is the launch a plan at that context chooses.
     assert not keeps_context(make_plan(qwen30b, inv, ASKED.with_(n_ctx=n_ctx + 256)), n_ctx + 256)
     there = make_plan(qwen30b, inv, ASKED.with_(n_ctx=n_ctx))

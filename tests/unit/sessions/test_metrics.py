@@ -18,6 +18,8 @@ def test_recorded_metrics_after_a_fork_show_the_prompt_decoded_once() -> None:
     assert c.prompt_tokens == 26
     assert c.tokens_predicted == 18  # 3 replies x n_predict 6
     assert parse_prometheus(text)["n_busy_slots_per_decode"] == 3.0
+    # the engine's throughput averaged since the read before (the window's speed row shows them)
+    assert (c.prompt_per_second, c.predicted_per_second) == (34574.5, 877.912)
 
 
 def test_since_gives_counter_growth_and_keeps_gauges() -> None:

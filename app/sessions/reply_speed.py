@@ -1,0 +1,90 @@
+"""Speed after launch, in the window (issue 30, build item 3): the plan's predicted tokens/s beside
+what the engine measured — a chat reply's own ``timings`` (``prompt_n``, ``prompt_per_second``,
+``predicted_n``, ``predicted_per_second``) and ``/metrics``' averages (``prompt_tokens_seconds``,
+``predicted_tokens_seconds``: the engine averages them over the time between two reads of
+``/metrics``, so a read right after a reply covers that reply and whatever else ran since the read
+before).
+
+The prediction is ``check_speed``'s (app/engine/speed_check.py, as ``headroom serve``'s speed line):
+the plan's speed model at the fill of the context the reply used. ``reply_speed`` reads ``/metrics``
+(blocking: the window runs it in its task pool); the rest is pure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.engine.speed_check import SpeedCheck, Timings, check_speed
+from app.planner import words
+from app.planner.plan_types import Plan
+from app.sessions.chat import Reply
+from app.sessions.client import EngineClient, EngineError, EngineRejected
+from app.sessions.metrics import Counters
+
+#: What the row says until a reply has been measured.
+WAITING = "measured: after the first chat reply"
+#: The window engine's placement has no speed model (the planner says none).
+NOT_PREDICTED = "not predicted for this placement (the rolling KV window's engine)"
+
+
+def predicted_line(plan: Plan) -> str:
+    """"Speed predicted: decode 41 / 16 / 10 tok/s (context empty / half / full), prefill 729"."""
+    row = plan.speed
+    if row is None:
+        return f"Speed {NOT_PREDICTED}"
+    empty, half, full = row.at[0], row.at_fill(0.5), row.at_fill(1.0)
+    return (f"Speed predicted: decode {words.tokens_per_s(empty.decode)} / {words.tokens_per_s(half.decode)} / "
+            f"{words.tokens_per_s(full.decode)} tok/s (context empty / half / full), prefill "
+            f"{words.tokens_per_s(half.prefill)} tok/s")
+
+
+def timings_of(reply: Reply) -> Timings | None:
+    """A finished reply's timings as the engine reported them (None: it generated nothing)."""
+    if reply.predicted < 1 or reply.tokens_per_second <= 0:
+        return None
+    return Timings(reply.prompt_evaluated, reply.prompt_per_second, reply.predicted, reply.tokens_per_second)
+
+
+@dataclass(frozen=True)
+class ReplySpeed:
+    """One reply measured: its timings, the plan's prediction at its fill (None: none predicted),
+    and ``/metrics``' averages (None: not read, ``metrics_note`` says why)."""
+
+    measured: Timings
+    check: SpeedCheck | None
+    metrics: Counters | None
+    metrics_note: str = ""
+
+    def text(self) -> str:
+        """"Speed of the last reply: decode 41 tok/s measured (10 tokens), 38 predicted; prefill …"."""
+        m, c = self.measured, self.check
+        decode = f"decode {words.tokens_per_s(m.predicted_per_second)} tok/s measured ({m.predicted_n:,} tokens)"
+        prefill = (f"prefill {words.tokens_per_s(m.prompt_per_second)} tok/s measured ({m.prompt_n:,} prompt tokens)"
+                   if m.prompt_n > 0 and m.prompt_per_second > 0 else "prefill: the whole prompt came from the cache")
+        if c is not None:
+            decode += f", {words.tokens_per_s(c.decode_predicted)} predicted"
+            if m.prompt_n > 0 and m.prompt_per_second > 0:
+                prefill += f", {words.tokens_per_s(c.prefill_predicted)} predicted"
+        out = f"Speed of the last reply: {decode}; {prefill}"
+        if c is None:
+            out += f" — {NOT_PREDICTED}"
+        if self.metrics is not None:
+            out += (f". /metrics since its last read: decode {words.tokens_per_s(self.metrics.predicted_per_second)}, "
+                    f"prefill {words.tokens_per_s(self.metrics.prompt_per_second)} tok/s")
+        elif self.metrics_note:
+            out += f". {self.metrics_note}"
+        return out
+
+
+def reply_speed(plan: Plan, timings: Timings, base_url: str, api_key: str | None,
+                *, timeout: float = 10.0) -> ReplySpeed:
+    """``timings`` beside ``plan``'s prediction, with ``/metrics`` read now. Blocking (one request)."""
+    metrics: Counters | None = None
+    note = ""
+    try:
+        metrics = EngineClient(base_url, api_key, timeout=timeout).metrics()
+    except EngineRejected:
+        note = "/metrics: off (the engine runs without --metrics)"
+    except (EngineError, ValueError) as exc:
+        note = f"/metrics: not read ({exc})"
+    return ReplySpeed(timings, check_speed(plan, timings), metrics, note)

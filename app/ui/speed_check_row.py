@@ -1,0 +1,80 @@
+"""The speed row after launch (issue 30): the running plan's predicted tokens/s, and after each chat
+reply what the engine measured beside them (app/sessions/reply_speed.py). The reply's timings come
+with the reply; ``/metrics`` is read in the window's task pool, never on the GUI thread."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from app.planner.plan_types import Plan
+from app.sessions.chat import ChatOutcome
+from app.sessions.reply_speed import WAITING, ReplySpeed, predicted_line, reply_speed, timings_of
+from app.ui.qt import QLabel, Qt, QWidget
+from app.ui.workers import TaskPool
+
+if TYPE_CHECKING:
+    from app.ui.window_state import WindowState
+
+
+class SpeedCheckRow(QLabel):
+    """Hidden until an engine runs; then its prediction, and after a reply the measured figures."""
+
+    def __init__(self, pool: TaskPool, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.pool = pool
+        self.setObjectName("speedCheck")
+        self.setWordWrap(True)
+        self.setTextFormat(Qt.TextFormat.PlainText)
+        self.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.setVisible(False)
+        self._state: WindowState | None = None
+        self._plan: Plan | None = None
+        self._url = ""
+        self._key: str | None = None
+        #: The last reply measured (None: none yet on this engine).
+        self.last: ReplySpeed | None = None
+
+    def bind(self, state: WindowState) -> None:
+        self._state = state
+        state.engineReady.connect(self._ready)
+        state.runningChanged.connect(self._running)
+
+    def _ready(self, url: str) -> None:
+        state = self._state
+        if state is None or state.running is None:
+            return
+        engine = state.running_engine
+        self._plan, self._url, self._key = state.running, url, engine.api_key if engine is not None else None
+        self.last = None
+        self.setText(f"{predicted_line(state.running)}; {WAITING}")
+        self.setVisible(True)
+
+    def _running(self, plan: object) -> None:
+        self.pool.cancel(self, "measure")
+        self._url = ""
+        if plan is None and self.text() and not self.text().startswith("Last run"):
+            self.setText(f"Last run (stopped): {self.text()}")
+        elif plan is not None:  # a launch starting: nothing measured on it yet
+            self.setVisible(False)
+            self.clear()
+
+    def reply_done(self, outcome: object) -> None:
+        """A chat reply finished: measure its speed against the plan (one reply, not a fork's K)."""
+        plan, url = self._plan, self._url
+        if plan is None or not url or not isinstance(outcome, ChatOutcome) or len(outcome.replies) != 1:
+            return
+        timings = timings_of(outcome.replies[0])
+        if timings is None:
+            return
+        key = self._key
+        self.pool.run(lambda _cancel: reply_speed(plan, timings, url, key), self._show, self._failed,
+                      owner=self, key="measure")
+
+    def _show(self, result: object) -> None:
+        if not isinstance(result, ReplySpeed) or self._plan is None:
+            return
+        self.last = result
+        self.setText(f"{predicted_line(self._plan)}\n{result.text()}")
+
+    def _failed(self, message: str) -> None:
+        self.setText(f"{self.text()}\nSpeed not measured: {message}")

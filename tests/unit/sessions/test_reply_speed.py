@@ -1,0 +1,62 @@
+"""The window's speed row in words (app/sessions/reply_speed.py): a reply's own timings beside the
+plan's prediction, /metrics' averages or why there are none, a placement without a prediction, a
+prompt that came whole from the cache. Real plans of the tiny test model; the engine's answers are
+the recorded /metrics (tests/unit/sessions/data) and a reply's timings as the chat parses them."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from app.engine.speed_check import Timings, check_speed
+from app.planner.devices import HostMemory, Inventory
+from app.planner.gguf.model import read_shape
+from app.planner.plan_types import Plan
+from app.planner.settings import LaunchSettings
+from app.planner.solve.plan import make_plan
+from app.planner.units import GiB
+from app.sessions.chat import Reply
+from app.sessions.metrics import Counters
+from app.sessions.reply_speed import NOT_PREDICTED, ReplySpeed, predicted_line, reply_speed, timings_of
+from tests.fixtures import gguf_factory, shapes
+
+DATA = Path(__file__).parent / "data"
+HOST = Inventory((), HostMemory(16 * GiB, 12 * GiB), reason="test: no GPU")
+
+
+def _plan() -> Plan:
+    return make_plan(read_shape(gguf_factory.ensure(shapes.TINY_CHAT)), HOST, LaunchSettings(n_ctx=4096))
+
+
+def test_a_reply_measured_beside_the_prediction_with_metrics() -> None:
+    plan = _plan()
+    assert plan.speed is not None
+    reply = Reply(0, predicted=12, tokens_per_second=850.4, prompt_evaluated=30, prompt_per_second=4321.0)
+    timings = timings_of(reply)
+    assert timings == Timings(30, 4321.0, 12, 850.4)
+    metrics = Counters.from_text((DATA / "metrics_after_fork.txt").read_text())
+    check = check_speed(plan, timings)
+    assert check is not None
+    text = ReplySpeed(timings, check, metrics).text()
+    assert text.startswith("Speed of the last reply: decode 850 tok/s measured (12 tokens), ")
+    assert "prefill 4,321 tok/s measured (30 prompt tokens)" in text
+    assert "/metrics since its last read: decode 878, prefill 34,574 tok/s" in text  # (34574.5, rounded half to even)
+    assert predicted_line(plan).startswith("Speed predicted: decode ")
+
+
+def test_no_prediction_no_metrics_and_a_cached_prompt_are_said() -> None:
+    plan = replace(_plan(), speed=None)  # the window engine's plan predicts no speed
+    assert predicted_line(plan) == f"Speed {NOT_PREDICTED}"
+    timings = Timings(0, 0.0, 8, 20.0)  # the whole prompt from the cache
+    text = ReplySpeed(timings, check_speed(plan, timings), None, "/metrics: off (the engine runs without --metrics)").text()
+    assert "prefill: the whole prompt came from the cache" in text and NOT_PREDICTED in text
+    assert text.endswith("/metrics: off (the engine runs without --metrics)")
+    assert timings_of(Reply(0)) is None  # nothing generated: nothing to measure
+
+
+def test_an_engine_that_is_gone_is_said_not_raised() -> None:
+    plan = _plan()
+    timings = Timings(10, 100.0, 5, 10.0)
+    result = reply_speed(plan, timings, "http://127.0.0.1:9", None, timeout=2.0)  # nothing listens on port 9
+    assert result.metrics is None and result.metrics_note.startswith("/metrics: not read (")
+    assert result.check is not None and result.measured == timings
