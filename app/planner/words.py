@@ -264,9 +264,6 @@ FITS = "Fits"
 DOES_NOT_FIT = "Does not fit"
 NO_PLAN = "No plan"
 NO_GPU_FITS = "no GPU, every layer runs from host RAM"
-#: A host-traffic figure the planner did not work out (an options row) — not "none", which is 0.
-NOT_PRICED = "not priced"
-NO_HOST_TRAFFIC = "none"
 #: The largest context when there is nothing to say it for.
 NO_LARGEST = "none (no plan)"
 
@@ -294,11 +291,6 @@ def window_not_offered(engine_kind: str | None) -> str:
 
 #: Why -kvu is greyed while the window plans for the rolling KV window.
 KVU_NOT_WITH_WINDOW = "the rolling KV window cannot be combined with -kvu: each slot gets its own cache"
-
-
-def host_traffic(per_token: int | None) -> str:
-    """What the host reads per decoded token, as an options row says it."""
-    return NOT_PRICED if per_token is None else NO_HOST_TRAFFIC if per_token == 0 else f"{Bytes(per_token)}"
 
 
 def as_set_launch(plan: Plan) -> LaunchSettings:
@@ -604,7 +596,7 @@ def speed_sentence(row: SpeedRow) -> str:
     empty, full = row.at_fill(0.0), row.at_fill(1.0)
     read = seconds_text(TURN_PROMPT / empty.prefill) if empty.prefill > 0 else "an unknown time"
     return (f"~{tokens_per_s(empty.decode)} tokens/s when you start, ~{tokens_per_s(full.decode)} at a full "
-            f"context; reads a {format_tokens(TURN_PROMPT)} prompt in {read}")
+            f"context; reads a {round_tokens(TURN_PROMPT)} prompt in {read}")
 
 
 def end_words(end: ContextEnd) -> str:
@@ -641,7 +633,7 @@ def automatic_choice(plan: Plan, asked: LaunchSettings, fit: ContextFit | None) 
     if plan.launch == asked or not plan.feasible or chosen is None:
         return None
     why = next((a.note for a in plan.alternatives if a.kind is AlternativeKind.AS_SET and not a.feasible), "")
-    head = f"{format_tokens(asked.n_ctx)} does not fit as set" + (f" ({why})" if why else "")
+    head = f"{round_tokens(asked.n_ctx)} does not fit as set" + (f" ({why})" if why else "")
     reach = context_reach(plan, fit) if fit is not None else []
     speed = f" ({short_speed(chosen)})" if chosen.speed is not None else ""
     mine = next((e for e in reach if e.launch == chosen.launch), None)

@@ -36,6 +36,7 @@ from app.ui.options_view import OptionsView
 from app.ui.qt import (
     QColor,
     QEvent,
+    QHBoxLayout,
     QHelpEvent,
     QLabel,
     QPainter,
@@ -299,11 +300,15 @@ class BudgetView(QWidget):
         lay.addWidget(self.notice)
         lay.addWidget(self.running)
         lay.addWidget(self.verdict)
-        lay.addWidget(self.speed)
-        lay.addWidget(self.alternative)
-        lay.addWidget(self.other_way)
+        # the bars right under the verdict (at 1024×700 both show without scrolling), then what it
+        # will feel like and the one-click ways, side by side
         lay.addLayout(self._rows_box)
         lay.addWidget(self.host_row)
+        lay.addWidget(self.speed)
+        ways = QHBoxLayout()
+        ways.addWidget(self.alternative)
+        ways.addWidget(self.other_way)
+        lay.addLayout(ways)
         lay.addWidget(self.window_numbers)
         lay.addWidget(self.warnings)
         lay.addWidget(self.legend)

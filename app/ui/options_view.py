@@ -16,23 +16,24 @@ from app.ui.context_control import tokens_text
 from app.ui.qt import QGridLayout, QGroupBox, QLabel, QPushButton, Qt, QWidget, Signal
 
 if TYPE_CHECKING:
-    from app.planner.plan_types import ContextFit, Plan
+    from app.planner.plan_types import Alternative, ContextFit, Plan
 
 GREEN = "#2e7d32"
 RED = "#d62728"
-HEADERS = ("Option", "Fits", "Host traffic per token", "Note", "")
+HEADERS = ("Option", "Fits", "Expected speed", "Note", "")
 
 
 @dataclass(frozen=True)
 class Option:
-    """One row: what it is, whether it fits, what it costs, and the settings it applies."""
+    """One row: what it is, whether it fits, how fast it should run, and the settings it applies."""
 
     label: str
     fits: bool
-    host_per_token: int | None  # None: not priced by the planner
+    speed: str  # the predicted decode speed at half context ("~45 tok/s"); "" when the plan did not price it
     note: str
     settings: LaunchSettings
     current: bool = False
+    priced: Alternative | None = None  # the plan's alternative for these settings, with its speed
 
 
 def cap_text(fit: ContextFit) -> str:
@@ -56,23 +57,29 @@ def options(plan: Plan, fit: ContextFit | None, engine_window: bool) -> list[Opt
             note = words.resident_note(as_set) if plan.gpus else "no GPU: runs on the CPU"
             if fit.resident_capped:
                 note += f"; {cap_text(fit)}"
-            traffic = 0 if plan.gpus and words.all_on_gpu(as_set) else None  # "none" only when all is on the GPU
-            rows.append(Option(f"Largest context {where}: {tokens_text(fit.resident)}", True, traffic, note,
-                               as_set.with_(n_ctx=fit.resident), fit.resident == n_ctx and as_set == plan.launch))
+            launch = as_set.with_(n_ctx=fit.resident)
+            rows.append(Option(f"Largest context {where}: {tokens_text(fit.resident)}", True,
+                               words.short_speed(_priced(plan, launch)), note, launch,
+                               fit.resident == n_ctx and as_set == plan.launch, _priced(plan, launch)))
         if engine_window and fit.with_tail > fit.resident:
-            rows.append(Option(f"Largest context with a host tail: {tokens_text(fit.with_tail)}", True, None,
+            rows.append(Option(f"Largest context with a host tail: {tokens_text(fit.with_tail)}", True, "",
                                "rolling KV window; the tail streams from host RAM"
                                + (f"; {cap_text(fit)}" if fit.tail_capped else ""),
                                plan.launch.with_(n_ctx=fit.with_tail), fit.with_tail == n_ctx))
         if fit.n_ctx_train > 0:
             fits_train = fit.n_ctx_train <= (fit.with_tail if engine_window else fit.resident)
-            rows.append(Option(f"Trained context: {tokens_text(fit.n_ctx_train)}", fits_train, None,
+            rows.append(Option(f"Trained context: {tokens_text(fit.n_ctx_train)}", fits_train, "",
                                "what the model was trained for", as_set.with_(n_ctx=fit.n_ctx_train),
                                fit.n_ctx_train == n_ctx and as_set == plan.launch))
     for alt in plan.alternatives:
-        rows.append(Option(alt.label, alt.feasible, alt.host_bytes_per_token, alt.note, alt.launch,
-                           alt.chosen))
+        rows.append(Option(alt.label, alt.feasible, words.short_speed(alt), alt.note, alt.launch, alt.chosen,
+                           alt if alt.speed is not None else None))
     return rows
+
+
+def _priced(plan: Plan, launch: LaunchSettings) -> Alternative | None:
+    """The plan's alternative for ``launch`` when it priced it (its speed), else None."""
+    return next((a for a in plan.alternatives if a.launch == launch and a.speed is not None), None)
 
 
 class _Row:
@@ -95,7 +102,9 @@ class _Row:
         self.label.setText(row.label + (" (planned)" if row.current else ""))
         self.fits.setText("fits" if row.fits else "does not fit")
         self.fits.setStyleSheet(f"color: {GREEN if row.fits else RED};")
-        self.cost.setText(words.host_traffic(row.host_per_token))
+        # a way that does not fit has no speed to show; the whole prediction (prefill too) on hover
+        self.cost.setText((row.speed or "not predicted") if row.fits else "")
+        self.cost.setToolTip(words.speed_words(row.priced) if row.priced is not None and row.fits else "")
         self.note.setText(row.note)
         self.use.setAccessibleName(f"Use {row.label}")
         self.use.setEnabled(row.fits and not row.current)

@@ -186,13 +186,21 @@ def test_the_window_with_kvu_is_not_called_does_not_fit(window, tiny_model, qtbo
     assert s.kv_unified.isEnabled() and s.kv_unified.isChecked()
 
 
-def test_host_traffic_words_are_distinct_and_no_dash_stands_for_nothing(window, shape_model, qtbot):
+def test_other_ways_show_their_predicted_speed_and_no_dash_stands_for_nothing(window, shape_model, qtbot):
+    """The options table prices each way in tokens/s (issue 30), the whole prediction on hover; a row
+    the plan did not price says so, one that does not fit says nothing."""
     window.devices.choose_simulated("RTX 4090")
     window.settings.set_context(1024 * K)
     with qtbot.waitSignal(window.planned):
         assert window.open_model(shape_model(LLAMA8B))
-    costs = [w.cost.text() for w in window.budget.options._widgets[:len(window.budget.options.rows)]]
-    assert words.NOT_PRICED in costs and words.NO_HOST_TRAFFIC in costs  # "not priced" is not "none"
+    view = window.budget.options
+    shown = list(zip(view.rows, view._widgets, strict=False))
+    priced = [(row, w) for row, w in shown if row.priced is not None and row.fits]
+    assert priced and all(w.cost.text().startswith("~") and w.cost.text().endswith(" tok/s") for _r, w in priced)
+    assert all("prefill at half context" in w.cost.toolTip() for _r, w in priced)
+    assert all(w.cost.text() == "not predicted" for row, w in shown if row.priced is None and row.fits)
+    assert all(w.cost.text() == "" for row, w in shown if not row.fits)
+    costs = [w.cost.text() for _r, w in shown]
     assert "–" not in costs and "–" not in window.settings.context.fits.text()
 
 
