@@ -18,7 +18,15 @@ from typing import Any
 
 from app.planner.errors import NotModelled, PlannerError
 from app.planner.gguf.checks import LLAMA_MAX_LAYERS, check_hparams, check_metadata, check_tensors
-from app.planner.gguf.reader import GGUFArray, GGUFHeader, TensorInfo, file_stamp, missing_files, read_header
+from app.planner.gguf.reader import (
+    GGUFArray,
+    GGUFHeader,
+    LongString,
+    TensorInfo,
+    file_stamp,
+    missing_files,
+    read_header,
+)
 
 #: Architectures whose memory the planner models (a plain or iSWA KV cache, MLA through
 #: key_length_mla, a Mamba-2 hybrid). Each either has a shape fixture compared with the engine, or
@@ -109,21 +117,47 @@ def split_parts(path: Path) -> tuple[Path, ...]:
     return parts
 
 
+def model_parts(path: Path) -> tuple[Path, ...]:
+    """The files llama.cpp loads for ``path``: decided by the first file's ``split.count`` key, not by its
+    name (src/llama-model-loader.cpp: ``n_split > 1`` → ``split.no`` must be 0 and the other parts are
+    ``llama_split_path(prefix, i, n_split)``; a name without that ``-00001-of-0000N`` ending is an
+    "invalid split file name"). A file named like a part but without the key is a model of its own."""
+    try:
+        stamp = file_stamp(path)
+    except OSError as e:
+        raise PlannerError(f"{path}: cannot read: {e.strerror or e}") from None
+    fields = _header_cached(stamp).fields
+    count = fields.get("split.count", 0)
+    if not isinstance(count, int) or isinstance(count, bool) or count <= 1:
+        return (path,)
+    if fields.get("split.no", 0) != 0:
+        raise PlannerError(f"{path.name}: is part {fields.get('split.no')} of a split model: give its first part")
+    m = _SPLIT_RE.match(path.name)
+    if not m or int(m.group("no")) != 1 or int(m.group("count")) != count:
+        raise PlannerError(f"{path.name}: split.count is {count}, but the name does not end in -00001-of-"
+                           f"{count:05d}.gguf (llama.cpp: invalid split file name)")
+    return split_parts(path)
+
+
+@lru_cache(maxsize=32)
+def _header_cached(stamp: tuple[str, int, int]) -> GGUFHeader:
+    return read_header(Path(stamp[0]))
+
+
 def read_shape(path: str | Path) -> ModelShape:
     """Read a model's shape (cached by path, size and mtime: re-planning never re-reads the file)."""
-    p = Path(path)
-    parts = split_parts(p)
+    parts = model_parts(Path(path))
     try:
         stamp = tuple(file_stamp(q) for q in parts)
     except OSError as e:
-        raise PlannerError(f"{p}: cannot read: {e.strerror or e}") from None
+        raise PlannerError(f"{Path(path)}: cannot read: {e.strerror or e}") from None
     return _read_shape_cached(stamp)
 
 
 def read_headers(path: str | Path) -> list[GGUFHeader]:
     """Every part's header, for a caller that needs the file checked but not its shape (pass 1 of a
     model the planner does not model, ``-c 0``). Raises PlannerError for a missing or malformed part."""
-    return [read_header(q, split=i) for i, q in enumerate(split_parts(Path(path)))]
+    return [read_header(q, split=i) for i, q in enumerate(model_parts(Path(path)))]
 
 
 def training_context(header: GGUFHeader) -> int:
@@ -136,7 +170,7 @@ def training_context(header: GGUFHeader) -> int:
 
 @lru_cache(maxsize=32)
 def _read_shape_cached(stamp: tuple[tuple[str, int, int], ...]) -> ModelShape:
-    headers = [read_header(Path(s[0]), split=i) for i, s in enumerate(stamp)]
+    headers = [_header_cached(stamp[0]), *(read_header(Path(s[0]), split=i) for i, s in enumerate(stamp) if i)]
     return shape_from_headers(headers)
 
 
@@ -167,6 +201,9 @@ def shape_from_headers(headers: list[GGUFHeader]) -> ModelShape:
     first = headers[0]
     f = first.fields
     arch = f.get("general.architecture")
+    if isinstance(arch, LongString):
+        raise PlannerError(f"{first.path.name}: general.architecture is {arch.n_bytes} bytes long: no architecture "
+                           "llama.cpp knows")
     if not isinstance(arch, str) or not arch:
         raise PlannerError(f"{first.path.name}: no general.architecture key")
     if arch not in MODELLED_ARCHS:
@@ -230,7 +267,8 @@ def shape_from_headers(headers: list[GGUFHeader]) -> ModelShape:
         n_expert=_uint(f, k("expert_count"), 0), n_expert_used=_uint(f, k("expert_used_count"), 0),
         n_vocab=n_vocab, recr_layers=recr, n_embd_r=n_embd_r, n_embd_s=n_embd_s, tensors=tensors, file_size=sum(h.file_size for h in headers),
         files=tuple(h.path for h in headers),
-        has_chat_template=isinstance(f.get("tokenizer.chat_template"), str) and bool(f.get("tokenizer.chat_template")),
+        has_chat_template=isinstance(f.get("tokenizer.chat_template"), LongString) or (
+            isinstance(f.get("tokenizer.chat_template"), str) and bool(f.get("tokenizer.chat_template"))),
     )
     _checked(first, check_hparams, shape)
     _checked(first, check_tensors, shape, f)
