@@ -139,8 +139,12 @@ def model_parts(path: Path) -> tuple[Path, ...]:
     return split_parts(path)
 
 
-@lru_cache(maxsize=32)
+@lru_cache(maxsize=1)
 def _header_cached(stamp: tuple[str, int, int]) -> GGUFHeader:
+    """The first part's header, read once for :func:`model_parts` and again used by :func:`read_shape`
+    right after. Only the last is kept: a header holds its tensor table and kept arrays, and 32 of them
+    held for files that were refused grew a fuzz run's memory by hundreds of KB (the shape cache below
+    keeps what a re-plan needs)."""
     return read_header(Path(stamp[0]))
 
 
@@ -152,6 +156,12 @@ def read_shape(path: str | Path) -> ModelShape:
     except OSError as e:
         raise PlannerError(f"{Path(path)}: cannot read: {e.strerror or e}") from None
     return _read_shape_cached(stamp)
+
+
+def forget_cached() -> None:
+    """Drop every cached header and shape (a benchmark's cold read)."""
+    _header_cached.cache_clear()
+    _read_shape_cached.cache_clear()
 
 
 def read_headers(path: str | Path) -> list[GGUFHeader]:
