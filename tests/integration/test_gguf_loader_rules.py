@@ -119,6 +119,7 @@ CASES: list[tuple[str, Callable[[Header], None], str, bool, str]] = [
     ("alignment-1", _alignment(1), "m.gguf", False, "buffer pointer must be aligned"),
     ("alignment-8-lands-aligned", _alignment(8), "m.gguf", True, ""),
     ("alignment-64", _alignment(64), "m.gguf", True, ""),
+    ("alignment-1m-pages-between", _alignment(1 << 20), "m.gguf", True, ""),
     ("experts-on-dense", _experts, "m.gguf", False, "ffn_gate_inp.weight' not found"),
     ("nan-epsilon", _nan_eps, "m.gguf", False, "is NaN"),
     ("i32-weight", _tensor_type("token_embd.weight", 26), "m.gguf", False, "cannot compute with"),
