@@ -114,9 +114,9 @@ TRUNK_REQUIRED = ("context_length", "embedding_length", "block_count")
 TOKENIZER_MODELS = frozenset({"no_vocab", "none", "llama", "bert", "gpt2", "hybriddna", "whitespace", "t5",
                               "rwkv", "test", "plamo2", "gemma4"})
 #: llama-vocab.cpp: the tokenizer models it reads as BPE, whose pre-tokenizer it must know.
-BPE_MODELS = frozenset({"gpt2", "gemma4"})
+BPE_MODELS = frozenset({"gpt2", "hybriddna", "whitespace", "gemma4"})
 #: llama-vocab.cpp ``load``: every ``tokenizer_pre ==`` it accepts for a BPE model (an empty one is
-#: "default"); ``tests/unit/planner/test_gguf_loader_rules.py`` reads the list from the vendored source.
+#: "default"); ``tests/integration/test_engine_tables.py`` compares it with the engine's own source.
 PRE_TOKENIZERS = frozenset({
     "", "default", "minicpm5", "llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0",
     "lfm2", "jina-v5-nano", "deepseek-llm", "deepseek-coder", "deepseek-v3", "spark2_5", "youtu", "falcon", "mpt",

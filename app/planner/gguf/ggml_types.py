@@ -3,7 +3,7 @@
 Read from the vendored llama.cpp (0c1e57098) itself, not from the ``gguf`` package (which lags it:
 it has no ``q2_0``, type 42, and gives ``q8_1`` 40 bytes a block where ggml has 36):
 ggml/include/ggml.h ``enum ggml_type`` and ggml/src/ggml.c ``type_traits`` (``blck_size``,
-``type_size``). ``tests/unit/planner/test_ggml_types.py`` compares this table with ``ggml_type_name``,
+``type_size``). ``tests/integration/test_engine_tables.py`` compares this table with ``ggml_type_name``,
 ``ggml_blck_size`` and ``ggml_type_size`` of the built engine's libggml-base, for every type up to
 ``GGML_TYPE_COUNT``, so a new type in a newer engine fails a test instead of being refused.
 """
