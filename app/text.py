@@ -20,3 +20,10 @@ def printable_lines(text: str) -> str:
     """``printable`` line by line: the line breaks kept, everything else that could steer a terminal
     (ESC, C1 controls, bidirectional overrides, a carriage return) escaped."""
     return "\n".join(printable(line) for line in text.split("\n"))
+
+
+def quoted(text: object) -> str:
+    """``text`` in single quotes, escaped by ``printable``: a key, tensor name or value read from a file,
+    named in a sentence (``repr`` would quote it too, but in Python's own way, not the one every other
+    message from a file is escaped in)."""
+    return f"'{printable(str(text))}'"

@@ -45,6 +45,7 @@ from gguf.constants import MODEL_ARCH_NAMES, MODEL_TENSORS, TENSOR_NAMES, GGUFVa
 from app.planner.errors import PlannerError
 from app.planner.gguf.ggml_types import NOT_WEIGHT_TYPES, type_name
 from app.planner.gguf.reader import GGUFArray, TensorInfo
+from app.text import quoted
 
 if TYPE_CHECKING:
     from app.planner.gguf.model import ModelShape
@@ -153,7 +154,7 @@ def check_metadata(fields: dict[str, Any], types: dict[str, int], arch: str) -> 
     """Key types, required keys and the tokenizer arrays, as the loader checks them."""
     block_count = f"{arch}.block_count"
     if block_count in types and types[block_count] != V.UINT32:
-        raise PlannerError(f"key {block_count!r} is {_type_name(types[block_count])}, but llama.cpp reads it as UINT32")
+        raise PlannerError(f"key {quoted(block_count)} is {_type_name(types[block_count])}, but llama.cpp reads it as UINT32")
     n_layer = fields.get(block_count, 0)
     for key, vtype in types.items():
         want = GENERAL_KEYS.get(key)
@@ -164,7 +165,7 @@ def check_metadata(fields: dict[str, Any], types: dict[str, int], arch: str) -> 
                 continue
             want = ARCH_KEYS.get(suffix)
         if want is not None and vtype != want:
-            raise PlannerError(f"key {key!r} is {_type_name(vtype)}, but llama.cpp reads it as {_type_name(want)}")
+            raise PlannerError(f"key {quoted(key)} is {_type_name(vtype)}, but llama.cpp reads it as {_type_name(want)}")
     for suffix in (*TRUNK_REQUIRED, *REQUIRED_ARCH_KEYS.get(arch, ())):
         if f"{arch}.{suffix}" not in fields:
             raise PlannerError(f"missing required key {arch}.{suffix} (llama.cpp: key not found in model)")
@@ -179,12 +180,12 @@ def _check_per_layer(key: str, value: Any, vtype: int, n_layer: int, exact_lengt
     if vtype == V.ARRAY:
         assert isinstance(value, GGUFArray)
         if value.elem_type not in _INT_ARRAY_ELEMS:
-            raise PlannerError(f"key {key!r} is an array of {_type_name(value.elem_type)}, but llama.cpp "
+            raise PlannerError(f"key {quoted(key)} is an array of {_type_name(value.elem_type)}, but llama.cpp "
                                "reads it as UINT32 or INT32 values, one per layer")
         if exact_length and value.count != n_layer:
-            raise PlannerError(f"key {key!r}: array of {value.count} values for {n_layer} layers")
+            raise PlannerError(f"key {quoted(key)}: array of {value.count} values for {n_layer} layers")
     elif vtype != V.UINT32:
-        raise PlannerError(f"key {key!r} is {_type_name(vtype)}, but llama.cpp reads it as UINT32 "
+        raise PlannerError(f"key {quoted(key)} is {_type_name(vtype)}, but llama.cpp reads it as UINT32 "
                            "(or one value per layer)")
 
 
@@ -193,12 +194,12 @@ def _check_tokenizer(fields: dict[str, Any]) -> None:
     if model is None:
         raise PlannerError("missing required key tokenizer.ggml.model (llama.cpp: key not found in model)")
     if model not in TOKENIZER_MODELS:
-        raise PlannerError(f"unknown tokenizer {model!r} (tokenizer.ggml.model): llama.cpp cannot load it")
+        raise PlannerError(f"unknown tokenizer {quoted(model)} (tokenizer.ggml.model): llama.cpp cannot load it")
     if model in ("no_vocab", "none"):
         return
     pre = fields.get("tokenizer.ggml.pre", "")
     if model in BPE_MODELS and pre not in PRE_TOKENIZERS:
-        raise PlannerError(f"unknown pre-tokenizer {str(pre)[:80]!r} (tokenizer.ggml.pre): llama.cpp cannot load it")
+        raise PlannerError(f"unknown pre-tokenizer {quoted(str(pre)[:80])} (tokenizer.ggml.pre): llama.cpp cannot load it")
     tokens = fields.get("tokenizer.ggml.tokens")
     if not isinstance(tokens, GGUFArray) or tokens.elem_type != V.STRING:
         raise PlannerError("tokenizer.ggml.tokens is missing or not an array of strings: llama.cpp needs the vocabulary")
@@ -210,10 +211,10 @@ def _check_tokenizer(fields: dict[str, Any]) -> None:
         if arr is None:
             continue
         if not isinstance(arr, GGUFArray) or arr.elem_type not in elems:
-            raise PlannerError(f"key {key!r} has the wrong type for llama.cpp (an array of "
+            raise PlannerError(f"key {quoted(key)} has the wrong type for llama.cpp (an array of "
                                f"{' or '.join(sorted(_type_name(e) for e in elems))})")
         if arr.count < tokens.count:
-            raise PlannerError(f"key {key!r} has {arr.count} values for {tokens.count} tokens")
+            raise PlannerError(f"key {quoted(key)} has {arr.count} values for {tokens.count} tokens")
     merges = fields.get("tokenizer.ggml.merges")
     if model in ("gpt2", "gemma4") and fields.get("tokenizer.ggml.pre") != "kimi-k2" and (
             not isinstance(merges, GGUFArray) or merges.elem_type != V.STRING):
@@ -269,7 +270,7 @@ def _layers_and_names(shape: ModelShape) -> dict[int, dict[str, TensorInfo]]:
         layer, rest = (int(m.group(1)), m.group(2)) if m else (-1, t.name)
         base = _base(rest)
         if names is not None and base not in (names[1] if m else names[0]):
-            raise PlannerError(f"tensor {t.name!r} is not one llama.cpp's {shape.arch} loader creates "
+            raise PlannerError(f"tensor {quoted(t.name)} is not one llama.cpp's {shape.arch} loader creates "
                                "(llama.cpp: wrong number of tensors)")
         by_layer.setdefault(layer, {})[rest] = t
     return by_layer
@@ -286,10 +287,10 @@ def check_tensors(shape: ModelShape, fields: dict[str, Any]) -> None:
         raise PlannerError("the model has no tensors (llama.cpp: missing tensor 'token_embd.weight')")
     for t in shape.tensors:
         if t.ggml_type in NOT_WEIGHT_TYPES:
-            raise PlannerError(f"tensor {t.name!r} is {type_name(t.ggml_type)}, a type llama.cpp cannot compute "
+            raise PlannerError(f"tensor {quoted(t.name)} is {type_name(t.ggml_type)}, a type llama.cpp cannot compute "
                                "with: llama-server crashes when it first runs the model")
         if len(t.shape) == 1 and t.ggml_type != F32:  # norms and biases: ggml-cpu binary_op takes F32 only
-            raise PlannerError(f"tensor {t.name!r} is {type_name(t.ggml_type)}, but llama.cpp applies it element-wise "
+            raise PlannerError(f"tensor {quoted(t.name)} is {type_name(t.ggml_type)}, but llama.cpp applies it element-wise "
                                "to F32 activations, which needs F32: llama-server aborts when it first runs the model")
     by_layer = _layers_and_names(shape)
     layers = sorted(k for k in by_layer if k >= 0)
@@ -304,7 +305,7 @@ def check_tensors(shape: ModelShape, fields: dict[str, Any]) -> None:
     top = by_layer.get(-1, {})
     for name in REQUIRED_TOP:
         if name not in top:
-            raise PlannerError(f"missing tensor {name!r} (llama.cpp: tensor not found)")
+            raise PlannerError(f"missing tensor {quoted(name)} (llama.cpp: tensor not found)")
     _check_layers_alike(shape, by_layer)
     if shape.n_expert and shape.arch in OPTIONAL_EXPERT_ARCHS:
         for il in range(shape.n_layer_main):
@@ -323,7 +324,7 @@ def check_tensors(shape: ModelShape, fields: dict[str, Any]) -> None:
         want += _layer_wants(shape, il, by_layer[il], n_ff[il])
     for t, expected, why in want:
         if _dims(t) != (*expected, *(1,) * (4 - len(expected))):
-            raise PlannerError(f"tensor {t.name!r} has shape {list(t.shape)} but the hyper-parameters "
+            raise PlannerError(f"tensor {quoted(t.name)} has shape {list(t.shape)} but the hyper-parameters "
                                f"({why}) give {list(expected)} (llama.cpp: wrong shape)")
 
 

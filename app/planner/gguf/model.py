@@ -27,6 +27,7 @@ from app.planner.gguf.reader import (
     missing_files,
     read_header,
 )
+from app.text import quoted
 
 #: Architectures whose memory the planner models (a plain or iSWA KV cache, MLA through
 #: key_length_mla, a Mamba-2 hybrid). Each either has a shape fixture compared with the engine, or
@@ -187,9 +188,9 @@ def _read_shape_cached(stamp: tuple[tuple[str, int, int], ...]) -> ModelShape:
 def _uint(fields: dict[str, Any], key: str, default: int | None = None) -> int:
     v = fields.get(key, default)
     if v is None:
-        raise PlannerError(f"missing required key {key!r}")
+        raise PlannerError(f"missing required key {quoted(key)}")
     if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-        raise PlannerError(f"key {key!r} is {v!r}, expected a non-negative integer")
+        raise PlannerError(f"key {quoted(key)} is {quoted(v)}, expected a non-negative integer")
     return v
 
 
@@ -200,9 +201,9 @@ def _per_layer(fields: dict[str, Any], key: str, n_layer: int, default: int) -> 
         return (default,) * n_layer
     if isinstance(v, GGUFArray):
         if v.values is None or len(v.values) != n_layer:
-            raise PlannerError(f"key {key!r}: array of {v.count} values for {n_layer} layers")
+            raise PlannerError(f"key {quoted(key)}: array of {v.count} values for {n_layer} layers")
         if any(not isinstance(x, int) or isinstance(x, bool) or x < 0 for x in v.values):
-            raise PlannerError(f"key {key!r}: per-layer values must be non-negative integers")
+            raise PlannerError(f"key {quoted(key)}: per-layer values must be non-negative integers")
         return tuple(int(x) for x in v.values)
     return (_uint(fields, key),) * n_layer
 
@@ -298,7 +299,7 @@ def _swa_layers(f: dict[str, Any], key: str, n_layer: int, default_pattern: int)
     v = f.get(key)
     if isinstance(v, GGUFArray):
         if v.values is None or len(v.values) != n_layer:
-            raise PlannerError(f"key {key!r}: array of {v.count} values for {n_layer} layers")
+            raise PlannerError(f"key {quoted(key)}: array of {v.count} values for {n_layer} layers")
         return tuple(bool(x) for x in v.values)
     n_pattern = _uint(f, key, default_pattern)
     return tuple(n_pattern == 0 or (il % n_pattern < n_pattern - 1) for il in range(n_layer))

@@ -49,6 +49,7 @@ from gguf.constants import GGUFValueType
 
 from app.planner.errors import PlannerError
 from app.planner.gguf.ggml_types import GGML_TYPES
+from app.text import quoted
 
 GGUF_MAGIC = b"GGUF"
 #: ggml/include/ggml.h GGML_MAX_DIMS
@@ -273,7 +274,7 @@ class _Cursor:
         as ``[EMPTY_i]``, into ``token_to_id`` (a duplicate aborts it: ``id_to_token.size() ==
         token_to_id.size()``). Texts are hashed (the vocabulary is never held)."""
         if count > (self.end - self.pos) // 8:
-            raise self.short(f"array {_TOKENS!r}: {count} strings cannot fit in the file")
+            raise self.short(f"array {quoted(_TOKENS)}: {count} strings cannot fit in the file")
         hashes = array.array("q")  # 8 bytes a token, no more than the file's own 8-byte lengths
         for i in range(count):
             start, n = self.raw_string(f"token {i}")
@@ -284,30 +285,30 @@ class _Cursor:
 
     def value(self, vtype: int, key: str) -> Any:
         if vtype in _SCALAR:
-            return self.scalar(vtype, f"value of {key!r}")
+            return self.scalar(vtype, f"value of {quoted(key)}")
         if vtype == GGUFValueType.STRING:
-            return self.string(f"value of {key!r}")
+            return self.string(f"value of {quoted(key)}")
         if vtype == GGUFValueType.ARRAY:
-            etype = self.u32(f"array type of {key!r}")
-            count = self.u64(f"array length of {key!r}")
+            etype = self.u32(f"array type of {quoted(key)}")
+            count = self.u64(f"array length of {quoted(key)}")
             if count > MAX_ARRAY_ELEMENTS:  # gguf.cpp gguf_reader::read(std::vector<T>&, n)
-                raise self.fail(f"array {key!r} has {count} elements (llama.cpp's limit is {MAX_ARRAY_ELEMENTS})")
+                raise self.fail(f"array {quoted(key)} has {count} elements (llama.cpp's limit is {MAX_ARRAY_ELEMENTS})")
             if etype == GGUFValueType.STRING:
                 if key == _TOKENS and count <= CHECK_TOKENS_MAX:
                     return GGUFArray(etype, count, distinct=self.distinct_tokens(count))
-                self.skip_strings(count, f"array {key!r}")
+                self.skip_strings(count, f"array {quoted(key)}")
                 return GGUFArray(etype, count)
             if etype not in _SCALAR:
-                raise self.fail(f"array {key!r} has unsupported element type {etype}")
+                raise self.fail(f"array {quoted(key)} has unsupported element type {etype}")
             st = _SCALAR[etype]
             if count > (self.end - self.pos) // st.size:
-                raise self.short(f"array {key!r} of {count} elements runs past the end of the file")
+                raise self.short(f"array {quoted(key)} of {count} elements runs past the end of the file")
             values = None
             if count <= KEEP_ARRAY_MAX:
                 values = tuple(v[0] for v in st.iter_unpack(self.buf[self.pos:self.pos + count * st.size]))
             self.pos += count * st.size
             return GGUFArray(etype, count, values)
-        raise self.fail(f"key {key!r} has unknown value type {vtype}")
+        raise self.fail(f"key {quoted(key)} has unknown value type {vtype}")
 
 
 def read_header(path: str | Path, split: int = 0) -> GGUFHeader:
@@ -385,9 +386,9 @@ def _parse(mm: Any, path: Path, size: int, split: int) -> GGUFHeader:
         raw = cur.identity(start, n)
         end = cur.c_end(start, n, KEEP_STRING)
         key = _text(cur.buf[start:end]) if end >= 0 else str(LongString(n, _text(cur.buf[start:start + 80])))
-        vtype = cur.u32(f"type of {key!r}")
+        vtype = cur.u32(f"type of {quoted(key)}")
         if raw in raw_keys:  # gguf.cpp compares the keys' bytes, NULs included
-            raise cur.fail(f"duplicate key {key!r}")
+            raise cur.fail(f"duplicate key {quoted(key)}")
         raw_keys.add(raw)
         value = cur.value(vtype, key)
         if key not in fields:  # gguf_find_key: strcmp, the first match; a later key reading the same is unseen
@@ -400,7 +401,7 @@ def _parse(mm: Any, path: Path, size: int, split: int) -> GGUFHeader:
         raise cur.fail(f"general.alignment is {_type_name(types['general.alignment'])}, llama.cpp requires UINT32")
     if not isinstance(alignment, int) or isinstance(alignment, bool) or alignment <= 0 \
             or alignment & (alignment - 1):
-        raise cur.fail(f"general.alignment {alignment!r} is not a power of two")
+        raise cur.fail(f"general.alignment {quoted(alignment)} is not a power of two")
 
     infos: list[tuple[str, tuple[int, ...], int, int]] = []
     raw_names: set[bytes] = set()
@@ -408,25 +409,25 @@ def _parse(mm: Any, path: Path, size: int, split: int) -> GGUFHeader:
     for _ in range(n_tensors):
         start, n = cur.raw_string("tensor name")
         if n >= MAX_NAME:  # gguf.cpp: "tensor name %d is too long"
-            raise cur.fail(f"tensor name {_text(cur.buf[start:start + 80])!r} is {n} bytes long "
+            raise cur.fail(f"tensor name {quoted(_text(cur.buf[start:start + 80]))} is {n} bytes long "
                            f"(llama.cpp allows at most {MAX_NAME - 1})")
         raw = bytes(cur.buf[start:start + n])
         c_name = raw.split(b"\0", 1)[0]  # ggml_set_name(name.c_str())
         name = _text(c_name)
         if raw in raw_names:  # gguf.cpp: "duplicate tensor name"
-            raise cur.fail(f"duplicate tensor {name!r}")
+            raise cur.fail(f"duplicate tensor {quoted(name)}")
         if c_name in c_names:  # llama-model-loader.cpp: "invalid model: tensor '%s' is duplicated"
-            raise cur.fail(f"tensor {name!r} appears twice (llama.cpp reads a name up to its first NUL byte)")
+            raise cur.fail(f"tensor {quoted(name)} appears twice (llama.cpp reads a name up to its first NUL byte)")
         raw_names.add(raw)
         c_names.add(c_name)
-        n_dims = cur.u32(f"dimension count of {name!r}")
+        n_dims = cur.u32(f"dimension count of {quoted(name)}")
         if n_dims > MAX_DIMS:
-            raise cur.fail(f"tensor {name!r} has {n_dims} dimensions (at most {MAX_DIMS})")
-        shape = tuple(cur.u64(f"shape of {name!r}") for _ in range(n_dims))
-        ggml_type = cur.u32(f"type of {name!r}")
+            raise cur.fail(f"tensor {quoted(name)} has {n_dims} dimensions (at most {MAX_DIMS})")
+        shape = tuple(cur.u64(f"shape of {quoted(name)}") for _ in range(n_dims))
+        ggml_type = cur.u32(f"type of {quoted(name)}")
         if ggml_type not in GGML_TYPES:
-            raise cur.fail(f"tensor {name!r} has unknown ggml type {ggml_type}")
-        offset = cur.u64(f"offset of {name!r}")
+            raise cur.fail(f"tensor {quoted(name)} has unknown ggml type {ggml_type}")
+        offset = cur.u64(f"offset of {quoted(name)}")
         infos.append((name, shape, ggml_type, offset))
 
     data_offset = -(-cur.pos // alignment) * alignment
@@ -437,17 +438,17 @@ def _parse(mm: Any, path: Path, size: int, split: int) -> GGUFHeader:
     for name, shape, ggml_type, offset in infos:
         block = GGML_TYPES[ggml_type][1]
         if any(d > size * 8 or d < 0 for d in shape):  # no dimension can exceed the file's bits
-            raise cur.fail(f"tensor {name!r} has an impossible shape {shape}")
+            raise cur.fail(f"tensor {quoted(name)} has an impossible shape {shape}")
         if shape and shape[0] % block:
-            raise cur.fail(f"tensor {name!r}: row of {shape[0]} is not a multiple of block size {block}")
+            raise cur.fail(f"tensor {quoted(name)}: row of {shape[0]} is not a multiple of block size {block}")
         if offset != expected:
             raise cur.fail(_misplaced(name, offset, expected, alignment, first=not tensors))
         n_bytes = tensor_nbytes(ggml_type, shape)
         start = data_offset + offset
         if start + n_bytes > size:
-            raise cur.fail(f"tensor {name!r} ({n_bytes} bytes at {start}) runs past the end of the file")
+            raise cur.fail(f"tensor {quoted(name)} ({n_bytes} bytes at {start}) runs past the end of the file")
         if start % TENSOR_ALIGNMENT:  # only where general.alignment is below 32
-            raise cur.fail(f"general.alignment {alignment} puts tensor {name!r} at byte {start}, not a multiple of "
+            raise cur.fail(f"general.alignment {alignment} puts tensor {quoted(name)} at byte {start}, not a multiple of "
                            f"{TENSOR_ALIGNMENT}: llama-server aborts (buffer pointer must be aligned)")
         tensors.append(TensorInfo(name, shape, ggml_type, start, n_bytes, split))
         expected = offset + -(-n_bytes // alignment) * alignment
@@ -466,7 +467,7 @@ def _misplaced(name: str, offset: int, expected: int, alignment: int, *, first: 
         why = f"it is not aligned to {alignment}"
     else:
         why = f"it leaves a gap of {offset - expected} bytes after the tensor before it (or the tensors are out of order)"
-    return (f"tensor {name!r} starts at data offset {offset}, but llama.cpp requires {expected} "
+    return (f"tensor {quoted(name)} starts at data offset {offset}, but llama.cpp requires {expected} "
             f"(where the previous tensor ends, padded to {alignment}): {why}")
 
 
