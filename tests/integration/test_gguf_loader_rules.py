@@ -57,8 +57,10 @@ def _experts(h: Header) -> None:
     h.kvs += [KV(b"llama.expert_count", U32, encode(U32, 8)), KV(b"llama.expert_used_count", U32, encode(U32, 2))]
 
 
-def _nan_eps(h: Header) -> None:
-    h.kv("llama.attention.layer_norm_rms_epsilon").raw = encode(F32, float("nan"))
+def _epsilon(value: float) -> Callable[[Header], None]:
+    def change(h: Header) -> None:
+        h.kv("llama.attention.layer_norm_rms_epsilon").raw = encode(F32, value)
+    return change
 
 
 def _tensor_type(name: str, ggml_type: int) -> Callable[[Header], None]:
@@ -121,7 +123,11 @@ CASES: list[tuple[str, Callable[[Header], None], str, bool, str]] = [
     ("alignment-64", _alignment(64), "m.gguf", True, ""),
     ("alignment-1m-pages-between", _alignment(1 << 20), "m.gguf", True, ""),
     ("experts-on-dense", _experts, "m.gguf", False, "ffn_gate_inp.weight' not found"),
-    ("nan-epsilon", _nan_eps, "m.gguf", False, "is NaN"),
+    ("nan-epsilon", _epsilon(float("nan")), "m.gguf", False, "is NaN"),
+    ("minus-inf-epsilon", _epsilon(float("-inf")), "m.gguf", False, "is negative (-inf)"),
+    ("negative-epsilon", _epsilon(-1e-6), "m.gguf", False, "is negative"),
+    ("inf-epsilon", _epsilon(float("inf")), "m.gguf", True, ""),
+    ("zero-epsilon", _epsilon(0.0), "m.gguf", True, ""),
     ("i32-weight", _tensor_type("token_embd.weight", 26), "m.gguf", False, "cannot compute with"),
     ("q2_0-weight", _tensor_type("blk.0.attn_q.weight", 42), "m.gguf", True, ""),
     ("q2_0-norm", _tensor_type("blk.0.attn_norm.weight", 42), "m.gguf", False, "needs F32"),

@@ -28,8 +28,8 @@ rules below are the loader's, read from the vendored llama.cpp (0c1e57098):
 - **Experts**: an architecture whose experts are optional (llama, granite ...) creates the expert
   tensors, required, in every layer once ``expert_count`` is set ("tensor 'blk.0.ffn_gate_inp.weight'
   not found").
-- **What aborts or crashes later**: an RMS/layer-norm epsilon that is NaN (the server aborts at
-  warm-up) and weights of a type no backend computes with (:data:`NOT_WEIGHT_TYPES`: an I32 weight
+- **What aborts or crashes later**: an RMS/layer-norm epsilon that is NaN or negative (ggml-cpu's
+  norms ``GGML_ASSERT(eps >= 0.0f)``: the server aborts at warm-up) and weights of a type no backend computes with (:data:`NOT_WEIGHT_TYPES`: an I32 weight
   crashes the server at warm-up).
 """
 
@@ -137,7 +137,8 @@ OPTIONAL_EXPERT_ARCHS = frozenset({"llama", "granite", "granitemoe", "mistral3",
 #: ggml type F32: the only type of a one-dimensional weight (a norm, a bias) ggml-cpu's binary ops take
 #: beside F32 activations ("binary_op: unsupported types", an abort).
 F32 = 0
-#: Epsilons llama.cpp's norms take as they are: NaN aborts the server at warm-up.
+#: Epsilons llama.cpp's norms take as they are: NaN or below 0 aborts the server at warm-up
+#: (ggml-cpu/ops.cpp ``GGML_ASSERT(eps >= 0.0f)``; -inf found by bench/bench_loader_fuzz.py, seed 31).
 EPSILON_KEYS = ("attention.layer_norm_rms_epsilon", "attention.layer_norm_epsilon")
 #: Tensor name endings llama.cpp's ``tn(…, suffix, …)`` uses for the modelled architectures.
 TENSOR_SUFFIXES = ("weight", "bias", "scale", "input_scale")
@@ -171,8 +172,9 @@ def check_metadata(fields: dict[str, Any], types: dict[str, int], arch: str) -> 
             raise PlannerError(f"missing required key {arch}.{suffix} (llama.cpp: key not found in model)")
     for suffix in EPSILON_KEYS:
         eps = fields.get(f"{arch}.{suffix}")
-        if isinstance(eps, float) and math.isnan(eps):
-            raise PlannerError(f"{arch}.{suffix} is NaN: llama-server aborts when it first runs the model")
+        if isinstance(eps, float) and not eps >= 0.0:
+            what = "NaN" if math.isnan(eps) else f"negative ({eps})"
+            raise PlannerError(f"{arch}.{suffix} is {what}: llama-server aborts when it first runs the model")
     _check_tokenizer(fields)
 
 
