@@ -40,3 +40,10 @@ def escape(text: str) -> str:
     neither markup nor a control character or a bidirectional override from a file, a log or a server
     reaches the screen as such."""
     return html.escape(printable_lines(text))
+
+
+def quoted(text: object) -> str:
+    """``text`` in single quotes, escaped by ``printable``: a key, tensor name or value read from a file,
+    named in a sentence (``repr`` would quote it too, but in Python's own way, not the one every other
+    message from a file is escaped in)."""
+    return f"'{printable(str(text))}'"

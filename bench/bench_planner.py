@@ -21,7 +21,7 @@ from pathlib import Path
 
 from app.machine.devices import resolve_gpus
 from app.planner.devices import Inventory
-from app.planner.gguf.model import ModelShape, _read_shape_cached, read_shape
+from app.planner.gguf.model import ModelShape, forget_cached, read_shape
 from app.planner.measurement import DeviceMeasurement, Measurement
 from app.planner.settings import LaunchSettings
 from app.planner.solve.plan import make_plan, max_context
@@ -51,11 +51,11 @@ def shape_reads(repeat: int, with_reader: bool, verdicts: Verdicts) -> None:
         shape = read_shape(path)
 
         def warm(p: Path = path) -> object:
-            _read_shape_cached.cache_clear()
+            forget_cached()
             return read_shape(p)
 
         def dropped(p: Path = path) -> object:
-            _read_shape_cached.cache_clear()
+            forget_cached()
             pagecache.drop(p)
             return read_shape(p)
 

@@ -35,7 +35,7 @@ from app.planner.plan_types import PLAN_JSON_VERSION, Alternative, ContextFit, P
 from app.planner.settings import LaunchSettings
 from app.planner.solve.speed import Figure, SpeedRow
 from app.planner.units import Bytes
-from app.text import printable
+from app.text import printable, printable_lines
 
 EXIT_STATUS = exit_status("it fits (as asked, or with the alternative the plan chose)",
                           "it does not fit, as asked or with any alternative",
@@ -122,7 +122,7 @@ def _not_modelled(args: argparse.Namespace, arch: str, message: str) -> int:
     if args.json:  # stdout stays JSON: the error and the advisories as data
         print(json.dumps({"version": PLAN_JSON_VERSION, "error": message, "arch": arch,
                           "advisories": [asdict(a) for a in advs]}, indent=2))
-    print(f"headroom plan: {message}", file=sys.stderr)
+    print(f"headroom plan: {printable_lines(message)}", file=sys.stderr)
     if advs:
         print("\n".join(advisory_lines(advs)), file=sys.stderr)
     return 2
@@ -145,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
     except NotModelled as exc:
         return _not_modelled(args, exc.arch, str(exc))  # the settings parsed before the model was read
     except (PlannerError, ValueError) as exc:
-        print(f"headroom plan: {exc}", file=sys.stderr)  # not into a `--json > plan.json`
+        print(f"headroom plan: {printable_lines(str(exc))}", file=sys.stderr)  # not into a `--json > plan.json`
         return 2
     if pass1.failure:
         print(f"headroom plan: pass 1 failed, compute buffers estimated: {pass1.failure}", file=sys.stderr)

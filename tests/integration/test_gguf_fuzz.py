@@ -126,6 +126,50 @@ def test_a_name_made_of_escape_sequences_is_printed_escaped(tmp_path: Path,
     assert not raw_controls(out)
 
 
+#: An OSC 52 clipboard write, a screen clear, a C1 CSI and a right-to-left override (issue 31).
+HOSTILE = "\x1b]52;c;aGk=\x07\x1b[2J\x9b2J\u202e"
+
+
+def _extra_tensor(h: gguf_mutate.Header) -> None:
+    last = h.tensors[-1]
+    h.tensors.append(gguf_mutate.Tensor(b"blk.0." + HOSTILE.encode(), list(last.dims), last.ggml_type, 0))
+    h.repack_offsets()
+
+
+def _duplicate_key(h: gguf_mutate.Header) -> None:
+    h.kvs += [gguf_mutate.KV(HOSTILE.encode(), gguf_mutate.STR, gguf_mutate.encode(gguf_mutate.STR, "a"))] * 2
+
+
+def _unread_key(h: gguf_mutate.Header) -> None:
+    h.kvs.append(gguf_mutate.KV(f"unread{HOSTILE}".encode(), gguf_mutate.STR,
+                                gguf_mutate.encode(gguf_mutate.STR, f"unread{HOSTILE}")))
+
+
+@pytest.mark.parametrize("json_flag", [[], ["--json"]], ids=["text", "json"])
+@pytest.mark.parametrize(("change", "refusal"), [(_extra_tensor, "is not one llama.cpp's llama loader creates"),
+                                                 (_duplicate_key, "duplicate key"), (_unread_key, "")],
+                         ids=["tensor-name", "duplicate-key", "unread-key"])
+def test_escape_sequences_in_a_tensor_name_or_a_key_never_reach_the_terminal(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], change: object, refusal: str, json_flag: list[str]) -> None:
+    """A refusal names the tensor or key (and the file, whose name carries them too) as ``app.text.printable``
+    escapes it; a key the plan never uses is not printed at all. Neither the text nor the JSON carries one of
+    the sequences raw."""
+    header = gguf_mutate.read(gguf_factory.ensure(shapes.TINY))
+    assert callable(change)
+    change(header)
+    path = header.write(tmp_path / f"m{HOSTILE}.gguf")
+    rc = main(["plan", str(path), "--gpu", "H200", "--ctx", "4096", *json_flag])
+    out, err = capsys.readouterr()
+    for raw in ("\x1b]52", "\x1b[2J", "\x9b", "\u202e"):
+        assert raw not in out + err
+    assert not raw_controls(out + err)
+    if refusal:
+        assert rc == 2 and refusal in err
+        assert r"\x1b]52;c;aGk=\x07\x1b[2J\x9b2J\u202e" in err  # named, escaped
+    else:
+        assert rc == 0 and "unread" not in out + err  # neither the key nor its value is printed
+
+
 @pytest.mark.parametrize("kind", ["fifo", "char-device"])
 def test_plan_never_blocks_on_a_file_that_is_not_regular(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                          kind: str) -> None:

@@ -21,12 +21,21 @@ rules below are the loader's, read from the vendored llama.cpp (0c1e57098):
   beside llama-arch.cpp's); shapes for the tensors whose size follows ``block_count``,
   ``embedding_length``, the head counts and lengths, ``feed_forward_length`` and the expert count.
 
-Not mirrored: the BPE pre-tokenizer's name list and the tokens' own text (duplicates abort
-llama.cpp in ``llama_vocab::impl::load``); neither changes what a plan counts.
+- **Tokenizer** (src/llama-vocab.cpp ``llama_vocab::impl::load``): a BPE model's
+  ``tokenizer.ggml.pre`` must be one of the names it knows ("unknown pre-tokenizer type"); token texts
+  must be distinct as it reads them (up to a NUL; a duplicate fails ``GGML_ASSERT(id_to_token.size()
+  == token_to_id.size())``, an abort).
+- **Experts**: an architecture whose experts are optional (llama, granite ...) creates the expert
+  tensors, required, in every layer once ``expert_count`` is set ("tensor 'blk.0.ffn_gate_inp.weight'
+  not found").
+- **What aborts or crashes later**: an RMS/layer-norm epsilon that is NaN or negative (ggml-cpu's
+  norms ``GGML_ASSERT(eps >= 0.0f)``: the server aborts at warm-up) and weights of a type no backend computes with (:data:`NOT_WEIGHT_TYPES`: an I32 weight
+  crashes the server at warm-up).
 """
 
 from __future__ import annotations
 
+import math
 import re
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -34,7 +43,9 @@ from typing import TYPE_CHECKING, Any
 from gguf.constants import MODEL_ARCH_NAMES, MODEL_TENSORS, TENSOR_NAMES, GGUFValueType
 
 from app.planner.errors import PlannerError
+from app.planner.gguf.ggml_types import NOT_WEIGHT_TYPES, type_name
 from app.planner.gguf.reader import GGUFArray, TensorInfo
+from app.text import quoted
 
 if TYPE_CHECKING:
     from app.planner.gguf.model import ModelShape
@@ -103,6 +114,32 @@ TRUNK_REQUIRED = ("context_length", "embedding_length", "block_count")
 #: llama-vocab.cpp: the tokenizer models it knows ("unknown tokenizer: '%s'" for any other).
 TOKENIZER_MODELS = frozenset({"no_vocab", "none", "llama", "bert", "gpt2", "hybriddna", "whitespace", "t5",
                               "rwkv", "test", "plamo2", "gemma4"})
+#: llama-vocab.cpp: the tokenizer models it reads as BPE, whose pre-tokenizer it must know.
+BPE_MODELS = frozenset({"gpt2", "hybriddna", "whitespace", "gemma4"})
+#: llama-vocab.cpp ``load``: every ``tokenizer_pre ==`` it accepts for a BPE model (an empty one is
+#: "default"); ``tests/integration/test_engine_tables.py`` compares it with the engine's own source.
+PRE_TOKENIZERS = frozenset({
+    "", "default", "minicpm5", "llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0",
+    "lfm2", "jina-v5-nano", "deepseek-llm", "deepseek-coder", "deepseek-v3", "spark2_5", "youtu", "falcon", "mpt",
+    "starcoder", "gpt-2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v2-es", "jina-v2-de", "a.x-4.0",
+    "mellum", "modern-bert", "jais-2", "gemma4", "granite-embed-multi-311m", "sarvam-moe", "jina-v1-en",
+    "jina-v2-code", "roberta-bpe", "whitespace", "refact", "command-r", "qwen2", "deepseek-r1-qwen", "kormo",
+    "f2llmv2", "qwen35", "stablelm2", "olmo", "dbrx", "smaug-bpe", "poro-chat", "chatglm-bpe", "glm4", "glm5",
+    "viking", "jais", "tekken", "smollm", "codeshell", "bloom", "gpt3-finnish", "exaone", "exaone4", "exaone-moe",
+    "chameleon", "minerva-7b", "megrez", "gpt-4o", "llama4", "kanana2", "talkie", "granite-embed-multi-97m",
+    "tiny_aya", "cohere2moe", "superbpe", "trillion", "granite-docling", "bailingmoe", "bailingmoe2", "llada-moe",
+    "seed-coder", "hunyuan", "hunyuan-dense", "hy_v4", "joyai-llm", "kimi-k2", "ufakzeka", "grok-2", "afmoe",
+    "laguna", "minimax-m2", "solar-open", "mellum2",
+})
+#: Architectures whose expert tensors follow ``expert_count``: set, every layer gets them, required
+#: (src/models/<arch>.cpp ``load_arch_tensors``: ``if (n_expert == 0) {dense} else {experts}``).
+OPTIONAL_EXPERT_ARCHS = frozenset({"llama", "granite", "granitemoe", "mistral3", "qwen2moe", "qwen3moe"})
+#: ggml type F32: the only type of a one-dimensional weight (a norm, a bias) ggml-cpu's binary ops take
+#: beside F32 activations ("binary_op: unsupported types", an abort).
+F32 = 0
+#: Epsilons llama.cpp's norms take as they are: NaN or below 0 aborts the server at warm-up
+#: (ggml-cpu/ops.cpp ``GGML_ASSERT(eps >= 0.0f)``; -inf found by bench/bench_loader_fuzz.py, seed 31).
+EPSILON_KEYS = ("attention.layer_norm_rms_epsilon", "attention.layer_norm_epsilon")
 #: Tensor name endings llama.cpp's ``tn(…, suffix, …)`` uses for the modelled architectures.
 TENSOR_SUFFIXES = ("weight", "bias", "scale", "input_scale")
 
@@ -118,7 +155,7 @@ def check_metadata(fields: dict[str, Any], types: dict[str, int], arch: str) -> 
     """Key types, required keys and the tokenizer arrays, as the loader checks them."""
     block_count = f"{arch}.block_count"
     if block_count in types and types[block_count] != V.UINT32:
-        raise PlannerError(f"key {block_count!r} is {_type_name(types[block_count])}, but llama.cpp reads it as UINT32")
+        raise PlannerError(f"key {quoted(block_count)} is {_type_name(types[block_count])}, but llama.cpp reads it as UINT32")
     n_layer = fields.get(block_count, 0)
     for key, vtype in types.items():
         want = GENERAL_KEYS.get(key)
@@ -129,10 +166,15 @@ def check_metadata(fields: dict[str, Any], types: dict[str, int], arch: str) -> 
                 continue
             want = ARCH_KEYS.get(suffix)
         if want is not None and vtype != want:
-            raise PlannerError(f"key {key!r} is {_type_name(vtype)}, but llama.cpp reads it as {_type_name(want)}")
+            raise PlannerError(f"key {quoted(key)} is {_type_name(vtype)}, but llama.cpp reads it as {_type_name(want)}")
     for suffix in (*TRUNK_REQUIRED, *REQUIRED_ARCH_KEYS.get(arch, ())):
         if f"{arch}.{suffix}" not in fields:
             raise PlannerError(f"missing required key {arch}.{suffix} (llama.cpp: key not found in model)")
+    for suffix in EPSILON_KEYS:
+        eps = fields.get(f"{arch}.{suffix}")
+        if isinstance(eps, float) and not eps >= 0.0:
+            what = "NaN" if math.isnan(eps) else f"negative ({eps})"
+            raise PlannerError(f"{arch}.{suffix} is {what}: llama-server aborts when it first runs the model")
     _check_tokenizer(fields)
 
 
@@ -140,12 +182,12 @@ def _check_per_layer(key: str, value: Any, vtype: int, n_layer: int, exact_lengt
     if vtype == V.ARRAY:
         assert isinstance(value, GGUFArray)
         if value.elem_type not in _INT_ARRAY_ELEMS:
-            raise PlannerError(f"key {key!r} is an array of {_type_name(value.elem_type)}, but llama.cpp "
+            raise PlannerError(f"key {quoted(key)} is an array of {_type_name(value.elem_type)}, but llama.cpp "
                                "reads it as UINT32 or INT32 values, one per layer")
         if exact_length and value.count != n_layer:
-            raise PlannerError(f"key {key!r}: array of {value.count} values for {n_layer} layers")
+            raise PlannerError(f"key {quoted(key)}: array of {value.count} values for {n_layer} layers")
     elif vtype != V.UINT32:
-        raise PlannerError(f"key {key!r} is {_type_name(vtype)}, but llama.cpp reads it as UINT32 "
+        raise PlannerError(f"key {quoted(key)} is {_type_name(vtype)}, but llama.cpp reads it as UINT32 "
                            "(or one value per layer)")
 
 
@@ -154,21 +196,27 @@ def _check_tokenizer(fields: dict[str, Any]) -> None:
     if model is None:
         raise PlannerError("missing required key tokenizer.ggml.model (llama.cpp: key not found in model)")
     if model not in TOKENIZER_MODELS:
-        raise PlannerError(f"unknown tokenizer {model!r} (tokenizer.ggml.model): llama.cpp cannot load it")
+        raise PlannerError(f"unknown tokenizer {quoted(model)} (tokenizer.ggml.model): llama.cpp cannot load it")
     if model in ("no_vocab", "none"):
         return
+    pre = fields.get("tokenizer.ggml.pre", "")
+    if model in BPE_MODELS and pre not in PRE_TOKENIZERS:
+        raise PlannerError(f"unknown pre-tokenizer {quoted(str(pre)[:80])} (tokenizer.ggml.pre): llama.cpp cannot load it")
     tokens = fields.get("tokenizer.ggml.tokens")
     if not isinstance(tokens, GGUFArray) or tokens.elem_type != V.STRING:
         raise PlannerError("tokenizer.ggml.tokens is missing or not an array of strings: llama.cpp needs the vocabulary")
+    if tokens.distinct is not None and tokens.distinct < tokens.count:
+        raise PlannerError(f"the vocabulary has {tokens.count - tokens.distinct} duplicate token text(s) "
+                           "(tokenizer.ggml.tokens): llama.cpp aborts loading it")
     for key, elems in (("tokenizer.ggml.scores", {V.INT32, V.FLOAT32}), ("tokenizer.ggml.token_type", {V.INT32})):
         arr = fields.get(key)
         if arr is None:
             continue
         if not isinstance(arr, GGUFArray) or arr.elem_type not in elems:
-            raise PlannerError(f"key {key!r} has the wrong type for llama.cpp (an array of "
+            raise PlannerError(f"key {quoted(key)} has the wrong type for llama.cpp (an array of "
                                f"{' or '.join(sorted(_type_name(e) for e in elems))})")
         if arr.count < tokens.count:
-            raise PlannerError(f"key {key!r} has {arr.count} values for {tokens.count} tokens")
+            raise PlannerError(f"key {quoted(key)} has {arr.count} values for {tokens.count} tokens")
     merges = fields.get("tokenizer.ggml.merges")
     if model in ("gpt2", "gemma4") and fields.get("tokenizer.ggml.pre") != "kimi-k2" and (
             not isinstance(merges, GGUFArray) or merges.elem_type != V.STRING):
@@ -224,7 +272,7 @@ def _layers_and_names(shape: ModelShape) -> dict[int, dict[str, TensorInfo]]:
         layer, rest = (int(m.group(1)), m.group(2)) if m else (-1, t.name)
         base = _base(rest)
         if names is not None and base not in (names[1] if m else names[0]):
-            raise PlannerError(f"tensor {t.name!r} is not one llama.cpp's {shape.arch} loader creates "
+            raise PlannerError(f"tensor {quoted(t.name)} is not one llama.cpp's {shape.arch} loader creates "
                                "(llama.cpp: wrong number of tensors)")
         by_layer.setdefault(layer, {})[rest] = t
     return by_layer
@@ -239,6 +287,13 @@ def check_tensors(shape: ModelShape, fields: dict[str, Any]) -> None:
     """The tensor table against the hyper-parameters, as ``create_tensor`` would find it."""
     if not shape.tensors:
         raise PlannerError("the model has no tensors (llama.cpp: missing tensor 'token_embd.weight')")
+    for t in shape.tensors:
+        if t.ggml_type in NOT_WEIGHT_TYPES:
+            raise PlannerError(f"tensor {quoted(t.name)} is {type_name(t.ggml_type)}, a type llama.cpp cannot compute "
+                               "with: llama-server crashes when it first runs the model")
+        if len(t.shape) == 1 and t.ggml_type != F32:  # norms and biases: ggml-cpu binary_op takes F32 only
+            raise PlannerError(f"tensor {quoted(t.name)} is {type_name(t.ggml_type)}, but llama.cpp applies it element-wise "
+                               "to F32 activations, which needs F32: llama-server aborts when it first runs the model")
     by_layer = _layers_and_names(shape)
     layers = sorted(k for k in by_layer if k >= 0)
     if layers != list(range(shape.n_layer)):
@@ -252,8 +307,13 @@ def check_tensors(shape: ModelShape, fields: dict[str, Any]) -> None:
     top = by_layer.get(-1, {})
     for name in REQUIRED_TOP:
         if name not in top:
-            raise PlannerError(f"missing tensor {name!r} (llama.cpp: tensor not found)")
+            raise PlannerError(f"missing tensor {quoted(name)} (llama.cpp: tensor not found)")
     _check_layers_alike(shape, by_layer)
+    if shape.n_expert and shape.arch in OPTIONAL_EXPERT_ARCHS:
+        for il in range(shape.n_layer_main):
+            if "ffn_gate_inp.weight" not in by_layer[il]:
+                raise PlannerError(f"expert_count is {shape.n_expert} but layer {il} has no expert tensors "
+                                   f"(llama.cpp: tensor 'blk.{il}.ffn_gate_inp.weight' not found)")
     want: list[tuple[TensorInfo, tuple[int, ...], str]] = []
     for name in ("token_embd.weight", "output.weight"):
         if name in top and n_tokens is not None:
@@ -266,7 +326,7 @@ def check_tensors(shape: ModelShape, fields: dict[str, Any]) -> None:
         want += _layer_wants(shape, il, by_layer[il], n_ff[il])
     for t, expected, why in want:
         if _dims(t) != (*expected, *(1,) * (4 - len(expected))):
-            raise PlannerError(f"tensor {t.name!r} has shape {list(t.shape)} but the hyper-parameters "
+            raise PlannerError(f"tensor {quoted(t.name)} has shape {list(t.shape)} but the hyper-parameters "
                                f"({why}) give {list(expected)} (llama.cpp: wrong shape)")
 
 
@@ -291,10 +351,12 @@ def _layer_wants(shape: ModelShape, il: int, tensors: dict[str, TensorInfo],
             raise PlannerError(f"layer {il} has no attention tensors but head_count_kv says it has "
                                f"{shape.n_head_kv[il]} KV heads")
         why = "embedding_length, head_count, key_length"
-        expect("attn_q.weight", (e, shape.n_head[il] * head_k), why)
+        # load_arch_tensors sizes Q and the output projection by n_head = hparams.n_head(), layer 0's
+        # count, for every layer (a per-layer array with a later layer at 0 loads).
+        expect("attn_q.weight", (e, shape.n_head[0] * head_k), why)
         expect("attn_k.weight", (e, shape.n_embd_k_gqa(il)), "embedding_length, head_count_kv, key_length")
         expect("attn_v.weight", (e, shape.n_embd_v_gqa(il)), "embedding_length, head_count_kv, value_length")
-        expect("attn_output.weight", (shape.n_head[il] * head_v, e), "head_count, value_length, embedding_length")
+        expect("attn_output.weight", (shape.n_head[0] * head_v, e), "head_count, value_length, embedding_length")
         expect("attn_q_norm.weight", (head_k,), "key_length")
         expect("attn_k_norm.weight", (head_k,), "key_length")
     if "ffn_up.weight" in tensors or "ffn_down.weight" in tensors:

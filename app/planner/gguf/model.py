@@ -18,7 +18,16 @@ from typing import Any
 
 from app.planner.errors import NotModelled, PlannerError
 from app.planner.gguf.checks import LLAMA_MAX_LAYERS, check_hparams, check_metadata, check_tensors
-from app.planner.gguf.reader import GGUFArray, GGUFHeader, TensorInfo, file_stamp, missing_files, read_header
+from app.planner.gguf.reader import (
+    GGUFArray,
+    GGUFHeader,
+    LongString,
+    TensorInfo,
+    file_stamp,
+    missing_files,
+    read_header,
+)
+from app.text import quoted
 
 #: Architectures whose memory the planner models (a plain or iSWA KV cache, MLA through
 #: key_length_mla, a Mamba-2 hybrid). Each either has a shape fixture compared with the engine, or
@@ -109,21 +118,57 @@ def split_parts(path: Path) -> tuple[Path, ...]:
     return parts
 
 
+def model_parts(path: Path) -> tuple[Path, ...]:
+    """The files llama.cpp loads for ``path``: decided by the first file's ``split.count`` key, not by its
+    name (src/llama-model-loader.cpp: ``n_split > 1`` → ``split.no`` must be 0 and the other parts are
+    ``llama_split_path(prefix, i, n_split)``; a name without that ``-00001-of-0000N`` ending is an
+    "invalid split file name"). A file named like a part but without the key is a model of its own."""
+    try:
+        stamp = file_stamp(path)
+    except OSError as e:
+        raise PlannerError(f"{path}: cannot read: {e.strerror or e}") from None
+    fields = _header_cached(stamp).fields
+    count = fields.get("split.count", 0)
+    if not isinstance(count, int) or isinstance(count, bool) or count <= 1:
+        return (path,)
+    if fields.get("split.no", 0) != 0:
+        raise PlannerError(f"{path.name}: is part {fields.get('split.no')} of a split model: give its first part")
+    m = _SPLIT_RE.match(path.name)
+    if not m or int(m.group("no")) != 1 or int(m.group("count")) != count:
+        raise PlannerError(f"{path.name}: split.count is {count}, but the name does not end in -00001-of-"
+                           f"{count:05d}.gguf (llama.cpp: invalid split file name)")
+    return split_parts(path)
+
+
+@lru_cache(maxsize=1)
+def _header_cached(stamp: tuple[str, int, int]) -> GGUFHeader:
+    """The first part's header, read once for :func:`model_parts` and again used by :func:`read_shape`
+    right after. Only the last is kept: a header holds its tensor table and kept arrays, and 32 of them
+    held for files that were refused grew a fuzz run's memory by hundreds of KB (the shape cache below
+    keeps what a re-plan needs)."""
+    return read_header(Path(stamp[0]))
+
+
 def read_shape(path: str | Path) -> ModelShape:
     """Read a model's shape (cached by path, size and mtime: re-planning never re-reads the file)."""
-    p = Path(path)
-    parts = split_parts(p)
+    parts = model_parts(Path(path))
     try:
         stamp = tuple(file_stamp(q) for q in parts)
     except OSError as e:
-        raise PlannerError(f"{p}: cannot read: {e.strerror or e}") from None
+        raise PlannerError(f"{Path(path)}: cannot read: {e.strerror or e}") from None
     return _read_shape_cached(stamp)
+
+
+def forget_cached() -> None:
+    """Drop every cached header and shape (a benchmark's cold read)."""
+    _header_cached.cache_clear()
+    _read_shape_cached.cache_clear()
 
 
 def read_headers(path: str | Path) -> list[GGUFHeader]:
     """Every part's header, for a caller that needs the file checked but not its shape (pass 1 of a
     model the planner does not model, ``-c 0``). Raises PlannerError for a missing or malformed part."""
-    return [read_header(q, split=i) for i, q in enumerate(split_parts(Path(path)))]
+    return [read_header(q, split=i) for i, q in enumerate(model_parts(Path(path)))]
 
 
 def training_context(header: GGUFHeader) -> int:
@@ -136,16 +181,16 @@ def training_context(header: GGUFHeader) -> int:
 
 @lru_cache(maxsize=32)
 def _read_shape_cached(stamp: tuple[tuple[str, int, int], ...]) -> ModelShape:
-    headers = [read_header(Path(s[0]), split=i) for i, s in enumerate(stamp)]
+    headers = [_header_cached(stamp[0]), *(read_header(Path(s[0]), split=i) for i, s in enumerate(stamp) if i)]
     return shape_from_headers(headers)
 
 
 def _uint(fields: dict[str, Any], key: str, default: int | None = None) -> int:
     v = fields.get(key, default)
     if v is None:
-        raise PlannerError(f"missing required key {key!r}")
+        raise PlannerError(f"missing required key {quoted(key)}")
     if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-        raise PlannerError(f"key {key!r} is {v!r}, expected a non-negative integer")
+        raise PlannerError(f"key {quoted(key)} is {quoted(v)}, expected a non-negative integer")
     return v
 
 
@@ -156,9 +201,9 @@ def _per_layer(fields: dict[str, Any], key: str, n_layer: int, default: int) -> 
         return (default,) * n_layer
     if isinstance(v, GGUFArray):
         if v.values is None or len(v.values) != n_layer:
-            raise PlannerError(f"key {key!r}: array of {v.count} values for {n_layer} layers")
+            raise PlannerError(f"key {quoted(key)}: array of {v.count} values for {n_layer} layers")
         if any(not isinstance(x, int) or isinstance(x, bool) or x < 0 for x in v.values):
-            raise PlannerError(f"key {key!r}: per-layer values must be non-negative integers")
+            raise PlannerError(f"key {quoted(key)}: per-layer values must be non-negative integers")
         return tuple(int(x) for x in v.values)
     return (_uint(fields, key),) * n_layer
 
@@ -167,6 +212,9 @@ def shape_from_headers(headers: list[GGUFHeader]) -> ModelShape:
     first = headers[0]
     f = first.fields
     arch = f.get("general.architecture")
+    if isinstance(arch, LongString):
+        raise PlannerError(f"{first.path.name}: general.architecture is {arch.n_bytes} bytes long: no architecture "
+                           "llama.cpp knows")
     if not isinstance(arch, str) or not arch:
         raise PlannerError(f"{first.path.name}: no general.architecture key")
     if arch not in MODELLED_ARCHS:
@@ -230,7 +278,8 @@ def shape_from_headers(headers: list[GGUFHeader]) -> ModelShape:
         n_expert=_uint(f, k("expert_count"), 0), n_expert_used=_uint(f, k("expert_used_count"), 0),
         n_vocab=n_vocab, recr_layers=recr, n_embd_r=n_embd_r, n_embd_s=n_embd_s, tensors=tensors, file_size=sum(h.file_size for h in headers),
         files=tuple(h.path for h in headers),
-        has_chat_template=isinstance(f.get("tokenizer.chat_template"), str) and bool(f.get("tokenizer.chat_template")),
+        has_chat_template=isinstance(f.get("tokenizer.chat_template"), LongString) or (
+            isinstance(f.get("tokenizer.chat_template"), str) and bool(f.get("tokenizer.chat_template"))),
     )
     _checked(first, check_hparams, shape)
     _checked(first, check_tensors, shape, f)
@@ -250,7 +299,7 @@ def _swa_layers(f: dict[str, Any], key: str, n_layer: int, default_pattern: int)
     v = f.get(key)
     if isinstance(v, GGUFArray):
         if v.values is None or len(v.values) != n_layer:
-            raise PlannerError(f"key {key!r}: array of {v.count} values for {n_layer} layers")
+            raise PlannerError(f"key {quoted(key)}: array of {v.count} values for {n_layer} layers")
         return tuple(bool(x) for x in v.values)
     n_pattern = _uint(f, key, default_pattern)
     return tuple(n_pattern == 0 or (il % n_pattern < n_pattern - 1) for il in range(n_layer))

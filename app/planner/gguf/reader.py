@@ -16,11 +16,26 @@ than 2^30 array elements or string bytes, and any tensor whose data does not sta
 previous one ended, padded to the alignment (so tensors that overlap, leave a gap or are out of
 order); src/llama-model-loader.h (``llama_tensor_weight``) refuses data past the end of the file.
 This reader refuses the same files, each with its own sentence. The ``gguf`` package is used for its
-constants only.
+value-type constants only; the tensor types are the engine's own (:mod:`app.planner.gguf.ggml_types`).
+
+Keys, tensor names and string values are C strings to llama.cpp: gguf.cpp keeps each as the bytes it
+read (its duplicate checks compare those), but every lookup goes through the ``char *`` —
+``gguf_find_key`` and ``gguf_find_tensor`` compare with ``strcmp`` and take the *first* match,
+``ggml_set_name`` copies a tensor name up to its first NUL, ``gguf_get_val_str`` returns ``c_str()``.
+So ``llama.block_count\0junk`` read before ``llama.block_count`` is the block count llama.cpp uses and
+the later key is never seen; ``gemma3\0junk`` is the architecture ``gemma3``; two tensors whose names
+read the same up to a NUL are "duplicated" (src/llama-model-loader.cpp). Keys are compared as bytes,
+never after invalid UTF-8 is replaced.
+
+Bounded: a string value is kept up to :data:`KEEP_STRING` bytes of its C string (a longer one is a
+:class:`LongString`, its length and first characters), arrays are skipped by their lengths, and no
+byte is read that the plan does not need: a 1 GiB ``general.name`` costs a ``find`` for its first NUL.
 """
 
 from __future__ import annotations
 
+import array
+import hashlib
 import mmap
 import os
 import stat
@@ -29,9 +44,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
+import numpy as np
+from gguf.constants import GGUFValueType
 
 from app.planner.errors import PlannerError
+from app.planner.gguf.ggml_types import GGML_TYPES
+from app.text import quoted
 
 GGUF_MAGIC = b"GGUF"
 #: ggml/include/ggml.h GGML_MAX_DIMS
@@ -42,8 +60,17 @@ DEFAULT_ALIGNMENT = 32
 MAX_NAME = 64
 #: ggml/src/gguf.cpp GGUF_MAX_ARRAY_ELEMENTS and GGUF_MAX_STRING_LENGTH (both 1024*1024*1024).
 MAX_ARRAY_ELEMENTS = MAX_STRING_LENGTH = 1 << 30
+#: ggml-impl.h TENSOR_ALIGNMENT: a mapped CPU buffer must start at a multiple of it
+#: (ggml-backend.cpp ``ggml_backend_cpu_buffer_from_ptr``: "buffer pointer must be aligned", an abort).
+TENSOR_ALIGNMENT = 32
 #: Numeric arrays up to this many elements are kept (per-layer head counts, SWA patterns ...).
 KEEP_ARRAY_MAX = 4096
+#: String values are kept up to this many bytes (a chat template is tens of KiB); a longer one is a
+#: :class:`LongString`. Keys are compared in full, hashed in chunks of this size past it.
+KEEP_STRING = 1 << 20
+#: Tokens whose texts are compared for duplicates (llama-vocab.cpp asserts they are unique); real
+#: vocabularies have at most a few hundred thousand.
+CHECK_TOKENS_MAX = 1 << 20
 
 _SCALAR: dict[int, struct.Struct] = {
     GGUFValueType.UINT8: struct.Struct("<B"), GGUFValueType.INT8: struct.Struct("<b"),
@@ -55,7 +82,7 @@ _SCALAR: dict[int, struct.Struct] = {
 }
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
-_KNOWN_GGML_TYPES = {int(t) for t in GGML_QUANT_SIZES}
+_TOKENS = "tokenizer.ggml.tokens"
 
 
 class HeaderTruncated(PlannerError):
@@ -64,11 +91,24 @@ class HeaderTruncated(PlannerError):
 
 @dataclass(frozen=True)
 class GGUFArray:
-    """An array field. ``values`` is None when the payload was skipped (strings, long arrays)."""
+    """An array field. ``values`` is None when the payload was skipped (strings, long arrays).
+    ``distinct``: for ``tokenizer.ggml.tokens``, how many different texts llama.cpp reads."""
 
     elem_type: int
     count: int
     values: tuple[Any, ...] | None = None
+    distinct: int | None = None
+
+
+@dataclass(frozen=True)
+class LongString:
+    """A string value whose C string is longer than :data:`KEEP_STRING` bytes: not read."""
+
+    n_bytes: int
+    head: str
+
+    def __str__(self) -> str:
+        return f"{self.head}… ({self.n_bytes} bytes)"
 
 
 @dataclass(frozen=True)
@@ -131,7 +171,7 @@ def gguf_files_in(folder: Path, word: str) -> list[Path]:
 
 def tensor_nbytes(ggml_type: int, shape: tuple[int, ...]) -> int:
     """ggml_nbytes for a contiguous tensor (ggml.c ``ggml_row_size`` × rows)."""
-    block, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(ggml_type)]
+    _, block, type_size = GGML_TYPES[ggml_type]
     n = 1
     for d in shape[1:]:
         n *= d
@@ -172,14 +212,41 @@ class _Cursor:
         self.pos += 8
         return v
 
-    def string(self, what: str) -> str:
+    def raw_string(self, what: str) -> tuple[int, int]:
+        """A string's (start, length) in the buffer, checked as gguf.cpp checks it; the cursor moves past it."""
         n = self.u64(f"{what} length")
         if n > MAX_STRING_LENGTH:  # gguf.cpp: "string length ... exceeds maximum"
             raise self.fail(f"{what} is {n} bytes long (llama.cpp's limit is {MAX_STRING_LENGTH})")
         self.need(n, what)
-        raw: bytes = self.buf[self.pos:self.pos + n]
+        start = self.pos
         self.pos += n
-        return raw.decode("utf-8", errors="replace")
+        return start, n
+
+    def c_end(self, start: int, n: int, keep: int) -> int:
+        """One past the last byte of the C string at ``start`` (its first NUL), looked for in at most
+        ``keep`` bytes; -1 when there is none there."""
+        nul = self.buf.find(b"\0", start, start + min(n, keep))
+        return nul if nul >= 0 else (start + n if n <= keep else -1)
+
+    def string(self, what: str) -> str | LongString:
+        """A string value as llama.cpp reads it: up to its first NUL, kept up to KEEP_STRING bytes."""
+        start, n = self.raw_string(what)
+        end = self.c_end(start, n, KEEP_STRING)
+        if end < 0:
+            return LongString(n, _text(self.buf[start:start + 80]))
+        return _text(self.buf[start:end])
+
+    def identity(self, start: int, n: int) -> bytes:
+        """A key's full bytes (gguf.cpp compares keys with their NULs); past KEEP_STRING, a digest of them,
+        hashed a chunk at a time so a huge key is never held (nor, in a mapped file, kept resident)."""
+        if n <= KEEP_STRING:
+            return bytes(self.buf[start:start + n])
+        h = hashlib.blake2b(digest_size=32)
+        for at in range(start, start + n, KEEP_STRING):
+            stop = min(at + KEEP_STRING, start + n)
+            h.update(self.buf[at:stop])
+            _drop_pages(self.buf, at, stop)
+        return b"\0long\0" + n.to_bytes(8, "little") + h.digest()
 
     def scalar(self, vtype: int, what: str) -> Any:
         st = _SCALAR[vtype]
@@ -202,30 +269,46 @@ class _Cursor:
             raise self.short(f"{what} runs past the end of the file")
         self.pos = pos
 
+    def distinct_tokens(self, count: int) -> int:
+        """How many different token texts llama-vocab.cpp reads: each up to its first NUL, an empty one
+        as ``[EMPTY_i]``, into ``token_to_id`` (a duplicate aborts it: ``id_to_token.size() ==
+        token_to_id.size()``). Texts are hashed (the vocabulary is never held)."""
+        if count > (self.end - self.pos) // 8:
+            raise self.short(f"array {quoted(_TOKENS)}: {count} strings cannot fit in the file")
+        hashes = array.array("q")  # 8 bytes a token, no more than the file's own 8-byte lengths
+        for i in range(count):
+            start, n = self.raw_string(f"token {i}")
+            end = self.c_end(start, n, KEEP_STRING)
+            text = bytes(self.buf[start:end]) if end >= 0 else self.identity(start, n)
+            hashes.append(hash(text or f"[EMPTY_{i}]".encode()))
+        return int(np.unique(np.frombuffer(hashes, dtype=np.int64)).size) if count else 0
+
     def value(self, vtype: int, key: str) -> Any:
         if vtype in _SCALAR:
-            return self.scalar(vtype, f"value of {key!r}")
+            return self.scalar(vtype, f"value of {quoted(key)}")
         if vtype == GGUFValueType.STRING:
-            return self.string(f"value of {key!r}")
+            return self.string(f"value of {quoted(key)}")
         if vtype == GGUFValueType.ARRAY:
-            etype = self.u32(f"array type of {key!r}")
-            count = self.u64(f"array length of {key!r}")
+            etype = self.u32(f"array type of {quoted(key)}")
+            count = self.u64(f"array length of {quoted(key)}")
             if count > MAX_ARRAY_ELEMENTS:  # gguf.cpp gguf_reader::read(std::vector<T>&, n)
-                raise self.fail(f"array {key!r} has {count} elements (llama.cpp's limit is {MAX_ARRAY_ELEMENTS})")
+                raise self.fail(f"array {quoted(key)} has {count} elements (llama.cpp's limit is {MAX_ARRAY_ELEMENTS})")
             if etype == GGUFValueType.STRING:
-                self.skip_strings(count, f"array {key!r}")
+                if key == _TOKENS and count <= CHECK_TOKENS_MAX:
+                    return GGUFArray(etype, count, distinct=self.distinct_tokens(count))
+                self.skip_strings(count, f"array {quoted(key)}")
                 return GGUFArray(etype, count)
             if etype not in _SCALAR:
-                raise self.fail(f"array {key!r} has unsupported element type {etype}")
+                raise self.fail(f"array {quoted(key)} has unsupported element type {etype}")
             st = _SCALAR[etype]
             if count > (self.end - self.pos) // st.size:
-                raise self.short(f"array {key!r} of {count} elements runs past the end of the file")
+                raise self.short(f"array {quoted(key)} of {count} elements runs past the end of the file")
             values = None
             if count <= KEEP_ARRAY_MAX:
                 values = tuple(v[0] for v in st.iter_unpack(self.buf[self.pos:self.pos + count * st.size]))
             self.pos += count * st.size
             return GGUFArray(etype, count, values)
-        raise self.fail(f"key {key!r} has unknown value type {vtype}")
+        raise self.fail(f"key {quoted(key)} has unknown value type {vtype}")
 
 
 def read_header(path: str | Path, split: int = 0) -> GGUFHeader:
@@ -295,15 +378,22 @@ def _parse(mm: Any, path: Path, size: int, split: int) -> GGUFHeader:
 
     fields: dict[str, Any] = {}
     types: dict[str, int] = {}
+    raw_keys: set[bytes] = set()
     for i in range(n_kv):
-        key = cur.string("metadata key")
-        if not key:  # gguf.cpp: "key %d is empty"
+        start, n = cur.raw_string("metadata key")
+        if not n:  # gguf.cpp: "key %d is empty"
             raise cur.fail(f"metadata key {i} is empty")
-        vtype = cur.u32(f"type of {key!r}")
-        if key in fields:
-            raise cur.fail(f"duplicate key {key!r}")
-        fields[key] = cur.value(vtype, key)
-        types[key] = vtype
+        raw = cur.identity(start, n)
+        end = cur.c_end(start, n, KEEP_STRING)
+        key = _text(cur.buf[start:end]) if end >= 0 else str(LongString(n, _text(cur.buf[start:start + 80])))
+        vtype = cur.u32(f"type of {quoted(key)}")
+        if raw in raw_keys:  # gguf.cpp compares the keys' bytes, NULs included
+            raise cur.fail(f"duplicate key {quoted(key)}")
+        raw_keys.add(raw)
+        value = cur.value(vtype, key)
+        if key not in fields:  # gguf_find_key: strcmp, the first match; a later key reading the same is unseen
+            fields[key] = value
+            types[key] = vtype
 
     alignment = fields.get("general.alignment", DEFAULT_ALIGNMENT)
     if "general.alignment" in types and types["general.alignment"] != GGUFValueType.UINT32:
@@ -311,46 +401,55 @@ def _parse(mm: Any, path: Path, size: int, split: int) -> GGUFHeader:
         raise cur.fail(f"general.alignment is {_type_name(types['general.alignment'])}, llama.cpp requires UINT32")
     if not isinstance(alignment, int) or isinstance(alignment, bool) or alignment <= 0 \
             or alignment & (alignment - 1):
-        raise cur.fail(f"general.alignment {alignment!r} is not a power of two")
+        raise cur.fail(f"general.alignment {quoted(alignment)} is not a power of two")
 
     infos: list[tuple[str, tuple[int, ...], int, int]] = []
+    raw_names: set[bytes] = set()
+    c_names: set[bytes] = set()
     for _ in range(n_tensors):
-        at = cur.pos
-        name = cur.string("tensor name")
-        if cur.pos - at - 8 >= MAX_NAME:  # gguf.cpp: "tensor name %d is too long"
-            raise cur.fail(f"tensor name {name[:80]!r} is {cur.pos - at - 8} bytes long "
+        start, n = cur.raw_string("tensor name")
+        if n >= MAX_NAME:  # gguf.cpp: "tensor name %d is too long"
+            raise cur.fail(f"tensor name {quoted(_text(cur.buf[start:start + 80]))} is {n} bytes long "
                            f"(llama.cpp allows at most {MAX_NAME - 1})")
-        n_dims = cur.u32(f"dimension count of {name!r}")
+        raw = bytes(cur.buf[start:start + n])
+        c_name = raw.split(b"\0", 1)[0]  # ggml_set_name(name.c_str())
+        name = _text(c_name)
+        if raw in raw_names:  # gguf.cpp: "duplicate tensor name"
+            raise cur.fail(f"duplicate tensor {quoted(name)}")
+        if c_name in c_names:  # llama-model-loader.cpp: "invalid model: tensor '%s' is duplicated"
+            raise cur.fail(f"tensor {quoted(name)} appears twice (llama.cpp reads a name up to its first NUL byte)")
+        raw_names.add(raw)
+        c_names.add(c_name)
+        n_dims = cur.u32(f"dimension count of {quoted(name)}")
         if n_dims > MAX_DIMS:
-            raise cur.fail(f"tensor {name!r} has {n_dims} dimensions (at most {MAX_DIMS})")
-        shape = tuple(cur.u64(f"shape of {name!r}") for _ in range(n_dims))
-        ggml_type = cur.u32(f"type of {name!r}")
-        if ggml_type not in _KNOWN_GGML_TYPES:
-            raise cur.fail(f"tensor {name!r} has unknown ggml type {ggml_type}")
-        offset = cur.u64(f"offset of {name!r}")
+            raise cur.fail(f"tensor {quoted(name)} has {n_dims} dimensions (at most {MAX_DIMS})")
+        shape = tuple(cur.u64(f"shape of {quoted(name)}") for _ in range(n_dims))
+        ggml_type = cur.u32(f"type of {quoted(name)}")
+        if ggml_type not in GGML_TYPES:
+            raise cur.fail(f"tensor {quoted(name)} has unknown ggml type {ggml_type}")
+        offset = cur.u64(f"offset of {quoted(name)}")
         infos.append((name, shape, ggml_type, offset))
 
     data_offset = -(-cur.pos // alignment) * alignment
     if infos and data_offset > size:  # gguf.cpp: "failed to seek to beginning of data section"
         raise cur.fail(f"the data section would start at byte {data_offset}, past the end of the file")
     tensors: list[TensorInfo] = []
-    names: set[str] = set()
     expected = 0  # gguf.cpp: each tensor starts where the previous one ended, padded to the alignment
     for name, shape, ggml_type, offset in infos:
-        if name in names:
-            raise cur.fail(f"duplicate tensor {name!r}")
-        names.add(name)
-        block = GGML_QUANT_SIZES[GGMLQuantizationType(ggml_type)][0]
+        block = GGML_TYPES[ggml_type][1]
         if any(d > size * 8 or d < 0 for d in shape):  # no dimension can exceed the file's bits
-            raise cur.fail(f"tensor {name!r} has an impossible shape {shape}")
+            raise cur.fail(f"tensor {quoted(name)} has an impossible shape {shape}")
         if shape and shape[0] % block:
-            raise cur.fail(f"tensor {name!r}: row of {shape[0]} is not a multiple of block size {block}")
+            raise cur.fail(f"tensor {quoted(name)}: row of {shape[0]} is not a multiple of block size {block}")
         if offset != expected:
             raise cur.fail(_misplaced(name, offset, expected, alignment, first=not tensors))
         n_bytes = tensor_nbytes(ggml_type, shape)
         start = data_offset + offset
         if start + n_bytes > size:
-            raise cur.fail(f"tensor {name!r} ({n_bytes} bytes at {start}) runs past the end of the file")
+            raise cur.fail(f"tensor {quoted(name)} ({n_bytes} bytes at {start}) runs past the end of the file")
+        if start % TENSOR_ALIGNMENT:  # only where general.alignment is below 32
+            raise cur.fail(f"general.alignment {alignment} puts tensor {quoted(name)} at byte {start}, not a multiple of "
+                           f"{TENSOR_ALIGNMENT}: llama-server aborts (buffer pointer must be aligned)")
         tensors.append(TensorInfo(name, shape, ggml_type, start, n_bytes, split))
         expected = offset + -(-n_bytes // alignment) * alignment
 
@@ -368,8 +467,20 @@ def _misplaced(name: str, offset: int, expected: int, alignment: int, *, first: 
         why = f"it is not aligned to {alignment}"
     else:
         why = f"it leaves a gap of {offset - expected} bytes after the tensor before it (or the tensors are out of order)"
-    return (f"tensor {name!r} starts at data offset {offset}, but llama.cpp requires {expected} "
+    return (f"tensor {quoted(name)} starts at data offset {offset}, but llama.cpp requires {expected} "
             f"(where the previous tensor ends, padded to {alignment}): {why}")
+
+
+def _text(raw: Any) -> str:
+    return bytes(raw).decode("utf-8", errors="replace")
+
+
+def _drop_pages(buf: Any, start: int, stop: int) -> None:
+    """Let a mapped file's pages that were only hashed go (they would count as resident)."""
+    if isinstance(buf, mmap.mmap) and hasattr(mmap, "MADV_DONTNEED"):
+        first = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE
+        if stop - first >= mmap.PAGESIZE:
+            buf.madvise(mmap.MADV_DONTNEED, first, (stop - first) // mmap.PAGESIZE * mmap.PAGESIZE)
 
 
 def _type_name(vtype: int) -> str:

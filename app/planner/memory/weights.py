@@ -8,7 +8,11 @@ Mirrors src/llama-model.cpp ``llama_model_base::load_tensors``:
 - a model without ``output.weight`` ties the output to the token embedding: the output layer's
   device gets a duplicate (``TENSOR_DUPLICATED``);
 - host weights are mapped from the file: the ``CPU_Mapped`` buffer spans the first to the last host
-  tensor of each file (src/llama-model-loader.cpp ``get_mapping_range``);
+  tensor of each file (src/llama-model-loader.cpp ``get_mapping_range``). The whole file is mapped
+  (src/llama-mmap.cpp) and only what lies outside that span is unmapped after loading; inside it,
+  memory is the pages the tensors' bytes lie on: whole pages between two tensors are never read
+  (``host_mapped``: a ``general.alignment`` of 2^31 pads each tensor to 2 GiB, a sparse 470 GiB file
+  whose span llama-server maps but whose tensors take a few MiB);
 - GPU buffers place each tensor at the backend's alignment (ggml-alloc; CUDA aligns to 128 bytes;
   an RPC worker's device at its remote backend's, which the client does not print: 128 is used
   for it too, at most 96 bytes per tensor more than a CPU worker's 32, ggml-impl.h
@@ -26,6 +30,7 @@ The output buffer (logits, src/llama-context.cpp ``output_reserve``) is ``n_voca
 from __future__ import annotations
 
 import bisect
+import itertools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -40,6 +45,9 @@ from app.planner.memory.repack import NO_REPACK, CpuFeatures, is_repacked, repac
 from app.planner.settings import LaunchSettings, buffer_overrides
 from app.planner.sources import Source, SourceKind
 
+#: Pages of a mapped file that no tensor touches are not counted (4 KiB: the x86-64 and usual arm64
+#: Linux page; on a larger page fewer bytes are unread, and the gaps this matters for are GiBs).
+PAGE = 4096
 #: ggml-cuda ``ggml_backend_cuda_buffer_type_get_alignment``.
 GPU_ALIGNMENT = 128
 #: MiB of GPU memory each engine process uses beyond llama.cpp's buffers: the CUDA context and
@@ -135,6 +143,36 @@ class Span(NamedTuple):
     @property
     def size(self) -> int:
         return self.end - self.first
+
+
+@lru_cache(maxsize=16)
+def _unread_pages(shape: ModelShape) -> dict[int, tuple[Span, ...]]:
+    """Per split file, the whole pages between two consecutive tensors (in file order) that hold no
+    tensor byte: padding no computation reads. Empty for a file written with a usual alignment."""
+    by_file: dict[int, list[TensorInfo]] = {}
+    for t in shape.tensors:
+        by_file.setdefault(t.split, []).append(t)
+    out: dict[int, tuple[Span, ...]] = {}
+    for split, ts in by_file.items():
+        ts.sort(key=lambda t: t.offset)
+        holes = []
+        for a, b in itertools.pairwise(ts):
+            first, end = -(-(a.offset + a.n_bytes) // PAGE) * PAGE, b.offset // PAGE * PAGE
+            if end > first:
+                holes.append(Span(first, end))
+        if holes:
+            out[split] = tuple(holes)
+    return out
+
+
+def host_mapped(shape: ModelShape, spans: dict[int, Span]) -> int:
+    """Host memory of the mapped ranges ``spans`` (split file → first to last host tensor byte): each
+    span less the whole pages inside it that no tensor touches (``_unread_pages``)."""
+    holes = _unread_pages(shape)
+    total = 0
+    for split, span in spans.items():
+        total += span.size - sum(h.size for h in holes.get(split, ()) if span.first <= h.first and h.end <= span.end)
+    return total
 
 
 @dataclass(frozen=True)
@@ -287,8 +325,8 @@ def _overridden_split(shape: ModelShape, n_gpu_layers: int, gpu_free: tuple[int,
         else:
             host_layers += tok.n_bytes
             streamed += tok.n_bytes
-    host = sum(span.size for span in spans.values())
-    return WeightSplit(tuple(gpu), host, devices, sum(d is not None for d in devices), host_layers, 0, streamed)
+    return WeightSplit(tuple(gpu), host_mapped(shape, spans), devices, sum(d is not None for d in devices),
+                       host_layers, 0, streamed)
 
 
 @lru_cache(maxsize=1024)
@@ -307,7 +345,7 @@ def _weight_split(shape: ModelShape, n_gpu_layers: int, gpu_free: tuple[int, ...
     for slot in host_slots:
         for split, span in table.spans.get(slot, {}).items():
             merged[split] = merged[split].union(span) if split in merged else span
-    host = sum(span.size for span in merged.values())
+    host = host_mapped(shape, merged)
     repacked = sum(table.repacked.get(slot, 0) for slot in host_slots)
     host_layers = sum(table.gpu_bytes.get(slot, 0) for slot in host_slots if slot >= 0)
     return WeightSplit(tuple(gpu), host, devices, sum(d is not None for d in devices), host_layers, repacked)

@@ -74,7 +74,7 @@ def test_reader_matches_on_a_small_written_file(tmp_path: Path) -> None:
     path = _small_gguf(tmp_path / "small.gguf")
     _assert_same_as_gguf_reader(path)
     h = read_header(path)
-    assert h.fields["tokenizer.ggml.tokens"] == GGUFArray(gguf.GGUFValueType.STRING, 300)
+    assert h.fields["tokenizer.ggml.tokens"] == GGUFArray(gguf.GGUFValueType.STRING, 300, distinct=300)
     assert h.fields["llama.attention.per_layer"].values == (1, 2)
 
 

@@ -10,12 +10,13 @@ import pytest
 from app.engine.argv import argv_for_plan
 from app.engine.discover import EngineInfo, EngineKind, EngineOrigin
 from app.planner.devices import DeviceKind, GpuDevice, HostMemory, Inventory
-from app.planner.gguf.model import ModelShape
+from app.planner.gguf.model import ModelShape, read_shape
 from app.planner.measurement import DeviceMeasurement, Measurement
 from app.planner.plan_types import AlternativeKind, PlanMode
 from app.planner.settings import ALL_LAYERS, FlashAttn, LaunchSettings
 from app.planner.solve.plan import make_plan, max_context
 from app.planner.units import GiB, MiB
+from tests.fixtures import gguf_factory, gguf_mutate, shapes
 
 #: What the recorded H200 run measured (tests/fixtures/h200/llama-server-*.log, sched_reserve lines).
 H200_MEASURED = Measurement((DeviceMeasurement("CUDA0", compute=round(623.01 * MiB)),
@@ -222,3 +223,21 @@ def test_largest_resident_context_counts_the_compute_growth_past_the_measured_co
     fit = max_context(qwen14b, h200(), s, measurement=measured)
     assert make_plan(qwen14b, h200(), s.with_(n_ctx=fit.resident)).alternatives[0].feasible
     assert fit.resident == max_context(qwen14b, h200(), s).resident
+
+
+def test_a_2_gib_alignment_maps_the_tensors_not_the_padding(tmp_path: Path) -> None:
+    # Issue 31: general.alignment 2^31 pads each tensor to 2 GiB, a sparse file of 42 GiB here (470 GiB for a
+    # 14B). llama.cpp maps the whole file; the pages between tensors are never read, and llama-server
+    # loads it (bench/bench_loader_fuzz.py, huge_alignment). The plan counted every byte from the first host
+    # tensor to the last: "host RAM is short by 18.1 GiB" for a 0.4 MiB model.
+    header = gguf_mutate.read(gguf_factory.ensure(shapes.TINY))
+    gguf_mutate._set_kv(header, b"general.alignment", gguf_mutate.U32, gguf_mutate.encode(gguf_mutate.U32, 1 << 31))
+    header.repack_offsets()
+    path = header.write(tmp_path / "align-2g.gguf")
+    shape = read_shape(path)
+    tensor_bytes = sum(t.n_bytes for t in shape.tensors)
+    assert shape.file_size > 40 * GiB
+    plan = make_plan(shape, Inventory((), HostMemory(2 * GiB, 1 * GiB)), LaunchSettings(n_ctx=4096))
+    assert plan.feasible and plan.mode == PlanMode.CPU
+    # Each tensor's own pages: its bytes, at most a page more for each.
+    assert tensor_bytes <= plan.host.weights_mapped <= tensor_bytes + len(shape.tensors) * 4096
