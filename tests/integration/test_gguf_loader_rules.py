@@ -98,6 +98,12 @@ def _head_count_layers(per: list[int]) -> Callable[[Header], None]:
     return change
 
 
+def _template(text: str) -> Callable[[Header], None]:
+    def change(h: Header) -> None:
+        gguf_mutate._set_kv(h, b"tokenizer.chat_template", STR, encode(STR, text))
+    return change
+
+
 def _dup(tokens: list[bytes]) -> None:
     tokens[10] = tokens[11]
 
@@ -140,6 +146,12 @@ CASES: list[tuple[str, Callable[[Header], None], str, bool, str]] = [
     ("split-name-no-key", lambda h: None, "m-00001-of-00003.gguf", True, ""),
     ("head-count-layer-1-zero", _head_count_layers([4, 0]), "m.gguf", True, ""),
     ("head-count-layer-0-zero", _head_count_layers([0, 4]), "m.gguf", False, "head_count is 0"),
+    ("chat-template", _template("{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\n{% endfor %}"), "m.gguf",
+     True, ""),
+    ("chat-template-cut", _template("{% for m in messages %}<|{{ m.role }}|>{{ m.content "), "m.gguf", False,
+     "the chat template (tokenizer.chat_template) does not parse"),
+    ("chat-template-unclosed-for", _template("{% for m in messages %}{{ m.content }}"), "m.gguf", False,
+     "does not parse"),
 ]
 
 

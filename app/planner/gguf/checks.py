@@ -45,7 +45,7 @@ from gguf.constants import MODEL_ARCH_NAMES, MODEL_TENSORS, TENSOR_NAMES, GGUFVa
 from app.planner.errors import PlannerError
 from app.planner.gguf.ggml_types import NOT_WEIGHT_TYPES, type_name
 from app.planner.gguf.reader import GGUFArray, TensorInfo
-from app.text import quoted
+from app.text import printable, quoted
 
 if TYPE_CHECKING:
     from app.planner.gguf.model import ModelShape
@@ -176,6 +176,7 @@ def check_metadata(fields: dict[str, Any], types: dict[str, int], arch: str) -> 
             what = "NaN" if math.isnan(eps) else f"negative ({eps})"
             raise PlannerError(f"{arch}.{suffix} is {what}: llama-server aborts when it first runs the model")
     _check_tokenizer(fields)
+    _check_chat_template(fields.get("tokenizer.chat_template"))
 
 
 def _check_per_layer(key: str, value: Any, vtype: int, n_layer: int, exact_length: bool) -> None:
@@ -222,6 +223,23 @@ def _check_tokenizer(fields: dict[str, Any]) -> None:
             not isinstance(merges, GGUFArray) or merges.elem_type != V.STRING):
         raise PlannerError("tokenizer.ggml.merges is missing or not an array of strings (llama.cpp: cannot find "
                            "tokenizer merges in model file)")
+
+
+def _check_chat_template(template: Any) -> None:
+    """llama-server parses the model's chat template at start (tools/server ``common_chat_templates_init``,
+    its own Jinja in common/jinja/) and exits on "chat template parsing error". Parsed here with Jinja2,
+    the language's reference, which the templates are written for; one kept past the reader's bound
+    (``LongString``) is not checked."""
+    if not isinstance(template, str) or not template:
+        return
+    import jinja2  # only for a model that carries a template
+
+    try:
+        jinja2.Environment().parse(template)
+    except jinja2.TemplateSyntaxError as exc:
+        raise PlannerError(f"the chat template (tokenizer.chat_template) does not parse: {printable(exc.message or '')} "
+                           f"(line {exc.lineno}): llama-server refuses to start with it (its advice: --no-jinja "
+                           "--chat-template chatml)") from None
 
 
 def check_hparams(shape: ModelShape) -> None:
