@@ -181,3 +181,18 @@ def test_a_huge_value_is_skipped_not_read(tmp_path: Path, key: bytes, kind: str,
     plan = plan_verdict(path)
     assert plan.rc == 0, plan.err
     assert plan.rss_bytes < 200 * 2**20
+
+
+def test_only_the_first_tensor_must_start_on_32_bytes(tmp_path: Path) -> None:
+    """llama.cpp maps the host tensors as one buffer from the first one's data and checks only that
+    pointer: alignment 16 on the tiny gemma3 puts a later tensor off a 32-byte boundary, and
+    llama-server loads it (the loader fuzz found it, seed 5), so the plan does too."""
+    header = gguf_mutate.read(gguf_factory.ensure(shapes.TINY_GEMMA3))
+    _alignment(16)(header)
+    assert any(t.offset % 32 for t in header.tensors)  # some tensor starts off a 32-byte boundary
+    path = header.write(tmp_path / "m.gguf")
+    plan = plan_verdict(path)
+    assert plan.sound and not plan.refused, plan.err
+    build = find_build()
+    assert build is not None
+    assert engine_verdict(build.server, path, tmp_path / "server.log").loaded
