@@ -339,13 +339,25 @@ def run(args: argparse.Namespace) -> int:
         print(f"headroom serve: the engine failed. {said}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        pass
+        print("stopping the engine…", flush=True)
     finally:
         code = server.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    print(f"engine stopped (exit code {code})")
+    print(f"engine stopped ({stopped_how(code)})")
     return 0
+
+
+def stopped_how(code: int | None) -> str:
+    """How the engine ended when asked to stop, in words ("exit code 0"; a SIGKILL is said as such)."""
+    if code is not None and code < 0:
+        if code == -signal.SIGKILL:
+            return "it did not stop when asked: killed (SIGKILL)"
+        try:
+            return f"ended by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"ended by signal {-code}"
+    return f"exit code {code}"
 
 
 def _speed_row(plan: Plan, inventory: Inventory | None, base_url: str, api_key: str | None) -> None:

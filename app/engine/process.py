@@ -296,6 +296,12 @@ def _prune_logs(folder: Path, keep: int = KEEP_LOGS) -> None:
         old.unlink(missing_ok=True)
 
 
+#: llama-server finishes what it is doing on SIGTERM (a streamed reply to a client still reading can
+#: hold it), and exits at once on a second one (tools/server/server.cpp ``signal_handler``: "Received
+#: second interrupt, terminating immediately"): sent after this many seconds, before a SIGKILL.
+SECOND_SIGNAL_AFTER_S = 3.0
+
+
 class ServerProcess:
     """One engine run. ``argv`` already carries ``--host``/``--port`` (app.engine.argv)."""
 
@@ -527,16 +533,21 @@ class ServerProcess:
 
     # -- stop ----------------------------------------------------------------------------------
     def stop(self, grace: float = 10.0) -> int | None:
-        """SIGTERM, wait up to ``grace`` seconds, then SIGKILL the group. Returns the exit code."""
+        """SIGTERM; after SECOND_SIGNAL_AFTER_S (or half of ``grace``) a second SIGTERM, on which
+        llama-server exits at once; then SIGKILL the group once ``grace`` seconds have passed.
+        Returns the exit code."""
         self._stopping.set()
         proc = self._proc
         if proc is None:
             return None
-        if proc.poll() is None:
+        first = min(SECOND_SIGNAL_AFTER_S, grace / 2)
+        for wait in (first, grace - first):
+            if proc.poll() is not None:
+                break
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGTERM)
             try:
-                proc.wait(grace)
+                proc.wait(wait)
             except subprocess.TimeoutExpired:
                 pass
         # The group may hold children even when the leader is gone.

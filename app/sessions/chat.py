@@ -204,7 +204,7 @@ def chat(client: EngineClient, messages: list[Message], sampling: Sampling = REP
         delta = after.since(before) if after is not None else None
         prompt = max((r.prompt_tokens for r in outcome.replies), default=0)
         outcome.proof = SharingProof(k, prompt, delta.prompt_tokens if delta else None,
-                                     delta.prompt_tokens_cached if delta else None)
+                                     delta.prompt_tokens_cached if delta else None, gone=after is None)
     return outcome
 
 

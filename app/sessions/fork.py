@@ -63,6 +63,8 @@ class SharingProof:
     prompt_tokens: int
     decoded: int | None  # growth of llamacpp:prompt_tokens_total, None when /metrics is off
     reused: int | None  # growth of llamacpp:prompt_tokens_cached_total
+    #: /metrics answered before the fork but not after it: the engine stopped (not "no /metrics").
+    gone: bool = False
 
     @property
     def measured(self) -> bool:
@@ -81,6 +83,8 @@ class SharingProof:
 
     def __str__(self) -> str:
         if not self.measured:
+            if self.gone:
+                return "sharing not measured: the engine stopped answering before the fork ended"
             return ("sharing not measured: the engine has no /metrics (start it with --metrics)"
                     if self.decoded is None else "sharing not measured: the prompt length is unknown")
         counts = f"{self.prompt_tokens}-token prompt; /metrics: +{self.decoded} decoded, +{self.reused} from cache"
@@ -253,7 +257,7 @@ def fork(client: EngineClient, prompt: str, names: list[str], sampling: Sampling
     prompt_tokens = max((c.prompt_tokens for c in comps), default=0)
     delta = after.since(before) if after is not None and before is not None else None
     proof = SharingProof(k, prompt_tokens, delta.prompt_tokens if delta else None,
-                         delta.prompt_tokens_cached if delta else None)
+                         delta.prompt_tokens_cached if delta else None, gone=before is not None and after is None)
     return TurnResult(sessions, comps, _error(outcome, names), proof)
 
 

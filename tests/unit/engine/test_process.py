@@ -46,10 +46,35 @@ time.sleep(60)
 """
 
 
+EXITS_ON_SECOND_SIGTERM = """
+import signal, sys, time
+seen = []
+def on_term(*_):
+    seen.append(1)
+    if len(seen) == 2:  # as llama-server: "Received second interrupt, terminating immediately."
+        sys.exit(1)
+signal.signal(signal.SIGTERM, on_term)
+print("serving a stream", flush=True)
+while True:
+    time.sleep(0.05)
+"""
+
+
 def _server(script: str, tmp_path: Path, *args: str) -> ServerProcess:
     port = free_port()
     return ServerProcess([sys.executable, "-c", script, *args, str(port)], "127.0.0.1", port,
                          log_path=tmp_path / "engine.log")
+
+
+def _started(script: str, tmp_path: Path, line: str) -> ServerProcess:
+    """The script's server, started and past printing ``line`` (its signal handlers are set)."""
+    server = _server(script, tmp_path)
+    server.start()
+    deadline = time.monotonic() + 20
+    while line not in server.tail():
+        assert server.running() and time.monotonic() < deadline
+        time.sleep(0.02)
+    return server
 
 
 def test_loading_then_ready_with_statuses_in_order_and_the_log_kept(tmp_path: Path) -> None:
@@ -78,13 +103,16 @@ def test_the_deadline_stretches_while_the_log_grows_then_a_silent_engine_is_stop
 
 
 def test_stop_escalates_to_sigkill_for_an_engine_ignoring_sigterm(tmp_path: Path) -> None:
-    server = _server(IGNORES_SIGTERM, tmp_path)
-    server.start()
-    deadline = time.monotonic() + 20
-    while "ignoring SIGTERM" not in server.tail():
-        assert server.running() and time.monotonic() < deadline
-        time.sleep(0.02)
+    server = _started(IGNORES_SIGTERM, tmp_path, "ignoring SIGTERM")
     assert server.stop(grace=0.5) == -9
+    assert server.status == ServerStatus.STOPPED and not server.running()
+
+
+def test_stop_sends_a_second_sigterm_before_killing(tmp_path: Path) -> None:
+    """An engine busy with a stream does not stop on the first SIGTERM; llama-server exits on the second
+    (exit 1), so Ctrl-C ends it cleanly instead of a SIGKILL ten seconds later (a walkthrough saw -9)."""
+    server = _started(EXITS_ON_SECOND_SIGTERM, tmp_path, "serving a stream")
+    assert server.stop(grace=30.0) == 1  # the second signal, not SIGKILL (-9)
     assert server.status == ServerStatus.STOPPED and not server.running()
 
 
@@ -118,3 +146,11 @@ def test_another_server_answering_health_on_the_port_is_never_taken_for_the_engi
     assert ServerStatus.READY not in seen
     assert err.value.failure.kind == "port_in_use"
     assert f"pid {os.getpid()}" in err.value.failure.message and "not the engine Headroom started" in str(err.value)
+
+
+def test_serve_says_how_the_engine_ended_in_words() -> None:
+    from app.commands.serve import stopped_how
+
+    assert stopped_how(0) == "exit code 0" and stopped_how(1) == "exit code 1"
+    assert stopped_how(-9) == "it did not stop when asked: killed (SIGKILL)"
+    assert stopped_how(-15) == "ended by SIGTERM"

@@ -60,4 +60,7 @@ def test_sharing_proof_wording_for_once_k_times_and_unmeasured() -> None:
     assert str(SharingProof(3, 40, 1, 39)).startswith("prompt evaluated once, shared by 3")
     assert str(SharingProof(3, 40, 120, 0)).startswith("prompt NOT shared: evaluated 3 times")
     assert "start it with --metrics" in str(SharingProof(3, 40, None, None))
+    # /metrics answered before the fork and not after: the engine stopped, it did not lack /metrics
+    gone = str(SharingProof(3, 40, None, None, gone=True))
+    assert gone == "sharing not measured: the engine stopped answering before the fork ended"
     assert not SharingProof(3, 40, None, None).shared
