@@ -45,7 +45,7 @@ from app.planner.devices import Inventory
 from app.planner.errors import NotModelled
 from app.planner.gguf.model import ModelShape
 from app.planner.measurement import Measurement
-from app.planner.plan_types import DevicePlan, Plan, PlanMode
+from app.planner.plan_types import Alternative, DevicePlan, Plan, PlanMode
 from app.planner.settings import LaunchSettings
 from app.planner.units import Bytes, format_tokens
 
@@ -75,6 +75,9 @@ def register(sub: Any) -> None:
     p.add_argument("--slot-save-path", type=Path, default=None, metavar="DIR",
                    help="where the engine saves slot caches (for `headroom sessions save/restore`); "
                         "llama-server's flag, allocates nothing")
+    p.add_argument("--alternative", metavar="TEXT", default=None,
+                   help="launch the way that fits whose label holds TEXT, as `headroom plan` lists them (e.g. "
+                        "\"KV of\", \"-nkvo\", \"-c 49664\"), instead of the one the plan chose")
     p.add_argument("--unplanned", action="store_true",
                    help="for a model Headroom cannot plan: launch with the flags exactly as given "
                         "(--fit off, no plan-vs-actual check)")
@@ -154,7 +157,23 @@ def _plan(args: argparse.Namespace, shape: ModelShape, settings: LaunchSettings)
         except MeasureError as exc:
             raise Pass1Failed(exc) from None
 
-    return plan_request(args, shape, inventory, None if args.no_measure else pass1).plan(settings).plan, inventory
+    request = plan_request(args, shape, inventory, None if args.no_measure else pass1)
+    plan = request.plan(settings).plan
+    if args.alternative:  # another of the ways the plan lists, as planned for itself
+        plan = request.plan(chosen_alternative(plan, args.alternative).launch).plan
+    return plan, inventory
+
+
+def chosen_alternative(plan: Plan, text: str) -> Alternative:
+    """The plan's alternative that fits and whose label holds ``text`` (``--alternative``); ValueError
+    naming the ones there are when none or several do."""
+    fits = [a for a in plan.alternatives if a.feasible]
+    found = [a for a in fits if text in a.label]
+    if len(found) == 1:
+        return found[0]
+    listed = "; ".join(repr(a.label) for a in fits) or "none"
+    how = "matches none" if not found else f"matches {len(found)}"
+    raise ValueError(f"--alternative {text!r} {how} of the ways that fit: {listed}")
 
 
 def _refuse_failed_pass1(failed: Pass1Failed) -> int:
