@@ -62,6 +62,10 @@ def _engine_args(p: argparse.ArgumentParser, *, after: bool) -> None:
                                            "prompt is read before the first piece comes)")
 
 
+#: The session ``send PROMPT`` and ``continue PROMPT`` use when no NAME is given.
+DEFAULT_SESSION = "chat"
+
+
 def register(sub: Any) -> None:
     p = sub.add_parser("sessions", allow_abbrev=False, help="fork, continue and inspect sessions on a running engine",
                        description="Fork, continue and inspect named sessions that share one KV pool.",
@@ -71,10 +75,12 @@ def register(sub: Any) -> None:
     acts.add_parser("list", allow_abbrev=False, help="sessions and the engine's slots")
     acts.add_parser("metrics", allow_abbrev=False, help="prompt/generation counters and slot use")
     acts.add_parser("smoke", allow_abbrev=False, help="the shared-sequence smoke test (fork 2, continue both)")
-    for name, helptext in (("send", "start (or continue) session NAME"), ("continue", "continue session NAME")):
-        a = acts.add_parser(name, allow_abbrev=False, help=helptext)
-        a.add_argument("name")
-        a.add_argument("prompt", help="text, or @FILE")
+    for name, helptext in (("send", f"start (or continue) session NAME (default {DEFAULT_SESSION})"),
+                           ("continue", f"continue session NAME (default {DEFAULT_SESSION})")):
+        a = acts.add_parser(name, allow_abbrev=False, help=helptext, usage="%(prog)s [options] [NAME] PROMPT")
+        a.add_argument("name", nargs="?", default=DEFAULT_SESSION, metavar="NAME",
+                       help=f"the session (default {DEFAULT_SESSION}: `{name} \"Hello\"` is session {DEFAULT_SESSION})")
+        a.add_argument("prompt", metavar="PROMPT", help="text, or @FILE")
         _sampling_args(a)
     f = acts.add_parser("fork", allow_abbrev=False, help="one prompt, decoded once, into K sessions")
     f.add_argument("prompt", help="text, or @FILE")
