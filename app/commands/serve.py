@@ -340,12 +340,13 @@ def run(args: argparse.Namespace) -> int:
 def _speed_row(plan: Plan, inventory: Inventory | None, base_url: str, api_key: str | None) -> None:
     """The engine's own timings of one short completion beside the plan's predicted tokens/s; the
     calibration learns measured ÷ predicted for this machine and these devices."""
-    from app.engine.speed_check import check_speed, measure
+    from app.engine.speed_check import NotMeasured, check_speed, measure
     from app.machine.calibrate import learn
 
-    timings = measure(base_url, api_key)
-    if timings is None:
-        print("speed: the engine's timings did not come back (no completion answered)", flush=True)
+    # the check's prompt fits a slot's share of the context (-np 3 at 4,096: about 1,365 tokens each)
+    timings = measure(base_url, api_key, slot_tokens=plan.kv.n_ctx_seq if plan.kv is not None else None)
+    if isinstance(timings, NotMeasured):
+        print(f"speed: {timings}", flush=True)
         return
     check = check_speed(plan, timings)
     if check is None:
