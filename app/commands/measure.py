@@ -79,8 +79,17 @@ def _measure(args: argparse.Namespace, settings: LaunchSettings) -> tuple[Measur
         return fit_params_measure(engine, args.model, settings, timeout=args.timeout), False, None
     m, hit = measure_cached(args.model, settings, timeout=args.timeout, refresh=args.refresh,
                             lib_dir=pass1_lib_dir(args))
-    targets_gpu = settings.n_gpu_layers > 0
-    return m, hit, gpu_caveat(m, targets_gpu=targets_gpu, engine=engine)
+    return m, hit, gpu_caveat(m, targets_gpu=_targets_gpu(settings), engine=engine)
+
+
+def _targets_gpu(settings: LaunchSettings) -> bool:
+    """Whether the launch puts layers on a GPU: ``-ngl`` above 0 and a GPU to put them on (this machine's
+    or an RPC worker's); a CPU-only machine's launch is a CPU plan, and CPU numbers are its own."""
+    if settings.n_gpu_layers <= 0:
+        return False
+    from app.machine.devices import resolve_gpus
+
+    return bool(settings.rpc) or bool(resolve_gpus(["auto"]).gpus)
 
 
 def render(m: Measurement, settings: LaunchSettings, *, cached: bool, caveat: str | None) -> str:
