@@ -247,7 +247,9 @@ def render(plan: Plan, title: str, fit: ContextFit, asked: LaunchSettings | None
     for p in ("weights_mapped", "kv_tail", "compute_pinned", "output_buffer",
               *(p for p in extra if p in h.sources), "prompt_cache", "free"):
         out += _projector_lines(plan, "host") if p == "free" else []
-        out.append(_row(p.replace("_", " "), h.part(p), h.sources.get(p, "")))
+        # no GPU: the host holds the whole KV cache, not a tail of it (as the window's bar says)
+        name = "kv cache" if p == "kv_tail" and not plan.gpus else p.replace("_", " ")
+        out.append(_row(name, h.part(p), h.sources.get(p, "")))
     out.append(f"  {words.kv_placement(plan)}")
     out += _largest_lines(plan, fit)
     if plan.alternatives and len(plan.alternatives) > 1:
