@@ -274,3 +274,19 @@ def test_cli_on_a_one_slot_engine_offers_what_it_can_do_and_prints_replies_escap
         err = capsys.readouterr().err
         assert err.count("--slot-save-path") == 1 and "restart the engine with --slot-save-path DIR" in err, err
         assert err.count("\n") == 1
+
+
+def test_a_session_continued_on_a_restarted_engine_says_so_plainly(engine_build: EngineBuild, tiny_model: Path,
+                                                                   tmp_path: Path) -> None:
+    """Walkthrough finding 12: the engine a session began on stopped and another started; the session's
+    stored text goes on, read again, and the turn says that in one plain sentence (no slot mechanics)."""
+    with running_server(engine_build.server, tiny_model, tmp_path / "first.log", POOL) as srv:
+        began = send(EngineClient(srv.base_url), None, "chat", DOCUMENT, Sampling(n_predict=4, seed=1))
+        again = send(EngineClient(srv.base_url), began.sessions[0], "chat", " Hello", Sampling(n_predict=4, seed=1))
+    assert "reused from the cache" in (again.reuse("chat") or "")  # the same engine: its cache reused
+    with running_server(engine_build.server, tiny_model, tmp_path / "second.log", POOL) as srv:
+        later = send(EngineClient(srv.base_url), again.sessions[0], "chat", " Hello", Sampling(n_predict=4, seed=1))
+    assert later.ok and later.sessions[0].text.startswith(again.sessions[0].text + " Hello")
+    said = later.reuse("chat") or ""
+    assert said.startswith("continued from its stored text on a new engine (") and said.endswith(
+        " prompt tokens read again)"), said
