@@ -21,6 +21,13 @@ def _xdg(override_var: str, xdg_var: str, default: tuple[str, ...]) -> Path:
     return Path(base) / "headroom"
 
 
+#: The window's state (geometry, last model, settings) in the config directory (app/ui/state.py).
+GUI_STATE_FILE = "gui-state.json"
+#: The engine file the user chose (the window's File ▸ Choose engine… or Engine list), one path on
+#: one line in the config directory: the CLI launches and measures with it too (app/engine/chosen.py).
+CHOSEN_ENGINE_FILE = "chosen-engine"
+
+
 def cache_dir() -> Path:
     """Builds, measurements, generated models, engine logs (HEADROOM_CACHE_DIR; XDG_CACHE_HOME)."""
     return _xdg("HEADROOM_CACHE_DIR", "XDG_CACHE_HOME", (".cache",))

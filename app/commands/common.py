@@ -21,7 +21,7 @@ import argparse
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.machine.overhead import request_for_machine
 from app.planner.devices import Inventory
@@ -36,6 +36,9 @@ from app.planner.settings import (
     LaunchSettings,
 )
 from app.planner.units import Bytes, parse_tokens
+
+if TYPE_CHECKING:
+    from app.engine.discover import EngineInfo
 
 
 def gpu_layers(text: str) -> int:
@@ -282,6 +285,43 @@ def plan_request(args: argparse.Namespace, shape: ModelShape, inventory: Invento
         vram_target=None if args.vram_target is None else int(args.vram_target),
         overhead=None if args.overhead is None else int(args.overhead), lookup=lookup,
         speed=machine_speed(inventory))
+
+
+def add_engine_arg(p: argparse.ArgumentParser, what: str) -> None:
+    """``--engine FILE``: the engine ``what`` uses instead of the chosen one (plan, measure, serve)."""
+    p.add_argument("--engine", type=Path, default=None, metavar="FILE",
+                   help=f"the engine {what}; pass 1 measures with the libllama beside it (default: the engine "
+                        "chosen in the window, File ▸ Choose engine…, else the first found)")
+
+
+def engine_file(args: argparse.Namespace) -> Path | None:
+    """The engine file a command launches or measures with: ``--engine FILE``, else the one chosen in the
+    window (app/engine/chosen.py); None: whichever discovery finds first."""
+    from app.engine.chosen import chosen_engine
+
+    given = getattr(args, "engine", None)
+    return Path(given) if given is not None else chosen_engine()
+
+
+def pass1_lib_dir(args: argparse.Namespace) -> str | None:
+    """The libllama pass 1 loads: the one beside the engine that launches (``engine_file``), so ``measure``,
+    ``plan`` and ``serve`` measure, and find cached, the same pass 1 (its cache key names the library)."""
+    from app.engine.libpath import lib_dir_beside
+
+    return lib_dir_beside(engine_file(args))
+
+
+def given_engine_problem(path: Path, engines: Sequence[EngineInfo]) -> str | None:
+    """Why the engine given with ``--engine`` cannot be used (it did not identify as one), or None."""
+    import os
+
+    from app.engine.discover import EngineOrigin, is_ape
+
+    if any(e.source == EngineOrigin.SETTINGS for e in engines):
+        return None
+    if not os.access(path, os.X_OK) and not is_ape(path):
+        return f"the engine is not executable: {path} (chmod +x it)"
+    return f"{path} is not an engine Headroom can run: `{path} --version` failed"
 
 
 def model_text(text: str) -> str:

@@ -18,8 +18,9 @@ from app.planner.words import plural
 
 def register(sub: Any) -> None:
     p = sub.add_parser("doctor", allow_abbrev=False,
-                       epilog="Exit status: 0 the report was printed (any other problem is in it); 1 the engine "
-                              "Headroom would launch cannot serve on this CPU (its self-test failed); 2 bad flags.",
+                       epilog="Exit status: 0 the report was printed and the engine Headroom would launch serves "
+                              "(any other problem is in the report); 1 no engine can serve on this CPU: none found "
+                              "or chosen, or its self-test failed; 2 bad flags.",
                        help="report Python, Qt, llama-cpp-python, NVML, engines, cache; test the engine on this CPU")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--no-selftest", action="store_true",
@@ -41,13 +42,31 @@ def _pyside() -> dict[str, Any]:
     return {"ok": True, "version": "unknown"}
 
 
+#: What "Shared library with base name 'llama' not found" means to a user: no engine yet (doctor).
+NO_LIBRARY = ("no llama.cpp library yet, so pass 1 cannot measure (plans estimate the compute buffer "
+              "meanwhile): it comes with an engine — run `headroom engine build`, or choose an engine whose "
+              "folder holds libllama.so (File ▸ Choose engine…)")
+
+
 def _llama_cpp() -> dict[str, Any]:
-    lib_dir = ensure_llama_cpp_lib()
+    """The bindings pass 1 loads, on the libllama beside the chosen engine (as measure and plan), else
+    the one ``ensure_llama_cpp_lib`` finds."""
+    import os
+
+    from app.engine.chosen import chosen_engine
+    from app.engine.libpath import lib_dir_beside
+
+    lib_dir = lib_dir_beside(chosen_engine())
+    if lib_dir is not None:
+        os.environ["LLAMA_CPP_LIB_PATH"] = lib_dir
+    else:
+        lib_dir = ensure_llama_cpp_lib()
     try:
         import llama_cpp
         load_backends(lib_dir)  # a portable build's backends (the bundle's): ggml would look beside Python
     except (ImportError, OSError, RuntimeError, FileNotFoundError) as exc:
-        return {"ok": False, "reason": f"not loadable: {exc}", "lib_dir": lib_dir}
+        reason = NO_LIBRARY if lib_dir is None else f"not loadable from {lib_dir}: {exc}"
+        return {"ok": False, "reason": reason, "error": str(exc), "lib_dir": lib_dir}
     backends = gpu_backends(lib_dir)
     offload = bool(llama_cpp.llama_supports_gpu_offload()) and bool(backends)
     return {
@@ -156,6 +175,10 @@ def collect(selftest: bool = False) -> dict[str, Any]:
         report["engines"] = [] if build is None else [{"path": str(build.server), "kind": "llama-server",
                                                        "version": build.commit[:9], "backend": build.backend.slug,
                                                        "llama_cpp": build.label, "patches": list(build.patches)}]
+    from app.engine.chosen import chosen_engine_missing
+
+    gone = chosen_engine_missing()
+    report["chosen_engine_gone"] = None if gone is None else str(gone)
     if selftest:
         report["selftest"] = _selftest()
     return report
@@ -168,7 +191,7 @@ def _line(label: str, value: str) -> str:
 def run(args: argparse.Namespace) -> int:
     report = collect(selftest=not args.no_selftest)
     test = report.get("selftest")
-    status = 1 if test is not None and not test["ok"] else 0
+    status = 1 if not args.no_selftest and (test is None or not test["ok"]) else 0  # no engine serves
     if args.json:
         print(json.dumps(report, indent=2))
         return status
@@ -192,7 +215,10 @@ def run(args: argparse.Namespace) -> int:
         print(line)
     engines = report["engines"]
     if not engines:
-        print(_line("Engines", "none found (run `headroom engine build`)"))
+        print(_line("Engines", "none found (run `headroom engine build`, or choose one in the window, "
+                               "File ▸ Choose engine…)"))
+    if report.get("chosen_engine_gone"):
+        print(_line("Chosen engine", f"gone: {report['chosen_engine_gone']} (choose another: File ▸ Choose engine…)"))
     for e in engines:
         what = f" ({e['llama_cpp']})" if e.get("llama_cpp") else ""
         where = f" ({e['source']})" if e.get("source") else ""
@@ -200,8 +226,7 @@ def run(args: argparse.Namespace) -> int:
         if e.get("cpu_code"):
             print(_line("  CPU code", e["cpu_code"]))
     if test is None and not args.no_selftest:
-        print(_line("Engine self-test", "no engine to test: run `headroom engine build` (or choose one in the "
-                                        "window, File ▸ Choose engine…)"))
+        print(_line("Engine self-test", "no engine to test, so nothing can serve yet (see Engines)"))
     if test is not None:
         print(_line("Engine self-test", f"{test['engine']} {test['words']}"))
         for line in test["log_tail"]:

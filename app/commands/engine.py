@@ -11,7 +11,7 @@ from app import paths
 from app.commands.common import exit_status, positive_int
 from app.engine import native_build
 
-EXIT_STATUS = exit_status("built (or found)", "the build failed, or no engine is built yet (where)", "bad flags")
+EXIT_STATUS = exit_status("built (or found)", "the build failed, or no engine is built or chosen yet (where)", "bad flags")
 
 
 def register(sub: Any) -> None:
@@ -24,7 +24,8 @@ def register(sub: Any) -> None:
                    help="parallel compile jobs (default: one per CPU core)")
     b.add_argument("--bindings", action="store_true", help="also install llama-cpp-python without compiling")
     b.set_defaults(func=run_build)
-    w = esub.add_parser("where", allow_abbrev=False, epilog=EXIT_STATUS, help="print the cached build's bin directory")
+    w = esub.add_parser("where", allow_abbrev=False, epilog=EXIT_STATUS, help="print the folder of the engine Headroom launches: the one chosen in the "
+                             "window (File ▸ Choose engine…), else the cached build's bin directory")
     w.set_defaults(func=run_where)
 
 
@@ -50,9 +51,20 @@ def run_build(args: argparse.Namespace) -> int:
 
 
 def run_where(args: argparse.Namespace) -> int:
+    """The folder of the engine Headroom launches: the chosen one (app/engine/chosen.py), else its build."""
+    from app.engine.chosen import chosen_engine
+
+    chosen = chosen_engine()
+    if chosen is not None and chosen.is_file():
+        print(chosen.resolve().parent)
+        return 0
+    if chosen is not None:
+        print(f"the chosen engine is gone: {chosen} (choose another in the window, File ▸ Choose engine…)",
+              file=sys.stderr)
     build = native_build.find_build()
     if build is None:
-        print("no engine built yet: run `headroom engine build`", file=sys.stderr)
+        print("no engine yet: run `headroom engine build`, or choose one in the window (File ▸ Choose engine…)",
+              file=sys.stderr)
         return 1
     print(build.bin_dir)
     return 0

@@ -18,11 +18,18 @@ import argparse
 import json
 import signal
 import sys
-from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from app.commands.common import add_launch_args, exit_status, hub_model, seconds, settings_from_args
+from app.commands.common import (
+    add_engine_arg,
+    add_launch_args,
+    exit_status,
+    hub_model,
+    pass1_lib_dir,
+    seconds,
+    settings_from_args,
+)
 from app.planner.errors import PlannerError
 from app.planner.measurement import Measurement
 from app.planner.settings import LaunchSettings
@@ -44,8 +51,7 @@ def register(sub: Any) -> None:
     p.add_argument("--with", dest="method", choices=("probe", "fit-params"), default="probe",
                    help="probe: llama-cpp-python no_alloc (default); fit-params: llama-fit-params' method in the "
                         "engine build's library, with llama-server's context parameters")
-    p.add_argument("--engine", type=Path, default=None,
-                   help="the engine that will launch: pass 1 measures with the libllama beside it (else Headroom's)")
+    add_engine_arg(p, "that will launch")
     p.add_argument("--refresh", action="store_true", help="measure again even when cached")
     p.add_argument("--timeout", type=seconds, default=60.0, help="seconds before the probe is stopped")
     p.add_argument("--json", action="store_true", help="print JSON")
@@ -71,12 +77,19 @@ def _measure(args: argparse.Namespace, settings: LaunchSettings) -> tuple[Measur
         if engine is None:
             raise PlannerError("no engine build: run `headroom engine build` first")
         return fit_params_measure(engine, args.model, settings, timeout=args.timeout), False, None
-    from app.engine.libpath import lib_dir_beside
-
     m, hit = measure_cached(args.model, settings, timeout=args.timeout, refresh=args.refresh,
-                            lib_dir=lib_dir_beside(args.engine))
-    targets_gpu = settings.n_gpu_layers > 0
-    return m, hit, gpu_caveat(m, targets_gpu=targets_gpu, engine=engine)
+                            lib_dir=pass1_lib_dir(args))
+    return m, hit, gpu_caveat(m, targets_gpu=_targets_gpu(settings), engine=engine)
+
+
+def _targets_gpu(settings: LaunchSettings) -> bool:
+    """Whether the launch puts layers on a GPU: ``-ngl`` above 0 and a GPU to put them on (this machine's
+    or an RPC worker's); a CPU-only machine's launch is a CPU plan, and CPU numbers are its own."""
+    if settings.n_gpu_layers <= 0:
+        return False
+    from app.machine.devices import resolve_gpus
+
+    return bool(settings.rpc) or bool(resolve_gpus(["auto"]).gpus)
 
 
 def render(m: Measurement, settings: LaunchSettings, *, cached: bool, caveat: str | None) -> str:

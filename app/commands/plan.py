@@ -3,7 +3,8 @@
 Prints the plan as a table, or its versioned JSON with ``--json`` (see app/planner/plan_types.py).
 Pass 1: a cached measurement for exactly this launch is used when there is one (nothing runs);
 ``--measure`` runs pass 1 first (through the same cache). The engine advisories for the engine a
-launch would use (discovered, not started) are printed too. Launch flags: app/commands/common.py.
+launch would use (``--engine FILE``, else the one chosen in the window, else discovered; not started)
+are printed too; pass 1 measures with, and looks up the cache for, that engine's libllama. Launch flags: app/commands/common.py.
 Exit status (``EXIT_STATUS``, the ``--help`` epilog): 0 it fits (as asked, or with the alternative
 the plan chose, said on the first line); 1 it does not fit; 2 the model or settings cannot be planned.
 """
@@ -14,15 +15,19 @@ import argparse
 import json
 import sys
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 from app.commands.common import (
+    add_engine_arg,
     add_gpu_args,
     add_launch_args,
     advisory_lines,
     exit_status,
+    given_engine_problem,
     hub_model,
     inventory_from_args,
+    pass1_lib_dir,
     plan_request,
     seconds,
     settings_from_args,
@@ -49,6 +54,7 @@ def register(sub: Any) -> None:
                                  "(planned from its header, fetched without downloading the weights)")
     add_launch_args(p)
     add_gpu_args(p)
+    add_engine_arg(p, "that would launch this plan")
     p.add_argument("--measure", action="store_true",
                    help="run pass 1 first (else a cached pass 1 for this exact launch is used when there is one)")
     p.add_argument("--timeout", type=seconds, default=60.0, help="seconds before pass 1 is stopped")
@@ -60,8 +66,9 @@ class _Pass1:
     """Where the plan's measurements come from: the cache only, or pass 1 run (through the cache).
     The plan request (app.planner.request) decides which launches to ask for."""
 
-    def __init__(self, model: str, *, run: bool, timeout: float) -> None:
+    def __init__(self, model: str, *, run: bool, timeout: float, lib_dir: str | None = None) -> None:
         self.model, self.run, self.timeout = model, run, timeout
+        self.lib_dir = lib_dir  # the launching engine's libllama (common.pass1_lib_dir): its cache entries
         self.from_cache = False  # for the last measurement handed out
         self.failure = ""
 
@@ -72,12 +79,12 @@ class _Pass1:
             if self.failure:  # pass 1 failed once: not again for another launch in the same command
                 return None
             try:
-                m, self.from_cache = measure_cached(self.model, launch, timeout=self.timeout)
+                m, self.from_cache = measure_cached(self.model, launch, timeout=self.timeout, lib_dir=self.lib_dir)
             except MeasureError as exc:
                 self.failure = str(exc)
                 return None
             return m
-        found = cached_measurement(self.model, launch)
+        found = cached_measurement(self.model, launch, lib_dir=self.lib_dir)
         self.from_cache = self.from_cache or found is not None
         return found
 
@@ -91,13 +98,28 @@ class _Pass1:
         return f"pass 1: {m.source}, {m.backend} backend, {m.llama_label}, {where}"
 
 
-def _engine_for(plan: Plan) -> tuple[EngineInfo | None, str]:
+def _engines(given: Path | None) -> list[EngineInfo]:
+    """The engines a launch may use: only ``--engine FILE`` when given (as serve), else those discovered
+    (the chosen one first). ValueError when the file given is not an engine."""
+    from app.engine.discover import EngineOrigin, discover_engines
+
+    if given is None:
+        return discover_engines()
+    if not given.is_file():
+        raise ValueError(f"engine {'is a directory, not a file' if given.is_dir() else 'not found'}: {given}")
+    engines = discover_engines(given)
+    problem = given_engine_problem(given, engines)
+    if problem:
+        raise ValueError(problem)
+    return [e for e in engines if e.source == EngineOrigin.SETTINGS]
+
+
+def _engine_for(plan: Plan, engines: list[EngineInfo]) -> tuple[EngineInfo | None, str]:
     """The engine a launch of ``plan`` would use (discovered, not started), and why none can launch
     it ('' when one can)."""
-    from app.engine.discover import choose, discover_engines
+    from app.engine.discover import choose
     from app.engine.launch import LaunchRefused, pick_engine
 
-    engines = discover_engines()
     try:
         return pick_engine(plan, engines), ""
     except LaunchRefused as exc:
@@ -114,11 +136,15 @@ def _advisories(launch: LaunchSettings, mode: PlanMode, engine: EngineInfo | Non
 
 def _not_modelled(args: argparse.Namespace, arch: str, message: str) -> int:
     """A model the planner does not model: say so, with its advisories on the discovered engine."""
-    from app.engine.discover import choose, discover_engines
+    from app.engine.discover import choose
 
     settings = settings_from_args(args)
     mode = PlanMode.asked(args.window)
-    advs = _advisories(settings, mode, choose(discover_engines(), mode), arch)
+    try:
+        engines = _engines(args.engine)
+    except ValueError:
+        engines = []
+    advs = _advisories(settings, mode, choose(engines, mode), arch)
     if args.json:  # stdout stays JSON: the error and the advisories as data
         print(json.dumps({"version": PLAN_JSON_VERSION, "error": message, "arch": arch,
                           "advisories": [asdict(a) for a in advs]}, indent=2))
@@ -138,7 +164,8 @@ def run(args: argparse.Namespace) -> int:
         settings = settings_from_args(args)
         shape = read_shape(args.model)
         inventory = inventory_from_args(args)
-        pass1 = _Pass1(args.model, run=args.measure, timeout=args.timeout)
+        engines = _engines(args.engine)
+        pass1 = _Pass1(args.model, run=args.measure, timeout=args.timeout, lib_dir=pass1_lib_dir(args))
         request = plan_request(args, shape, inventory, pass1)
         plan, measurement = request.plan(settings)
         fit = request.largest_fit(settings, measurement)
@@ -149,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if pass1.failure:
         print(f"headroom plan: pass 1 failed, compute buffers estimated: {pass1.failure}", file=sys.stderr)
-    engine, no_engine = _engine_for(plan)
+    engine, no_engine = _engine_for(plan, engines)
     advs = _advisories(plan.launch, plan.mode, engine, shape.arch, spills=plan.tail_cells > 0,
                        kv_host_layers=plan.kv_host_layers)
     if args.json:
@@ -220,7 +247,9 @@ def render(plan: Plan, title: str, fit: ContextFit, asked: LaunchSettings | None
     for p in ("weights_mapped", "kv_tail", "compute_pinned", "output_buffer",
               *(p for p in extra if p in h.sources), "prompt_cache", "free"):
         out += _projector_lines(plan, "host") if p == "free" else []
-        out.append(_row(p.replace("_", " "), h.part(p), h.sources.get(p, "")))
+        # no GPU: the host holds the whole KV cache, not a tail of it (as the window's bar says)
+        name = "kv cache" if p == "kv_tail" and not plan.gpus else p.replace("_", " ")
+        out.append(_row(name, h.part(p), h.sources.get(p, "")))
     out.append(f"  {words.kv_placement(plan)}")
     out += _largest_lines(plan, fit)
     if plan.alternatives and len(plan.alternatives) > 1:

@@ -18,7 +18,6 @@ refused too, with pass 1's reason (``--no-measure`` skips pass 1 and plans on th
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import sys
 import threading
@@ -28,12 +27,15 @@ from types import FrameType, ModuleType
 from typing import TYPE_CHECKING, Any
 
 from app.commands.common import (
+    add_engine_arg,
     add_gpu_args,
     add_launch_args,
     advisory_lines,
     exit_status,
+    given_engine_problem,
     hub_model,
     inventory_from_args,
+    pass1_lib_dir,
     plan_request,
     seconds,
     settings_from_args,
@@ -59,7 +61,7 @@ def register(sub: Any) -> None:
     p.add_argument("model", help="the GGUF file, or hf:owner/name[:QUANT] (downloaded first)")
     add_launch_args(p)
     add_gpu_args(p)
-    p.add_argument("--engine", type=Path, default=None, help="the engine binary to use (else discovered)")
+    add_engine_arg(p, "to launch")
     p.add_argument("--host", default="127.0.0.1", help="listen address (beyond loopback needs the API key)")
     p.add_argument("--port", type=port, default=0, help="port (default: a free one)")
     p.add_argument("--api-key", action="store_true",
@@ -120,17 +122,6 @@ def _file_problem(what: str, path: Path) -> str | None:
     return None
 
 
-def _chosen_engine_problem(path: Path, engines: list[EngineInfo]) -> str | None:
-    """Why the engine given with ``--engine`` cannot be used (it did not identify as one)."""
-    from app.engine.discover import is_ape
-
-    if any(e.source == EngineOrigin.SETTINGS for e in engines):
-        return None
-    if not os.access(path, os.X_OK) and not is_ape(path):
-        return f"the engine is not executable: {path} (chmod +x it)"
-    return f"{path} is not an engine Headroom can run: `{path} --version` failed"
-
-
 class Pass1Failed(Exception):
     """Pass 1 failed for the launch: serve refuses it (llama.cpp would fail the same way, or run
     with buffers nobody measured). ``error`` is the probe's MeasureError."""
@@ -147,9 +138,7 @@ def _plan(args: argparse.Namespace, shape: ModelShape, settings: LaunchSettings)
 
     inventory = inventory_from_args(args)
 
-    from app.engine.libpath import lib_dir_beside
-
-    lib_dir = lib_dir_beside(args.engine)  # an engine chosen with --engine measures with its own libllama
+    lib_dir = pass1_lib_dir(args)  # the engine given or chosen measures with its own libllama
 
     def pass1(launch: LaunchSettings) -> Measurement | None:
         try:
@@ -245,7 +234,7 @@ def run(args: argparse.Namespace) -> int:
             print("smoke: two slots in one KV pool (-np 2 -kvu), for the two shared sessions it forks", flush=True)
     engines = discover_engines(args.engine)
     if args.engine is not None:
-        problem = _chosen_engine_problem(args.engine, engines)
+        problem = given_engine_problem(args.engine, engines)
         if problem:  # never fall back to another engine than the one asked for
             print(f"headroom serve: {problem}", file=sys.stderr)
             return 2
@@ -382,12 +371,13 @@ def stopped_how(code: int | None) -> str:
 def _speed_row(plan: Plan, inventory: Inventory | None, base_url: str, api_key: str | None) -> None:
     """The engine's own timings of one short completion beside the plan's predicted tokens/s; the
     calibration learns measured ÷ predicted for this machine and these devices."""
-    from app.engine.speed_check import check_speed, measure
+    from app.engine.speed_check import NotMeasured, check_speed, measure
     from app.machine.calibrate import learn
 
-    timings = measure(base_url, api_key)
-    if timings is None:
-        print("speed: the engine's timings did not come back (no completion answered)", flush=True)
+    # the check's prompt fits a slot's share of the context (-np 3 at 4,096: about 1,365 tokens each)
+    timings = measure(base_url, api_key, slot_tokens=plan.kv.n_ctx_seq if plan.kv is not None else None)
+    if isinstance(timings, NotMeasured):
+        print(f"speed: {timings}", flush=True)
         return
     check = check_speed(plan, timings)
     if check is None:

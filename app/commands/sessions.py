@@ -3,7 +3,7 @@
     headroom sessions --url http://127.0.0.1:8080 list     (or: headroom sessions list --url ...)
     headroom sessions --url ... fork "long document ..." --k 3 --names a,b,c
     headroom sessions --url ... continue b "and the second question?"
-    headroom sessions --url ... metrics | smoke | send NAME PROMPT | save NAME | restore NAME
+    headroom sessions --url ... metrics | smoke | send [NAME] PROMPT | save NAME | restore NAME
 
 A PROMPT of ``@path`` is read from that file. Session text is kept (per URL) under the cache
 directory and is saved even when a reply is cut off.
@@ -62,6 +62,10 @@ def _engine_args(p: argparse.ArgumentParser, *, after: bool) -> None:
                                            "prompt is read before the first piece comes)")
 
 
+#: The session ``send PROMPT`` and ``continue PROMPT`` use when no NAME is given.
+DEFAULT_SESSION = "chat"
+
+
 def register(sub: Any) -> None:
     p = sub.add_parser("sessions", allow_abbrev=False, help="fork, continue and inspect sessions on a running engine",
                        description="Fork, continue and inspect named sessions that share one KV pool.",
@@ -71,10 +75,12 @@ def register(sub: Any) -> None:
     acts.add_parser("list", allow_abbrev=False, help="sessions and the engine's slots")
     acts.add_parser("metrics", allow_abbrev=False, help="prompt/generation counters and slot use")
     acts.add_parser("smoke", allow_abbrev=False, help="the shared-sequence smoke test (fork 2, continue both)")
-    for name, helptext in (("send", "start (or continue) session NAME"), ("continue", "continue session NAME")):
-        a = acts.add_parser(name, allow_abbrev=False, help=helptext)
-        a.add_argument("name")
-        a.add_argument("prompt", help="text, or @FILE")
+    for name, helptext in (("send", f"start (or continue) session NAME (default {DEFAULT_SESSION})"),
+                           ("continue", f"continue session NAME (default {DEFAULT_SESSION})")):
+        a = acts.add_parser(name, allow_abbrev=False, help=helptext, usage="%(prog)s [options] [NAME] PROMPT")
+        a.add_argument("name", nargs="?", default=DEFAULT_SESSION, metavar="NAME",
+                       help=f"the session (default {DEFAULT_SESSION}: `{name} \"Hello\"` is session {DEFAULT_SESSION})")
+        a.add_argument("prompt", metavar="PROMPT", help="text, or @FILE")
         _sampling_args(a)
     f = acts.add_parser("fork", allow_abbrev=False, help="one prompt, decoded once, into K sessions")
     f.add_argument("prompt", help="text, or @FILE")
@@ -237,8 +243,8 @@ def _slot(slot: int | None) -> str:
 def _first_step(n_slots: int) -> str:
     """What to do on an engine with no sessions yet: only what it can do (a fork needs 2 slots)."""
     if n_slots >= 2:
-        return f"no sessions yet: headroom sessions ... fork PROMPT --k {min(n_slots, 3)}, or send NAME PROMPT"
-    return ("no sessions yet: headroom sessions ... send NAME PROMPT; a fork needs an engine with -np 2 "
+        return f"no sessions yet: headroom sessions ... fork PROMPT --k {min(n_slots, 3)}, or send [NAME] PROMPT"
+    return ("no sessions yet: headroom sessions ... send [NAME] PROMPT; a fork needs an engine with -np 2 "
             "or more (headroom serve ... -np 2 -kvu)")
 
 
@@ -266,7 +272,7 @@ def _finish(result: ops.TurnResult, printer: _Printer) -> int:
     printer.done()
     if len(result.sessions) > 1:
         for s, comp in zip(result.sessions, result.completions, strict=True):
-            print(f"[{s.name}] ({_slot(s.slot)}){model_text(comp.text)}\n")
+            print(f"[{s.name}] ({_slot(s.slot)})\n{model_text(comp.text)}\n")  # the label, then the reply
     else:
         print()
     for s in result.sessions:
@@ -291,7 +297,7 @@ def _fork(client: EngineClient, store: SessionStore, args: argparse.Namespace) -
     names = [n.strip() for n in args.names.split(",")] if args.names else []
     k = args.k if args.k is not None else (len(names) or 2)
     if k < 2:
-        raise ValueError(f"--k {k}: a fork makes at least 2 sessions (to start one, use: send NAME PROMPT)")
+        raise ValueError(f"--k {k}: a fork makes at least 2 sessions (to start one, use: send [NAME] PROMPT)")
     if not names:  # the first free ones: a fork never replaces a session it was not told to
         names = free_names(store.sessions, k)
     if len(names) != k:

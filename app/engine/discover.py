@@ -1,6 +1,7 @@
 """Find the engines on this machine and say what each one is.
 
-Where: the engine the user chose (a path), ``llamafile`` and ``llama-server`` on PATH, llamafiles
+Where: the engine the user chose (a path: ``--engine``, else the chosen engine the window keeps,
+app/engine/chosen.py), ``llamafile`` and ``llama-server`` on PATH, llamafiles
 in ``~/.llamafile`` and the app data directory, the engine Headroom built
 (``app.engine.native_build.find_build()``) and, in a bundle, the engine beside it
 (``native_build.bundled_build()``). What: stock llama-server, Mozilla llamafile (its
@@ -22,6 +23,7 @@ from typing import Any, NamedTuple
 
 from app.engine import native_build
 from app.engine.capabilities import Capabilities, capabilities, engine_env
+from app.engine.chosen import chosen_engine
 from app.engine.engine_patches import engine_label
 from app.paths import data_dir
 from app.planner.memory.repack import CpuFeatures
@@ -223,8 +225,10 @@ class Candidate(NamedTuple):
 
 
 def candidates(chosen: Path | None = None) -> list[Candidate]:
-    """Every place an engine may be, in order of preference, without duplicates."""
+    """Every place an engine may be, in order of preference, without duplicates: ``chosen`` first,
+    else the engine chosen in the window (app/engine/chosen.py)."""
     found: list[Candidate] = []
+    chosen = chosen if chosen is not None else chosen_engine()
     if chosen is not None:
         found.append(Candidate(chosen, EngineOrigin.SETTINGS))
     for name in ("llamafile", "llama-server"):

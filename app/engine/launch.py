@@ -143,8 +143,10 @@ def pick_engine(plan: Plan, engines: list[EngineInfo]) -> EngineInfo:
     if first is None:
         if plan.mode == PlanMode.WINDOW:  # `headroom engine build` builds the stock engine, not this one
             raise LaunchRefused("no engine found: this plan needs the opencoti llamafile (for the KV window); "
-                                "put it in ~/.llamafile or give it to serve with --engine")
-        raise LaunchRefused("no engine found: run `headroom engine build`, or give one to serve with --engine")
+                                "put it in ~/.llamafile, choose it in the window (File ▸ Choose engine…) or give it "
+                                "with --engine")
+        raise LaunchRefused("no engine found: run `headroom engine build`, choose one in the window (File ▸ "
+                            "Choose engine…) or give one with --engine")
     if first.source != EngineOrigin.SETTINGS:
         for engine in engines:
             if choose([engine], plan.mode) is engine and _why_not(engine, plan) is None:

@@ -1,7 +1,7 @@
 """Speed, checked after launch: the engine's own timings beside the plan's prediction.
 
 One short completion (``POST /completion``, ``n_predict`` tokens after a prompt of about
-``PROMPT_WORDS`` words); its ``timings`` (tools/server: ``prompt_n``, ``prompt_per_second``,
+``PROMPT_WORDS`` words, as many of its tokens as a slot's share of the context holds); its ``timings`` (tools/server: ``prompt_n``, ``prompt_per_second``,
 ``predicted_n``, ``predicted_per_second``) are what the engine measured. The prediction is the plan's
 speed model at the context that completion filled (app/planner/solve/speed.py). ``check_speed`` is
 pure (the window's speed row takes the same record); ``measure`` runs the request.
@@ -19,10 +19,14 @@ from typing import Any
 
 from app.planner import words
 from app.planner.plan_types import Plan
+from app.text import printable
 
-#: The completion's prompt: about this many words (one prefill ubatch on any launch).
+#: The completion's prompt: about this many words (one prefill ubatch on any launch), cut to a slot's
+#: share of the context (``measure``'s ``slot_tokens``) with the ``N_PREDICT`` tokens after it.
 PROMPT_WORDS = 200
 N_PREDICT = 32
+#: A slot too small for a prompt this long and ``N_PREDICT`` tokens is not checked (said why).
+MIN_PROMPT_TOKENS = 16
 
 
 @dataclass(frozen=True)
@@ -99,22 +103,64 @@ def check_speed(plan: Plan, timings: Timings) -> SpeedCheck | None:
                       fig.decode_scale.value if fig is not None else 1.0)
 
 
-def measure(base_url: str, api_key: str | None = None, *, n_predict: int = N_PREDICT,
-            timeout: float = 120.0) -> Timings | None:
-    """One completion; the engine's timings of it (None when it did not answer with them)."""
+@dataclass(frozen=True)
+class NotMeasured:
+    """Why the check has no timings: ``str()`` is what ``headroom serve`` says after "speed: "."""
+
+    why: str
+
+    def __str__(self) -> str:
+        return self.why
+
+
+def _post(conn: http.client.HTTPConnection, path: str, body: dict[str, Any],
+          headers: dict[str, str]) -> tuple[int, Any]:
+    """POST JSON; the status and the decoded answer (None when it is not JSON)."""
+    conn.request("POST", path, body=json.dumps(body), headers=headers)
+    resp = conn.getresponse()
+    raw = resp.read()
+    try:
+        return resp.status, json.loads(raw)
+    except ValueError:
+        return resp.status, None
+
+
+def _error_text(data: Any) -> str:
+    """llama-server's error answer (tools/server utils.hpp ``format_error_response``), in its words."""
+    err = data.get("error") if isinstance(data, dict) else None
+    message = err.get("message") if isinstance(err, dict) else None
+    return printable(str(message)) if message else "no reason given"
+
+
+def measure(base_url: str, api_key: str | None = None, *, slot_tokens: int | None = None,
+            n_predict: int = N_PREDICT, timeout: float = 120.0) -> Timings | NotMeasured:
+    """One completion; the engine's timings of it, or why there are none. The prompt (``PROMPT_WORDS``
+    words, tokenized by the engine's ``/tokenize``) is cut to fit ``slot_tokens`` (a slot's share of
+    the context, the plan's ``kv.n_ctx_seq``) with the ``n_predict`` tokens after it."""
+    budget = None if slot_tokens is None else slot_tokens - n_predict - 1
+    if budget is not None and budget < MIN_PROMPT_TOKENS:
+        return NotMeasured(f"not checked: a slot holds {slot_tokens:,} tokens, too few for a "
+                           f"{MIN_PROMPT_TOKENS}-token prompt and {n_predict} tokens after it")
     host_port = base_url.split("://", 1)[-1].rstrip("/")
     conn = http.client.HTTPConnection(host_port, timeout=timeout)
     headers = {"Content-Type": "application/json"} | ({"Authorization": f"Bearer {api_key}"} if api_key else {})
-    prompt = " ".join(f"word{i % 50}" for i in range(PROMPT_WORDS))
-    body = {"prompt": prompt, "n_predict": n_predict, "temperature": 0.0, "cache_prompt": False,
-            "ignore_eos": True}
+    text = " ".join(f"word{i % 50}" for i in range(PROMPT_WORDS))
     try:
-        conn.request("POST", "/completion", body=json.dumps(body), headers=headers)
-        resp = conn.getresponse()
-        data = json.loads(resp.read()) if resp.status == 200 else None
-    except (OSError, http.client.HTTPException, ValueError):
-        return None
+        status, data = _post(conn, "/tokenize", {"content": text}, headers)
+        tokens = data.get("tokens") if status == 200 and isinstance(data, dict) else None
+        if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
+            return NotMeasured(f"the engine did not tokenize the check's prompt (HTTP {status}: {_error_text(data)})")
+        prompt = tokens if budget is None else tokens[:budget]
+        body = {"prompt": prompt, "n_predict": n_predict, "temperature": 0.0, "cache_prompt": False,
+                "ignore_eos": True}
+        status, data = _post(conn, "/completion", body, headers)
+    except (OSError, http.client.HTTPException) as exc:
+        return NotMeasured(f"the engine's timings did not come back (no completion answered: {exc})")
     finally:
         conn.close()
+    if status != 200:
+        return NotMeasured(f"the engine refused the check's completion (HTTP {status}: {_error_text(data)})")
     timings = data.get("timings") if isinstance(data, dict) else None
-    return Timings.from_json(timings) if isinstance(timings, dict) else None
+    if not isinstance(timings, dict):
+        return NotMeasured("the engine answered the check's completion without its timings")
+    return Timings.from_json(timings)

@@ -258,10 +258,11 @@ def measure_cached(model_path: str | Path, settings: LaunchSettings, *, timeout:
 
 
 def cached_measurement(model_path: str | Path, settings: LaunchSettings, *,
-                       cache: MeasureCache | None = None) -> Measurement | None:
-    """The stored pass 1 for exactly this model file, launch and probe library, or None. Runs nothing."""
+                       cache: MeasureCache | None = None, lib_dir: str | None = None) -> Measurement | None:
+    """The stored pass 1 for exactly this model file, launch and probe library (``lib_dir``'s, as
+    ``measure_cached`` keys it), or None. Runs nothing."""
     path = Path(model_path)
     if not path.is_file():
         return None
     store = cache if cache is not None else MeasureCache()
-    return store.get(cache_key(path, settings, _probe_library()))
+    return store.get(cache_key(path, settings, _probe_library(lib_dir)))

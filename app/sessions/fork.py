@@ -108,6 +108,9 @@ class TurnResult:
     #: session → the slot it held before this turn, and the slot the request was pinned to (-1: none).
     slot_before: dict[str, int | None] = field(default_factory=dict)
     pinned: dict[str, int] = field(default_factory=dict)
+    #: session → a continuation the engine held none of: True when the engine had read nothing before
+    #: this turn (a new engine since the session began: /metrics counted only this prompt), else False.
+    held_none: dict[str, bool] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -122,6 +125,9 @@ class TurnResult:
         if i is None or name not in self.cached_tokens or i >= len(self.completions):
             return None
         comp = self.completions[i]
+        if name in self.held_none:  # nothing of it on this engine: said plainly, without slot mechanics
+            where = "on a new engine" if self.held_none[name] else "on an engine that held none of it"
+            return f"continued from its stored text {where} ({comp.prompt_processed:,} prompt tokens read again)"
         line = (f"{comp.prompt_cached:,} of {comp.prompt_tokens:,} prompt tokens reused from the cache, "
                 f"{comp.prompt_processed:,} evaluated")
         if comp.slot is not None:
@@ -184,8 +190,12 @@ def send(client: EngineClient, session: Session | None, name: str, prompt: str,
         complete=outcome.error is None and comp.finished,
         origin=session.origin if session else "",
     )
+    held_none: dict[str, bool] = {}
+    if before and comp.prompt_cached == 0 and comp.prompt_processed > 0:  # none of the session's text was there
+        now = counters(client)  # an engine that read only this prompt since it started is a new one
+        held_none[name] = now is not None and now.prompt_tokens <= comp.prompt_processed
     return TurnResult([updated], [comp], _error(outcome, [name]), None, {name: comp.prompt_cached},
-                      {name: session.slot if session is not None else None}, {name: slot})
+                      {name: session.slot if session is not None else None}, {name: slot}, held_none)
 
 
 def turn(client: EngineClient, store: SessionStore, name: str, prompt: str, sampling: Sampling = Sampling(),

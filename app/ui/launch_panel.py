@@ -67,6 +67,8 @@ STATUS_TEXT = {
     ServerStatus.READY: "healthy", ServerStatus.FAILED: "failed", ServerStatus.STOPPED: "stopped",
 }
 NO_ENGINE = "No engine found: press Build engine… above, or put llama-server or a llamafile on PATH."
+#: Launch pressed with no engine: not a failure, a step still to take.
+NO_ENGINE_YET = "No engine yet: choose one (File ▸ Choose engine…) or build one (Build engine…)."
 LOOKING_FOR_ENGINES = "Looking for engines…"
 DISCOVERY_FAILED = "Engine discovery failed: "
 
@@ -340,8 +342,8 @@ class LaunchPanel(QWidget):
         model, engine, state = self._model, self.engine(), self._state
         if self._engine is not None or model is None or state is None:
             return
-        if engine is None:
-            self._failed("No engine to launch: press Build engine…, run `headroom engine build` or choose one.")
+        if engine is None:  # nothing failed: there is nothing to launch with yet
+            self._not_launched(NO_ENGINE_YET)
             return
         refused = self.refusal()
         if refused is not None:

@@ -16,6 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 
+from app.engine.chosen import remember_chosen_engine
 from app.engine.discover import EngineInfo
 from app.machine.devices import Poller, host_memory
 from app.planner.devices import HostMemory, Inventory, Snapshot
@@ -383,7 +384,17 @@ class MainWindow(QMainWindow):
     def use_engine_file(self, path: Path) -> None:
         """Discover the engines again with ``path`` first and choose it (remembered at close)."""
         self.session.choose_engine_file(path)  # what _engines_found chooses once discovery answers
+        self._remember_engine(str(path))
         self.launch.discover(path)
+
+    def _remember_engine(self, path: str) -> None:
+        """The chosen engine, kept where the CLI finds it too (app/engine/chosen.py)."""
+        if not self.persist:
+            return
+        try:
+            remember_chosen_engine(path, self.state_file.parent if self.state_file is not None else None)
+        except OSError as exc:  # a full or read-only disk: the window goes on with it chosen
+            print(f"headroom: the chosen engine was not saved: {exc.strerror or exc}", file=sys.stderr)
 
     # ---- model ---------------------------------------------------------------------------------
     def choose_model(self) -> None:
@@ -601,4 +612,5 @@ class MainWindow(QMainWindow):
                 save_state(state, self.state_file)
             except OSError as exc:  # a full or read-only disk (issue 31): the window still closes cleanly
                 print(f"headroom: the window's settings were not saved: {exc.strerror or exc}", file=sys.stderr)
+            self._remember_engine(state.engine_path)
         super().closeEvent(e)

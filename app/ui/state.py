@@ -16,14 +16,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.paths import cache_dir, config_dir
+from app.paths import GUI_STATE_FILE, cache_dir, config_dir
 from app.planner.settings import LaunchSettings
 
 #: How many recent models (and launch profiles) the File menu lists.
 MAX_RECENT = 8
 
 
-STATE_FILE = "gui-state.json"
+STATE_FILE = GUI_STATE_FILE
 
 
 def state_path() -> Path:

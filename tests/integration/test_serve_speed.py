@@ -41,3 +41,27 @@ def test_serve_prints_measured_beside_predicted_and_the_calibration_learns(engin
     fig = json.loads(planned.stdout)["speed_figures"]
     assert fig["decode_scale"]["value"] == pytest.approx(learned["decode_scale"]) and fig["decode_scale"]["calibrated"]
     assert fig["host_bandwidth"]["calibrated"] and fig["host_bandwidth"]["source"].startswith("calibrated on this machine")
+
+
+def test_the_speed_check_fits_a_slots_share_of_the_context(engine_build: EngineBuild, tiny_model: Path,
+                                                             tmp_path: Path) -> None:
+    """Walkthrough finding 14: ``-np 3`` at 4,096 leaves each slot 1,536 cells; the check's prompt (1,761
+    tokens on the byte-vocab model) is cut to fit it with the 32 tokens after it, so the engine answers."""
+    env = dict(os.environ, HEADROOM_CACHE_DIR=str(tmp_path / "cache"), HEADROOM_CONFIG_DIR=str(tmp_path / "config"),
+               LLAMA_CPP_LIB_PATH=engine_build.bin_dir)
+    served = subprocess.run([sys.executable, "-m", "app", "serve", str(tiny_model), "-c", "4096", "-np", "3",
+                             "--no-measure", "--smoke", "--engine", str(engine_build.server)], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert served.returncode == 0, served.stdout + served.stderr
+    line = next((ln for ln in served.stdout.splitlines() if ln.startswith("speed")), "")
+    m = re.match(r"speed \(the engine's timings of a (\d+)-token prompt and 32 tokens\)", line)
+    assert m is not None, served.stdout
+    assert 100 < int(m[1]) <= 1536 - 32
+
+
+def test_a_slot_too_small_for_the_speed_check_says_why() -> None:
+    from app.engine.speed_check import NotMeasured, measure
+
+    why = measure("http://127.0.0.1:9", slot_tokens=40)  # decided before asking any engine
+    assert isinstance(why, NotMeasured)
+    assert str(why) == "not checked: a slot holds 40 tokens, too few for a 16-token prompt and 32 tokens after it"

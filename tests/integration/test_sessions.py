@@ -119,7 +119,8 @@ def test_cli_fork_continue_list_and_refusals(engine: RunningServer, tmp_path: Pa
     stored = SessionStore(engine.base_url).sessions
     for n in "xyz":  # each session's reply whole, under one header: not a line per token, interleaved
         reply = stored[n].text[len(DOCUMENT):]
-        assert out.count(f"[{n}] ") == 1 and f"[{n}] (slot {stored[n].slot}){model_text(reply)}\n" in out, out
+        # the label on its own line, then the reply (walkthrough 14: not glued to it)
+        assert out.count(f"[{n}] ") == 1 and f"[{n}] (slot {stored[n].slot})\n{model_text(reply)}\n" in out, out
     assert _raw_controls(out) == ""  # the replies' control characters escaped, the store keeps them as sent
     assert main([*base, "continue", "y", " And then?", "--n-predict", "4"]) == 0
     out = capsys.readouterr().out
@@ -250,7 +251,7 @@ def test_cli_on_a_one_slot_engine_offers_what_it_can_do_and_prints_replies_escap
         out = capsys.readouterr().out
         assert f"engine at {srv.base_url}: 1 slot\n" in out
         assert "fork" not in out.replace("a fork needs an engine with -np 2 or more", ""), out
-        assert "send NAME PROMPT" in out and "-np 2 or more" in out
+        assert "send [NAME] PROMPT" in out and "-np 2 or more" in out
 
         # the tiny model's random weights write any byte: its reply streams to the terminal escaped
         assert main([*base, "send", "a", "Hello there", "--n-predict", "200", "--seed", "3"]) == 0
@@ -273,3 +274,19 @@ def test_cli_on_a_one_slot_engine_offers_what_it_can_do_and_prints_replies_escap
         err = capsys.readouterr().err
         assert err.count("--slot-save-path") == 1 and "restart the engine with --slot-save-path DIR" in err, err
         assert err.count("\n") == 1
+
+
+def test_a_session_continued_on_a_restarted_engine_says_so_plainly(engine_build: EngineBuild, tiny_model: Path,
+                                                                   tmp_path: Path) -> None:
+    """Walkthrough finding 12: the engine a session began on stopped and another started; the session's
+    stored text goes on, read again, and the turn says that in one plain sentence (no slot mechanics)."""
+    with running_server(engine_build.server, tiny_model, tmp_path / "first.log", POOL) as srv:
+        began = send(EngineClient(srv.base_url), None, "chat", DOCUMENT, Sampling(n_predict=4, seed=1))
+        again = send(EngineClient(srv.base_url), began.sessions[0], "chat", " Hello", Sampling(n_predict=4, seed=1))
+    assert "reused from the cache" in (again.reuse("chat") or "")  # the same engine: its cache reused
+    with running_server(engine_build.server, tiny_model, tmp_path / "second.log", POOL) as srv:
+        later = send(EngineClient(srv.base_url), again.sessions[0], "chat", " Hello", Sampling(n_predict=4, seed=1))
+    assert later.ok and later.sessions[0].text.startswith(again.sessions[0].text + " Hello")
+    said = later.reuse("chat") or ""
+    assert said.startswith("continued from its stored text on a new engine (") and said.endswith(
+        " prompt tokens read again)"), said

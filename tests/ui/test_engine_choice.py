@@ -65,3 +65,25 @@ def test_a_failed_pass_1_is_not_said_for_other_settings(window, qtbot, tiny_mode
     with qtbot.waitSignal(window.planned):
         window.settings.n_parallel.setValue(window.settings.n_parallel.value() + 1)
     assert window.measure.status_text() == measure_bar.NOT_MEASURED
+
+
+def test_the_engine_chosen_in_the_window_is_kept_where_the_cli_finds_it(qtbot, own_config_dir: Path,
+                                                                       engine_build: EngineBuild) -> None:
+    """Walkthrough finding 3: the chosen engine is the CLI's too (app/engine/chosen.py), from the moment
+    it is chosen, and still after the window closed."""
+    from app.engine.chosen import chosen_engine
+    from app.ui.main_window import MainWindow
+    from app.ui.state import UiState
+    from tests.ui.windows import gpus_read
+
+    chosen = engine_build.server
+    w = MainWindow(state=UiState(), persist=True, state_file=own_config_dir / "gui-state.json",
+                   read_host=lambda: None)
+    qtbot.addWidget(w)
+    gpus_read(qtbot, w)
+    assert chosen_engine() is None
+    with qtbot.waitSignal(w.launch.enginesFound, timeout=ENGINES_S):
+        w.use_engine_file(chosen)
+    assert chosen_engine() == chosen  # `headroom plan` run now launches with it
+    w.close()
+    assert chosen_engine() == chosen

@@ -165,6 +165,24 @@ def test_sessions_url_after_the_action_and_an_engine_not_answering(
         assert "Connection refused" in err and "ConnectionRefusedError" not in err  # words, not a class name
 
 
+def test_sessions_send_with_only_a_prompt_sends_it_to_session_chat(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Walkthrough finding 13: ``send "Hello"`` is the prompt, to the default session (said in --help),
+    not a session named Hello missing its prompt."""
+    monkeypatch.setenv("HEADROOM_CACHE_DIR", str(tmp_path))
+    url = f"http://127.0.0.1:{_closed_port()}"
+    assert cli.main(["sessions", "--url", url, "send", "Hello"]) == 1  # sent: no engine answered it
+    assert f"no engine answers at {url}" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as bad:
+        cli.main(["sessions", "--url", url, "send"])
+    assert bad.value.code == 2 and "the following arguments are required: PROMPT" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["sessions", "send", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "usage: headroom sessions send [options] [NAME] PROMPT" in shown
+    assert 'the session (default chat: `send "Hello"` is session chat)' in shown
+
+
 def test_sessions_against_a_web_server_that_is_no_engine_says_so(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     import http.server

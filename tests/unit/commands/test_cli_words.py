@@ -38,6 +38,8 @@ def test_a_cpu_plan_on_a_machine_without_a_gpu_reads_as_one(no_gpu: None, shape_
     assert "DOES NOT FIT" not in out and "  mode cpu: FITS — fits in host RAM" in lines
     assert "  KV cache: all 32,768 cells in host RAM (no GPU)" in lines
     assert "KV window" not in out and "host tail" not in out
+    # the host holds the whole KV cache: its row is not a "kv tail" (walkthrough finding 11)
+    assert any(line.startswith("    kv cache ") for line in lines) and "kv tail" not in out
     assert any(line.startswith("  largest context: ") and line.endswith("in host RAM (trained 131,072)")
                for line in lines)
 

@@ -44,6 +44,7 @@ def test_plan_prints_what_it_printed_before(case: str, json_out: bool, shape_mod
     # the speed model's defaults, not this machine's calibration (what the planner alone says)
     monkeypatch.setattr(calibrate, "machine_speed", lambda inv: default_figures(inv))
     monkeypatch.setenv("HEADROOM_CACHE_DIR", str(tmp_path))  # no engine, no pass-1 cache
+    monkeypatch.setenv("HEADROOM_CONFIG_DIR", str(tmp_path / "config"))  # none chosen in the window
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
     rc = cli.main(["plan", str(model), *args, *(["--json"] if json_out else [])])
     got = f"exit {rc}\n" + capsys.readouterr().out.replace(str(model), "MODEL").replace(model.name, "MODEL.gguf")

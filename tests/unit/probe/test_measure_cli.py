@@ -29,7 +29,25 @@ def test_measure_json_carries_the_launch_and_the_numbers(engine_build: EngineBui
     assert dev["name"] == "CPU" and dev["compute"] > 0
     assert "16384 cells" in out["measurement"]["kv_lines"][0]
     assert out["cached"] is False
-    assert "CMAKE_ARGS" in out["caveat"]  # CPU numbers for a GPU launch (-ngl all)
+
+
+@pytest.mark.parametrize("gpus", [(), ("H200",)], ids=["cpu-only", "with-a-gpu"])
+def test_the_cuda_caveat_only_where_the_launch_has_a_gpu(gpus: tuple[str, ...], engine_build: EngineBuild,
+                                                          tiny_model: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """Walkthrough finding 14: on a CPU-only machine ``-ngl all`` is a CPU plan and its CPU numbers are its
+    own (no caveat); with a GPU (a simulated card: none here) they are not the GPU's, and it says so."""
+    from app.machine import devices
+    from app.planner.devices import Inventory
+
+    real = devices.resolve_gpus
+    monkeypatch.setattr(devices, "resolve_gpus", lambda specs, nvml=None: real(list(gpus)) if gpus else
+                        Inventory(gpus=(), host=devices.host_memory()))
+    assert cli.main(["measure", str(tiny_model), "--ctx", "4096", "--json"]) == 0
+    caveat = json.loads(capsys.readouterr().out)["caveat"]
+    assert (caveat is not None and "CMAKE_ARGS" in caveat) if gpus else caveat is None
+    assert cli.main(["measure", str(tiny_model), "--ctx", "4096"]) == 0
+    assert ("caveat: Pass 1 measured with the CPU backend" in capsys.readouterr().out) == bool(gpus)
 
 
 def test_measure_text_says_cached_the_second_time(engine_build: EngineBuild, tiny_model: Path,
