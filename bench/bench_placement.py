@@ -1,19 +1,23 @@
-"""The placements a stock plan chooses between, measured: prefill and decode tokens/s of each, beside
-the plan's predicted turn (app/planner/solve/speed.py), at one device budget.
+"""The placements a stock plan chooses between, measured: prefill and decode tokens/s of each beside
+the plan's prediction (app/planner/solve/speed.py), at one device budget.
 
     .venv/bin/python -m bench.bench_placement [--ctx 32768] [--budget 160MiB] [--prompt 2048] [--reply 64]
-                                              [--repeat 3] [--engine PATH/llama-server]
+                                              [--repeat 3] [--threads N] [--no-engine-run] [--engine PATH]
 
-The device is a loopback ``ggml-rpc-server`` (a real ggml device; on a GPU machine pass ``--gpu``
-to use CUDA0 instead). The model is the 8-layer test model (tests/fixtures/shapes.py ``TINY_DEEP``,
-16 MiB of KV per layer at 32k). Every alternative the plan priced is launched with exactly its flags
-through Headroom's argv (``-ngl``/``-ot``/``-nkvo``/``-c``), plus the fully resident launch without a
-budget for reference; each answers one prompt of ``--prompt`` tokens and ``--reply`` more, and the
-engine's own ``timings`` give the speeds (the median of ``--repeat`` answers: the machine is shared).
-The KV host tail runs a second time with ``--no-op-offload``: its prefill then reads the host KV on the
-CPU as its decode does (engine patch 5), where by default a prefill batch streams it to the device.
-Target (issue 16): the plan's choice is the fastest measured option at the asked context, or the table
-says why not.
+The device is a loopback ``headroom rpc-worker --threads 1`` (a real ggml device: a one-thread CPU).
+The model is the 8-layer test model (tests/fixtures/shapes.py ``TINY_DEEP``: 4 heads of 32, 16 MiB of
+KV per layer at 32k). The plan is made with the figures ``headroom plan`` would use on this machine,
+measured afresh into a temporary calibration cache (``--calibration`` to keep one), plus the engine
+runs of app/engine/cpu_attention.py for the host and the worker at the model's head size (the CPU
+attention cost and the worker's matmul rate; ``--no-engine-run``: without them), and knows whether
+the engine carries the host-attention patch. Every alternative the plan priced is launched with
+exactly its flags through Headroom's argv (``-ngl``/``-ot``/``-nkvo``/``-c``/``-ctk``), plus the fully
+resident launch without a budget for reference; each answers one prompt of ``--prompt`` tokens and
+``--reply`` more, and the engine's own ``timings`` give the speeds (the median of ``--repeat`` answers:
+the machine is shared). Each row shows the plan's predicted tokens/s at the fill that answer ran at
+(prefill: half the prompt; decode: the prompt and half the reply) and measured ÷ predicted.
+Targets (issue 30): the plan's choice within 10 % of the fastest measured turn at the asked context;
+every prediction within ±30 % of what was measured.
 """
 
 from __future__ import annotations
