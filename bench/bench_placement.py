@@ -29,6 +29,7 @@ import statistics
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,6 +68,7 @@ class Run:
     feasible: bool
     splits: str = "—"
     planned: bool = True  # one of the plan's alternatives (False: a variant the bench adds)
+    note: str = ""  # why it was not measured
 
 
 def _at_fill(row: SpeedRow | None, launch: LaunchSettings, prompt: int, reply: int) -> Speed | None:
@@ -77,6 +79,10 @@ def _at_fill(row: SpeedRow | None, launch: LaunchSettings, prompt: int, reply: i
     cells = max(1, launch.n_ctx // max(1, launch.n_parallel))
     return Speed((prompt + reply) / cells, row.between(prompt / 2 / cells).prefill,
                  row.between((prompt + reply / 2) / cells).decode)
+
+
+class Unanswered(Exception):
+    """The engine refused the bench's prompt; the message says why."""
 
 
 def _prompt(n_tokens: int) -> str:
@@ -90,7 +96,7 @@ _SPLITS = re.compile(r"sched_reserve: graph.*?splits = (?P<pp>\d+)(?: / (?P<tg>\
 
 
 def _timed(build: EngineBuild, model: Path, launch: LaunchSettings, prompt: str,
-           reply: int, repeat: int, extra: tuple[str, ...] = ()) -> tuple[float, float, str]:
+           reply: int, repeat: int, extra: tuple[str, ...] = ()) -> tuple[float, float, str, int]:
     """Prefill and decode tokens/s from the engine's ``timings`` (the median of ``repeat`` answers), and
     its graph splits (pp / tg). ``extra``: engine flags after the plan's."""
     info = EngineInfo(EngineKind.LLAMA_SERVER, str(build.server), "bench", build.commit, EngineOrigin.HEADROOM_BUILD)
@@ -102,20 +108,27 @@ def _timed(build: EngineBuild, model: Path, launch: LaunchSettings, prompt: str,
         server.wait_ready(timeout=300)
         body = {"prompt": prompt, "n_predict": reply, "temperature": 0, "cache_prompt": False, "ignore_eos": True}
         prefill, decode = [], []
+        prompt_n = 0
         for _ in range(repeat):
             req = urllib.request.Request(server.base_url + "/completion",
                                          headers={"Content-Type": "application/json"}, data=json.dumps(body).encode())
-            with urllib.request.urlopen(req, timeout=900) as r:
-                timings = json.loads(r.read())["timings"]
+            try:
+                with urllib.request.urlopen(req, timeout=900) as r:
+                    timings = json.loads(r.read())["timings"]
+            except urllib.error.HTTPError as e:  # (said in the table, not a traceback)
+                raise Unanswered(f"HTTP {e.code}: {e.read().decode(errors='replace')[:200]}") from e
             prefill.append(float(timings["prompt_per_second"]))
+            prompt_n = int(timings["prompt_n"])
             decode.append(float(timings["predicted_per_second"]))
         found = [m for line in server.log_lines() if (m := _SPLITS.search(line))]
         splits = f"{found[-1]['pp']} / {found[-1]['tg'] or found[-1]['pp']}" if found else "?"
-        return statistics.median(prefill), statistics.median(decode), splits
+        return statistics.median(prefill), statistics.median(decode), splits, prompt_n
     finally:
         server.stop()
 
 
+#: Cells a context needs beyond the prompt's tokens and the reply's (the BOS, a rounding).
+PROMPT_MARGIN = 8
 #: The targets (issue 30): the choice within this share of the fastest measured turn, every
 #: prediction within this share of what was measured.
 FASTEST_WITHIN = 0.10
@@ -191,20 +204,31 @@ def main(argv: list[str] | None = None) -> int:
 
         threads = ("-t", str(args.threads)) if args.threads else ()
 
-        def at(row: SpeedRow | None, launch: LaunchSettings) -> Speed | None:
-            return _at_fill(row, launch, args.prompt, args.reply)
+        prompt_tokens: list[int] = []  # what the engine made of the prompt (its timings' prompt_n)
 
-        pre, dec, splits = _timed(build, model, full.launch, prompt, args.reply, args.repeat, threads)
-        runs.append(Run("fully resident (no budget)", full.launch, at(full.speed, full.launch), pre, dec, False, True,
+        def at(row: SpeedRow | None, launch: LaunchSettings, prompt_n: int) -> Speed | None:
+            prompt_tokens.append(prompt_n)
+            return _at_fill(row, launch, prompt_n, args.reply)
+
+        pre, dec, splits, n = _timed(build, model, full.launch, prompt, args.reply, args.repeat, threads)
+        runs.append(Run("fully resident (no budget)", full.launch, at(full.speed, full.launch, n), pre, dec, False, True,
                         splits))
         for alt in tight.alternatives:
-            if not alt.feasible:
-                runs.append(Run(alt.label, alt.launch, None, 0.0, 0.0, alt.chosen, False))
+            # (a shorter context than the prompt and reply cannot answer it: not measured, said so)
+            prompt_n = prompt_tokens[0]  # the fully resident launch's count: the same prompt and model
+            short = alt.launch.n_ctx // max(1, alt.launch.n_parallel) < prompt_n + args.reply + PROMPT_MARGIN
+            if not alt.feasible or short:
+                runs.append(Run(alt.label, alt.launch, None, 0.0, 0.0, alt.chosen, False,
+                                note="does not fit" if not alt.feasible else "shorter than the prompt"))
                 continue
-            pre, dec, splits = _timed(build, model, alt.launch, prompt, args.reply, args.repeat, threads)
-            runs.append(Run(alt.label, alt.launch, at(alt.speed, alt.launch), pre, dec, alt.chosen, True, splits))
+            try:
+                pre, dec, splits, n = _timed(build, model, alt.launch, prompt, args.reply, args.repeat, threads)
+            except Unanswered as e:
+                runs.append(Run(alt.label, alt.launch, None, 0.0, 0.0, alt.chosen, False, note=str(e)))
+                continue
+            runs.append(Run(alt.label, alt.launch, at(alt.speed, alt.launch, n), pre, dec, alt.chosen, True, splits))
     same_ctx = [r for r in runs[1:] if r.feasible and r.planned and r.launch.n_ctx == args.ctx]
-    chosen = next((r for r in runs if r.chosen), None)
+    chosen = next((r for r in runs if r.chosen and r.feasible), None)
 
     # the measured price of a turn like the plan's: TURN_PROMPT tokens of prefill and TURN_REPLY of decode
     def measured_turn(r: Run) -> float:
@@ -219,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = [head]
     for r in runs:
         if not r.feasible:
-            rows.append((r.label, "does not fit", "", "", "", "", "", "chosen" if r.chosen else ""))
+            rows.append((r.label, r.note, "", "", "", "", "", "chosen" if r.chosen else ""))
             continue
         pr = r.predicted
         rows.append((r.label, f"{r.prefill_tps:,.0f} / {pr.prefill:,.0f}" if pr else f"{r.prefill_tps:,.0f} / —",
@@ -230,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
                      ("chosen" if r.chosen else "") + (" fastest" if r is fastest else "")))
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
     print(f"placement at -c {args.ctx} on a loopback RPC device with a {args.budget} budget "
-          f"({shape.name}, {args.prompt}-token prompt, {args.reply} tokens, median of {args.repeat}; "
+          f"({shape.name}, {args.prompt}-character prompt ({'/'.join(map(str, sorted(set(prompt_tokens)))) or '?'} tokens), {args.reply} tokens, median of {args.repeat}; "
           f"{time.monotonic() - started:.0f} s; engine {build.label}; host threads "
           f"{args.threads or 'the engine default'})")
     print(f"figures: {_figures_line(fig)}")
