@@ -227,7 +227,9 @@ def main(argv: list[str] | None = None) -> int:
                 runs.append(Run(alt.label, alt.launch, None, 0.0, 0.0, alt.chosen, False, note=str(e)))
                 continue
             runs.append(Run(alt.label, alt.launch, at(alt.speed, alt.launch, n), pre, dec, alt.chosen, True, splits))
-    same_ctx = [r for r in runs[1:] if r.feasible and r.planned and r.launch.n_ctx == args.ctx]
+    # what the plan chooses among (issue 30): the options that keep the asked context and KV type
+    same_ctx = [r for r in runs[1:] if r.feasible and r.planned and r.launch.n_ctx == args.ctx
+                and (r.launch.type_k, r.launch.type_v) == (settings.type_k, settings.type_v)]
     chosen = next((r for r in runs if r.chosen and r.feasible), None)
 
     # the measured price of a turn like the plan's: TURN_PROMPT tokens of prefill and TURN_REPLY of decode
@@ -264,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         print("target: the plan's choice is the fastest at the asked context — no choice to compare")
         return 1
     near = measured_turn(chosen) <= measured_turn(fastest) * (1 + FASTEST_WITHIN)
-    print(f"target: the plan's choice is the fastest measured option at the asked context (or within "
+    print(f"target: the plan's choice is the fastest measured option with the asked context and KV type (or within "
           f"{FASTEST_WITHIN:.0%}) ... {'met' if near else 'MISSED'}"
           + ("" if chosen is fastest else f" ({chosen.label} {measured_turn(chosen):.2f} s a turn, "
              f"{fastest.label} {measured_turn(fastest):.2f} s)"))
