@@ -37,10 +37,14 @@ _N_LAYER, _N_EMBD, _N_HEAD, _N_FF = 2, 256, 4, 512
 _N_VOCAB = 3 + 256
 
 
-def selftest_model(folder: Path | None = None) -> Path:
-    """The self-test model, written once (atomically) under the cache."""
+def selftest_model(folder: Path | None = None, *, head_dim: int = _N_EMBD // _N_HEAD) -> Path:
+    """The self-test model, written once (atomically) under the cache. ``head_dim``: another width of its
+    4 heads (the model ``_N_HEAD`` times as wide, its FFN twice that), for timing a CPU's attention at a
+    model's head size (app/engine/cpu_attention.py)."""
     folder = folder or cache_dir() / "selftest"
-    path = folder / f"headroom-selftest-q4_0-v{MODEL_VERSION}.gguf"
+    n_embd = _N_HEAD * head_dim
+    width = "" if n_embd == _N_EMBD else f"-h{head_dim}"
+    path = folder / f"headroom-selftest-q4_0{width}-v{MODEL_VERSION}.gguf"
     if path.is_file():
         return path
     try:
@@ -50,14 +54,14 @@ def selftest_model(folder: Path | None = None) -> Path:
         path = folder / path.name
     tmp = path.with_name(f".{path.name}.{os.getpid()}.partial")
     try:
-        _write_model(tmp)
+        _write_model(tmp, n_embd, _N_FF * n_embd // _N_EMBD)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
     return path
 
 
-def _write_model(path: Path) -> None:
+def _write_model(path: Path, n_embd: int = _N_EMBD, n_ff: int = _N_FF) -> None:
     import numpy as np
     from gguf import GGMLQuantizationType, GGUFValueType, GGUFWriter, LlamaFileType
     from gguf.quants import quantize
@@ -66,12 +70,12 @@ def _write_model(path: Path) -> None:
     w = GGUFWriter(path, "llama")
     w.add_name("headroom-selftest")
     w.add_context_length(2048)
-    w.add_embedding_length(_N_EMBD)
+    w.add_embedding_length(n_embd)
     w.add_block_count(_N_LAYER)
-    w.add_feed_forward_length(_N_FF)
+    w.add_feed_forward_length(n_ff)
     w.add_head_count(_N_HEAD)
     w.add_head_count_kv(_N_HEAD)
-    w.add_rope_dimension_count(_N_EMBD // _N_HEAD)
+    w.add_rope_dimension_count(n_embd // _N_HEAD)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_file_type(LlamaFileType.MOSTLY_Q4_0)
     tokens = ["<unk>", "<s>", "</s>", *(f"<0x{b:02X}>" for b in range(256))]
@@ -91,18 +95,18 @@ def _write_model(path: Path) -> None:
         # the quantized rows' bytes: gguf-py turns that byte shape back into (rows, cols) elements
         w.add_tensor(name, quantize(f32(rows, cols), GGMLQuantizationType.Q4_0), raw_dtype=GGMLQuantizationType.Q4_0)
 
-    w.add_tensor("token_embd.weight", f32(_N_VOCAB, _N_EMBD))
+    w.add_tensor("token_embd.weight", f32(_N_VOCAB, n_embd))
     for i in range(_N_LAYER):
         p = f"blk.{i}."
-        w.add_tensor(p + "attn_norm.weight", np.ones(_N_EMBD, dtype=np.float32))
+        w.add_tensor(p + "attn_norm.weight", np.ones(n_embd, dtype=np.float32))
         for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
-            q4_0(p + name + ".weight", _N_EMBD, _N_EMBD)
-        w.add_tensor(p + "ffn_norm.weight", np.ones(_N_EMBD, dtype=np.float32))
-        q4_0(p + "ffn_gate.weight", _N_FF, _N_EMBD)
-        q4_0(p + "ffn_up.weight", _N_FF, _N_EMBD)
-        q4_0(p + "ffn_down.weight", _N_EMBD, _N_FF)
-    w.add_tensor("output_norm.weight", np.ones(_N_EMBD, dtype=np.float32))
-    w.add_tensor("output.weight", f32(_N_VOCAB, _N_EMBD))  # 259 rows: f32, as a small vocab's output often is
+            q4_0(p + name + ".weight", n_embd, n_embd)
+        w.add_tensor(p + "ffn_norm.weight", np.ones(n_embd, dtype=np.float32))
+        q4_0(p + "ffn_gate.weight", n_ff, n_embd)
+        q4_0(p + "ffn_up.weight", n_ff, n_embd)
+        q4_0(p + "ffn_down.weight", n_embd, n_ff)
+    w.add_tensor("output_norm.weight", np.ones(n_embd, dtype=np.float32))
+    w.add_tensor("output.weight", f32(_N_VOCAB, n_embd))  # 259 rows: f32, as a small vocab's output often is
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

@@ -88,17 +88,10 @@ def check_speed(plan: Plan, timings: Timings) -> SpeedCheck | None:
     timings; None when the plan predicts none (the window engine)."""
     if plan.speed is None or plan.kv is None:
         return None
-    from app.planner.solve.speed import Speed
-
     fill = min(1.0, (timings.prompt_n + timings.predicted_n) / max(1, plan.kv.n_ctx_seq))
-    empty, half = plan.speed.at[0], plan.speed.at_fill(0.5)
-
-    def at(a: Speed, b: Speed, key: str) -> float:  # between empty and half full, linearly in time per token
-        ta, tb = 1 / float(getattr(a, key)), 1 / float(getattr(b, key))
-        return 1 / (ta + (tb - ta) * min(1.0, fill / 0.5))
-
+    at = plan.speed.between(fill)
     fig = plan.speed_figures
-    return SpeedCheck(at(empty, half, "prefill"), at(empty, half, "decode"), timings,
+    return SpeedCheck(at.prefill, at.decode, timings,
                       fig.prefill_scale.value if fig is not None else 1.0,
                       fig.decode_scale.value if fig is not None else 1.0)
 

@@ -6,6 +6,10 @@
   model's decode efficiency), its link from NVML's PCIe generation and width; its compute stays the
   card table's default (NVML does not give tensor throughput), and no copy is timed (Headroom has no
   CUDA binding in Python: the after-launch check measures the real thing instead).
+- A CPU's flash attention (seconds per KV cell and head, by KV type, decode and prefill) and, for an RPC
+  worker's device, its matmul rate: measured by a short run of the engine that the caller passes in
+  (``engine_run``: app/engine/cpu_attention.py ``measure``; app/machine does not start engines), once
+  per device: the host by the host's identity, a worker's device by its name and description.
 - After a launch, ``serve`` stores measured ÷ predicted tokens/s (``learn``): later predictions on the
   same machine and devices are scaled by it.
 
@@ -23,6 +27,7 @@ import functools
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -31,7 +36,7 @@ from app.machine.overhead import load_json_dict
 from app.paths import cache_dir
 from app.planner.devices import GpuDevice, Inventory
 from app.planner.solve import speed
-from app.planner.solve.speed import DeviceSpeed, Figure, SpeedFigures
+from app.planner.solve.speed import CpuAttention, DeviceSpeed, Figure, SpeedFigures
 from app.planner.sources import Source, SourceKind
 
 CALIBRATION_VERSION = 1
@@ -39,6 +44,20 @@ CALIBRATION_VERSION = 1
 COPY_BYTES = 64 * 1024 * 1024
 MATMUL_N = 512
 REPEATS = 3
+
+
+#: A timed engine run on one device (None: the host CPU; else an RPC worker's device) with heads of
+#: a size: per KV type ``{"decode": s, "prefill": s, "compute": flop/s}`` (app/engine/cpu_attention.py);
+#: empty when it could not run.
+EngineRun = Callable[[GpuDevice | None, int], dict[str, dict[str, float]]]
+#: The key of the host's engine run in the cache's ``engine_runs``.
+HOST_RUN = "host"
+
+
+def engine_run_key(gpu: GpuDevice | None) -> str:
+    """Which device an engine run belongs to: the host, or a worker's device by its engine name
+    (index and endpoint) and the description the worker gave."""
+    return HOST_RUN if gpu is None else f"{gpu.engine_name} {gpu.name}"
 
 
 def calibration_path() -> Path:
@@ -142,9 +161,11 @@ def _save(path: Path, data: dict[str, Any]) -> bool:
 _UNSTORED: dict[tuple[str, str], dict[str, Any]] = {}
 
 
-def calibration(inventory: Inventory, *, path: Path | None = None) -> dict[str, Any]:
+def calibration(inventory: Inventory, *, path: Path | None = None,
+                engine_run: EngineRun | None = None, head_dims: tuple[int, ...] = ()) -> dict[str, Any]:
     """The stored calibration for this host's identity, measured (and stored) when there is none or
-    the identity changed; a real GPU not seen before gets its NVML figure added."""
+    the identity changed; a real GPU not seen before gets its NVML figure added; with ``engine_run``,
+    the host and each RPC worker's device get theirs for each of ``head_dims`` not run before."""
     store = path or calibration_path()
     ident = identity(inventory)
     memo_key = (str(store), json.dumps(ident, sort_keys=True))
@@ -160,6 +181,14 @@ def calibration(inventory: Inventory, *, path: Path | None = None) -> dict[str, 
     if new := [g for g in _real_gpus(inventory) if (g.uuid or g.name) not in known]:
         known.update(_gpu_bandwidths(new))
         changed = True
+    runs = data.setdefault("engine_runs", {})
+    if engine_run is not None:
+        for dev in (None, *inventory.rpc_devices):
+            by_head = runs.setdefault(engine_run_key(dev), {})
+            for head in head_dims:
+                if str(head) not in by_head:
+                    by_head[str(head)] = engine_run(dev, head)
+                    changed = True
     if changed:
         data.pop("saved", None)
         data["saved"] = _save(store, data)
@@ -177,23 +206,59 @@ def _calibrated(value: float, detail: str) -> Figure:
     return Figure(value, Source(SourceKind.CALIBRATED, detail))
 
 
-def machine_speed(inventory: Inventory, *, path: Path | None = None, host_attention: bool = False) -> SpeedFigures:
+def _runs(by_head: Any) -> list[tuple[int, str, dict[str, float]]]:
+    """A device's engine runs as (head size, KV type, figures), the well-formed ones."""
+    if not isinstance(by_head, dict):
+        return []
+    return [(int(head), kv, r) for head, run in sorted(by_head.items()) if head.isdigit() and isinstance(run, dict)
+            for kv, r in sorted(run.items())
+            if isinstance(r, dict) and all(isinstance(r.get(k), (int, float)) and r[k] > 0
+                                           for k in ("decode", "prefill"))]
+
+
+def _cpu_attention(by_head: Any, detail: str) -> tuple[CpuAttention, ...]:
+    return tuple(CpuAttention(kv, head, _calibrated(float(r["decode"]), f"{detail}, {head}-wide heads"),
+                              _calibrated(float(r["prefill"]), f"{detail}, {head}-wide heads"))
+                 for head, kv, r in _runs(by_head))
+
+
+def _run_compute(by_head: Any) -> float | None:
+    """The device's matmul flop/s from its engine runs (the f16 KV runs' best)."""
+    found = [float(c) for _, kv, r in _runs(by_head) if kv == "f16" and isinstance(c := r.get("compute"), (int, float))
+             and c > 0]
+    return max(found) if found else None
+
+
+#: What an engine run's figures say they are.
+ENGINE_RUN_DETAIL = "llama-batched-bench on the self-test model, flash attention on"
+
+
+def machine_speed(inventory: Inventory, *, path: Path | None = None, host_attention: bool = False,
+                  engine_run: EngineRun | None = None, head_dims: tuple[int, ...] = ()) -> SpeedFigures:
     """The speed figures for ``inventory``: the host's calibrated, each real GPU's bandwidth from
-    NVML, every other figure the planner's default; scaled by what launches here measured."""
-    data = calibration(inventory, path=path)
+    NVML, the engine runs' CPU attention and a worker's matmul rate where they were made
+    (``engine_run`` makes the missing ones for ``head_dims``), every other figure the planner's
+    default; scaled by what launches here measured."""
+    data = calibration(inventory, path=path, engine_run=engine_run, head_dims=head_dims)
     base = speed.default_figures(inventory, host_attention=host_attention)
     devices = []
     bws = data.get("gpu_bandwidth") or {}
+    runs = data.get("engine_runs") or {}
     for g, d in zip(inventory.gpus, base.devices, strict=True):
         bw = bws.get(g.uuid or g.name) if not g.simulated and not g.is_rpc else None
         if isinstance(bw, (int, float)) and bw > 0:
             d = DeviceSpeed(d.name, Figure(bw * speed.DECODE_BANDWIDTH_EFFICIENCY, Source(
                 SourceKind.FROM_NVML, f"memory clock × bus width, {bw / 1e9:.0f} GB/s × "
                 f"{speed.DECODE_BANDWIDTH_EFFICIENCY}")), d.flops, d.link, d.split_s)
+        run = runs.get(engine_run_key(g)) if g.is_rpc else None
+        if (compute := _run_compute(run)) is not None:
+            d = replace(d, flops=_calibrated(compute, f"{ENGINE_RUN_DETAIL}: its Q4_0 matmuls"),
+                        attention=_cpu_attention(run, ENGINE_RUN_DETAIL))
         devices.append(d)
     fig = SpeedFigures(_calibrated(float(data["host_bandwidth"]), "a 64 MiB copy"),
                        _calibrated(float(data["host_flops"]), f"a {MATMUL_N}² float32 matmul"),
-                       tuple(devices), host_attention=host_attention)
+                       tuple(devices), host_attention=host_attention,
+                       host_cpu_attention=_cpu_attention(runs.get(HOST_RUN), ENGINE_RUN_DETAIL))
     learned = (data.get("learned") or {}).get(learned_key(inventory))
     if isinstance(learned, dict):
         scale = {name: _calibrated(float(v), "measured ÷ predicted after a launch here")

@@ -32,6 +32,15 @@ Where each side runs (llama.cpp 0c1e57098, ggml-backend's scheduler; docs/domain
   prefill streams all their experts (op offload);
 - RPC workers: each crossing of the hidden state is a split on the network.
 
+Attention on a CPU (the host's, or an RPC worker whose device is a CPU) is not bandwidth-bound:
+ggml-cpu's flash attention (ops.cpp ``ggml_compute_forward_flash_attn_ext_f16``) walks every KV cell of
+every head one at a time (a dot product, an ``expf``, a multiply-add), and only an f16/f32 prefill
+batch takes its tiled path. Its cost, in seconds per KV cell per head by the K cache's type, for decode
+and for prefill, is measured by a short run of the engine (app/engine/cpu_attention.py, kept by
+app/machine/calibrate.py): where it is known, a side's attention costs ``max(KV bytes / bandwidth,
+cells × heads × that cost)``; where it is not (a GPU, or nothing measured), the bandwidth and flop/s
+terms above alone.
+
 Pure: the machine's figures come in as a :class:`SpeedFigures` (defaults: :func:`default_figures`).
 """
 
@@ -145,6 +154,43 @@ def default(value: float, detail: str) -> Figure:
     return Figure(value, Source(_DEFAULT, detail))
 
 
+#: KV types whose CPU flash attention takes the float path (the tiled prefill); any other (quantized)
+#: type is priced with a measured quantized type's rate, ``QUANTIZED_KV_PROXY``.
+FLOAT_KV = ("f32", "f16", "bf16")
+QUANTIZED_KV_PROXY = "q8_0"
+
+
+@dataclass(frozen=True)
+class CpuAttention:
+    """Seconds a CPU's flash-attention kernel spends per KV cell per head with one K cache type: for a
+    decoded token (one query row over every used cell) and per token of a prefill ubatch (module
+    docstring: its loop is per cell and head, so heads, not flops, are what it is counted in)."""
+
+    kv_type: str
+    #: The K head size it was measured at: ggml's f16 vector code steps 64 elements at a time with
+    #: AVX-512 (simd-mappings.h ``GGML_F16_STEP``), so a 32-wide head runs scalar and costs more per
+    #: cell than a 64-wide one; a cost holds for its head size.
+    head_dim: int
+    decode: Figure
+    prefill: Figure
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kv_type": self.kv_type, "head_dim": self.head_dim, "decode": self.decode.to_json(),
+                "prefill": self.prefill.to_json()}
+
+
+def attention_cost(rates: tuple[CpuAttention, ...], kv_type: str, head_dim: int, *, decode: bool) -> float | None:
+    """The measured seconds per cell and head for ``kv_type`` (a type not measured: f16's for a float type,
+    ``QUANTIZED_KV_PROXY``'s for a quantized one) at the nearest measured head size; None when nothing
+    was measured."""
+    want = kv_type if any(r.kv_type == kv_type for r in rates) else "f16" if kv_type in FLOAT_KV else QUANTIZED_KV_PROXY
+    found = [r for r in rates if r.kv_type == want]
+    if not found:
+        return None
+    r = min(found, key=lambda r: abs(r.head_dim - head_dim))
+    return (r.decode if decode else r.prefill).value
+
+
 @dataclass(frozen=True)
 class DeviceSpeed:
     """One offload device's terms: its memory bandwidth (bytes/s), matmul throughput (flop/s), the
@@ -155,10 +201,13 @@ class DeviceSpeed:
     flops: Figure
     link: Figure
     split_s: Figure
+    #: The device is a CPU (an RPC worker's) whose flash attention was measured (empty: a GPU, or not measured).
+    attention: tuple[CpuAttention, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "bandwidth": self.bandwidth.to_json(), "flops": self.flops.to_json(),
-                "link": self.link.to_json(), "split_s": self.split_s.to_json()}
+                "link": self.link.to_json(), "split_s": self.split_s.to_json()} | (
+                    {"attention": [a.to_json() for a in self.attention]} if self.attention else {})
 
 
 @dataclass(frozen=True)
@@ -173,6 +222,8 @@ class SpeedFigures:
     prefill_scale: Figure = field(default_factory=lambda: default(1.0, "nothing measured after a launch yet"))
     #: The engine runs a host-KV layer's attention on the CPU for decode (Headroom's patch).
     host_attention: bool = False
+    #: The host CPU's flash attention, measured (empty: priced at host bandwidth and flop/s).
+    host_cpu_attention: tuple[CpuAttention, ...] = ()
 
     @property
     def calibrated(self) -> bool:
@@ -185,7 +236,8 @@ class SpeedFigures:
         return {"host_bandwidth": self.host_bandwidth.to_json(), "host_flops": self.host_flops.to_json(),
                 "devices": [d.to_json() for d in self.devices], "decode_scale": self.decode_scale.to_json(),
                 "prefill_scale": self.prefill_scale.to_json(), "host_attention": self.host_attention,
-                "calibrated": self.calibrated}
+                "calibrated": self.calibrated} | ({"host_cpu_attention": [a.to_json() for a in self.host_cpu_attention]}
+                                                  if self.host_cpu_attention else {})
 
 
 def default_device(gpu: GpuDevice) -> DeviceSpeed:
@@ -260,6 +312,17 @@ class Workload:
     rpc_crossings: int = 0
     #: No device at all: everything on the CPU.
     cpu_only: bool = False
+    #: The K cache's type (what a CPU's attention rate depends on), and the attention flops per cell
+    #: each device runs for a decoded token (device order; a stock engine's host tail: the first's).
+    kv_type: str = "f16"
+    attn_device_cell: tuple[float, ...] = ()
+    #: Attention flops per cell of the host-tail layers (on the CPU for decode with the patch).
+    attn_tail_cell: float = 0.0
+    #: Flops per cell of one head's attention: 2 × (K head size + V head size); attention flops ÷
+    #: this = cell-heads, what a CPU's attention is priced by (0: no attention).
+    attn_head_flops: int = 0
+    #: The K head size (a CPU's attention cost is measured per head size).
+    head_dim: int = 0
 
 
 @dataclass(frozen=True)
@@ -283,6 +346,20 @@ class SpeedRow:
     def at_fill(self, fill: float) -> Speed:
         return min(self.at, key=lambda s: abs(s.fill - fill))
 
+    def between(self, fill: float) -> Speed:
+        """The speed at any ``fill`` in [0, 1]: seconds per token linear between the two ``FILLS``
+        around it (exact for this model, whose seconds per token grow linearly with the cells used)."""
+        pts = sorted(self.at, key=lambda s: s.fill)
+        fill = min(max(fill, pts[0].fill), pts[-1].fill)
+        hi = next((i for i, s in enumerate(pts) if s.fill >= fill), len(pts) - 1)
+        a, b = pts[max(0, hi - 1)], pts[hi]
+        k = 0.0 if b.fill == a.fill else (fill - a.fill) / (b.fill - a.fill)
+
+        def rate(x: float, y: float) -> float:
+            return 1 / (1 / x + (1 / y - 1 / x) * k)
+
+        return Speed(fill, rate(a.prefill, b.prefill), rate(a.decode, b.decode))
+
     def to_json(self) -> dict[str, Any]:
         return {"prefill": [round(s.prefill, 1) for s in self.at], "decode": [round(s.decode, 2) for s in self.at],
                 "fills": [s.fill for s in self.at], "turn_s": round(self.turn_s, 2), "calibrated": self.calibrated}
@@ -300,18 +377,35 @@ def _splits(w: Workload, fig: SpeedFigures, *, decode: bool) -> float:
     return n * local + w.rpc_crossings * rpc
 
 
+def _attend(kv_bytes_s: float, flops: float, rates: tuple[CpuAttention, ...], w: Workload, *,
+            decode: bool) -> float:
+    """Seconds one side's attention takes: its KV read (``kv_bytes_s``, at its bandwidth), or on a CPU
+    whose flash attention was measured, that kernel's time (cell-heads × its cost) when it is the longer."""
+    cost = attention_cost(rates, w.kv_type, w.head_dim, decode=decode)
+    return max(kv_bytes_s, flops / w.attn_head_flops * cost) if cost and w.attn_head_flops else kv_bytes_s
+
+
 def decode_seconds(w: Workload, fig: SpeedFigures, fill: float) -> float:
     """Seconds one decoded token takes at ``fill`` of the context (module docstring: decode)."""
     cells = max(1.0, fill * w.n_ctx_seq)
     host_bw = fig.host_bandwidth.value
+    host = fig.host_cpu_attention
     if w.cpu_only or not fig.devices:
         kv = (w.kv_host_cpu_cell + w.kv_host_tail_cell + sum(w.kv_device_cell)) * cells
-        return (w.host_weights + sum(w.device_weights) + kv) / host_bw
-    t = sum((wt + kv * cells) / d.bandwidth.value
-            for wt, kv, d in zip(w.device_weights, w.kv_device_cell, fig.devices, strict=False))
-    t += (w.host_weights + w.kv_host_cpu_cell * cells) / host_bw
+        return (w.host_weights + sum(w.device_weights)) / host_bw + _attend(
+            kv / host_bw, w.attn_flops_cell * cells, host, w, decode=True)
+    attn_dev = w.attn_device_cell or (0.0,) * len(w.kv_device_cell)
+    t = sum(wt / d.bandwidth.value + _attend(kv * cells / d.bandwidth.value, a * cells, d.attention, w,
+                                             decode=True)
+            for wt, kv, a, d in zip(w.device_weights, w.kv_device_cell, attn_dev, fig.devices, strict=False))
+    t += w.host_weights / host_bw + _attend(w.kv_host_cpu_cell * cells / host_bw,
+                                            w.attn_flops_cell * w.attn_host_share * cells, host, w, decode=True)
     tail = w.kv_host_tail_cell * cells
-    t += tail / host_bw if fig.host_attention else tail / fig.devices[0].link.value
+    if fig.host_attention:
+        t += _attend(tail / host_bw, w.attn_tail_cell * cells, host, w, decode=True)
+    else:
+        t += tail / fig.devices[0].link.value + _attend(0.0, w.attn_tail_cell * cells, fig.devices[0].attention,
+                                                       w, decode=True)
     return t + _splits(w, fig, decode=True)
 
 
@@ -320,13 +414,16 @@ def prefill_seconds(w: Workload, fig: SpeedFigures, fill: float) -> float:
     cells = max(1.0, fill * w.n_ctx_seq)
     attn = w.attn_flops_cell * cells
     if w.cpu_only or not fig.devices:
-        return (w.flops + attn) / fig.host_flops.value
+        return w.flops / fig.host_flops.value + _attend(attn / fig.host_flops.value, attn, fig.host_cpu_attention, w,
+                                                        decode=False)
     dev = fig.devices[0]
     offload = w.n_ubatch >= OP_OFFLOAD_MIN_BATCH
     host_mm = 0.0 if offload else w.flops * w.host_flop_share
     dev_flops = sum(d.flops.value for d in fig.devices)
-    t = (w.flops - host_mm + attn * (1 - w.attn_host_share)) / dev_flops
-    t += (host_mm + attn * w.attn_host_share) / fig.host_flops.value
+    dev_attn, host_attn = attn * (1 - w.attn_host_share), attn * w.attn_host_share
+    t = (w.flops - host_mm) / dev_flops + _attend(dev_attn / dev_flops, dev_attn, dev.attention, w, decode=False)
+    t += host_mm / fig.host_flops.value + _attend(host_attn / fig.host_flops.value, host_attn,
+                                                  fig.host_cpu_attention, w, decode=False)
     streamed = (w.streamed_weights if offload else 0) + w.kv_host_tail_cell * cells
     t += streamed / dev.link.value / max(1, w.n_ubatch)
     return t + _splits(w, fig, decode=False) / max(1, w.n_ubatch)

@@ -39,6 +39,8 @@ def workload(shape: ModelShape, inv: Inventory, launch: LaunchSettings, ws: Weig
     device_weights = tuple(int(device_active * g / gpu_total) for g in ws.gpu) if n_dev else ()
     overrides = resolve_overrides(launch, [g.engine_name for g in inv.gpus]) if n_dev else ()
     kv_dev = [0] * n_dev
+    attn_dev = [0.0] * n_dev
+    attn_tail = 0.0
     kv_cpu = kv_tail = 0
     tail_layers = cpu_layers = 0
     attn_total = attention_flops_per_cell(shape) or 1.0
@@ -48,12 +50,14 @@ def workload(shape: ModelShape, inv: Inventory, launch: LaunchSettings, ws: Weig
         layer_attn = 2 * shape.n_head[il] * (shape.head_dim_k + shape.head_dim_v) if shape.n_head_kv[il] else 0
         if dev is not None and launch.offload_kqv:
             kv_dev[dev] += per_cell
+            attn_dev[dev] += layer_attn
             continue
         # KV in host RAM: is the layer's attention (its weights) on a device (-ot: the host tail)?
         t = _attn_tensor(shape, il)
         weights_dev = tensor_device(t, shape.n_layer, ws.devices, overrides) if t is not None and n_dev else None
         if weights_dev is not None and launch.offload_kqv:
             kv_tail += per_cell
+            attn_tail += layer_attn
             tail_layers += 1
         else:
             kv_cpu += per_cell
@@ -73,4 +77,6 @@ def workload(shape: ModelShape, inv: Inventory, launch: LaunchSettings, ws: Weig
         attn_flops_cell=attn_total, attn_host_share=attn_host / attn_total, n_ctx_seq=n_ctx_seq,
         n_ubatch=launch.effective_n_ubatch, host_tail_layers=tail_layers,
         cpu_op_layers=moe_layers + nkvo_layers, cpu_layers=cpu_layers > 0 and launch.offload_kqv,
-        rpc_crossings=len(network.boundaries) if network is not None else 0, cpu_only=n_dev == 0)
+        rpc_crossings=len(network.boundaries) if network is not None else 0, cpu_only=n_dev == 0,
+        kv_type=launch.type_k, attn_device_cell=tuple(attn_dev), attn_tail_cell=attn_tail,
+        attn_head_flops=2 * (shape.head_dim_k + shape.head_dim_v), head_dim=shape.head_dim_k)

@@ -59,3 +59,41 @@ def test_a_cache_that_cannot_be_written_gives_figures_and_writes_nothing(tmp_pat
     assert calibrate.calibration(desktop(), path=blocker / "c.json")["measured_at"] == data["measured_at"]  # once
     assert not calibrate.learn(desktop(), 0.5, None, path=blocker / "c.json")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cache"] and blocker.read_text() == "not a directory"
+
+
+def test_an_engine_run_is_made_once_per_device_and_head_size_and_kept(tmp_path: Path) -> None:
+    store = tmp_path / "c.json"
+    worker = GpuDevice(0, "RPC worker 10.0.0.2:50052", 8 * GiB, 8 * GiB, kind=DeviceKind.RPC,
+                       endpoint="10.0.0.2:50052")
+    inv = Inventory((worker,), desktop().host)
+    calls: list[tuple[str, int]] = []
+
+    def run(device: GpuDevice | None, head_dim: int) -> dict[str, dict[str, float]]:
+        calls.append((calibrate.engine_run_key(device), head_dim))
+        slow = 1.0 if device is None else 2.0  # the one-thread worker is the slower
+        return {"f16": {"decode": slow * 80e-9, "prefill": slow * 8e-9, "compute": 40e9 / slow},
+                "q8_0": {"decode": slow * 40e-9, "prefill": slow * 30e-9}}
+
+    fig = calibrate.machine_speed(inv, path=store, engine_run=run, head_dims=(32,))
+    assert calls == [("host", 32), ("RPC0[10.0.0.2:50052] RPC worker 10.0.0.2:50052", 32)]
+    dev = fig.devices[0]
+    assert [(a.kv_type, a.head_dim, a.decode.value) for a in dev.attention] == [("f16", 32, 160e-9),
+                                                                                ("q8_0", 32, 80e-9)]
+    assert dev.flops.value == 20e9 and dev.flops.calibrated and dev.attention[0].decode.calibrated
+    assert str(dev.flops.source) == ("calibrated on this machine (llama-batched-bench on the self-test model, "
+                                     "flash attention on: its Q4_0 matmuls)")
+    assert [a.decode.value for a in fig.host_cpu_attention] == [80e-9, 40e-9]
+    assert not dev.bandwidth.calibrated  # what the run does not measure stays a named default
+    # kept: a second plan runs nothing; another model's head size runs again, for it only
+    calibrate.machine_speed(inv, path=store, engine_run=run, head_dims=(32,))
+    calibrate.machine_speed(inv, path=store, engine_run=run, head_dims=(32, 128))
+    assert calls[2:] == [("host", 128), ("RPC0[10.0.0.2:50052] RPC worker 10.0.0.2:50052", 128)]
+    assert sorted(json.loads(store.read_text())["engine_runs"]["host"]) == ["128", "32"]
+
+
+def test_without_an_engine_run_a_worker_keeps_the_defaults(tmp_path: Path) -> None:
+    worker = GpuDevice(0, "RPC worker 10.0.0.2:50052", 8 * GiB, 8 * GiB, kind=DeviceKind.RPC,
+                       endpoint="10.0.0.2:50052")
+    fig = calibrate.machine_speed(Inventory((worker,), desktop().host), path=tmp_path / "c.json")
+    assert fig.devices[0].attention == () and fig.host_cpu_attention == ()
+    assert not fig.devices[0].flops.calibrated

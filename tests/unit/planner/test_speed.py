@@ -17,8 +17,11 @@ from app.planner.solve.speed import (
     BASE_SPLITS,
     SPLITS_PER_HOST_KV_LAYER_PATCHED,
     SPLITS_PER_HOST_KV_LAYER_STOCK,
+    CpuAttention,
     DeviceSpeed,
+    Speed,
     SpeedFigures,
+    SpeedRow,
     Workload,
     decode_seconds,
     default,
@@ -75,6 +78,87 @@ def test_without_a_device_everything_is_the_hosts() -> None:
     w = work(device_weights=(), host_weights=10 * 10**9, kv_device_cell=(), kv_host_cpu_cell=100_000, cpu_only=True)
     assert decode_seconds(w, figures(), 1.0) == pytest.approx((10e9 + 10e9) / 50e9)
     assert prefill_seconds(w, figures(), 1.0) == pytest.approx(20e9 / 1e12)
+
+
+# A CPU device (an RPC worker's one-thread CPU), its flash attention measured: f16 100 ns a cell and head
+# for decode and 10 ns for prefill, q8_0 50 and 20 ns, at 32-wide heads; 10 GB/s, 50 GFLOP/s.
+def cpu_attention(head: int = 32, f16: float = 100e-9, q8: float = 50e-9) -> tuple[CpuAttention, ...]:
+    return (CpuAttention("f16", head, default(f16, "t"), default(f16 / 10, "t")),
+            CpuAttention("q8_0", head, default(q8, "t"), default(q8 / 2.5, "t")))
+
+
+def cpu_device_figures(attention: tuple[CpuAttention, ...]) -> SpeedFigures:
+    dev = DeviceSpeed("RPC0[10.0.0.2:50052]", default(10e9, "t"), default(50e9, "t"), default(1e9, "t"),
+                      default(SPLIT, "t"), attention=attention)
+    return SpeedFigures(default(50e9, "t"), default(1e12, "t"), (dev,))
+
+
+def small_heads(**kw: object) -> Workload:
+    """8 layers of 4 heads 32 wide, all on the device: 512 B of f16 KV and 4,096 attention flops a
+    cell (128 a cell and head: 32 cell-heads a cell); 10 MB of weights, 100 MFLOP a token."""
+    return work(**({"device_weights": (10**7,), "flops": 1e8, "kv_device_cell": (4096,), "attn_flops_cell": 4096.0,
+                    "attn_device_cell": (4096.0,), "attn_head_flops": 128, "head_dim": 32, "n_ctx_seq": 10_000}
+                   | kw))
+
+
+def test_attention_on_a_measured_cpu_costs_its_cells_times_heads_not_its_kv_bytes() -> None:
+    fig = cpu_device_figures(cpu_attention())
+    # half full: 5,000 cells × 32 heads × 100 ns = 16 ms, above the 2 MB of KV at 10 GB/s (0.2 ms)
+    assert decode_seconds(small_heads(), fig, 0.5) == pytest.approx(1e7 / 10e9 + 5000 * 32 * 100e-9
+                                                                    + BASE_SPLITS * SPLIT)
+    # q8_0 at its own cost; a q4_0 KV (not measured) at q8_0's, bf16 at f16's
+    q8 = 1e7 / 10e9 + 5000 * 32 * 50e-9 + BASE_SPLITS * SPLIT
+    assert decode_seconds(small_heads(kv_type="q8_0"), fig, 0.5) == pytest.approx(q8)
+    assert decode_seconds(small_heads(kv_type="q4_0"), fig, 0.5) == pytest.approx(q8)
+    assert decode_seconds(small_heads(kv_type="bf16"), fig, 0.5) == decode_seconds(small_heads(), fig, 0.5)
+    # prefill: 2 ms of matmuls at 50 GFLOP/s, 5,000 × 32 × 10 ns of attention, the splits over a ubatch
+    assert prefill_seconds(small_heads(), fig, 0.5) == pytest.approx(1e8 / 50e9 + 5000 * 32 * 10e-9
+                                                                     + BASE_SPLITS * SPLIT / 512)
+    # nothing measured (a GPU): the KV read at the device's bandwidth, attention flops at its flop/s
+    plain = cpu_device_figures(())
+    assert decode_seconds(small_heads(), plain, 0.5) == pytest.approx(1e7 / 10e9 + 5000 * 4096 / 10e9
+                                                                      + BASE_SPLITS * SPLIT)
+    assert prefill_seconds(small_heads(), plain, 0.5) == pytest.approx((1e8 + 5000 * 4096) / 50e9
+                                                                       + BASE_SPLITS * SPLIT / 512)
+
+
+def test_a_cpu_attention_cost_holds_for_the_head_size_it_was_measured_at() -> None:
+    # 64-wide heads measured at 10 ns (a SIMD step), 32-wide at 100 ns (scalar): a model's own size
+    # is priced with its own, another with the nearest
+    fig = cpu_device_figures(cpu_attention(64, 10e-9, 10e-9) + cpu_attention(32))
+    assert decode_seconds(small_heads(), fig, 0.5) == pytest.approx(1e7 / 10e9 + 5000 * 32 * 100e-9
+                                                                    + BASE_SPLITS * SPLIT)
+    wide = small_heads(head_dim=64, attn_head_flops=256, kv_device_cell=(8192,), attn_flops_cell=8192.0,
+                       attn_device_cell=(8192.0,))
+    # 5,000 cells × 32 heads × 10 ns = 1.6 ms, under the 40 MB of KV at 10 GB/s (4 ms): the read wins
+    assert decode_seconds(wide, fig, 0.5) == pytest.approx(1e7 / 10e9 + 5000 * 8192 / 10e9 + BASE_SPLITS * SPLIT)
+    assert decode_seconds(small_heads(head_dim=40), fig, 0.5) == decode_seconds(small_heads(), fig, 0.5)
+
+
+def test_the_host_cpus_attention_prices_nkvo_and_the_patched_host_tail() -> None:
+    host = cpu_attention()
+    fig = SpeedFigures(default(50e9, "t"), default(1e12, "t"), cpu_device_figures(()).devices,
+                       host_attention=True, host_cpu_attention=host)
+    # -nkvo: every layer's attention on the CPU (its KV in host RAM), 16 more splits
+    nkvo = small_heads(kv_device_cell=(0,), attn_device_cell=(0.0,), kv_host_cpu_cell=4096, attn_host_share=1.0,
+                       cpu_op_layers=8)
+    assert decode_seconds(nkvo, fig, 0.5) == pytest.approx(1e7 / 10e9 + 5000 * 32 * 100e-9
+                                                           + (BASE_SPLITS + 16) * SPLIT)
+    # the patched host tail of 2 layers (8 cell-heads a cell) attends on the CPU, 6 on the device
+    tail = small_heads(kv_device_cell=(3072,), attn_device_cell=(3072.0,), kv_host_tail_cell=1024,
+                       attn_tail_cell=1024.0, host_tail_layers=2)
+    assert decode_seconds(tail, fig, 0.5) == pytest.approx(
+        1e7 / 10e9 + 5000 * 3072 / 10e9 + 5000 * 8 * 100e-9
+        + (BASE_SPLITS + 2 * SPLITS_PER_HOST_KV_LAYER_PATCHED) * SPLIT)
+
+
+def test_a_speed_row_gives_the_speed_at_any_fill_linearly_in_seconds_per_token() -> None:
+    row = SpeedRow((Speed(0.0, 1000.0, 100.0), Speed(0.5, 500.0, 50.0), Speed(1.0, 250.0, 20.0)), 1.0, False)
+    # a quarter full: 1.5 ms a prompt token, 15 ms a decoded one; three quarters: (20 + 50) / 2 ms
+    quarter = row.between(0.25)
+    assert quarter.prefill == pytest.approx(1 / 1.5e-3) and quarter.decode == pytest.approx(1 / 15e-3)
+    assert row.between(0.75).decode == pytest.approx(1 / 35e-3)
+    assert row.between(0.0) == Speed(0.0, 1000.0, 100.0) and row.between(2.0).decode == pytest.approx(20.0)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,116 @@
+"""A device's attention and matmul rates, measured by a short run of the engine: what the speed model
+cannot derive for a CPU (app/planner/solve/speed.py, "Attention on a CPU").
+
+ggml-cpu's flash attention walks every KV cell of every head one at a time, so on a CPU its cost per
+cell is set by that loop (and the thread count the engine or the RPC worker runs with), not by memory
+bandwidth; the f16 and the quantized KV paths differ (only f16/f32 prefill is tiled). No spec sheet
+gives it: ``measure`` times it. It runs the build's ``llama-batched-bench`` on the self-test model
+(app/engine/selftest.py: 2 layers, 4 heads as wide as the planned model's, Q4_0 matrices) with flash attention on, for each KV
+type in ``KV_TYPES``, at two prompt lengths (``PROMPTS``) with ``DECODE`` tokens after each, the best of
+``REPEATS``; on the host CPU (``-ngl 0``, the engine's default threads) or on an RPC worker's device
+(``-ngl 99 --rpc ENDPOINT``, the worker's own threads). From the engine's own timings:
+
+- decode: seconds per token grow with the cells attended over; that slope over the model's heads (all
+  layers) is the decode cost per cell and head;
+- prefill: seconds per prompt token grow with the mean fill (half the prompt); the same ratio is the
+  prefill cost per cell and head; the seconds per token at no fill are the model's matmuls, whose
+  flops over them give the device's matmul rate (Q4_0 weights: a quantized model's).
+
+A few seconds in all; app/machine/calibrate.py keeps the result with the device's identity.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+from app.engine.selftest import selftest_model
+from app.planner.devices import GpuDevice
+from app.planner.gguf.model import read_shape
+from app.planner.solve.speed import active_weights
+
+#: Prompt lengths (tokens) and tokens decoded after each; the context they need.
+PROMPTS = (256, 2048)
+DECODE = 16
+N_CTX = 4096
+KV_TYPES = ("f16", "q8_0")
+REPEATS = 3
+TIMEOUT_S = 120.0
+
+#: |    PP |     TG |    B |   N_KV |   T_PP s | S_PP t/s |   T_TG s | S_TG t/s |      T s |    S t/s |
+_ROW = re.compile(r"^\|\s*(?P<pp>\d+)\s*\|\s*(?P<tg>\d+)\s*\|\s*1\s*\|\s*\d+\s*\|\s*(?P<t_pp>[\d.]+)\s*\|"
+                  r"\s*[\d.]+\s*\|\s*(?P<t_tg>[\d.]+)\s*\|")
+
+
+def batched_bench(server: Path) -> Path | None:
+    """The ``llama-batched-bench`` beside a build's ``llama-server`` (None when the build has none)."""
+    path = server.with_name("llama-batched-bench")
+    return path if path.is_file() else None
+
+
+def parse_rows(text: str) -> dict[int, tuple[float, float]]:
+    """``llama-batched-bench``'s table: per prompt length, (seconds of its prefill, seconds of its decode)."""
+    return {int(m["pp"]): (float(m["t_pp"]), float(m["t_tg"]))
+            for line in text.splitlines() if (m := _ROW.match(line.strip()))}
+
+
+def rates(rows: dict[int, tuple[float, float]], heads: int, flops_token: float,
+          decode: int = DECODE) -> dict[str, float] | None:
+    """Decode and prefill seconds per cell and head (``heads``: over all layers) and the matmul flop/s
+    (left out when the rows leave none) from two rows of the table (module docstring); None when the
+    rows do not show attention growing with the cells (too noisy to say)."""
+    if len(rows) < 2:
+        return None
+    (p1, (pp1, tg1)), (p2, (pp2, tg2)) = sorted(rows.items())[:2]
+    decode_slope = (tg2 / decode - tg1 / decode) / (p2 - p1)  # seconds per token per cell
+    prefill_slope = (pp2 / p2 - pp1 / p1) / ((p2 - p1) / 2)
+    matmul_s = pp1 / p1 - prefill_slope * p1 / 2
+    if decode_slope <= 0 or prefill_slope <= 0:
+        return None
+    out = {"decode": decode_slope / heads, "prefill": prefill_slope / heads}
+    return out | ({"compute": flops_token / matmul_s} if matmul_s > 0 else {})
+
+
+def measure(bench: Path, model: Path, device_args: list[str]) -> dict[str, dict[str, float]]:
+    """Per KV type, ``rates`` on the device ``device_args`` selects (``-ngl 0``: the host CPU;
+    ``-ngl 99 --rpc ENDPOINT``: a worker's); a type whose run failed or was too noisy is left out."""
+    shape = read_shape(model)
+    _, flops = active_weights(shape)
+    heads = sum(shape.n_head[il] for il in range(shape.n_layer) if shape.n_head_kv[il] > 0)
+    out: dict[str, dict[str, float]] = {}
+    for kv in KV_TYPES:
+        best: dict[int, tuple[float, float]] = {}
+        for _ in range(REPEATS):
+            argv = [str(bench), "-m", str(model), "-c", str(N_CTX), "-b", "2048", "-ub", "512", "-fa", "on",
+                    "-npp", ",".join(map(str, PROMPTS)), "-ntg", str(DECODE), "-npl", "1", "-ctk", kv, "-ctv", kv,
+                    *device_args]
+            try:
+                done = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+            except (OSError, subprocess.TimeoutExpired):
+                break
+            for pp, (t_pp, t_tg) in parse_rows(done.stdout + done.stderr).items():
+                old = best.get(pp)
+                best[pp] = (min(t_pp, old[0]), min(t_tg, old[1])) if old else (t_pp, t_tg)
+        if (r := rates(best, heads, flops)) is not None:
+            out[kv] = r
+    return out
+
+
+def engine_run(server: Path, threads: int | None = None) -> Callable[[GpuDevice | None, int], dict[str, dict[str, float]]]:
+    """``measure`` with the build of ``server``, on the host CPU (None) or an RPC worker's device, with
+    the self-test model's heads as wide as a model's (``head_dim``): what app/machine/calibrate.py calls
+    for a device and head size it has no engine run for (empty when the build has no
+    ``llama-batched-bench``). ``threads``: the host's (``-t``; None: the engine's default), as the
+    launches it predicts for will run."""
+    bench = batched_bench(server)
+
+    def run(device: GpuDevice | None, head_dim: int) -> dict[str, dict[str, float]]:
+        if bench is None:
+            return {}
+        args = ["-ngl", "0"] if device is None else ["-ngl", "99", "--rpc", device.endpoint]
+        args += ["-t", str(threads)] if threads else []
+        return measure(bench, selftest_model(head_dim=head_dim), args)
+
+    return run

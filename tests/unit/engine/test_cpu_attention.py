@@ -1,0 +1,34 @@
+"""A CPU's attention cost read off the engine's own timings (app/engine/cpu_attention.py), from a
+recorded ``llama-batched-bench`` run of the self-test model with 32-wide heads on a loopback RPC worker."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from app.engine import cpu_attention
+
+LOG = Path(__file__).resolve().parents[2] / "fixtures" / "engine_logs" / "batched-bench-selftest-h32-rpc.log"
+
+
+def test_the_table_is_read_per_prompt_length() -> None:
+    assert cpu_attention.parse_rows(LOG.read_text()) == {256: (0.011, 0.012), 2048: (0.366, 0.078)}
+
+
+def test_costs_per_cell_and_head_from_how_the_times_grow_with_the_cells() -> None:
+    rows = cpu_attention.parse_rows(LOG.read_text())
+    got = cpu_attention.rates(rows, heads=8, flops_token=1e6)  # 2 layers × 4 heads
+    assert got is not None
+    # decode: 16 tokens took 12 ms after 256 cells, 78 ms after 2048: 4.125 ms / 16 over 1,792 cells, 8 heads
+    assert got["decode"] == pytest.approx((0.078 - 0.012) / 16 / 1792 / 8)
+    # prefill: seconds per prompt token grow with the mean fill (half the prompt)
+    slope = (0.366 / 2048 - 0.011 / 256) / 896
+    assert got["prefill"] == pytest.approx(slope / 8)
+    # the rest of a token of the 256-token prompt is its matmuls: 1 MFLOP over it
+    assert got["compute"] == pytest.approx(1e6 / (0.011 / 256 - slope * 128))
+
+
+def test_rows_that_do_not_grow_with_the_cells_say_nothing() -> None:
+    assert cpu_attention.rates({256: (0.011, 0.080), 2048: (0.366, 0.078)}, heads=8, flops_token=1e6) is None
+    assert cpu_attention.rates({256: (0.011, 0.012)}, heads=8, flops_token=1e6) is None
