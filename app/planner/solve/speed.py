@@ -9,6 +9,7 @@ decode, one token (memory-bound: every weight and every used KV byte read once):
     host     = (host weights read + host KV the CPU attends over) / host bandwidth
     link     = host KV a device attends over / link bandwidth                  (stock engine, see below)
     splits   = graph splits × seconds per split (a sync and a small copy each)
+    fixed    = TOKEN_OVERHEAD_S (graph build, scheduling, sampling: what a tiny model is made of)
 
 prefill, per token of a ubatch of ``n_ubatch`` tokens (compute-bound)::
 
@@ -16,7 +17,7 @@ prefill, per token of a ubatch of ``n_ubatch`` tokens (compute-bound)::
     host     = flops on the CPU / host flop/s
     stream   = (host weights copied for the device's matmuls + host KV the device attends over)
                / link bandwidth / n_ubatch
-    splits   = graph splits × seconds per split / n_ubatch
+    splits   = (graph splits × seconds per split + TOKEN_OVERHEAD_S) / n_ubatch
 
 Where each side runs (llama.cpp 0c1e57098, ggml-backend's scheduler; docs/domain.md §4, §8):
 - a layer left on the CPU (``-ngl``) runs there: its weights and KV read at host bandwidth; for a
@@ -74,6 +75,11 @@ RPC_LINK = 1.25e9
 SPLIT_S_GPU = 30e-6
 #: The same across an RPC worker's network: a round trip (loopback ~0.1 ms, a LAN more).
 SPLIT_S_RPC = 300e-6
+#: Seconds of fixed cost per decoded token, whatever the model's size: building and scheduling the
+#: graph, sampling, the server's bookkeeping. Seen on this project's CPU machine with a tiny model
+#: (the weights and KV take microseconds): 903 tokens/s, ~1.1 ms a token (a newcomer's walkthrough,
+#: issue 29, where the model without it predicted 58,654 tokens/s).
+TOKEN_OVERHEAD_S = 1e-3
 #: What llama.cpp's decode reaches of a GPU's nominal memory bandwidth, and its prefill of the
 #: nominal dense FP16 tensor throughput (quantized matmuls, attention, small kernels).
 DECODE_BANDWIDTH_EFFICIENCY = 0.75
@@ -392,7 +398,7 @@ def decode_seconds(w: Workload, fig: SpeedFigures, fill: float) -> float:
     host = fig.host_cpu_attention
     if w.cpu_only or not fig.devices:
         kv = (w.kv_host_cpu_cell + w.kv_host_tail_cell + sum(w.kv_device_cell)) * cells
-        return (w.host_weights + sum(w.device_weights)) / host_bw + _attend(
+        return TOKEN_OVERHEAD_S + (w.host_weights + sum(w.device_weights)) / host_bw + _attend(
             kv / host_bw, w.attn_flops_cell * cells, host, w, decode=True)
     attn_dev = w.attn_device_cell or (0.0,) * len(w.kv_device_cell)
     t = sum(wt / d.bandwidth.value + _attend(kv * cells / d.bandwidth.value, a * cells, d.attention, w,
@@ -406,7 +412,7 @@ def decode_seconds(w: Workload, fig: SpeedFigures, fill: float) -> float:
     else:
         t += tail / fig.devices[0].link.value + _attend(0.0, w.attn_tail_cell * cells, fig.devices[0].attention,
                                                        w, decode=True)
-    return t + _splits(w, fig, decode=True)
+    return TOKEN_OVERHEAD_S + t + _splits(w, fig, decode=True)
 
 
 def prefill_seconds(w: Workload, fig: SpeedFigures, fill: float) -> float:
@@ -414,8 +420,8 @@ def prefill_seconds(w: Workload, fig: SpeedFigures, fill: float) -> float:
     cells = max(1.0, fill * w.n_ctx_seq)
     attn = w.attn_flops_cell * cells
     if w.cpu_only or not fig.devices:
-        return w.flops / fig.host_flops.value + _attend(attn / fig.host_flops.value, attn, fig.host_cpu_attention, w,
-                                                        decode=False)
+        return (TOKEN_OVERHEAD_S / max(1, w.n_ubatch) + w.flops / fig.host_flops.value
+                + _attend(attn / fig.host_flops.value, attn, fig.host_cpu_attention, w, decode=False))
     dev = fig.devices[0]
     offload = w.n_ubatch >= OP_OFFLOAD_MIN_BATCH
     host_mm = 0.0 if offload else w.flops * w.host_flop_share
@@ -426,7 +432,7 @@ def prefill_seconds(w: Workload, fig: SpeedFigures, fill: float) -> float:
                                                   fig.host_cpu_attention, w, decode=False)
     streamed = (w.streamed_weights if offload else 0) + w.kv_host_tail_cell * cells
     t += streamed / dev.link.value / max(1, w.n_ubatch)
-    return t + _splits(w, fig, decode=False) / max(1, w.n_ubatch)
+    return t + (TOKEN_OVERHEAD_S + _splits(w, fig, decode=False)) / max(1, w.n_ubatch)
 
 
 def predict(w: Workload, fig: SpeedFigures, fill: float) -> Speed:

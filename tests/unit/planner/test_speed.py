@@ -13,6 +13,7 @@ from app.planner.gguf.model import read_shape
 from app.planner.plan_types import AlternativeKind
 from app.planner.settings import LaunchSettings
 from app.planner.solve.plan import make_plan, max_context
+from app.planner.solve import speed
 from app.planner.solve.speed import (
     BASE_SPLITS,
     SPLITS_PER_HOST_KV_LAYER_PATCHED,
@@ -31,6 +32,21 @@ from app.planner.units import GiB
 from tests.fixtures import gguf_factory, shapes
 
 SPLIT = 1e-4
+
+
+@pytest.fixture(autouse=True)
+def no_fixed_cost(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test below prices one term by hand; the fixed cost per token has its own test."""
+    monkeypatch.setattr(speed, "TOKEN_OVERHEAD_S", 0.0)
+
+
+def test_a_token_costs_its_fixed_overhead_whatever_the_models_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tiny model's weights and KV take microseconds; llama.cpp's graph, scheduling and sampling a
+    millisecond (903 tokens/s measured on the tiny test model): without it the model predicted 58,654."""
+    bare_decode, bare_prefill = decode_seconds(work(), figures(), 0.5), prefill_seconds(work(), figures(), 0.5)
+    monkeypatch.setattr(speed, "TOKEN_OVERHEAD_S", 1e-3)
+    assert decode_seconds(work(), figures(), 0.5) == pytest.approx(bare_decode + 1e-3)
+    assert prefill_seconds(work(), figures(), 0.5) == pytest.approx(bare_prefill + 1e-3 / 512)  # once a ubatch
 
 
 def figures(*, host_attention: bool = False, split: float = SPLIT) -> SpeedFigures:
