@@ -40,7 +40,7 @@ def cap_text(fit: ContextFit) -> str:
     """Why a largest context equals the search's cap: the search stopped there, not the memory."""
     cap, trained = tokens_text(fit.searched_to), tokens_text(fit.n_ctx_train)
     if fit.searched_to <= fit.n_ctx_train:
-        return f"all of its trained {trained} fits; searched no further, more may fit"
+        return f"all of its trained {trained} fits; searched no further (more than it was trained for is not offered)"
     return f"all of the asked {cap} fits, beyond its trained {trained}; searched no further, more may fit"
 
 

@@ -552,6 +552,7 @@ class SettingsPanel(QWidget):
         else:
             self.context.set_largest_fit(resident.n_ctx, resident.where,
                                          capped=cap_text(fit) if resident.at_least else "",
+                                         at_least=resident.at_least and fit.beyond_trained,
                                          speed=words.short_speed(resident.alternative))
         self.context.set_longest(words.end_words(longer) if longer else "", longer.launch if longer else None)
 

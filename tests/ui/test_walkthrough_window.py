@@ -1,0 +1,23 @@
+"""A newcomer's walkthrough (fresh home, the tiny chat model, CPU only) met these in the window; each
+test is one finding as the user saw it (real widgets, offscreen)."""
+
+from __future__ import annotations
+
+from tests.ui.test_window_findings import shown_text
+
+
+def test_three_slots_at_the_trained_context_fit_in_every_place_the_window_says_it(no_gpu_window, tiny_chat_model,
+                                                                                  qtbot):
+    """-np 3 without -kvu at 4,096 (finding 2): the verdict said Fits while "largest that fits: ≥ 3,840"
+    and the options row "Trained context: 4,096 — does not fit" said otherwise."""
+    window = no_gpu_window
+    window.settings.n_parallel.setValue(3)
+    window.settings.set_context(4096)
+    with qtbot.waitSignal(window.planned):
+        assert window.open_model(tiny_chat_model)
+    plan = window.plan
+    assert plan is not None and plan.feasible and plan.launch.n_ctx == 4096 and plan.launch.n_parallel == 3
+    assert shown_text(window.budget.verdict).startswith("Fits")
+    assert window.settings.context.fits.text().startswith("largest that fits: 4,096 in host RAM")
+    trained = next(r for r in window.budget.options.rows if r.label.startswith("Trained context"))
+    assert trained.fits
