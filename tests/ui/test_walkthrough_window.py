@@ -21,3 +21,17 @@ def test_three_slots_at_the_trained_context_fit_in_every_place_the_window_says_i
     assert window.settings.context.fits.text().startswith("largest that fits: 4,096 in host RAM")
     trained = next(r for r in window.budget.options.rows if r.label.startswith("Trained context"))
     assert trained.fits
+
+
+def test_without_a_gpu_the_advanced_summary_shows_the_ngl_it_launches(no_gpu_window, window, tiny_chat_model, qtbot):
+    """Finding 6: "-ngl all" beside a CPU plan that launches -ngl 0; with a GPU, the setting as set."""
+    with qtbot.waitSignal(no_gpu_window.planned):
+        assert no_gpu_window.open_model(tiny_chat_model)
+    plan = no_gpu_window.plan
+    assert plan is not None and plan.launch.n_gpu_layers == 0
+    summary = no_gpu_window.settings.advanced_toggle.text()
+    assert "-ngl 0 (no GPU)" in summary and "-ngl all" not in summary
+    window.devices.choose_simulated("RTX 4090")
+    with qtbot.waitSignal(window.planned):
+        assert window.open_model(tiny_chat_model)
+    assert "-ngl all" in window.settings.advanced_toggle.text()
