@@ -83,7 +83,9 @@ class SharingProof:
         if not self.measured:
             return ("sharing not measured: the engine has no /metrics (start it with --metrics)"
                     if self.decoded is None else "sharing not measured: the prompt length is unknown")
-        counts = f"{self.prompt_tokens}-token prompt; /metrics: +{self.decoded} decoded, +{self.reused} from cache"
+        # llama-server's prompt_tokens_total counts prompt tokens read (prefilled), not tokens generated
+        counts = (f"{self.prompt_tokens}-token prompt; the engine's /metrics: {self.decoded} prompt tokens read, "
+                  f"{self.reused} taken from its cache")
         if self.shared:
             return f"prompt evaluated once, shared by {self.k} ({counts})"
         ev = self.evaluations or 0.0

@@ -61,3 +61,12 @@ def test_sharing_proof_wording_for_once_k_times_and_unmeasured() -> None:
     assert str(SharingProof(3, 40, 120, 0)).startswith("prompt NOT shared: evaluated 3 times")
     assert "start it with --metrics" in str(SharingProof(3, 40, None, None))
     assert not SharingProof(3, 40, None, None).shared
+
+
+def test_the_sharing_proof_counts_prompt_tokens_read_not_decoded() -> None:
+    """The walkthrough read "/metrics: +213 decoded" of a 213-token prompt as 213 tokens generated:
+    llama-server's prompt_tokens_total counts prompt tokens read."""
+    said = str(SharingProof(3, 213, 213, 0))
+    assert said == ("prompt evaluated once, shared by 3 (213-token prompt; the engine's /metrics: "
+                    "213 prompt tokens read, 0 taken from its cache)")
+    assert "decoded" not in said
