@@ -53,7 +53,7 @@ from app.ui.qt import (
 )
 from app.ui.server_settings import ServerSettings
 from app.ui.speed_check_row import SpeedCheckRow
-from app.ui.window_state import WindowState
+from app.ui.window_state import WindowState, no_engine_yet
 from app.ui.workers import StreamBatcher, TaskPool
 
 NO_MODEL = "Open a model first: there is nothing to launch yet"
@@ -340,8 +340,8 @@ class LaunchPanel(QWidget):
         model, engine, state = self._model, self.engine(), self._state
         if self._engine is not None or model is None or state is None:
             return
-        if engine is None:
-            self._failed("No engine to launch: press Build engine…, run `headroom engine build` or choose one.")
+        if engine is None:  # nothing failed: a step still to do, said where the launch's words go
+            self._not_launched(no_engine_yet(state.engines, "launch"))
             return
         refused = self.refusal()
         if refused is not None:

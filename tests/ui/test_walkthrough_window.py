@@ -35,3 +35,20 @@ def test_without_a_gpu_the_advanced_summary_shows_the_ngl_it_launches(no_gpu_win
     with qtbot.waitSignal(window.planned):
         assert window.open_model(tiny_chat_model)
     assert "-ngl all" in window.settings.advanced_toggle.text()
+
+
+def test_launch_and_measure_with_no_engine_say_what_to_do_not_that_it_failed(window, tiny_chat_model, qtbot):
+    """Finding 11: with no engine, Launch said "Engine failed: No engine to launch" though nothing
+    failed. Both stay clickable (a newcomer learns the next step by clicking) and say it."""
+    window.launch.set_engines([])  # what discovery reports on a fresh machine
+    with qtbot.waitSignal(window.planned):
+        assert window.open_model(tiny_chat_model)
+    assert window.launch.launch_button.isEnabled() and window.measure.button.isEnabled()
+    with qtbot.assertNotEmitted(window.launch.launchFailed, wait=0):
+        window.launch.launch_button.click()
+    said = window.launch.status.text()
+    assert said.startswith("No engine yet to launch with: choose one") and "Build engine…" in said
+    assert "failed" not in said.lower() and window.launch.launch_button.isEnabled()
+    window.measure.button.click()
+    assert window.measure.status_text().startswith("No engine yet to measure with: choose one")
+    assert not window.measure.running
