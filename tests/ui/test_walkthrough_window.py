@@ -52,3 +52,23 @@ def test_launch_and_measure_with_no_engine_say_what_to_do_not_that_it_failed(win
     window.measure.button.click()
     assert window.measure.status_text().startswith("No engine yet to measure with: choose one")
     assert not window.measure.running
+
+
+def test_the_speeds_shown_together_quote_one_fill_and_the_plan_s_own_rows_have_its_speed(no_gpu_window,
+                                                                                          tiny_chat_model, qtbot):
+    """Finding 9: the Expected speed line said "when you start / at a full context" beside a "~N tok/s"
+    quoted at half context, and the options rows for the very launch planned said "not predicted"."""
+    from app.planner import words
+
+    window = no_gpu_window
+    with qtbot.waitSignal(window.planned):
+        assert window.open_model(tiny_chat_model)
+    plan = window.plan
+    assert plan is not None and plan.speed is not None and not plan.alternatives
+    half = words.row_short_speed(plan.speed)  # "~N tok/s": decode half-way
+    line = shown_text(window.budget.speed)
+    assert f"{half.removesuffix(' tok/s')} half-way" in line
+    view = window.budget.options
+    mine = [(row, w) for row, w in zip(view.rows, view._widgets, strict=False) if row.settings == plan.launch]
+    assert mine and all(w.cost.text() == half and "half context" in w.cost.toolTip() for _r, w in mine)
+    assert "not predicted" not in [w.cost.text() for _r, w in mine]
