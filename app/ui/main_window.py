@@ -241,6 +241,7 @@ class MainWindow(QMainWindow):
         vsplit.addWidget(mid_w)
         vsplit.addWidget(bottom)
         self.vsplit = vsplit
+        self.chat.forkShown.connect(lambda k: vsplit.set_forking(k > 0))
         top = QSplitter(Qt.Orientation.Horizontal)
         top.addWidget(left_w)
         top.addWidget(vsplit)

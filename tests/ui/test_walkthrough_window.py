@@ -72,3 +72,22 @@ def test_the_speeds_shown_together_quote_one_fill_and_the_plan_s_own_rows_have_i
     mine = [(row, w) for row, w in zip(view.rows, view._widgets, strict=False) if row.settings == plan.launch]
     assert mine and all(w.cost.text() == half and "half context" in w.cost.toolTip() for _r, w in mine)
     assert "not predicted" not in [w.cost.text() for _r, w in mine]
+
+
+def test_a_fork_on_a_1366x768_laptop_gives_the_chat_and_each_reply_several_lines(window, qtbot):
+    """Finding 7 without an engine: the window a 1366×768 screen opens (first_size: 1326×708) with a
+    fork of 3 on screen; each reply's box and the chat above are more than FORK_LINES lines tall."""
+    from app.ui.chat_panel import FORK_LINES, lines_tall
+    from app.ui.qt import QApplication, QSize
+    from app.ui.window_layout import first_size
+
+    assert window.open_demo()
+    width, height = first_size(QSize(1366, 768))
+    window.resize(width, height)
+    qtbot.waitUntil(lambda: window.height() == height)
+    chat = window.chat
+    chat._show_forks(3)
+    QApplication.processEvents()
+    tall = lines_tall(chat.view, FORK_LINES + 1)
+    qtbot.waitUntil(lambda: chat.view.height() >= tall and all(c.text.height() >= tall for c in chat.columns))
+    assert window.vsplit.widget(0).height() >= window.vsplit.widget(0).minimumSizeHint().height()
