@@ -165,17 +165,19 @@ class MainWindow(QMainWindow):
         except ValueError:
             self.server.set_settings(ServerSettings())  # a hand-edited state file: the defaults
         self.launch.use_server(self.server.settings, self.server.key_folder())
-        # Small screens: the form scrolls up and down only; Measure, Launch / Stop and the endpoint
-        # never scroll away (a footer under the form).
-        left_w, self.left_scroll = form_with_footer(
-            [self.model_label, open_row, self.settings, self.server, self.measure, self.launch],
-            [self.measure.pinned_controls(), self.launch.pinned_controls()], max_width=480)
         self.devices = DevicesPanel(pool=self.pool)
         self.devices.set_simulated_choice(self.session.simulated_at_start()[0])
         self.devices.simulationChanged.connect(self.set_simulated)
         self.devices.workersAnswered.connect(self._workers_answered)
         if self.state.rpc_workers:  # remembered: asked again in the background
             self.devices.ask_workers(self.state.rpc_workers)
+        # Small screens: the form scrolls up and down only; Measure, Launch / Stop and the endpoint
+        # never scroll away (a footer under the form). The devices to plan for are in the form, under
+        # the model: the plan's column keeps its height for the plan (1366×768: the left column had a
+        # gap while the Budget scrolled).
+        left_w, self.left_scroll = form_with_footer(
+            [self.model_label, open_row, self.devices, self.settings, self.server, self.measure, self.launch],
+            [self.measure.pinned_controls(), self.launch.pinned_controls()], max_width=480)
         self.budget = BudgetView()
         self.budget.settingsChosen.connect(self.settings.set_settings)
         self.demo_banner = QLabel(demo.DEMO_BANNER)
@@ -193,6 +195,11 @@ class MainWindow(QMainWindow):
         plan_col.addWidget(self.live_view)
         plan_col.addWidget(self.launch.check_table())
         plan_col.addWidget(self.budget, 1)
+        self._plan_col = plan_col
+        # Plan vs actual over the plan while its engine runs; once it stopped, under the new plan (whose
+        # verdict is then what the pane is for).
+        self.launch.checked.connect(lambda _check: self._place_check(running=True))
+        self.launch.engineStopped.connect(lambda: self._place_check(running=False))
         self.plan_scroll = QScrollArea()
         self.plan_scroll.setWidgetResizable(True)
         self.plan_scroll.setWidget(plan_page)
@@ -200,7 +207,6 @@ class MainWindow(QMainWindow):
         self.plan_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         mid = QVBoxLayout()
         mid.addWidget(self.demo_banner)
-        mid.addWidget(self.devices)
         # Errors go here, over the plan they are about: in the form they pushed every setting down.
         mid.addWidget(self.error)
         # The budget picture, and beside it in a tab the context chart (it prices only while shown).
@@ -460,6 +466,14 @@ class MainWindow(QMainWindow):
                                  f"trained for {tokens_text(shape.n_ctx_train)} tokens")
         self.model_label.setToolTip(printable(str(model.path)))
         self.show_error("")
+
+    def _place_check(self, *, running: bool) -> None:
+        table, col = self.launch.check_table(), self._plan_col
+        col.removeWidget(table)
+        if running:
+            col.insertWidget(col.indexOf(self.budget), table)
+        else:
+            col.addWidget(table)
 
     @property
     def model_path(self) -> Path | None:

@@ -91,3 +91,22 @@ def test_a_fork_on_a_1366x768_laptop_gives_the_chat_and_each_reply_several_lines
     tall = lines_tall(chat.view, FORK_LINES + 1)
     qtbot.waitUntil(lambda: chat.view.height() >= tall and all(c.text.height() >= tall for c in chat.columns))
     assert window.vsplit.widget(0).height() >= window.vsplit.widget(0).minimumSizeHint().height()
+
+
+def test_at_1366x768_the_plan_column_shows_other_ways_to_run_it_and_the_form_has_no_gap(window, qtbot):
+    """Finding 16: at 1366×768 "Other ways to run it" needed scrolling while the form's column had a
+    large empty gap above Measure. The devices to plan for sit in the form under the model now."""
+    from app.ui.qt import QApplication
+
+    assert window.open_demo()
+    window.resize(1366, 768)
+    qtbot.waitUntil(lambda: window.height() == 768)
+    QApplication.processEvents()
+    assert window.left_scroll.isAncestorOf(window.devices)
+    view = window.plan_scroll.viewport()
+    options = window.budget.options
+    top = options.mapTo(view, options.rect().topLeft()).y()
+    assert 0 <= top < view.height() - 40  # its header and a row on screen, unscrolled
+    form = window.left_scroll.widget()
+    gap = window.left_scroll.viewport().height() - form.layout().sizeHint().height()
+    assert gap < 120, gap  # (was ~220 px)
