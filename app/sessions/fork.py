@@ -83,8 +83,8 @@ class SharingProof:
         if not self.measured:
             return self.headline
         # llama-server's prompt_tokens_total counts prompt tokens read (prefilled), not tokens generated
-        counts = (f"{self.prompt_tokens}-token prompt; the engine's /metrics: {self.decoded} prompt tokens read, "
-                  f"{self.reused} taken from its cache")
+        counts = (f"{self.prompt_tokens}-token prompt; /metrics: {self.decoded} prompt tokens read, "
+                  f"{self.reused} taken from the cache")
         return f"{self.headline} ({counts})"
 
     @property

@@ -73,6 +73,9 @@ from app.ui.window_session import BeforeDemo, ClosingPanels, ProfileError, Windo
 from app.ui.window_state import OpenModel, WindowState
 from app.ui.workers import PollWorker, TaskPool
 
+#: Where the devices panel goes in the form when it has room: under the model's name and its open row.
+DEVICES_IN_FORM_AT = 2
+
 
 class MainWindow(QMainWindow):
     planned = Signal(object)  # every new Plan (tests and the screenshot wait on it)
@@ -172,12 +175,13 @@ class MainWindow(QMainWindow):
         if self.state.rpc_workers:  # remembered: asked again in the background
             self.devices.ask_workers(self.state.rpc_workers)
         # Small screens: the form scrolls up and down only; Measure, Launch / Stop and the endpoint
-        # never scroll away (a footer under the form). The devices to plan for are in the form, under
-        # the model: the plan's column keeps its height for the plan (1366×768: the left column had a
-        # gap while the Budget scrolled).
+        # never scroll away (a footer under the form). The devices to plan for go in the form, under
+        # the model, where it has room for them (``_place_devices``), else over the plan.
         left_w, self.left_scroll = form_with_footer(
             [self.model_label, open_row, self.devices, self.settings, self.server, self.measure, self.launch],
             [self.measure.pinned_controls(), self.launch.pinned_controls()], max_width=480)
+        self._devices_height = 0  # as last laid out in the form (narrower there: its cards wrap)
+        self._placing = False
         self.budget = BudgetView()
         self.budget.settingsChosen.connect(self.settings.set_settings)
         self.demo_banner = QLabel(demo.DEMO_BANNER)
@@ -206,6 +210,7 @@ class MainWindow(QMainWindow):
         # The plan pane wraps instead of scrolling sideways (bars' free end, warnings, option notes).
         self.plan_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         mid = QVBoxLayout()
+        self._mid = mid
         mid.addWidget(self.demo_banner)
         # Errors go here, over the plan they are about: in the form they pushed every setting down.
         mid.addWidget(self.error)
@@ -253,6 +258,7 @@ class MainWindow(QMainWindow):
         top.addWidget(vsplit)
         top.setStretchFactor(1, 1)
         self.setCentralWidget(top)
+        self.left_scroll.roomChanged.connect(self._place_devices)
 
     def _bind(self) -> None:
         """Every panel onto the one state; the window itself says what happened in its own words."""
@@ -466,6 +472,32 @@ class MainWindow(QMainWindow):
                                  f"trained for {tokens_text(shape.n_ctx_train)} tokens")
         self.model_label.setToolTip(printable(str(model.path)))
         self.show_error("")
+
+    def _place_devices(self) -> None:
+        """The devices to plan for in the form, under the model, while the form has room for them (at
+        1366×768 its column had a gap above Measure while the Budget scrolled); over the plan when
+        the form would have to scroll for them (Advanced open, a small window)."""
+        inner = self.left_scroll.widget()
+        form = inner.layout() if inner is not None else None
+        if self._placing or not isinstance(form, QVBoxLayout):
+            return
+        in_form = form.indexOf(self.devices) >= 0
+        if in_form:
+            self._devices_height = (self.devices.height() or self.devices.sizeHint().height()) + form.spacing()
+        rest = form.sizeHint().height() - (self._devices_height if in_form else 0)
+        fits = rest + self._devices_height <= self.left_scroll.viewport().height()
+        if fits == in_form:
+            return
+        self._placing = True
+        try:
+            if fits:
+                self._mid.removeWidget(self.devices)
+                form.insertWidget(DEVICES_IN_FORM_AT, self.devices)
+            else:
+                form.removeWidget(self.devices)
+                self._mid.insertWidget(self._mid.indexOf(self.demo_banner) + 1, self.devices)
+        finally:
+            self._placing = False
 
     def _place_check(self, *, running: bool) -> None:
         table, col = self.launch.check_table(), self._plan_col
