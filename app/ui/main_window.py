@@ -180,7 +180,6 @@ class MainWindow(QMainWindow):
         left_w, self.left_scroll = form_with_footer(
             [self.model_label, open_row, self.devices, self.settings, self.server, self.measure, self.launch],
             [self.measure.pinned_controls(), self.launch.pinned_controls()], max_width=480)
-        self._devices_height = 0  # as last laid out in the form (narrower there: its cards wrap)
         self._placing = False
         self.budget = BudgetView()
         self.budget.settingsChosen.connect(self.settings.set_settings)
@@ -482,10 +481,10 @@ class MainWindow(QMainWindow):
         if self._placing or not isinstance(form, QVBoxLayout):
             return
         in_form = form.indexOf(self.devices) >= 0
-        if in_form:
-            self._devices_height = (self.devices.height() or self.devices.sizeHint().height()) + form.spacing()
-        rest = form.sizeHint().height() - (self._devices_height if in_form else 0)
-        fits = rest + self._devices_height <= self.left_scroll.viewport().height()
+        # (the form scrolls when its least height is more than the room: its minimum, not its size hint)
+        needs = self.devices.minimumSizeHint().height() + form.spacing()
+        rest = form.minimumSize().height() - (needs if in_form else 0)
+        fits = rest + needs <= self.left_scroll.viewport().height()
         if fits == in_form:
             return
         self._placing = True
