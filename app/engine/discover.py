@@ -49,6 +49,16 @@ class EngineOrigin(StrEnum):
     BUNDLE = "bundle"  # the engine a bundle carries beside its executable (packaging/)
 
 
+#: Where an engine was found, in words a person reads ("✓ llama-server … — the one you chose: /path").
+ORIGIN_WORDS: dict[EngineOrigin, str] = {
+    EngineOrigin.SETTINGS: "the one you chose",
+    EngineOrigin.PATH: "found on PATH",
+    EngineOrigin.LLAMAFILE_DIR: "found in ~/.llamafile",
+    EngineOrigin.DATA_DIR: "found in Headroom's data folder",
+    EngineOrigin.HEADROOM_BUILD: "built by Headroom",
+    EngineOrigin.BUNDLE: "the one Headroom came with",
+}
+
 KINDS = tuple(EngineKind)
 VERSION_TIMEOUT_S = 15.0
 

@@ -33,6 +33,7 @@ from functools import lru_cache
 from app.planner import words
 from app.planner.errors import PlannerError
 from app.planner.measurement import Measurement
+from app.planner.memory.kv import CTX_PAD
 from app.planner.plan_types import ContextFit, DevicePlan, HostPlan, PlanMode
 from app.planner.request import PlanRequest
 from app.planner.settings import LaunchSettings
@@ -58,22 +59,29 @@ def grid_top(n_ctx_train: int, n_ctx: int) -> int:
     top = min(n_ctx_train, GRID_HIGH) if n_ctx_train > 0 else GRID_HIGH
     if n_ctx > top:
         top = max(GRID_HIGH, n_ctx)
-    return max(top, 2 * GRID_LOW)
+    return max(top, 4 * CTX_PAD)
+
+
+def grid_low(top: int) -> int:
+    """The chart's left end: 4k, or for a model trained on less than 8k a quarter of its top (1k to
+    4k for one trained on 4,096: its axis does not run past what it was trained for)."""
+    return GRID_LOW if top >= 2 * GRID_LOW else max(CTX_PAD, top // 4)
 
 
 def context_grid(n_ctx_train: int, n_ctx: int, *extra: int, coarse: bool = False) -> tuple[int, ...]:
-    """The contexts a curve is priced at, ascending: 4k, 6k, 8k, 12k, … up to ``grid_top``, the top
+    """The contexts a curve is priced at, ascending: 4k (``grid_low``), 6k, 8k, 12k, … up to ``grid_top``, the top
     itself, the context now and ``extra`` (the largest that fits) — so the points the chart marks lie
     on its curves. ``coarse``: one point per doubling (4k, 8k, 16k, …; the other KV types' curves,
     drawn for comparison: a KV cache grows linearly with the context, so the line between doublings
     is the curve)."""
     top = grid_top(n_ctx_train, n_ctx)
-    out = {top, n_ctx, *(e for e in extra if GRID_LOW <= e <= top)}
-    base = GRID_LOW
+    low = grid_low(top)
+    out = {top, n_ctx, *(e for e in extra if low <= e <= top)}
+    base = low
     while base <= top:
         out.update(int(base * f) for f in (_HALF_STEPS[:1] if coarse else _HALF_STEPS) if base * f <= top)
         base *= 2
-    return tuple(sorted(n for n in out if n >= min(GRID_LOW, n_ctx)))
+    return tuple(sorted(n for n in out if n >= min(low, n_ctx)))
 
 
 @dataclass(frozen=True)
@@ -230,7 +238,7 @@ def context_curve(request: PlanRequest, settings: LaunchSettings, *, measurement
     if fit is not None:
         n, where, tail = words.largest_for(bool(inv.gpus), fit.resident, fit.with_tail, window, settings)
         largest = n or None
-        capped = fit.tail_capped if tail else fit.resident_capped
+        capped = (fit.tail_capped if tail else fit.resident_capped) and fit.beyond_trained
         reaches = _reaches(fit, bool(inv.gpus), window, settings, largest)
     marks = [largest] if largest else []
     contexts = context_grid(shape.n_ctx_train, settings.n_ctx, *marks)
@@ -269,8 +277,8 @@ def _reaches(fit: ContextFit, gpus: bool, window: bool, settings: LaunchSettings
     out: list[Reach] = []
     if fit.resident > 0:
         where = words.resident_where(settings) if gpus else "in host RAM"
-        out.append(Reach(fit.resident, where, fit.resident_capped, fit.resident == offered))
+        out.append(Reach(fit.resident, where, fit.resident_capped and fit.beyond_trained, fit.resident == offered))
     if gpus and fit.with_tail > fit.resident:
         tail = "with a host tail" if window else "with part of it in host RAM"
-        out.append(Reach(fit.with_tail, tail, fit.tail_capped, fit.with_tail == offered))
+        out.append(Reach(fit.with_tail, tail, fit.tail_capped and fit.beyond_trained, fit.with_tail == offered))
     return out

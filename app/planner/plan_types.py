@@ -354,6 +354,13 @@ class ContextFit:
         """The with-a-host-tail result is the search's cap: more may fit."""
         return 0 < self.searched_to <= self.with_tail
 
+    @property
+    def beyond_trained(self) -> bool:
+        """The search went past the trained context (an asked context longer than it): a capped result
+        there may be exceeded. A result capped at the trained context is all the model was trained
+        for: the window says it plainly, not "≥ 4,096"."""
+        return self.searched_to > self.n_ctx_train
+
     def to_json(self) -> dict[str, Any]:
         return {"resident": self.resident, "with_tail": self.with_tail, "n_ctx_train": self.n_ctx_train,
                 "searched_to": self.searched_to}

@@ -438,9 +438,14 @@ def tokens_per_s(x: float) -> str:
 
 def speed_words(a: Alternative) -> str:
     """"~45 tok/s decode, ~1,234 prefill (half full)": the alternative's predicted speed."""
-    if a.speed is None:
+    return row_speed_words(a.speed)
+
+
+def row_speed_words(row: SpeedRow | None) -> str:
+    """``speed_words`` of a predicted speed row."""
+    if row is None:
         return "speed not predicted"
-    half = a.speed.at_fill(0.5)
+    half = row.at_fill(0.5)
     return f"~{tokens_per_s(half.decode)} tok/s decode, ~{tokens_per_s(half.prefill)} prefill at half context"
 
 
@@ -576,9 +581,15 @@ def context_reach(plan: Plan, fit: ContextFit) -> list[ContextEnd]:
 
 def short_speed(a: Alternative | None) -> str:
     """"~45 tok/s": an alternative's predicted decode speed at half context ('' when not predicted)."""
-    if a is None or a.speed is None:
+    return row_short_speed(a.speed if a is not None else None)
+
+
+def row_short_speed(row: SpeedRow | None) -> str:
+    """"~45 tok/s": decode at half context, the one fill every short speed the window shows uses (the
+    Expected speed line names it: "~45 half-way"); '' when not predicted."""
+    if row is None:
         return ""
-    return f"~{tokens_per_s(a.speed.at_fill(0.5).decode)} tok/s"
+    return f"~{tokens_per_s(row.at_fill(0.5).decode)} tok/s"
 
 
 def seconds_text(s: float) -> str:
@@ -591,12 +602,13 @@ def seconds_text(s: float) -> str:
 
 
 def speed_sentence(row: SpeedRow) -> str:
-    """The expected speed in words: "~38 tokens/s when you start, ~31 at a full context; reads a 2k
-    prompt in ~2 s" (decode with the context empty and full, a typical prompt read at an empty one)."""
-    empty, full = row.at_fill(0.0), row.at_fill(1.0)
+    """The expected speed in words: "~38 tokens/s when you start, ~34 half-way, ~31 at a full context;
+    reads a 2k prompt in ~2 s" (decode with the context empty, half and full, a typical prompt read at
+    an empty one). Half-way is the figure the verdict, the buttons and the options quote."""
+    empty, half, full = row.at_fill(0.0), row.at_fill(0.5), row.at_fill(1.0)
     read = seconds_text(TURN_PROMPT / empty.prefill) if empty.prefill > 0 else "an unknown time"
-    return (f"~{tokens_per_s(empty.decode)} tokens/s when you start, ~{tokens_per_s(full.decode)} at a full "
-            f"context; reads a {round_tokens(TURN_PROMPT)} prompt in {read}")
+    return (f"~{tokens_per_s(empty.decode)} tokens/s when you start, ~{tokens_per_s(half.decode)} half-way, "
+            f"~{tokens_per_s(full.decode)} at a full context; reads a {round_tokens(TURN_PROMPT)} prompt in {read}")
 
 
 def end_words(end: ContextEnd) -> str:

@@ -82,6 +82,12 @@ class Reply:
     def prompt_tokens(self) -> int:
         return self.prompt_evaluated + self.prompt_cached
 
+    def short_stats(self) -> str:
+        """"12 tokens · 134 tok/s": the reply's length and speed where room is short ('' while it runs)."""
+        if not self.finished:
+            return "stopped" if self.stopped else ""
+        return f"{self.predicted:,} tokens · {self.tokens_per_second:.0f} tok/s"
+
     def stats(self) -> str:
         """The line shown under a reply: its length and speed, and how much of the prompt the engine
         reused from its cache."""

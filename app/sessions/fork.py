@@ -83,17 +83,26 @@ class SharingProof:
 
     def __str__(self) -> str:
         if not self.measured:
+            return self.headline
+        # llama-server's prompt_tokens_total counts prompt tokens read (prefilled), not tokens generated
+        counts = (f"{self.prompt_tokens}-token prompt; /metrics: {self.decoded} prompt tokens read, "
+                  f"{self.reused} taken from the cache")
+        return f"{self.headline} ({counts})"
+
+    @property
+    def headline(self) -> str:
+        """The verdict without its counts ("prompt evaluated once, shared by 3"): where room is short."""
+        if not self.measured:
             if self.gone:
                 return "sharing not measured: the engine stopped answering before the fork ended"
             return ("sharing not measured: the engine has no /metrics (start it with --metrics)"
                     if self.decoded is None else "sharing not measured: the prompt length is unknown")
-        counts = f"{self.prompt_tokens}-token prompt; /metrics: +{self.decoded} decoded, +{self.reused} from cache"
         if self.shared:
-            return f"prompt evaluated once, shared by {self.k} ({counts})"
+            return f"prompt evaluated once, shared by {self.k}"
         ev = self.evaluations or 0.0
         if ev >= self.k:
-            return f"prompt NOT shared: evaluated {ev:.0f} times for {self.k} sessions ({counts})"
-        return f"sharing unclear: the prompt went through {ev:.2f} times — other requests ran meanwhile? ({counts})"
+            return f"prompt NOT shared: evaluated {ev:.0f} times for {self.k} sessions"
+        return f"sharing unclear: the prompt went through {ev:.2f} times — other requests ran meanwhile?"
 
 
 @dataclass

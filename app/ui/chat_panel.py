@@ -27,6 +27,7 @@ from app.ui.qt import (
     QSplitter,
     Qt,
     QTextBrowser,
+    QTimer,
     QVBoxLayout,
     QWidget,
     Signal,
@@ -83,24 +84,31 @@ class ForkColumn(QWidget):
         self.title = QLabel(f"<b>Reply {index + 1}</b>")
         self.text = QTextBrowser()
         self.text.setAccessibleName(f"Fork reply {index + 1}")
+        # The reply's numbers under its box, one short line (all of them on hover): inside the box
+        # they took four of its five lines in a column a third of the chat wide.
+        self.stats = QLabel()
+        self.stats.setTextFormat(Qt.TextFormat.PlainText)
+        self.stats.setStyleSheet("color: #555555;")
         self.keep = QPushButton("Continue with this")
         self.keep.setToolTip("Carry this reply into the chat (the other replies are dropped)")
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         lay.addWidget(self.title)
         lay.addWidget(self.text, 1)
+        lay.addWidget(self.stats)
         lay.addWidget(self.keep)
 
     def show_reply(self, reply: Reply) -> None:
-        stats = reply.stats()
-        foot = f"<br><span style='color:#555555; font-size:small'>{escape(stats)}</span>" if stats else ""
-        self.text.setHtml(shown(reply.text) + foot)
+        self.text.setHtml(shown(reply.text))
+        self.stats.setText(reply.short_stats())
+        self.stats.setToolTip(reply.stats())
         bar = self.text.verticalScrollBar()
         bar.setValue(bar.maximum())
 
 
 class ChatPanel(QWidget):
     replyDone = Signal(object)  # ChatOutcome
+    forkShown = Signal(int)  # the replies side by side now (0: none)
     streamed = Signal()  # new text is on screen
     failed = Signal(str)
 
@@ -141,6 +149,8 @@ class ChatPanel(QWidget):
         split.addWidget(self.view)
         split.addWidget(self.forks)
         split.setChildrenCollapsible(False)
+        split.setStretchFactor(0, 1)  # room the window gives a fork (PlanSplit.set_forking): shared by both
+        split.setStretchFactor(1, 1)
         self.split = split
         self.message = prompt_line()
         self.message.setPlaceholderText("Message to the model (Enter sends)")
@@ -326,11 +336,13 @@ class ChatPanel(QWidget):
         self.asking, self.live, self._switch = None, [], None
         self._enable()
         self._render()
-        parts = [escape(str(result.proof))] if result.proof is not None else []
+        # the proof's verdict beside Fork, its counts on hover (the whole of it wrapped past the window's foot)
+        parts = [escape(result.proof.headline)] if result.proof is not None else []
+        self.status.setToolTip(str(result.proof) if result.proof is not None else "")
         if result.stopped:
             parts.append("Stopped: the text so far is kept.")
         if k > 1 and result.ok:
-            parts.append("Continue with one of the replies to carry it into the chat.")
+            parts.append("Continue with one to carry it into the chat.")
         if result.error:
             parts.append(f"<span style='color:{ERROR}'>{escape(result.error)}</span>")
         self.status.setText("<br>".join(parts) or escape(result.replies[0].stats()))
@@ -345,6 +357,7 @@ class ChatPanel(QWidget):
         self._enable()
         self._render()
         self.status.setText(f"<span style='color:{ERROR}'>{escape(message)}</span>")
+        self.status.setToolTip("")
         self.failed.emit(message)
 
     def _give_back(self, asked: Message | None) -> None:
@@ -356,6 +369,7 @@ class ChatPanel(QWidget):
     # ---- drawing -------------------------------------------------------------------------------
     def _say(self, text: str) -> None:
         self.status.setText(escape(text))
+        self.status.setToolTip("")
 
     def _render(self) -> None:
         """The chat (and a running single reply) in the view; a fork's replies in their columns."""
@@ -388,9 +402,18 @@ class ChatPanel(QWidget):
         self.view.setMinimumHeight(lines_tall(self.view, FORK_LINES if k else 2))
         for col in self.columns:
             col.text.setMinimumHeight(lines_tall(col.text, FORK_LINES))
+        self.forkShown.emit(k)  # the window gives the sessions pane more of its height meanwhile
         if k:  # half for the replies, half for the chat above (its last turns stay in view)
+            self._halve()
+            QTimer.singleShot(0, self._halve)  # again once the pane has its new height
+
+    def _halve(self) -> None:
+        """The chat and each reply's box equally tall (the replies' titles and buttons come on top)."""
+        if self.columns:
             total = sum(self.split.sizes()) or self.split.height()
-            self.split.setSizes([total // 2, total - total // 2])
+            chrome = max(0, self.forks.minimumSizeHint().height() - self.columns[0].text.minimumHeight())
+            view = (total - chrome) // 2
+            self.split.setSizes([view, total - view])
 
     def shutdown(self) -> None:
         if self._switch is not None:

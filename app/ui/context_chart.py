@@ -122,13 +122,15 @@ class ChartCanvas(QWidget):
         c = self.curve
         fm = self.fontMetrics()
         line = fm.height()
-        left = fm.horizontalAdvance("8888") + 12
         right = 12
         top = 4
         bottom = line + 10  # the x tick labels under the last panel
         kinds = ["gpu", "host"] if c is not None and c.devices else ["host"]
         if c is not None and speed_points(c):
             kinds.append("speed")
+        # room for the widest y label any panel draws ("25,000" tokens/s), so none loses its first digit
+        left = max(fm.horizontalAdvance(t) for t in ["8888", *(self.y_label(k, self._scale(k)[0]) for k in kinds
+                                                                 if c is not None)]) + 12
         gap = line + 10  # each panel's title above it
         avail = self.height() - top - bottom - gap * len(kinds) - 8 * (len(kinds) - 1)
         heights = {1: [1.0], 2: [0.6, 0.4] if kinds[-1] == "host" else [0.7, 0.3],
@@ -162,6 +164,34 @@ class ChartCanvas(QWidget):
         if cut:
             top = Y_CAP * usable
         return top, usable, cut
+
+    def panel_rects(self) -> list[tuple[str, QRectF]]:
+        """(kind, plot rectangle) of each panel drawn, top to bottom."""
+        return self._panels()
+
+    def axis_top(self, kind: str) -> float:
+        """The value at the top of a panel's y axis (GiB; tokens/s on the speed panel)."""
+        return self._scale(kind)[0]
+
+    def panel_title(self, kind: str) -> str:
+        """The words over a panel."""
+        c = self.curve
+        assert c is not None
+        if kind == "gpu":
+            title = f"GPU memory, GiB ({'+'.join(c.devices)})" if len(c.devices) <= 3 else \
+                f"GPU memory, GiB ({len(c.devices)} devices summed)"
+        elif kind == "host":
+            title = "Host RAM, GiB"
+        else:
+            cur = c.current
+            title = f"Decode tokens/s, predicted with the context full ({cur.label if cur else ''})"
+        top, _usable, cut = self._scale(kind)
+        return title + (f" — cut at {gib_text(top)} GiB" if cut else "")
+
+    @staticmethod
+    def y_label(kind: str, v: float) -> str:
+        """A y axis label: tokens/s on the speed panel, GiB on the others."""
+        return tokens_per_s(v) if kind == "speed" and v > 0 else gib_text(v)
 
     def _y(self, rect: QRectF, top: float, gib: float) -> float:
         return rect.bottom() - min(gib, top) / top * rect.height()
@@ -266,20 +296,10 @@ class ChartCanvas(QWidget):
         fm = self.fontMetrics()
         text = pal.color(QPalette.ColorRole.Text)
         mid = pal.color(QPalette.ColorRole.Mid)
-        top, usable, cut = self._scale(kind)
+        top, usable, _cut = self._scale(kind)
         placed: list[QRectF] = []
         # The title over the panel.
-        if kind == "gpu":
-            title = f"GPU memory, GiB ({'+'.join(c.devices)})" if len(c.devices) <= 3 else \
-                f"GPU memory, GiB ({len(c.devices)} devices summed)"
-        elif kind == "host":
-            title = "Host RAM, GiB"
-        else:
-            cur = c.current
-            title = (f"Decode tokens/s, predicted with the context full ({cur.label if cur else ''}, "
-                     "app/planner/solve/speed.py)")
-        if cut:
-            title += f" — cut at {gib_text(top)} GiB"
+        title = self.panel_title(kind)
         p.setPen(text)
         title = fm.elidedText(title, Qt.TextElideMode.ElideRight, int(rect.width()))
         p.drawText(QRectF(rect.left(), rect.top() - fm.height() - 6, rect.width(), fm.height()),
@@ -297,8 +317,7 @@ class ChartCanvas(QWidget):
             p.setPen(text)
             label = QRectF(0, y - fm.height() / 2, rect.left() - 6, fm.height())
             if label.top() >= rect.top() - fm.height() / 2 - 1:
-                p.drawText(label, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter,
-                           tokens_per_s(v) if kind == "speed" and v > 0 else gib_text(v))
+                p.drawText(label, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter, self.y_label(kind, v))
             v += step
         # Vertical grid at each power of two, labelled under the last panel (labels that would touch skipped).
         n = 1 << max(0, (c.contexts[0] - 1).bit_length())
@@ -548,6 +567,10 @@ class ContextChart(QWidget):
         """The panels drawn, top to bottom: "gpu", "host", "speed"."""
         return [k for k, _r in self.canvas._panels()]
 
+    def panel_titles(self) -> list[str]:
+        """The words over each panel, top to bottom."""
+        return [self.canvas.panel_title(k) for k, _r in self.canvas.panel_rects()]
+
     def label_boxes(self) -> dict[str, QRectF]:
         """The labels inside the plots as last painted: text -> box, in the canvas's coordinates."""
         return dict(self.canvas.labels)
@@ -585,7 +608,8 @@ def legend_html(c: ContextCurve) -> str:
         parts.append(f"<span style='color:{LARGEST_COLOR}'>◆</span>&nbsp;largest that fits: "
                      f"{'≥ ' if c.largest_capped else ''}{tokens_text(c.largest)} {escape(c.largest_where)}")
     else:
-        parts.append(f"<span style='color:{LARGEST_COLOR}'>◆</span>&nbsp;nothing fits at 4k or more")
+        parts.append(f"<span style='color:{LARGEST_COLOR}'>◆</span>&nbsp;nothing fits at "
+                     f"{tokens_text(c.contexts[0])} or more")
     parts.append(f"○&nbsp;now: {tokens_text(c.n_ctx)} · hollow points do not fit · click a point to use its context")
     return " &nbsp; ".join(parts)
 
@@ -598,8 +622,7 @@ def sources_html(c: ContextCurve) -> str:
             PlanMode.CPU: "Each point: the CPU plan (no GPU)"}[c.mode]
     computes = "; ".join(f"{escape(k.label)} {escape(source_text(k.source))}" for k in c.curves if not k.problem)
     usable = "free memory less the safety margin and any VRAM target" if c.devices else "what the OS says is available"
-    speed = ("Decode tokens/s: the speed model (app/planner/solve/speed.py) for each point that fits, with "
-             "its context full." if speed_points(c) else
+    speed = ("Decode tokens/s: the predicted speed of each point that fits, with its context full." if speed_points(c) else
              "Decode tokens/s: not predicted for these points (the rolling KV window's engine)."
              if c.mode is PlanMode.WINDOW else "Decode tokens/s: no point fits.")
     return (f"<small>{escape(mode)}. Weights, KV: from the GGUF. Compute: {computes}. Usable: {escape(usable)}. "

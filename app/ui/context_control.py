@@ -122,8 +122,10 @@ class ContextControl(QWidget):
         if emit and changed:
             self.contextChanged.emit(n_ctx)
 
-    def set_largest_fit(self, n_ctx: int | None, note: str = "", *, capped: str = "", speed: str = "") -> None:
-        """``capped``: why ``n_ctx`` is where the search stopped, not the memory (then "≥ n_ctx");
+    def set_largest_fit(self, n_ctx: int | None, note: str = "", *, capped: str = "", at_least: bool = False,
+                        speed: str = "") -> None:
+        """``capped``: why ``n_ctx`` is where the search stopped, not the memory (on hover); ``at_least``:
+        more may fit ("≥ n_ctx": the search stopped past the trained context);
         ``speed``: its predicted speed ("~62 tok/s"), when the plan priced it."""
         self._fits_value = n_ctx
         if n_ctx is None:
@@ -131,7 +133,7 @@ class ContextControl(QWidget):
             self.fits.setToolTip(f"No context to use: {note or words.NO_LARGEST}")
             self.fits.setEnabled(False)
         else:
-            self.fits.setText(f"largest that fits: {'≥ ' if capped else ''}{tokens_text(n_ctx)}"
+            self.fits.setText(f"largest that fits: {'≥ ' if at_least else ''}{tokens_text(n_ctx)}"
                               + (f" {note}" if note else "") + (f" ({speed})" if speed else ""))
             self.fits.setToolTip(f"Click to use the largest context that fits {note or 'these devices'}"
                                  + (f": {tokens_text(n_ctx)}; {capped}" if capped else ""))

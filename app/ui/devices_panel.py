@@ -14,6 +14,7 @@ from app.planner.units import Bytes
 from app.ui.qt import (
     QComboBox,
     QFrame,
+    QGridLayout,
     QHBoxLayout,
     QLabel,
     QLineEdit,
@@ -29,6 +30,8 @@ from app.ui.workers import TaskPool
 
 #: The simulated-GPU choice meaning "use the real inventory".
 REAL_GPUS = "Real GPUs (NVML)"
+#: Memory cards a row (the panel is in the form's column, about 440 px wide).
+CARDS_PER_ROW = 2
 SIMULATE_TIP = ("Plan for a GPU you do not have: pick a card, or type one as --gpu takes it "
                 "(a name from the list, or NAME:SIZE such as MyCard:12GiB) and press Enter")
 
@@ -115,7 +118,8 @@ class DevicesPanel(QWidget):
         self.cards: list[MemoryCard] = []
         self._gpus: tuple[GpuDevice, ...] = ()
         self.host_card = MemoryCard()
-        self._cards_box = QHBoxLayout()
+        # Two cards a row, host RAM last: the panel sits in the form's column (app/ui/main_window.py).
+        self._cards_box = QGridLayout()
         top = QHBoxLayout()
         plan_for = QLabel("Pla&n for:")
         plan_for.setBuddy(self.simulate)
@@ -131,10 +135,8 @@ class DevicesPanel(QWidget):
         self.workers.readingsChanged.connect(self.workersAnswered)
         lay.addWidget(self.workers)
         lay.addWidget(self.notice)
-        row = QHBoxLayout()
-        row.addLayout(self._cards_box)
-        row.addWidget(self.host_card)
-        lay.addLayout(row)
+        lay.addLayout(self._cards_box)
+        self._place_cards()
 
     def ask_workers(self, endpoints: list[str]) -> None:
         """Ask these RPC workers for their devices (in the background; ``workersAnswered`` follows)."""
@@ -217,13 +219,19 @@ class DevicesPanel(QWidget):
 
     def _ensure_cards(self, n: int) -> None:
         while len(self.cards) < n:
-            card = MemoryCard()
-            self.cards.append(card)
-            self._cards_box.addWidget(card)
+            self.cards.append(MemoryCard())
         while len(self.cards) > n:
             card = self.cards.pop()
+            self._cards_box.removeWidget(card)
             card.setParent(None)
             card.deleteLater()
+        self._place_cards()
+
+    def _place_cards(self) -> None:
+        """The GPU cards, then host RAM, CARDS_PER_ROW to a row."""
+        for i, card in enumerate([*self.cards, self.host_card]):
+            self._cards_box.removeWidget(card)
+            self._cards_box.addWidget(card, i // CARDS_PER_ROW, i % CARDS_PER_ROW)
 
     def show_inventory(self, inv: Inventory, nvml_reason: str = "") -> None:
         """The GPUs being planned for. ``nvml_reason``: why the machine has no real GPU, if so."""

@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from app.engine.discover import EngineInfo
+from app.engine.discover import ORIGIN_WORDS, EngineInfo
 from app.hub.cache import hub_cache
 from app.paths import config_dir
 from app.ui.engine_builder import EngineBuilder
@@ -78,7 +78,15 @@ def engine_text(engines: list[EngineInfo] | None) -> str:
         return NONE_FOUND
     first = engines[0]
     more = f" ({len(engines) - 1} more in the window's Engine list)" if len(engines) > 1 else ""
-    return f"✓ {first.kind} {first.version}, {first.llama_cpp} — {first.source}: {first.path}{more}"
+    return f"✓ {first.kind} {first.version}, {first.llama_cpp} — {ORIGIN_WORDS[first.source]}: {first.path}{more}"
+
+
+def model_text(window: MainWindow) -> str:
+    """What the model step says once a model is open (``headroom gui MODEL``): done; '' when none is."""
+    model = window.current.model
+    if model is None or model.demo:
+        return ""
+    return f"✓ {model.path.name} is open ({model.path.parent}): close this guide to see its plan."
 
 
 class FirstRunGuide(QDialog):
@@ -136,6 +144,10 @@ class FirstRunGuide(QDialog):
                               f"Your library ({folder}) is empty: open a file, a Hugging Face repo, "
                               "or try the demo (a 7B model with 1M context on a simulated 24 GB GPU).")
         self.library_note.setWordWrap(True)
+        self.model_status = QLabel()
+        self.model_status.setObjectName("firstRunModel")
+        self.model_status.setWordWrap(True)
+        self.model_status.setTextFormat(Qt.TextFormat.PlainText)
         self.open_file_button = QPushButton("&Open a GGUF file…")
         self.open_file_button.clicked.connect(self._pick_model)
         self.hub_button = QPushButton("&Hugging Face repo…")
@@ -148,6 +160,7 @@ class FirstRunGuide(QDialog):
         model_row.addStretch(1)
         model_box = QGroupBox("2 · A model")
         mb = QVBoxLayout(model_box)
+        mb.addWidget(self.model_status)
         mb.addWidget(self.library_note)
         mb.addWidget(self.library)
         mb.addLayout(model_row)
@@ -169,6 +182,16 @@ class FirstRunGuide(QDialog):
         self.builder.failed.connect(lambda msg: self.engine_status.setText(f"Build failed: {msg}"))
         self.finished.connect(self._finished)
         self.show_engines(window.current.engines)
+        self.show_model()
+
+    def show_model(self) -> None:
+        """A model already open (given on the command line): the model step is done, said first; the
+        ways to open another stay under it, the library's "empty" no longer the first thing read."""
+        done = model_text(self.main)
+        self.model_status.setText(done)
+        self.model_status.setVisible(bool(done))
+        if done and not self.models:
+            self.library_note.setText("Or open another: a file, a Hugging Face repo, or the demo.")
 
     # ---- step 1: an engine -----------------------------------------------------------------------
     def show_engines(self, engines: object) -> None:

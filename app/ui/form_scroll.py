@@ -6,10 +6,23 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from app.ui.qt import QEvent, QHBoxLayout, QObject, QScrollArea, QSize, Qt, QVBoxLayout, QWidget
+from app.ui.qt import (
+    QEvent,
+    QHBoxLayout,
+    QObject,
+    QResizeEvent,
+    QScrollArea,
+    QSize,
+    Qt,
+    QVBoxLayout,
+    QWidget,
+    Signal,
+)
 
 
 class FormScroll(QScrollArea):
+    roomChanged = Signal()  # the form's height, or the room there is for it, changed
+
     def __init__(self, form: QWidget, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setWidgetResizable(True)
@@ -29,7 +42,12 @@ class FormScroll(QScrollArea):
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
         if watched is self.widget() and event.type() == QEvent.Type.LayoutRequest:
             self.updateGeometry()  # the form's minimum width may have changed: the splitter re-asks
+            self.roomChanged.emit()
         return super().eventFilter(watched, event)
+
+    def resizeEvent(self, e: QResizeEvent) -> None:
+        super().resizeEvent(e)
+        self.roomChanged.emit()
 
 
 def form_with_footer(items: Sequence[QWidget | QHBoxLayout], footer: Sequence[QWidget], *,

@@ -53,7 +53,7 @@ from app.ui.qt import (
 )
 from app.ui.server_settings import ServerSettings
 from app.ui.speed_check_row import SpeedCheckRow
-from app.ui.window_state import WindowState
+from app.ui.window_state import WindowState, no_engine_yet
 from app.ui.workers import StreamBatcher, TaskPool
 
 NO_MODEL = "Open a model first: there is nothing to launch yet"
@@ -67,8 +67,6 @@ STATUS_TEXT = {
     ServerStatus.READY: "healthy", ServerStatus.FAILED: "failed", ServerStatus.STOPPED: "stopped",
 }
 NO_ENGINE = "No engine found: press Build engine… above, or put llama-server or a llamafile on PATH."
-#: Launch pressed with no engine: not a failure, a step still to take.
-NO_ENGINE_YET = "No engine yet: choose one (File ▸ Choose engine…) or build one (Build engine…)."
 LOOKING_FOR_ENGINES = "Looking for engines…"
 DISCOVERY_FAILED = "Engine discovery failed: "
 
@@ -342,8 +340,8 @@ class LaunchPanel(QWidget):
         model, engine, state = self._model, self.engine(), self._state
         if self._engine is not None or model is None or state is None:
             return
-        if engine is None:  # nothing failed: there is nothing to launch with yet
-            self._not_launched(NO_ENGINE_YET)
+        if engine is None:  # nothing failed: a step still to do, said where the launch's words go
+            self._not_launched(no_engine_yet(state.engines, "launch"))
             return
         refused = self.refusal()
         if refused is not None:

@@ -74,6 +74,9 @@ from app.ui.window_session import BeforeDemo, ClosingPanels, ProfileError, Windo
 from app.ui.window_state import OpenModel, WindowState
 from app.ui.workers import PollWorker, TaskPool
 
+#: Where the devices panel goes in the form when it has room: under the model's name and its open row.
+DEVICES_IN_FORM_AT = 2
+
 
 class MainWindow(QMainWindow):
     planned = Signal(object)  # every new Plan (tests and the screenshot wait on it)
@@ -166,17 +169,19 @@ class MainWindow(QMainWindow):
         except ValueError:
             self.server.set_settings(ServerSettings())  # a hand-edited state file: the defaults
         self.launch.use_server(self.server.settings, self.server.key_folder())
-        # Small screens: the form scrolls up and down only; Measure, Launch / Stop and the endpoint
-        # never scroll away (a footer under the form).
-        left_w, self.left_scroll = form_with_footer(
-            [self.model_label, open_row, self.settings, self.server, self.measure, self.launch],
-            [self.measure.pinned_controls(), self.launch.pinned_controls()], max_width=480)
         self.devices = DevicesPanel(pool=self.pool)
         self.devices.set_simulated_choice(self.session.simulated_at_start()[0])
         self.devices.simulationChanged.connect(self.set_simulated)
         self.devices.workersAnswered.connect(self._workers_answered)
         if self.state.rpc_workers:  # remembered: asked again in the background
             self.devices.ask_workers(self.state.rpc_workers)
+        # Small screens: the form scrolls up and down only; Measure, Launch / Stop and the endpoint
+        # never scroll away (a footer under the form). The devices to plan for go in the form, under
+        # the model, where it has room for them (``_place_devices``), else over the plan.
+        left_w, self.left_scroll = form_with_footer(
+            [self.model_label, open_row, self.devices, self.settings, self.server, self.measure, self.launch],
+            [self.measure.pinned_controls(), self.launch.pinned_controls()], max_width=480)
+        self._placing = False
         self.budget = BudgetView()
         self.budget.settingsChosen.connect(self.settings.set_settings)
         self.demo_banner = QLabel(demo.DEMO_BANNER)
@@ -194,14 +199,19 @@ class MainWindow(QMainWindow):
         plan_col.addWidget(self.live_view)
         plan_col.addWidget(self.launch.check_table())
         plan_col.addWidget(self.budget, 1)
+        self._plan_col = plan_col
+        # Plan vs actual over the plan while its engine runs; once it stopped, under the new plan (whose
+        # verdict is then what the pane is for).
+        self.launch.checked.connect(lambda _check: self._place_check(running=True))
+        self.launch.engineStopped.connect(lambda: self._place_check(running=False))
         self.plan_scroll = QScrollArea()
         self.plan_scroll.setWidgetResizable(True)
         self.plan_scroll.setWidget(plan_page)
         # The plan pane wraps instead of scrolling sideways (bars' free end, warnings, option notes).
         self.plan_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         mid = QVBoxLayout()
+        self._mid = mid
         mid.addWidget(self.demo_banner)
-        mid.addWidget(self.devices)
         # Errors go here, over the plan they are about: in the form they pushed every setting down.
         mid.addWidget(self.error)
         # The budget picture, and beside it in a tab the context chart (it prices only while shown).
@@ -242,11 +252,13 @@ class MainWindow(QMainWindow):
         vsplit.addWidget(mid_w)
         vsplit.addWidget(bottom)
         self.vsplit = vsplit
+        self.chat.forkShown.connect(lambda k: vsplit.set_forking(k > 0))
         top = QSplitter(Qt.Orientation.Horizontal)
         top.addWidget(left_w)
         top.addWidget(vsplit)
         top.setStretchFactor(1, 1)
         self.setCentralWidget(top)
+        self.left_scroll.roomChanged.connect(self._place_devices)
 
     def _bind(self) -> None:
         """Every panel onto the one state; the window itself says what happened in its own words."""
@@ -470,6 +482,40 @@ class MainWindow(QMainWindow):
                                  f"trained for {tokens_text(shape.n_ctx_train)} tokens")
         self.model_label.setToolTip(printable(str(model.path)))
         self.show_error("")
+
+    def _place_devices(self) -> None:
+        """The devices to plan for in the form, under the model, while the form has room for them (at
+        1366×768 its column had a gap above Measure while the Budget scrolled); over the plan when
+        the form would have to scroll for them (Advanced open, a small window)."""
+        inner = self.left_scroll.widget()
+        form = inner.layout() if inner is not None else None
+        if self._placing or not isinstance(form, QVBoxLayout):
+            return
+        in_form = form.indexOf(self.devices) >= 0
+        # (the form scrolls when its least height is more than the room: its minimum, not its size hint)
+        needs = self.devices.minimumSizeHint().height() + form.spacing()
+        rest = form.minimumSize().height() - (needs if in_form else 0)
+        fits = rest + needs <= self.left_scroll.viewport().height()
+        if fits == in_form:
+            return
+        self._placing = True
+        try:
+            if fits:
+                self._mid.removeWidget(self.devices)
+                form.insertWidget(DEVICES_IN_FORM_AT, self.devices)
+            else:
+                form.removeWidget(self.devices)
+                self._mid.insertWidget(self._mid.indexOf(self.demo_banner) + 1, self.devices)
+        finally:
+            self._placing = False
+
+    def _place_check(self, *, running: bool) -> None:
+        table, col = self.launch.check_table(), self._plan_col
+        col.removeWidget(table)
+        if running:
+            col.insertWidget(col.indexOf(self.budget), table)
+        else:
+            col.addWidget(table)
 
     @property
     def model_path(self) -> Path | None:

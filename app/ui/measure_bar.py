@@ -20,7 +20,7 @@ from app.planner.plan_types import Plan
 from app.planner.settings import LaunchSettings
 from app.probe.measure import gpu_caveat, measure_cached
 from app.ui.qt import QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget, Signal
-from app.ui.window_state import WindowState
+from app.ui.window_state import WindowState, no_engine_yet
 from app.ui.workers import TaskPool
 
 #: Runs pass 1: (model, settings, cancel) -> (measurement, from_cache). Tests swap in a slow child.
@@ -86,6 +86,9 @@ class MeasureBar(QWidget):
         A new model is not measured yet; a plan for other settings than the measured ones says so."""
 
         def measure() -> None:
+            if state.engine is None and state.engines == []:  # none found: pass 1 has no libllama to run
+                self._say(no_engine_yet(state.engines, "measure"))
+                return
             if state.model is not None:
                 self.start(state.model.path, state.settings.launch, targets_gpu=bool(state.inventory.gpus))
 

@@ -17,10 +17,12 @@ from app.ui.qt import QGridLayout, QGroupBox, QLabel, QPushButton, Qt, QWidget, 
 
 if TYPE_CHECKING:
     from app.planner.plan_types import Alternative, ContextFit, Plan
+    from app.planner.solve.speed import SpeedRow
 
 GREEN = "#2e7d32"
 RED = "#d62728"
-HEADERS = ("Option", "Fits", "Expected speed", "Note", "")
+#: The speed column: decode at half context, as the Expected speed line's "half-way" figure.
+HEADERS = ("Option", "Fits", "Speed half-way", "Note", "")
 
 
 @dataclass(frozen=True)
@@ -34,13 +36,15 @@ class Option:
     settings: LaunchSettings
     current: bool = False
     priced: Alternative | None = None  # the plan's alternative for these settings, with its speed
+    #: The predicted speed of these settings: the alternative's, or the plan's own when they are the plan.
+    predicted: SpeedRow | None = None
 
 
 def cap_text(fit: ContextFit) -> str:
     """Why a largest context equals the search's cap: the search stopped there, not the memory."""
     cap, trained = tokens_text(fit.searched_to), tokens_text(fit.n_ctx_train)
     if fit.searched_to <= fit.n_ctx_train:
-        return f"all of its trained {trained} fits; searched no further, more may fit"
+        return f"all of its trained {trained} fits; searched no further (more than it was trained for is not offered)"
     return f"all of the asked {cap} fits, beyond its trained {trained}; searched no further, more may fit"
 
 
@@ -58,9 +62,10 @@ def options(plan: Plan, fit: ContextFit | None, engine_window: bool) -> list[Opt
             if fit.resident_capped:
                 note += f"; {cap_text(fit)}"
             launch = as_set.with_(n_ctx=fit.resident)
+            speed = _speed(plan, launch)
             rows.append(Option(f"Largest context {where}: {tokens_text(fit.resident)}", True,
-                               words.short_speed(_priced(plan, launch)), note, launch,
-                               fit.resident == n_ctx and as_set == plan.launch, _priced(plan, launch)))
+                               words.row_short_speed(speed), note, launch,
+                               fit.resident == n_ctx and as_set == plan.launch, _priced(plan, launch), speed))
         if engine_window and fit.with_tail > fit.resident:
             rows.append(Option(f"Largest context with a host tail: {tokens_text(fit.with_tail)}", True, "",
                                "rolling KV window; the tail streams from host RAM"
@@ -68,13 +73,24 @@ def options(plan: Plan, fit: ContextFit | None, engine_window: bool) -> list[Opt
                                plan.launch.with_(n_ctx=fit.with_tail), fit.with_tail == n_ctx))
         if fit.n_ctx_train > 0:
             fits_train = fit.n_ctx_train <= (fit.with_tail if engine_window else fit.resident)
-            rows.append(Option(f"Trained context: {tokens_text(fit.n_ctx_train)}", fits_train, "",
-                               "what the model was trained for", as_set.with_(n_ctx=fit.n_ctx_train),
-                               fit.n_ctx_train == n_ctx and as_set == plan.launch))
+            launch = as_set.with_(n_ctx=fit.n_ctx_train)
+            speed = _speed(plan, launch)
+            rows.append(Option(f"Trained context: {tokens_text(fit.n_ctx_train)}", fits_train,
+                               words.row_short_speed(speed), "what the model was trained for", launch,
+                               fit.n_ctx_train == n_ctx and as_set == plan.launch, _priced(plan, launch), speed))
     for alt in plan.alternatives:
         rows.append(Option(alt.label, alt.feasible, words.short_speed(alt), alt.note, alt.launch, alt.chosen,
-                           alt if alt.speed is not None else None))
+                           alt if alt.speed is not None else None, alt.speed))
     return rows
+
+
+def _speed(plan: Plan, launch: LaunchSettings) -> SpeedRow | None:
+    """The predicted speed of ``launch``: its alternative's, or the plan's own (``Plan.speed``) when
+    ``launch`` is what the plan launches (a CPU plan has no alternatives, and its speed is this)."""
+    priced = _priced(plan, launch)
+    if priced is not None:
+        return priced.speed
+    return plan.speed if launch == plan.launch and plan.feasible else None
 
 
 def _priced(plan: Plan, launch: LaunchSettings) -> Alternative | None:
@@ -104,7 +120,7 @@ class _Row:
         self.fits.setStyleSheet(f"color: {GREEN if row.fits else RED};")
         # a way that does not fit has no speed to show; the whole prediction (prefill too) on hover
         self.cost.setText((row.speed or "not predicted") if row.fits else "")
-        self.cost.setToolTip(words.speed_words(row.priced) if row.priced is not None and row.fits else "")
+        self.cost.setToolTip(words.row_speed_words(row.predicted) if row.predicted is not None and row.fits else "")
         self.note.setText(row.note)
         self.use.setAccessibleName(f"Use {row.label}")
         self.use.setEnabled(row.fits and not row.current)

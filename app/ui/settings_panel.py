@@ -111,12 +111,14 @@ TIPS = {
 }
 
 
-def advanced_summary(s: LaunchSettings, engine_window: bool) -> str:
+def advanced_summary(s: LaunchSettings, engine_window: bool, no_gpu: bool = False) -> str:
     """The flags the Advanced section holds, in one line ("K f16 V f16 · -np 1 · -ub 512 · -fa on ·
     -ngl all"); what is set beyond the defaults (-nkvo, an applied -ot, the prompt cache, adapters)
-    is named too, so nothing hides behind the closed section."""
+    is named too, so nothing hides behind the closed section. ``no_gpu``: planned for the CPU, which
+    launches -ngl 0 whatever the setting says (what the window will launch, as the CLI does)."""
+    ngl = "-ngl 0 (no GPU)" if no_gpu else f"-ngl {words.ngl_text(s.n_gpu_layers)}"
     parts = [f"K {s.type_k} V {s.type_v}", f"-np {s.n_parallel}" + (" -kvu" if s.kv_unified else ""),
-             f"-ub {s.n_ubatch}", f"-fa {s.flash_attn.value}", f"-ngl {words.ngl_text(s.n_gpu_layers)}"]
+             f"-ub {s.n_ubatch}", f"-fa {s.flash_attn.value}", ngl]
     if not s.offload_kqv:
         parts.append("-nkvo")
     if s.tensor_overrides or s.n_cpu_moe:
@@ -143,6 +145,7 @@ class SettingsPanel(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self._no_gpu = False  # the last plan was for the CPU: it launches -ngl 0
         self.context = ContextControl()
         self.type_k = QComboBox()
         self.type_v = QComboBox()
@@ -317,7 +320,7 @@ class SettingsPanel(QWidget):
 
     def _show_advanced_summary(self) -> None:
         """"Advanced: K f16 V f16 · -np 1 · -ub 512 · -fa on · -ngl all": what the closed section holds."""
-        text = f"Advanced: {advanced_summary(self.settings(), self.engine_window())}"
+        text = f"Advanced: {advanced_summary(self.settings(), self.engine_window(), self._no_gpu)}"
         self.advanced_toggle.setText(text)
         self.advanced_toggle.setAccessibleName("Advanced settings")
         self.advanced_toggle.setStatusTip(text)
@@ -532,10 +535,18 @@ class SettingsPanel(QWidget):
         state.modelChanged.connect(model_changed)
         self.engineChosen.connect(state.choose_engine)
         state.planChanged.connect(lambda plan: self._show_fit(plan, state.fit, state.settings.engine_window))
+        state.planChanged.connect(self._show_mode)
         state.noPlan.connect(lambda _why: self.context.set_largest_fit(None, words.NO_LARGEST))
         state.enginesChanged.connect(self.show_engines)
         state.engineChosen.connect(lambda engine: self.refuse_window(window_refusal(state.engines, engine)))
         state.set_settings(self.plan_settings())
+
+    def _show_mode(self, plan: Plan) -> None:
+        """A plan for the CPU launches -ngl 0: the Advanced summary says so, not the -ngl set."""
+        from app.planner.plan_types import PlanMode
+
+        self._no_gpu = plan.mode is PlanMode.CPU
+        self._show_advanced_summary()
 
     def _show_fit(self, plan: Plan, fit: ContextFit | None, engine_window: bool) -> None:
         """"How far can I go", with the CLI's figures (words.context_reach): the largest context as set
@@ -552,6 +563,7 @@ class SettingsPanel(QWidget):
         else:
             self.context.set_largest_fit(resident.n_ctx, resident.where,
                                          capped=cap_text(fit) if resident.at_least else "",
+                                         at_least=resident.at_least and fit.beyond_trained,
                                          speed=words.short_speed(resident.alternative))
         self.context.set_longest(words.end_words(longer) if longer else "", longer.launch if longer else None)
 

@@ -14,6 +14,9 @@ RESOURCES = Path(__file__).resolve().parent.parent.parent / "resources"
 #: everything past PLAN_HEIGHT px (a tall screen: the plan does not need more, the sessions do).
 PLAN_SHARE = 0.65
 PLAN_HEIGHT = 620
+#: While a fork's replies show, the plan's share (at least its own least height): the chat and K
+#: replies side by side need the room more than the plan does then (1366×768: a line each, else).
+FORK_PLAN_SHARE = 0.4
 
 
 def app_icon() -> QIcon:
@@ -31,9 +34,11 @@ def first_size(available: QSize) -> tuple[int, int]:
             min(FIRST_SIZE[1], max(480, available.height() - 60)))
 
 
-def split_sizes(total: int) -> tuple[int, int]:
-    """(plan, log and sessions) for a column ``total`` px tall."""
+def split_sizes(total: int, forking: bool = False) -> tuple[int, int]:
+    """(plan, log and sessions) for a column ``total`` px tall (``forking``: a fork's replies show)."""
     bottom = max(int(total * (1 - PLAN_SHARE)), total - PLAN_HEIGHT)
+    if forking:
+        bottom = max(bottom, total - int(total * FORK_PLAN_SHARE))
     return total - bottom, bottom
 
 
@@ -44,6 +49,7 @@ class PlanSplit(QSplitter):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(Qt.Orientation.Vertical, parent)
         self.automatic = True
+        self.forking = False
         self.setChildrenCollapsible(False)  # a squeezed sessions pane drew its status over its text
         self.splitterMoved.connect(self._moved)
 
@@ -52,5 +58,13 @@ class PlanSplit(QSplitter):
 
     def resizeEvent(self, e: QResizeEvent) -> None:
         super().resizeEvent(e)
+        self._fit()
+
+    def set_forking(self, on: bool) -> None:
+        """A fork's replies show (or no longer): the log and sessions get the larger share then."""
+        self.forking = on
+        self._fit()
+
+    def _fit(self) -> None:
         if self.automatic and self.count() == 2:
-            self.setSizes(list(split_sizes(self.height() - self.handleWidth())))
+            self.setSizes(list(split_sizes(self.height() - self.handleWidth(), self.forking)))

@@ -63,6 +63,15 @@ class PlanSettings:
     problem: str = ""
 
 
+def no_engine_yet(engines: list[EngineInfo] | None, to: str) -> str:
+    """What Launch and Measure say when clicked with no engine chosen: a step still to do, not a
+    failure (``to``: "launch", "measure")."""
+    if engines is None:
+        return f"Still looking for engines: {to} once one is found."
+    return (f"No engine yet to {to} with: choose one in the Engine list or with File ▸ Choose engine…, "
+            "or press Build engine….")
+
+
 class WindowState(QObject):
     modelChanged = Signal(object)
     settingsChanged = Signal(object)

@@ -119,8 +119,9 @@ def test_without_a_gpu_the_chart_shows_host_ram(no_gpu_window, tiny_model, qtbot
 
 
 def test_a_tiny_models_labels_keep_off_the_available_line_and_one_another(no_gpu_window, tiny_model, qtbot):
-    """The tiny model: its largest fit (≥ 4k) is the axis' left end and its use far under the available
-    line near the top; no label sits on that line or on another label, the x axis reads 4k to 8k."""
+    """The tiny model, trained on 4,096: all of it fits (said as 4,096, not "≥ 4,096": the model was
+    trained for no more), its use far under the available line near the top; no label sits on that
+    line or on another label, the x axis reads 1k to 4k (not on to 8k, as if more were of use)."""
     window = no_gpu_window
     window.resize(1280, 800)
     with qtbot.waitSignal(window.planned):
@@ -130,13 +131,14 @@ def test_a_tiny_models_labels_keep_off_the_available_line_and_one_another(no_gpu
     boxes = window.chart.label_boxes()
     y = window.chart.usable_y("host")
     assert y is not None
-    largest = next(b for t, b in boxes.items() if t.startswith("largest that fits: ≥ 4,096"))
+    largest = next(b for t, b in boxes.items() if t.startswith("largest that fits: 4,096"))
     assert not (largest.top() <= y <= largest.bottom())  # not across the dashed line
     assert any(t.startswith("available ") for t in boxes) and any(t.startswith("now: 4,096") for t in boxes)
     shown = list(boxes.values())
     assert not any(a.intersects(b) for i, a in enumerate(shown) for b in shown[i + 1:])
     curve = window.chart.curve
-    assert curve is not None and (curve.contexts[0], curve.contexts[-1]) == (4 * K, 8 * K)
+    assert curve is not None and (curve.contexts[0], curve.contexts[-1]) == (1 * K, 4 * K)
+    assert "≥" not in window.settings.context.fits.text()
     legend = window.chart.legend.text()
     assert "<b>-&nbsp;-&nbsp;-</b></span>&nbsp;available host RAM" in legend  # the mark held to its words
 
@@ -176,7 +178,12 @@ def test_the_chart_spans_the_training_context_with_both_largest_contexts_and_dec
     at_8k = f16.at(8 * K)
     assert at_8k is not None and at_8k.decode is not None
     assert f"decode ~{tokens_per_s(at_8k.decode)} tok/s with it full" in chart.canvas.point_tooltip(8 * K)
-    assert "Decode tokens/s: the speed model" in chart.sources.text()
+    assert "Decode tokens/s: the predicted speed" in chart.sources.text()
+    assert "app/" not in chart.sources.text() and not any("app/" in t for t in chart.panel_titles())
+    # every y label has room left of its panel: "25,000" tokens/s keeps its first digit
+    canvas, fm = chart.canvas, chart.canvas.fontMetrics()
+    for kind, rect in canvas.panel_rects():
+        assert fm.horizontalAdvance(canvas.y_label(kind, canvas.axis_top(kind))) <= rect.left() - 6
 
 
 def test_past_the_training_context_the_axis_goes_to_1m_whatever_the_context(window, shape_model, qtbot):

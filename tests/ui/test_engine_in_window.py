@@ -75,10 +75,10 @@ def test_no_engine_at_all_is_said_plainly(window, tiny_model, qtbot):
     window.launch.set_engines([])
     assert "No engine found" in window.launch.status.text()
     assert window.open_model(tiny_model)
-    with qtbot.assertNotEmitted(window.launch.launchFailed, wait=0):
+    with qtbot.assertNotEmitted(window.launch.launchFailed, wait=0):  # nothing failed: a step to do
         qtbot.mouseClick(window.launch.launch_button, LEFT)
-    assert window.launch.status.text() == ("No engine yet: choose one (File ▸ Choose engine…) or build one "
-                                           "(Build engine…).")
+    assert window.launch.status.text().startswith("No engine yet to launch with")
+    assert "Build engine…" in window.launch.status.text()
     assert window.current.running_engine is None
 
 

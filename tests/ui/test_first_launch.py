@@ -95,12 +95,16 @@ def test_a_gpu_plan_run_on_the_cpu_shows_its_table_and_says_why_it_cannot_be_che
                                           check_report.NOT_LOGGED, check_report.NOT_PLANNED}
     assert len(view.rows) == len(check.rows) and view.legend.text() == check_report.LEGEND
     assert view.legend.isVisible() and view.summary.isVisible()
+    assert view.y() < window.budget.y()  # while its engine runs, plan vs actual over the plan
     command = window.launch.command.text()
     qtbot.waitUntil(lambda: window.console.text().count("\n") > 5, timeout=10_000)
     bar = window.console.verticalScrollBar()
     assert bar.value() == bar.maximum()  # the log follows the engine
     _stop(window, qtbot)
     assert view.isVisible() and "last run" in view.title()
+    # after Stop the plan's verdict is at the top of Budget, the last run's table under the plan
+    qtbot.waitUntil(lambda: view.y() > window.budget.y() + window.budget.verdict.y())
+    assert window.budget.verdict.mapTo(window.plan_scroll.widget(), window.budget.verdict.rect().topLeft()).y() < 60
     # a second run starts a fresh log, at the top, with its own command
     window.server.port.setValue(free_port())
     _launch(window, qtbot)

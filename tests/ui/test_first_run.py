@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from app.engine.discover import EngineOrigin
+from app.engine.discover import EngineInfo, EngineKind, EngineOrigin
 from app.engine.native_build import EngineBuild
 from app.ui import demo, first_run
 from app.ui.application import open_first
@@ -115,7 +115,7 @@ def test_no_engine_offers_a_build_and_a_chosen_file(window, qtbot, user, engine_
     with qtbot.waitSignal(window.launch.enginesFound, timeout=ENGINES_S):
         guide.use_engine(engine_build.server)
     assert guide.engine_status.text().startswith("✓ llama-server")
-    assert f"{EngineOrigin.SETTINGS}: {engine_build.server}" in guide.engine_status.text()
+    assert f"— the one you chose: {engine_build.server}" in guide.engine_status.text()
     assert window.current.engine is not None and Path(window.current.engine.path) == engine_build.server
 
 
@@ -143,3 +143,17 @@ def test_a_model_given_on_a_first_start_opens_and_the_guide_asks_for_an_engine(w
     assert open_first(again, tiny_model, demo=False) is True
     assert again.findChild(FirstRunGuide) is None
     again.close()
+
+
+def test_a_model_given_on_a_first_start_is_done_in_the_guide(window, qtbot, user, tiny_model: Path) -> None:
+    """Finding 10: ``headroom gui MODEL`` in a fresh home: the model step says the model is open, not
+    that the library is empty; the engine step names where the engine came from in words."""
+    with qtbot.waitSignal(window.planned):
+        assert open_first(window, tiny_model, demo=False) is True
+    guide = _guide(window)
+    assert guide.model_status.isVisible()
+    assert guide.model_status.text().startswith(f"✓ {tiny_model.name} is open")
+    assert "is empty" not in guide.library_note.text()
+    chosen = EngineInfo(EngineKind.LLAMA_SERVER, "/opt/bin/llama-server", "0.5.0-dev", "0c1e570", EngineOrigin.SETTINGS)
+    said = first_run.engine_text([chosen])
+    assert said.endswith("— the one you chose: /opt/bin/llama-server") and "settings:" not in said

@@ -27,12 +27,13 @@ def _engine(window, engine_build, qtbot) -> None:
     window.settings.engine.setCurrentIndex(window.settings.engine.findData(str(engine_build.server)))
 
 
-def _launched_and_greeted(window, engine_build, qtbot, model: Path, *, n_parallel: int, max_tokens: int):
-    """``model`` launched on Headroom's engine with ``n_parallel`` slots over one pool, and one chat
-    turn ("Hello") answered; the chat panel."""
+def _launched_and_greeted(window, engine_build, qtbot, model: Path, *, n_parallel: int, max_tokens: int,
+                          unified: bool = True):
+    """``model`` launched on Headroom's engine with ``n_parallel`` slots (over one pool: ``unified``),
+    and one chat turn ("Hello") answered; the chat panel."""
     _engine(window, engine_build, qtbot)
     window.settings.n_parallel.setValue(n_parallel)
-    window.settings.kv_unified.setChecked(True)
+    window.settings.kv_unified.setChecked(unified)
     assert window.open_model(model)
     with qtbot.waitSignal(window.launch.engineReady, timeout=180_000):
         qtbot.mouseClick(window.launch.launch_button, LEFT)
@@ -111,6 +112,32 @@ def test_another_model_starts_with_an_empty_chat_sessions_and_console(window, ti
     assert window.sessions.chosen.count() == 0 and window.sessions.text.toPlainText() == ""
     assert "continue" not in window.sessions.result.text().lower()
     assert window.console.text() == ""  # the last run's log was the other model's
+
+
+@pytest.mark.engine
+def test_a_fork_of_3_at_1366x768_leaves_each_reply_and_the_chat_room_to_read(window, tiny_chat_model, engine_build,
+                                                                              qtbot):
+    """The walkthrough's fork (-np 3, no -kvu) at 1366×768: each reply box showed one line of reply (its
+    numbers took the other four), the chat ~80 px. Now the plan gives way while the fork shows: the chat
+    and each reply get more than FORK_LINES lines, the numbers under the box, the plan back after."""
+    window.resize(1366, 768)
+    chat = _launched_and_greeted(window, engine_build, qtbot, tiny_chat_model, n_parallel=3, max_tokens=8,
+                                 unified=False)
+    chat.k.setValue(3)
+    chat.message.setText("Tell me three ways")
+    with qtbot.waitSignal(chat.replyDone, timeout=120_000):
+        qtbot.mouseClick(chat.fork_button, LEFT)
+    qtbot.waitUntil(lambda: len(chat.columns) == 3 and all(c.isVisible() for c in chat.columns))
+    tall = lines_tall(chat.view, FORK_LINES + 1)
+    qtbot.waitUntil(lambda: chat.view.height() >= tall and all(c.text.height() >= tall for c in chat.columns))
+    for col in chat.columns:
+        assert "tokens/s" not in col.text.toPlainText()  # the box holds the reply; its numbers under it
+        assert col.stats.text().endswith(" tok/s") and "prompt tokens reused" in col.stats.toolTip()
+    plan_height = window.vsplit.sizes()[0]
+    chat.keep_reply(0)
+    qtbot.waitUntil(lambda: window.vsplit.sizes()[0] > plan_height)  # no fork: the plan has its room back
+    with qtbot.waitSignal(window.launch.engineStopped, timeout=30_000):
+        qtbot.mouseClick(window.launch.stop_button, LEFT)
 
 
 @pytest.mark.engine

@@ -182,8 +182,8 @@ def test_a_long_sessions_status_wraps_and_is_reachable_at_1024x700(window, qtbot
     show_at(window, qtbot, 1024, 700)
     window.talk.setCurrentIndex(1)
     result = window.sessions.result
-    said = ("Forked into 3 sessions: prompt evaluated once, shared by 3 (412-token prompt; /metrics: +412 decoded, "
-            "+824 from cache); continue one of them with the prompt above.")
+    said = ("Forked into 3 sessions: prompt evaluated once, shared by 3 (412-token prompt; /metrics: "
+            "412 prompt tokens read, 824 taken from the cache); continue one of them with the prompt above.")
     result.setText(said)
     QApplication.processEvents()
     page = window.talk.currentWidget()

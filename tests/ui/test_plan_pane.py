@@ -137,14 +137,16 @@ def test_every_jargon_setting_and_legend_entry_explains_itself(window, shape_mod
     assert safety.tooltip.endswith("your setting") and "given" not in safety.tooltip
 
 
-def test_a_largest_context_at_the_search_cap_says_more_fits(window, tiny_model, qtbot):
+def test_a_largest_context_at_the_trained_context_says_all_of_it_fits(window, tiny_model, qtbot):
+    """The search stops at the trained context: "largest that fits: 4,096", not "≥ 4,096" (more than
+    the model was trained for is no use); why it stopped there on hover."""
     window.devices.choose_simulated("H200")
     with qtbot.waitSignal(window.planned):
         assert window.open_model(tiny_model)
     fits = window.settings.context.fits
-    assert fits.text().startswith("largest that fits: ≥ ") and fits.text().endswith("fully on GPU")
     trained = tokens_text(window.current.fit.n_ctx_train)
-    said = f"all of its trained {trained} fits; searched no further, more may fit"  # not "fits beyond its trained"
+    assert fits.text().startswith(f"largest that fits: {trained} ") and fits.text().endswith("fully on GPU")
+    said = f"all of its trained {trained} fits; searched no further"  # not "fits beyond its trained"
     assert said in fits.toolTip()
     row = window.budget.options.rows[0]
     assert row.label.startswith("Largest context fully on GPU") and said in row.note and "beyond" not in row.note

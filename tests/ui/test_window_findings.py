@@ -195,10 +195,10 @@ def test_other_ways_show_their_predicted_speed_and_no_dash_stands_for_nothing(wi
         assert window.open_model(shape_model(LLAMA8B))
     view = window.budget.options
     shown = list(zip(view.rows, view._widgets, strict=False))
-    priced = [(row, w) for row, w in shown if row.priced is not None and row.fits]
+    priced = [(row, w) for row, w in shown if row.predicted is not None and row.fits]
     assert priced and all(w.cost.text().startswith("~") and w.cost.text().endswith(" tok/s") for _r, w in priced)
     assert all("prefill at half context" in w.cost.toolTip() for _r, w in priced)
-    assert all(w.cost.text() == "not predicted" for row, w in shown if row.priced is None and row.fits)
+    assert all(w.cost.text() == "not predicted" for row, w in shown if row.predicted is None and row.fits)
     assert all(w.cost.text() == "" for row, w in shown if not row.fits)
     costs = [w.cost.text() for _r, w in shown]
     assert "–" not in costs and "–" not in window.settings.context.fits.text()

@@ -19,7 +19,7 @@ The data types live in :mod:`app.planner.plan_types` and are re-exported here.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -397,15 +397,26 @@ def _longest_placed(shape: ModelShape, inv: Inventory, settings: LaunchSettings,
     CPU, the KV of some layers on the host, fewer layers, -nkvo; ``_some_placement_fits``); 0 when
     not even the shortest does (the weights alone do not)."""
     args = (pass1, safety, vram_target, overhead)
+    # (a longer context never needs less, whatever the placement)
+    return _largest_context(settings, top, lambda n: _some_placement_fits(shape, inv, settings.with_(n_ctx=n), *args))
+
+
+def _largest_context(settings: LaunchSettings, top: int, ok: Callable[[int], bool]) -> int:
+    """The largest context up to ``top`` (a multiple of 256, or 0) that ``ok`` accepts, ``ok`` being
+    monotonic. Without -kvu each slot's share is padded up to 256 (app/planner/memory/kv.py
+    ``context_size``): the steps are 256 × slots, and ``top`` itself is the last one, holding as many
+    cells as the next step (-np 3 at 4,096: 4,608 cells, the same as 4,608)."""
+    top = top // CTX_PAD * CTX_PAD
     per = CTX_PAD * max(1, settings.n_parallel) if not settings.kv_unified else CTX_PAD
-    lo, hi = 0, top // per
-    if hi < 1 or not _some_placement_fits(shape, inv, settings.with_(n_ctx=per), *args):
-        return 0
-    lo = 1
-    while lo < hi:  # a longer context never needs less, whatever the placement
+
+    def at(k: int) -> int:
+        return min(k * per, top)
+
+    lo, hi = 0, -(-top // per)
+    while lo < hi:
         mid = (lo + hi + 1) // 2
-        lo, hi = (mid, hi) if _some_placement_fits(shape, inv, settings.with_(n_ctx=mid * per), *args) else (lo, mid - 1)
-    return lo * per
+        lo, hi = (mid, hi) if ok(at(mid)) else (lo, mid - 1)
+    return at(lo)
 
 
 def _shorter_context(shape: ModelShape, inv: Inventory, settings: LaunchSettings, keeps_ctx: bool,
@@ -535,15 +546,9 @@ def max_context(shape: ModelShape, inventory: Inventory, settings: LaunchSetting
     cap = max(shape.n_ctx_train, settings.n_ctx) // CTX_PAD * CTX_PAD
     if cap < CTX_PAD:
         raise PlannerError(f"context {settings.n_ctx} is below the engine's minimum of {CTX_PAD}")
-    per = CTX_PAD * max(1, settings.n_parallel) if not settings.kv_unified else CTX_PAD
 
-    def largest(ok: object) -> int:
-        assert callable(ok)
-        lo, hi = 0, cap // per
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            lo, hi = (mid, hi) if ok(mid * per) else (lo, mid - 1)
-        return lo * per
+    def largest(ok: Callable[[int], bool]) -> int:
+        return _largest_context(settings, cap, ok)
 
     def resident(n: int) -> bool:
         s, m = settings.with_(n_ctx=n), grown_measurement(shape, settings, measurement, n)
@@ -564,7 +569,7 @@ def max_context(shape: ModelShape, inventory: Inventory, settings: LaunchSetting
     else:
         pass1 = Pass1(measurement, speed=speed)
         longest = max(fits, _longest_placed(shape, inventory, settings, cap, pass1, safety, vram_target, overhead))
-    return ContextFit(fits, longest, shape.n_ctx_train, cap // per * per)
+    return ContextFit(fits, longest, shape.n_ctx_train, cap)
 
 
 def grown_measurement(shape: ModelShape, settings: LaunchSettings, measurement: Measurement | None,

@@ -76,9 +76,9 @@ def test_a_plan_as_asked_has_no_choice_to_say(qwen14b) -> None:
 
 def test_the_expected_speed_in_words() -> None:
     row = SpeedRow((Speed(0.0, 2048.0, 38.4), Speed(0.5, 1500.0, 34.0), Speed(1.0, 900.0, 31.2)), 9.0, False)
-    assert words.speed_sentence(row) == ("~38 tokens/s when you start, ~31 at a full context; reads a 2k prompt "
-                                         "in ~1 s")
+    assert words.speed_sentence(row) == ("~38 tokens/s when you start, ~34 half-way, ~31 at a full context; "
+                                         "reads a 2k prompt in ~1 s")
     slow = SpeedRow((Speed(0.0, 20.0, 2.1), Speed(0.5, 15.0, 1.5), Speed(1.0, 10.0, 0.9)), 900.0, False)
-    assert words.speed_sentence(slow) == ("~2.1 tokens/s when you start, ~0.90 at a full context; reads a 2k "
-                                          "prompt in ~2 min")
+    assert words.speed_sentence(slow) == ("~2.1 tokens/s when you start, ~1.5 half-way, ~0.90 at a full "
+                                          "context; reads a 2k prompt in ~2 min")
     assert words.seconds_text(0.42) == "~0.4 s"

@@ -12,8 +12,8 @@ from app.planner.devices import DeviceKind, GpuDevice, HostMemory, Inventory
 from app.planner.gguf.model import read_shape
 from app.planner.plan_types import AlternativeKind
 from app.planner.settings import LaunchSettings
-from app.planner.solve.plan import make_plan, max_context
 from app.planner.solve import speed
+from app.planner.solve.plan import make_plan, max_context
 from app.planner.solve.speed import (
     BASE_SPLITS,
     SPLITS_PER_HOST_KV_LAYER_PATCHED,

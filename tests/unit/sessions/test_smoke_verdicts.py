@@ -64,3 +64,12 @@ def test_sharing_proof_wording_for_once_k_times_and_unmeasured() -> None:
     gone = str(SharingProof(3, 40, None, None, gone=True))
     assert gone == "sharing not measured: the engine stopped answering before the fork ended"
     assert not SharingProof(3, 40, None, None).shared
+
+
+def test_the_sharing_proof_counts_prompt_tokens_read_not_decoded() -> None:
+    """The walkthrough read "/metrics: +213 decoded" of a 213-token prompt as 213 tokens generated:
+    llama-server's prompt_tokens_total counts prompt tokens read."""
+    said = str(SharingProof(3, 213, 213, 0))
+    assert said == ("prompt evaluated once, shared by 3 (213-token prompt; /metrics: "
+                    "213 prompt tokens read, 0 taken from the cache)")
+    assert "decoded" not in said
