@@ -112,12 +112,13 @@ def test_the_devices_fill_the_forms_gap_where_it_has_room_and_never_make_it_scro
     qtbot.waitUntil(lambda: scroll.isAncestorOf(window.devices))
     in_form = window.devices.minimumSizeHint().height()
     assert not scroll.verticalScrollBar().isVisible()
+
     def placed_right() -> bool:
         """In the form without making it scroll, or over the plan because the form has no room."""
-        gap = scroll.viewport().height() - form.minimumSize().height()
+        gap = int(scroll.viewport().height() - form.minimumSize().height())
         if scroll.isAncestorOf(window.devices):
             return gap >= 0 and not scroll.verticalScrollBar().isVisible()
-        return gap < in_form
+        return gap < int(in_form)
 
     for width, height in ((1366, 768), (1280, 860), (1024, 700)):
         settled(width, height)
