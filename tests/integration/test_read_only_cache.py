@@ -4,6 +4,7 @@ mounted for the test (the suite runs as root, as CI does)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -18,17 +19,23 @@ pytestmark = pytest.mark.engine
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def read_only(tmp_path: Path) -> Iterator[Path]:
-    mount = tmp_path / "ro"
+@contextlib.contextmanager
+def _tmpfs(mount: Path, options: str) -> Iterator[Path]:
+    """A tmpfs mounted at ``mount`` for the test (the suite runs as root, as CI does)."""
     mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(mount)], capture_output=True,
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mount)], capture_output=True,
                           text=True, check=False)
-    assert done.returncode == 0, f"cannot mount a read-only tmpfs here: {done.stderr}"
+    assert done.returncode == 0, f"cannot mount a tmpfs ({options}) here: {done.stderr}"
     try:
         yield mount
     finally:
         subprocess.run(["umount", str(mount)], check=False)
+
+
+@pytest.fixture
+def read_only(tmp_path: Path) -> Iterator[Path]:
+    with _tmpfs(tmp_path / "ro", "size=1m,ro") as mount:
+        yield mount
 
 
 def _headroom(args: list[str], home: Path, engine: EngineBuild) -> subprocess.CompletedProcess[str]:
@@ -49,3 +56,33 @@ def test_measure_serve_and_doctor_work_on_a_read_only_cache(read_only: Path, eng
     doctor = _headroom(["doctor"], read_only, engine_build)
     assert doctor.returncode == 0 and "serves on this CPU" in doctor.stdout, doctor.stdout + doctor.stderr
     assert list(read_only.iterdir()) == []  # nothing written, nothing half-written
+
+
+@pytest.fixture
+def full_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 1 MiB tmpfs filled to its last byte: every write under it fails with ENOSPC."""
+    with _tmpfs(tmp_path / "full", "size=1m") as mount:
+        for d in ("cache", "config"):  # the folders exist, as on a disk that filled up after first use
+            (mount / d).mkdir()
+        with (mount / "filler").open("wb") as f, pytest.raises(OSError):  # ENOSPC once the tmpfs is full
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        yield mount
+
+
+def test_plan_and_measure_work_on_a_full_disk_and_write_nothing_half(full_disk: Path, engine_build: EngineBuild,
+                                                                     tiny_model: Path) -> None:
+    """Issue 31: a full cache disk printed ENOSPC tracebacks from the PID-file and capability-cache
+    writes, and left empty files. Plan, plan --measure and measure still answer, and nothing is left
+    half-written beside the filler."""
+    def files() -> list[Path]:  # (an empty folder takes no space: a cache folder may still appear)
+        return sorted(p.relative_to(full_disk) for p in full_disk.rglob("*") if not p.is_dir())
+
+    before = files()
+    for args in (["plan", str(tiny_model), "-c", "4k"], ["plan", str(tiny_model), "-c", "4k", "--measure"],
+                 ["measure", str(tiny_model), "-c", "4k"]):
+        done = _headroom(args, full_disk, engine_build)
+        assert done.returncode == 0, (args, done.stdout + done.stderr)
+        assert "Traceback" not in done.stderr and "No space left" not in done.stderr, (args, done.stderr)
+    assert files() == before == [Path("filler")]
