@@ -182,3 +182,35 @@ def test_continue_goes_the_clis_way_and_reports_what_the_engine_logged(window, t
     _stop(window, qtbot)
     QApplication.processEvents()
     assert panel.chosen.count() == 3  # the texts stay after the engine is gone
+
+
+@pytest.mark.engine
+def test_a_fresh_home_an_engine_file_a_model_measure_launch_and_a_reply(window, tiny_chat_model, engine_build,
+                                                                        qtbot, tmp_path):
+    """Issue 29's first run: nothing configured and no engine to find; the user picks an engine FILE
+    (a copy of the build in a folder of their own), opens a real test model, presses Launch (which
+    measures first) and gets a chat reply — no other setting touched."""
+    import shutil
+
+    from app.engine.discover import EngineOrigin
+
+    assert window.state.last_model == "" and window.state.settings == {} and window.state.engine_path == ""
+    window.launch.set_engines([])  # nothing found: no build in this fresh cache, none on PATH
+    mine = tmp_path / "Downloads" / "llama" / "bin"
+    shutil.copytree(engine_build.bin_dir, mine, symlinks=True)
+    with qtbot.waitSignal(window.launch.enginesFound, timeout=120_000):
+        window.use_engine_file(mine / "llama-server")  # File ▸ Choose engine…
+    engine = window.current.engine
+    assert engine is not None and engine.path == str(mine / "llama-server") and engine.source == EngineOrigin.SETTINGS
+    with qtbot.waitSignal(window.planned):
+        assert window.open_model(tiny_chat_model)  # File ▸ Open model…
+    url = _launch(window, qtbot)  # Launch measures first (pass 1), then starts the chosen engine
+    assert "measured by pass 1" in window.measure.status_text()
+    assert url.startswith("http://127.0.0.1:")
+    chat = window.chat
+    chat.message.setText("Hello")
+    with qtbot.waitSignal(chat.replyDone, timeout=120_000) as done:
+        qtbot.mouseClick(chat.send_button, LEFT)
+    outcome = done.args[0]
+    assert outcome.error is None and outcome.replies[0].finished and outcome.replies[0].text, outcome
+    _stop(window, qtbot)
