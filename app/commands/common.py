@@ -324,12 +324,6 @@ def given_engine_problem(path: Path, engines: Sequence[EngineInfo]) -> str | Non
     return f"{path} is not an engine Headroom can run: `{path} --version` failed"
 
 
-def model_text(text: str) -> str:
-    """Text a model generated, safe to print on a terminal (``app.text.printable_text``)."""
-    from app.text import printable_text
-
-    return printable_text(text)
-
 
 def advisory_lines(items: Sequence[Any]) -> list[str]:
     """Engine advisories as printed by ``plan`` and ``serve`` (one line each)."""

@@ -17,13 +17,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from app.commands.common import exit_status, model_text
+from app.commands.common import exit_status
 from app.planner.words import plural
 from app.sessions import fork as ops
 from app.sessions.client import EngineClient, EngineError, EngineRejected
 from app.sessions.smoke import TOO_FEW_SLOTS, run_smoke
 from app.sessions.store import SessionStore, free_names
-from app.text import printable
+from app.text import printable, printable_text
 
 EXIT_STATUS = exit_status("the action ran", "it ran but failed (the engine is not answering, refused the request "
                           "or cut a reply off)", "the request cannot be used (a bad URL, flag or prompt file, "
@@ -158,7 +158,7 @@ class _Printer:
 
     def __call__(self, index: int, piece: str) -> None:
         if len(self.names) == 1:
-            sys.stdout.write(model_text(piece))
+            sys.stdout.write(printable_text(piece))
             sys.stdout.flush()
             return
         if 0 <= index < len(self.tokens):
@@ -272,7 +272,7 @@ def _finish(result: ops.TurnResult, printer: _Printer) -> int:
     printer.done()
     if len(result.sessions) > 1:
         for s, comp in zip(result.sessions, result.completions, strict=True):
-            print(f"[{s.name}] ({_slot(s.slot)})\n{model_text(comp.text)}\n")  # the label, then the reply
+            print(f"[{s.name}] ({_slot(s.slot)})\n{printable_text(comp.text)}\n")  # the label, then the reply
     else:
         print()
     for s in result.sessions:

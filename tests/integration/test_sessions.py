@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 
 from app.cli import main
-from app.commands.common import model_text
 from app.engine.native_build import EngineBuild
 from app.sessions.client import EngineClient, EngineRejected, EngineUnreachable
 from app.sessions.fork import ForkTooLarge, Sampling, fork, restore, save, send
 from app.sessions.smoke import run_smoke
 from app.sessions.store import Session, SessionStore
+from app.text import printable_text as model_text
 from tests.fixtures.server_proc import RunningServer, running_server
 
 pytestmark = pytest.mark.engine

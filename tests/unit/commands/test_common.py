@@ -105,8 +105,8 @@ def test_output_cut_off_by_a_closed_pipe_is_not_a_traceback(shape_model: Callabl
 
 
 def test_model_text_escapes_control_characters_and_keeps_lines_and_tabs() -> None:
-    from app.commands.common import model_text
     from app.planner.words import plural
+    from app.text import printable_text as model_text
 
     # what the tiny models with random weights write: STX, ETX, BS, ETB, SUB, ESC, a CR that would
     # overwrite the line, a bidirectional override; a line break and a tab stay what they are
