@@ -271,6 +271,7 @@ class MainWindow(QMainWindow):
         state.noPlan.connect(self._no_plan)
         state.measurementChanged.connect(lambda m: self.measured.emit(m) if m is not None else None)
         state.enginesChanged.connect(self._engines_found)
+        state.runningChanged.connect(lambda plan: self._place_check(running=True) if plan is not None else None)
         self.settings.otherEngineWanted.connect(self.choose_engine_file)
 
     def _menus(self) -> None:
@@ -510,12 +511,15 @@ class MainWindow(QMainWindow):
             self._placing = False
 
     def _place_check(self, *, running: bool) -> None:
-        table, col = self.launch.check_table(), self._plan_col
-        col.removeWidget(table)
-        if running:
-            col.insertWidget(col.indexOf(self.budget), table)
-        else:
-            col.addWidget(table)
+        """The live readings and plan vs actual over the plan while the engine runs; once it stopped,
+        both under the new plan (the last reading, frozen, and the last run's table stay readable there)."""
+        col = self._plan_col
+        for widget in (self.live_view, self.launch.check_table()):
+            col.removeWidget(widget)
+            if running:
+                col.insertWidget(col.indexOf(self.budget), widget)
+            else:
+                col.addWidget(widget)
 
     @property
     def model_path(self) -> Path | None:

@@ -100,10 +100,15 @@ def test_a_gpu_plan_run_on_the_cpu_shows_its_table_and_says_why_it_cannot_be_che
     qtbot.waitUntil(lambda: window.console.text().count("\n") > 5, timeout=10_000)
     bar = window.console.verticalScrollBar()
     assert bar.value() == bar.maximum()  # the log follows the engine
+    # a run as long as a user's: the engine's memory was read (the live readings over the plan)
+    qtbot.waitUntil(lambda: "Waiting" not in window.live_view.status.text(), timeout=10_000)
+    assert window.live_view.isVisible() and window.live_view.y() < window.budget.y()
     _stop(window, qtbot)
     assert view.isVisible() and "last run" in view.title()
-    # after Stop the plan's verdict is at the top of Budget, the last run's table under the plan
+    # after Stop the plan's verdict is at the top of Budget; the last reading (frozen) and the last
+    # run's table under the plan
     qtbot.waitUntil(lambda: view.y() > window.budget.y() + window.budget.verdict.y())
+    assert window.live_view.isVisible() and window.live_view.y() > window.budget.y()
     assert window.budget.verdict.mapTo(window.plan_scroll.widget(), window.budget.verdict.rect().topLeft()).y() < 60
     # a second run starts a fresh log, at the top, with its own command
     window.server.port.setValue(free_port())

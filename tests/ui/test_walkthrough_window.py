@@ -126,7 +126,7 @@ def test_the_devices_fill_the_forms_gap_where_it_has_room_and_never_make_it_scro
         qtbot.waitUntil(placed_right, timeout=5_000)
     settled(1280, 860)
     window.settings.set_advanced_open(True)  # every flag: no room for them in the form at 1280×860
-    qtbot.waitUntil(lambda: not scroll.isAncestorOf(window.devices))
-    assert window.devices.isVisible()
+    # (a widget moved to another layout is shown again by a queued event: it is over the plan, shown)
+    qtbot.waitUntil(lambda: not scroll.isAncestorOf(window.devices) and window.devices.isVisible())
     window.settings.set_advanced_open(False)
     qtbot.waitUntil(lambda: scroll.isAncestorOf(window.devices))  # room again
