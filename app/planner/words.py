@@ -67,7 +67,12 @@ def stock_reason(label: str, note: str, *, as_set: bool) -> str:
 #: The label of the alternative that is the settings as given (priced first; its note says why not).
 AS_SET = "as set"
 KV_ON_HOST_LABEL = "-nkvo"
-KV_ON_HOST_NOTE = "the whole KV cache in host RAM; attention runs on the CPU"
+
+
+def kv_on_host_note(host_attention: bool) -> str:
+    """-nkvo's note: where its attention runs for each token depends on the engine (Headroom's patch 5)."""
+    return ("the whole KV cache in host RAM; attention runs on the CPU" if host_attention else
+            "the whole KV cache in host RAM, read over the bus for each token by the stock engine")
 
 
 def layers_on_cpu(n_layer: int, moved: int) -> str:
@@ -465,9 +470,10 @@ def kv_host_layers_label(n: int) -> str:
     return f"KV of {plural(n, 'layer')} on host"
 
 
-def kv_host_layers_note(n_layer: int, n: int) -> str:
-    return (f"every weight resident; the KV of layers 0–{n - 1} ({n} of {n_layer}) in host RAM, "
-            "read over the bus for each token by the stock engine (-ngl + -ot)")
+def kv_host_layers_note(n_layer: int, n: int, host_attention: bool = False) -> str:
+    where = ("their attention on the CPU for each token (Headroom's engine)" if host_attention else
+             "read over the bus for each token by the stock engine")
+    return f"every weight resident; the KV of layers 0–{n - 1} ({n} of {n_layer}) in host RAM, {where} (-ngl + -ot)"
 
 
 def experts_on_cpu_label(n: int) -> str:

@@ -340,6 +340,11 @@ def _moved_range(shape: ModelShape, settings: LaunchSettings, kind: AlternativeK
     return (1, hi) if hi >= 1 else None
 
 
+def _host_attention(pass1: Pass1) -> bool:
+    """The engine attends over host KV on the CPU for decode (Headroom's patch 5): the notes say so."""
+    return pass1.speed is not None and pass1.speed.host_attention
+
+
 #: The layer moves a stock plan searches, in the order it lists them.
 MOVES = (AlternativeKind.KV_HOST_LAYERS, AlternativeKind.EXPERTS_ON_CPU, AlternativeKind.BOTH)
 
@@ -367,7 +372,7 @@ def _fewest_moved(shape: ModelShape, inv: Inventory, settings: LaunchSettings, k
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if ok(mid) else (mid + 1, hi)
     if kind is AlternativeKind.KV_HOST_LAYERS:
-        label, note = words.kv_host_layers_label(lo), words.kv_host_layers_note(shape.n_layer, lo)
+        label, note = words.kv_host_layers_label(lo), words.kv_host_layers_note(shape.n_layer, lo, _host_attention(pass1))
     elif kind is AlternativeKind.BOTH:
         label, note = words.both_label(shape.n_layer, lo), words.both_note(shape.n_layer, lo)
     else:
@@ -479,7 +484,7 @@ def _stock_plan(shape: ModelShape, inv: Inventory, settings: LaunchSettings, pas
                                    *args).alternative)
         if settings.offload_kqv:
             options.append(_priced(shape, inv, settings.with_(n_gpu_layers=ALL_LAYERS, offload_kqv=False),
-                                   AlternativeKind.KV_ON_HOST, words.KV_ON_HOST_LABEL, words.KV_ON_HOST_NOTE,
+                                   AlternativeKind.KV_ON_HOST, words.KV_ON_HOST_LABEL, words.kv_on_host_note(_host_attention(pass1)),
                                    *args).alternative)
         smaller = _smaller_kv(settings)
         if smaller is not None:

@@ -23,7 +23,10 @@ Where each side runs (llama.cpp 0c1e57098, ggml-backend's scheduler; docs/domain
 - a layer left on the CPU (``-ngl``) runs there: its weights and KV read at host bandwidth; for a
   prefill ubatch of ``OP_OFFLOAD_MIN_BATCH`` tokens or more, op offload copies its weights over the
   link and runs its matmuls on the device (its attention, with no weights, stays on the CPU);
-- ``-nkvo``: every layer's attention on the CPU (host KV read at host bandwidth), two splits a layer;
+- ``-nkvo``: two splits a layer; every layer's attention on the CPU (host KV read at host bandwidth)
+  for a patched engine's decode (``host_attention``); a stock engine's decode and any prefill ubatch of
+  ``OP_OFFLOAD_MIN_BATCH`` tokens or more run it on the device, the used KV copied over the link, as
+  for the host tail (flash attention follows its device neighbours: tests/fixtures/sched_debug);
 - the KV host tail by layer (``-ngl`` + ``-ot``): on the stock engine the scheduler puts the layer's
   attention on the device and copies that layer's whole used KV over the link for every token, six
   graph splits a layer (issue 30, ``GGML_SCHED_DEBUG=2``). An engine with Headroom's host-attention
@@ -309,6 +312,12 @@ class Workload:
     #: Cells one sequence fills at a full context.
     n_ctx_seq: int
     n_ubatch: int
+    #: Of ``kv_host_cpu_cell`` and the host's attention: the -nkvo layers' (weights on a device, KV in
+    #: host RAM). The CPU attends over them only on a patched engine's decode; a stock engine's decode
+    #: and every prefill ubatch of ``OP_OFFLOAD_MIN_BATCH`` or more run their attention on the device,
+    #: the used KV copied over the link (tests/fixtures/sched_debug/nkvo*.log).
+    kv_nkvo_cell: int = 0
+    attn_nkvo_cell: float = 0.0
     #: Host-tail layers (KV in host RAM, weights on a device), and other layers with CPU ops
     #: (attention under -nkvo, experts under --n-cpu-moe); whether a block of layers runs on the CPU.
     host_tail_layers: int = 0
@@ -404,14 +413,19 @@ def decode_seconds(w: Workload, fig: SpeedFigures, fill: float) -> float:
     t = sum(wt / d.bandwidth.value + _attend(kv * cells / d.bandwidth.value, a * cells, d.attention, w,
                                              decode=True)
             for wt, kv, a, d in zip(w.device_weights, w.kv_device_cell, attn_dev, fig.devices, strict=False))
-    t += w.host_weights / host_bw + _attend(w.kv_host_cpu_cell * cells / host_bw,
-                                            w.attn_flops_cell * w.attn_host_share * cells, host, w, decode=True)
-    tail = w.kv_host_tail_cell * cells
+    # the KV in host RAM whose attention the device runs: the host tail's and -nkvo's (stock engine)
+    streamed, streamed_attn = w.kv_host_tail_cell, w.attn_tail_cell
+    cpu_kv, cpu_attn = w.kv_host_cpu_cell, w.attn_flops_cell * w.attn_host_share
     if fig.host_attention:
-        t += _attend(tail / host_bw, w.attn_tail_cell * cells, host, w, decode=True)
+        cpu_kv, cpu_attn = cpu_kv + streamed, cpu_attn + streamed_attn
+        streamed, streamed_attn = 0, 0.0
     else:
-        t += tail / fig.devices[0].link.value + _attend(0.0, w.attn_tail_cell * cells, fig.devices[0].attention,
-                                                       w, decode=True)
+        cpu_kv, cpu_attn = cpu_kv - w.kv_nkvo_cell, cpu_attn - w.attn_nkvo_cell
+        streamed, streamed_attn = streamed + w.kv_nkvo_cell, streamed_attn + w.attn_nkvo_cell
+    t += w.host_weights / host_bw + _attend(cpu_kv * cells / host_bw, cpu_attn * cells, host, w, decode=True)
+    if streamed:
+        t += streamed * cells / fig.devices[0].link.value + _attend(0.0, streamed_attn * cells,
+                                                                    fig.devices[0].attention, w, decode=True)
     return TOKEN_OVERHEAD_S + t + _splits(w, fig, decode=True)
 
 
@@ -427,10 +441,13 @@ def prefill_seconds(w: Workload, fig: SpeedFigures, fill: float) -> float:
     host_mm = 0.0 if offload else w.flops * w.host_flop_share
     dev_flops = sum(d.flops.value for d in fig.devices)
     dev_attn, host_attn = attn * (1 - w.attn_host_share), attn * w.attn_host_share
+    # a large ubatch runs -nkvo's attention on the device too, its KV streamed like the host tail's
+    nkvo_kv, nkvo_attn = (w.kv_nkvo_cell, w.attn_nkvo_cell * cells) if offload else (0, 0.0)
+    dev_attn, host_attn = dev_attn + nkvo_attn, host_attn - nkvo_attn
     t = (w.flops - host_mm) / dev_flops + _attend(dev_attn / dev_flops, dev_attn, dev.attention, w, decode=False)
     t += host_mm / fig.host_flops.value + _attend(host_attn / fig.host_flops.value, host_attn,
                                                   fig.host_cpu_attention, w, decode=False)
-    streamed = (w.streamed_weights if offload else 0) + w.kv_host_tail_cell * cells
+    streamed = (w.streamed_weights if offload else 0) + (w.kv_host_tail_cell + nkvo_kv) * cells
     t += streamed / dev.link.value / max(1, w.n_ubatch)
     return t + (TOKEN_OVERHEAD_S + _splits(w, fig, decode=False)) / max(1, w.n_ubatch)
 

@@ -41,7 +41,8 @@ def workload(shape: ModelShape, inv: Inventory, launch: LaunchSettings, ws: Weig
     kv_dev = [0] * n_dev
     attn_dev = [0.0] * n_dev
     attn_tail = 0.0
-    kv_cpu = kv_tail = 0
+    kv_cpu = kv_tail = kv_nkvo = 0
+    attn_nkvo = 0.0
     tail_layers = cpu_layers = 0
     attn_total = attention_flops_per_cell(shape) or 1.0
     attn_host = 0.0
@@ -63,6 +64,9 @@ def workload(shape: ModelShape, inv: Inventory, launch: LaunchSettings, ws: Weig
             kv_cpu += per_cell
             attn_host += layer_attn
             cpu_layers += 1 if dev is None else 0
+            if dev is not None:  # -nkvo: the layer on a device, its KV in host RAM
+                kv_nkvo += per_cell
+                attn_nkvo += layer_attn
     n_ctx_seq = kvp.layout.ctx.n_ctx_seq
     moe_layers = 0
     if launch.n_cpu_moe and shape.n_expert:
@@ -79,4 +83,5 @@ def workload(shape: ModelShape, inv: Inventory, launch: LaunchSettings, ws: Weig
         cpu_op_layers=moe_layers + nkvo_layers, cpu_layers=cpu_layers > 0 and launch.offload_kqv,
         rpc_crossings=len(network.boundaries) if network is not None else 0, cpu_only=n_dev == 0,
         kv_type=launch.type_k, attn_device_cell=tuple(attn_dev), attn_tail_cell=attn_tail,
-        attn_head_flops=2 * (shape.head_dim_k + shape.head_dim_v), head_dim=shape.head_dim_k)
+        attn_head_flops=2 * (shape.head_dim_k + shape.head_dim_v), head_dim=shape.head_dim_k,
+        kv_nkvo_cell=kv_nkvo, attn_nkvo_cell=attn_nkvo)

@@ -4,6 +4,8 @@ speeds (issue 30's case: a 14B at 512k on a 24 GB card with 23.5 GB of RAM)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from app.commands.plan import render
@@ -166,6 +168,31 @@ def test_the_host_cpus_attention_prices_nkvo_and_the_patched_host_tail() -> None
     assert decode_seconds(tail, fig, 0.5) == pytest.approx(
         1e7 / 10e9 + 5000 * 3072 / 10e9 + 5000 * 8 * 100e-9
         + (BASE_SPLITS + 2 * SPLITS_PER_HOST_KV_LAYER_PATCHED) * SPLIT)
+
+
+def test_nkvo_attends_on_the_device_over_the_link_where_the_engine_puts_it_there() -> None:
+    """Recorded (tests/fixtures/sched_debug/nkvo*.log): the stock engine's decode and every prefill
+    ubatch of 32 or more run -nkvo's flash attention on the device, its KV views inputs of a device
+    split; only the patched engine's decode attends on the CPU."""
+    host = cpu_attention()
+    dev = cpu_device_figures(cpu_attention(f16=200e-9)).devices
+    patched = SpeedFigures(default(50e9, "t"), default(1e12, "t"), dev, host_attention=True, host_cpu_attention=host)
+    stock = replace(patched, host_attention=False)
+    nkvo = small_heads(kv_device_cell=(0,), attn_device_cell=(0.0,), kv_host_cpu_cell=4096, attn_host_share=1.0,
+                       kv_nkvo_cell=4096, attn_nkvo_cell=4096.0, cpu_op_layers=8)
+    splits = (BASE_SPLITS + 16) * SPLIT
+    # decode, half full: the CPU's 100 ns a cell and head (patched); the stock engine copies the 20 MB of
+    # used KV over the 1 GB/s link and the device attends at its own 200 ns
+    assert decode_seconds(nkvo, patched, 0.5) == pytest.approx(1e7 / 10e9 + 5000 * 32 * 100e-9 + splits)
+    assert decode_seconds(nkvo, stock, 0.5) == pytest.approx(1e7 / 10e9 + 5000 * 4096 / 1e9 + 5000 * 32 * 200e-9
+                                                             + splits)
+    # prefill, a 512-token ubatch: on the device (20 ns a cell and head), the KV streamed once a ubatch
+    on_device = 1e8 / 50e9 + 5000 * 32 * 20e-9 + 5000 * 4096 / 1e9 / 512 + (splits + 0.0) / 512
+    assert prefill_seconds(nkvo, patched, 0.5) == pytest.approx(on_device)
+    assert prefill_seconds(nkvo, stock, 0.5) == pytest.approx(on_device)
+    # under 32 tokens no op offload: the CPU attends (10 ns), nothing streamed
+    small = replace(nkvo, n_ubatch=16)
+    assert prefill_seconds(small, patched, 0.5) == pytest.approx(1e8 / 50e9 + 5000 * 32 * 10e-9 + splits / 16)
 
 
 def test_a_speed_row_gives_the_speed_at_any_fill_linearly_in_seconds_per_token() -> None:
