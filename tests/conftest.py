@@ -20,6 +20,13 @@ from app.engine.libpath import ensure_llama_cpp_lib  # noqa: E402
 from tests.fixtures import gguf_factory, shapes  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+#: The CPU-attention engine run (app/engine/attention_runs.py) that plan, serve, doctor and the window make
+#: for a head size this machine has none for takes a real llama-batched-bench half a minute here, and
+#: would be stored in whichever cache a test uses (the user's, for many): tests that are not about it
+#: never make it (subprocesses inherit this); those that are use ``replay_bench`` (a recorded table, in
+#: a cache of their own) or unset it (the real run).
+os.environ["HEADROOM_BATCHED_BENCH"] = "off"
+REPLAY_BENCH = ROOT / "tests" / "fixtures" / "engine_logs" / "replay-batched-bench"
 #: Recorded output from machines we do not have (a CUDA engine log, NVML readings): tests/fixtures/,
 #: so ``shared_fixtures / "h200" / NAME`` is tests/fixtures/h200/NAME.
 SHARED_FIXTURES = ROOT / "tests" / "fixtures"
@@ -38,6 +45,14 @@ def engine_build() -> native_build.EngineBuild:
 @pytest.fixture(scope="session")
 def llama_server(engine_build: native_build.EngineBuild) -> Path:
     return engine_build.server
+
+
+@pytest.fixture
+def replay_bench(monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The CPU-attention runs of this test replay a recorded llama-batched-bench table (in a second):
+    for a test about the run, with a cache of its own (tests/fixtures/engine_logs/README.md)."""
+    monkeypatch.setenv("HEADROOM_BATCHED_BENCH", str(REPLAY_BENCH))
+    return REPLAY_BENCH
 
 
 @pytest.fixture(scope="session")

@@ -273,18 +273,28 @@ def inventory_from_args(args: argparse.Namespace, *, quiet: bool = False) -> Inv
 
 
 def plan_request(args: argparse.Namespace, shape: ModelShape, inventory: Inventory,
-                 lookup: MeasurementLookup | None) -> PlanRequest:
+                 lookup: MeasurementLookup | None, engine: EngineInfo | None = None) -> PlanRequest:
     """The one plan request (app.planner.request) from the GPU flags: ``--window``, ``--safety``,
     ``--vram-target``, and ``--overhead`` (else measured on this GPU and driver, else the planner's
     default). ``lookup``: pass 1 for a launch (the probe's cache, or pass 1 run through it). The
-    speeds are predicted with this machine's calibrated figures (app/machine/calibrate.py)."""
+    speeds are predicted with this machine's calibrated figures (app/machine/calibrate.py) for
+    ``engine``, the one that will launch (whether it attends to host KV on the CPU); a head size this
+    machine has no CPU-attention run for is measured first (app/engine/attention_runs.py), said on stderr."""
+    import sys
+
+    from app.engine.attention_runs import ensure_runs, host_attention
     from app.machine.calibrate import machine_speed
 
+    def say(line: str) -> None:
+        print(f"headroom: {line}", file=sys.stderr, flush=True)
+
+    for line in ensure_runs(inventory, (shape.head_dim_k,), engine, say=say):
+        say(line)
     return request_for_machine(
         shape, inventory, engine_window=args.window, safety=int(args.safety),
         vram_target=None if args.vram_target is None else int(args.vram_target),
         overhead=None if args.overhead is None else int(args.overhead), lookup=lookup,
-        speed=machine_speed(inventory))
+        speed=machine_speed(inventory, host_attention=host_attention(engine)))
 
 
 def add_engine_arg(p: argparse.ArgumentParser, what: str) -> None:

@@ -181,7 +181,18 @@ def collect(selftest: bool = False) -> dict[str, Any]:
     report["chosen_engine_gone"] = None if gone is None else str(gone)
     if selftest:
         report["selftest"] = _selftest()
+    report["cpu_attention"] = _cpu_attention(measure=selftest)
     return report
+
+
+def _cpu_attention(*, measure: bool) -> list[str]:
+    """The speed model's CPU-attention figures for this machine (64- and 128-wide heads): stored, or
+    measured now with an engine's llama-batched-bench (``measure``: doctor runs engines), or why not."""
+    import sys
+
+    from app.engine.attention_runs import host_runs
+
+    return host_runs(measure_missing=measure, say=lambda line: print(line, file=sys.stderr, flush=True))
 
 
 def _line(label: str, value: str) -> str:
@@ -231,6 +242,8 @@ def run(args: argparse.Namespace) -> int:
         print(_line("Engine self-test", f"{test['engine']} {test['words']}"))
         for line in test["log_tail"]:
             print(_line("", f"  {line}"))
+    for line in report["cpu_attention"]:
+        print(_line("CPU attention", line))
     print(_hub_line(report["hub"]))
     print(_line("Cache", report["cache_dir"]))
     return status

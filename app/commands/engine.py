@@ -1,4 +1,5 @@
-"""``headroom engine build``: build the stock engine from llama-cpp-python's vendored llama.cpp."""
+"""``headroom engine build``: build the stock engine from llama-cpp-python's vendored llama.cpp, then time
+this CPU's flash attention with it for 64- and 128-wide heads (once per machine: app/engine/attention_runs.py)."""
 
 from __future__ import annotations
 
@@ -47,7 +48,16 @@ def run_build(args: argparse.Namespace) -> int:
         argv += ["--jobs", str(args.jobs)]
     if args.bindings:
         argv.append("--bindings")
-    return native_build.main(argv)
+    rc = native_build.main(argv)
+    if rc == 0:  # the speed model's CPU-attention figures, once per machine (app/engine/attention_runs.py)
+        from app.engine.attention_runs import host_runs
+
+        def say(line: str) -> None:
+            print(f"[engine-build] {line}", flush=True)
+
+        for line in host_runs(measure_missing=True, say=say):
+            say(line)
+    return rc
 
 
 def run_where(args: argparse.Namespace) -> int:

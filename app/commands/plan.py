@@ -114,6 +114,13 @@ def _engines(given: Path | None) -> list[EngineInfo]:
     return [e for e in engines if e.source == EngineOrigin.SETTINGS]
 
 
+def _launching(engines: list[EngineInfo], window: bool) -> EngineInfo | None:
+    """The engine a launch would use, before the plan is made (its speed figures depend on it)."""
+    from app.engine.discover import choose
+
+    return choose(engines, PlanMode.asked(window))
+
+
 def _engine_for(plan: Plan, engines: list[EngineInfo]) -> tuple[EngineInfo | None, str]:
     """The engine a launch of ``plan`` would use (discovered, not started), and why none can launch
     it ('' when one can)."""
@@ -166,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
         inventory = inventory_from_args(args)
         engines = _engines(args.engine)
         pass1 = _Pass1(args.model, run=args.measure, timeout=args.timeout, lib_dir=pass1_lib_dir(args))
-        request = plan_request(args, shape, inventory, pass1)
+        request = plan_request(args, shape, inventory, pass1, _launching(engines, args.window))
         plan, measurement = request.plan(settings)
         fit = request.largest_fit(settings, measurement)
     except NotModelled as exc:

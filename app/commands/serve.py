@@ -131,9 +131,12 @@ class Pass1Failed(Exception):
         super().__init__(str(error))
 
 
-def _plan(args: argparse.Namespace, shape: ModelShape, settings: LaunchSettings) -> tuple[Plan, Inventory]:
+def _plan(args: argparse.Namespace, shape: ModelShape, settings: LaunchSettings,
+          engines: list[EngineInfo]) -> tuple[Plan, Inventory]:
     """The plan, with pass 1 (through the on-disk cache) for the plan's own launch unless --no-measure,
-    and the devices it was made for. Raises Pass1Failed when pass 1 ran and failed."""
+    and the devices it was made for; its speeds for the engine that will launch. Raises Pass1Failed
+    when pass 1 ran and failed."""
+    from app.engine.discover import choose
     from app.probe.measure import MeasureError, measure_cached
 
     inventory = inventory_from_args(args)
@@ -146,7 +149,8 @@ def _plan(args: argparse.Namespace, shape: ModelShape, settings: LaunchSettings)
         except MeasureError as exc:
             raise Pass1Failed(exc) from None
 
-    request = plan_request(args, shape, inventory, None if args.no_measure else pass1)
+    request = plan_request(args, shape, inventory, None if args.no_measure else pass1,
+                           choose(engines, PlanMode.asked(args.window)))
     plan = request.plan(settings).plan
     if args.alternative:  # another of the ways the plan lists, as planned for itself
         plan = request.plan(chosen_alternative(plan, args.alternative).launch).plan
@@ -250,7 +254,7 @@ def run(args: argparse.Namespace) -> int:
         settings = settings_from_args(args)
         modelled = read_shape(args.model)
         shape: ModelShape | None = modelled
-        plan, inventory = _plan(args, modelled, settings)
+        plan, inventory = _plan(args, modelled, settings, engines)
     except Pass1Failed as failed:
         return _refuse_failed_pass1(failed)
     except NotModelled as exc:

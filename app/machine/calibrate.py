@@ -197,6 +197,25 @@ def calibration(inventory: Inventory, *, path: Path | None = None,
     return data
 
 
+def missing_engine_runs(inventory: Inventory, head_dims: tuple[int, ...], *,
+                        path: Path | None = None) -> list[tuple[GpuDevice | None, int]]:
+    """The (device, head size) pairs of ``inventory`` (the host: None; each RPC worker's device) with no
+    engine run stored yet (a run that failed is stored too, as empty: it is not made again). Reads the
+    cache only: nothing is measured."""
+    store = path or calibration_path()
+    ident = identity(inventory)
+    data = load_json_dict(store)
+    if not (data.get("version") == CALIBRATION_VERSION and data.get("identity") == ident):
+        data = _UNSTORED.get((str(store), json.dumps(ident, sort_keys=True))) or {}
+    runs = data.get("engine_runs")
+    runs = runs if isinstance(runs, dict) else {}
+    out: list[tuple[GpuDevice | None, int]] = []
+    for dev in (None, *inventory.rpc_devices):
+        by_head = runs.get(engine_run_key(dev))
+        out += [(dev, head) for head in head_dims if not (isinstance(by_head, dict) and str(head) in by_head)]
+    return out
+
+
 def learned_key(inventory: Inventory) -> str:
     """Which launches a learned ratio belongs to: the CPU alone, or these devices."""
     return ",".join(g.name for g in inventory.gpus) or "cpu"

@@ -83,6 +83,8 @@ class MainWindow(QMainWindow):
     gpusRead = Signal(object)  # this machine's Inventory, read by NVML off the GUI thread
     measured = Signal(object)  # a Measurement
     errorShown = Signal(str)
+    #: The CPU-attention engine run landed: its lines (app/engine/attention_runs.py), the plan priced again
+    attentionMeasured = Signal(object)
 
     def __init__(self, state: UiState | None = None, *, persist: bool = True,
                  state_file: Path | None = None, nvml: ModuleType | None = None,
@@ -99,6 +101,9 @@ class MainWindow(QMainWindow):
         self.setWindowIcon(app_icon())
         self.setAcceptDrops(True)
         self.pool = TaskPool(self)  # every background task of the window's panels; waited for at close
+        #: What the CPU-attention engine run going on measures ("": none), shown in the status bar.
+        self.attention_status = ""
+        self._attention_asked: set[tuple[object, ...]] = set()  # (head size, devices): each once a window
         # One NVML session for the window's life: the ~1/s poll and the inventory ("Real GPUs" re-reads
         # it) both read through it, on worker threads. Until its first answer the window plans for
         # no GPU, and says it is reading them.
@@ -615,6 +620,42 @@ class MainWindow(QMainWindow):
     def _planned(self, plan: Plan) -> None:
         self.show_error("")  # the last message was about other settings
         self.planned.emit(plan)
+        self._measure_attention()
+
+    def _measure_attention(self) -> None:
+        """The CPU-attention engine run for the open model's head size on the planning devices (the host,
+        each RPC worker's), when this machine has none yet and a llama-batched-bench is there to make it:
+        in the task pool, said in the status bar meanwhile; the plan is priced again when it lands."""
+        from app.engine.attention_runs import ensure_runs, find_bench, progress_line
+        from app.machine.calibrate import engine_run_key, missing_engine_runs
+
+        model = self.current.model
+        if model is None or not self.current.speed_ready or self.pool.current(self, "attention") is not None:
+            return  # (the calibration's first store is read_machine's: not two writers at once)
+        inventory, head, engine = self.current.planning_inventory(), model.shape.head_dim_k, self.current.engine
+        asked = (head, *(engine_run_key(g) for g in inventory.rpc_devices))
+        if asked in self._attention_asked:
+            return
+        self._attention_asked.add(asked)
+        todo = missing_engine_runs(inventory, (head,))
+        if not todo or find_bench(engine) is None:
+            return  # nothing to measure, or nothing to measure with (the figures say not calibrated)
+        self.attention_status = progress_line(todo)
+        self.statusBar().showMessage(self.attention_status)
+        self.pool.run(lambda _c: ensure_runs(inventory, (head,), engine), self._attention_measured,
+                      self._attention_failed, owner=self, key="attention")
+
+    def _attention_measured(self, lines: object) -> None:
+        assert isinstance(lines, list)
+        self.attention_status = ""
+        self.statusBar().showMessage("; ".join(lines), 15_000)
+        self.current.engine_runs_stored()
+        self.current.replan()
+        self.attentionMeasured.emit(lines)
+
+    def _attention_failed(self, message: str) -> None:
+        self.attention_status = ""
+        self.statusBar().showMessage(f"this CPU's attention speed could not be measured: {message}", 15_000)
 
     def _no_plan(self, reason: str) -> None:
         """The settings give no plan: say so (a mistyped context is said under its field already);

@@ -36,6 +36,11 @@ class Planner:
         #: The machine's speed calibration is stored (app/machine/calibrate.py, measured off the GUI
         #: thread): plans use its figures, as ``headroom plan``'s do.
         self.speed_ready = False
+        #: The engine Launch would use runs a host-KV layer's attention on the CPU (Headroom's build,
+        #: app/engine/attention_runs.py ``host_attention``): its host tail is priced so.
+        self.host_attention = False
+        #: Counts the CPU-attention engine runs stored since the window opened: a new one prices again.
+        self.engine_runs = 0
         self._request: tuple[tuple[object, ...], PlanRequest] | None = None
         self._fits: dict[tuple[object, ...], ContextFit] = {}
 
@@ -43,10 +48,12 @@ class Planner:
                 vram_target: int | None, lookup: MeasurementLookup) -> PlanRequest:
         """The plan request for these inputs (a new one, with the overhead read again, only when
         they changed; the cached one keeps the shape and inventory alive, so their ids stay theirs)."""
-        key = (id(shape), id(inventory), engine_window, safety, vram_target, lookup, self.speed_ready)
+        key = (id(shape), id(inventory), engine_window, safety, vram_target, lookup, self.speed_ready,
+               self.host_attention, self.engine_runs)
         if self._request is None or self._request[0] != key:
             self._fits.clear()  # the largest contexts were for the last request
-            speed = machine_speed(inventory, path=self.speed_path) if self.speed_ready else None
+            speed = machine_speed(inventory, path=self.speed_path, host_attention=self.host_attention) \
+                if self.speed_ready else None
             self._request = (key, request_for_machine(
                 shape, inventory, engine_window=engine_window, safety=safety, vram_target=vram_target,
                 lookup=lookup, overhead_path=self.overhead_path, speed=speed))

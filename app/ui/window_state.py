@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from app.engine.attention_runs import host_attention
 from app.engine.discover import EngineInfo
 from app.engine.running import RunningEngine
 from app.planner.devices import Inventory
@@ -107,6 +108,16 @@ class WindowState(QObject):
         on predict tokens/s with its figures, as ``headroom plan``'s do (the caller re-plans)."""
         self._planner.speed_ready = True
 
+    @property
+    def speed_ready(self) -> bool:
+        """The machine's speed calibration is stored: plans predict with it."""
+        return self._planner.speed_ready
+
+    def engine_runs_stored(self) -> None:
+        """A CPU-attention engine run was stored (made off the GUI thread): the plans from now on price
+        attention on a CPU with it (the caller re-plans)."""
+        self._planner.engine_runs += 1
+
     # ---- inputs --------------------------------------------------------------------------------
     @staticmethod
     def read_model(path: Path, *, demo: bool = False) -> OpenModel:
@@ -166,6 +177,7 @@ class WindowState(QObject):
         """The engines found (None: looking); the first is chosen until ``choose_engine``."""
         self.engines = engines
         self.engine = engines[0] if engines else None
+        self._planner.host_attention = host_attention(self.engine)
         self.enginesChanged.emit(engines)
         self.engineChosen.emit(self.engine)
         self.replan()  # the engine advisories are for the chosen engine
@@ -176,6 +188,7 @@ class WindowState(QObject):
         if engine is self.engine:
             return
         self.engine = engine
+        self._planner.host_attention = host_attention(engine)  # its host tail's speed
         self.engineChosen.emit(engine)
         self.replan()
 

@@ -1,0 +1,150 @@
+"""The engine side of the speed figures: whether the engine that will launch runs a host-KV layer's
+attention on the CPU (Headroom's patch 5), and the CPU-attention engine runs (app/engine/cpu_attention.py)
+made once per machine and head size and kept in the speed-calibration cache (app/machine/calibrate.py).
+
+A run needs a ``llama-batched-bench``: the one ``HEADROOM_BATCHED_BENCH`` names (``off``: none, never
+measure; the tests' setting, tests/conftest.py), else the one beside the engine that launches, else the
+one of Headroom's own build (the same ggml CPU code). With none, nothing is measured and the figures say
+they are not calibrated. It is made:
+
+- right after ``headroom engine build``, for the head sizes real models have (``BUILD_HEAD_DIMS``);
+- by ``headroom doctor`` (unless ``--no-selftest``), which says the figures it found or measured;
+- by ``plan`` and ``serve`` for a model whose head size has no run yet on this machine (one progress
+  line on stderr first, then what was measured), and by the window in its task pool (a status line;
+  the plan is priced again when it lands);
+- for the host CPU, and for each RPC worker's device in the plan (its own run, through the worker).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from app.engine.advisories import HOST_KV_ATTENTION
+from app.engine.cpu_attention import batched_bench, measure
+from app.engine.discover import EngineInfo
+from app.engine.selftest import selftest_model
+from app.machine import calibrate
+from app.machine.calibrate import EngineRun
+from app.planner.devices import GpuDevice, Inventory
+
+#: The head sizes measured right after ``headroom engine build`` (and by ``doctor``): what almost every
+#: real model has (Llama, Qwen, Mistral: 128; small models and some MoE: 64).
+BUILD_HEAD_DIMS = (64, 128)
+#: A ``llama-batched-bench`` to time with instead of the engine's own, or ``BENCH_OFF`` (module docstring).
+BENCH_ENV = "HEADROOM_BATCHED_BENCH"
+BENCH_OFF = "off"
+
+
+def host_attention(engine: EngineInfo | None) -> bool:
+    """The engine runs a host-KV layer's decode attention on the CPU: Headroom's own build, which
+    carries patch 5 (llamafile, another llama-server or an older build of Headroom's do not)."""
+    return engine is not None and HOST_KV_ATTENTION in engine.fixes
+
+
+def find_bench(engine: EngineInfo | None = None) -> Path | None:
+    """The ``llama-batched-bench`` the runs are made with (module docstring), or None."""
+    given = os.environ.get(BENCH_ENV, "").strip()
+    if given:
+        return Path(given) if given != BENCH_OFF and Path(given).is_file() else None
+    if engine is not None and not engine.is_llamafile and (found := batched_bench(Path(engine.path))) is not None:
+        return found
+    from app.engine.native_build import find_build
+
+    build = find_build()
+    return batched_bench(build.server) if build is not None else None
+
+
+def bench_run(bench: Path, threads: int | None = None) -> EngineRun:
+    """``measure`` with ``bench`` on the host CPU (None) or an RPC worker's device, on the self-test
+    model with heads as wide as asked (app/engine/cpu_attention.py ``engine_run``, for any bench)."""
+
+    def run(device: GpuDevice | None, head_dim: int) -> dict[str, dict[str, float]]:
+        args = ["-ngl", "0"] if device is None else ["-ngl", "99", "--rpc", device.endpoint]
+        args += ["-t", str(threads)] if threads else []
+        return measure(bench, selftest_model(head_dim=head_dim), args)
+
+    return run
+
+
+def _who(device: GpuDevice | None) -> str:
+    return "this CPU" if device is None else f"{device.engine_name} ({device.name})"
+
+
+def _heads(heads: list[int]) -> str:
+    return " and ".join(f"{h}-wide" for h in heads) + " heads"
+
+
+def progress_line(todo: list[tuple[GpuDevice | None, int]]) -> str:
+    """What is about to be measured, said before it runs (it takes seconds)."""
+    who = list(dict.fromkeys(_who(d) for d, _ in todo))
+    whose = "this CPU's attention speed" if who == ["this CPU"] else f"the attention speed of {' and '.join(who)}"
+    return f"measuring {whose} for {_heads(sorted({h for _, h in todo}))} (once, a few seconds)…"
+
+
+def _ns(seconds: float) -> str:
+    return f"{seconds * 1e9:.3g} ns"
+
+
+def run_lines(runs: dict[str, Any], pairs: list[tuple[GpuDevice | None, int]], *, verb: str = "measured") -> list[str]:
+    """One line per (device, head size) in ``runs`` (the cache's ``engine_runs``): its decode and prefill
+    cost per KV cell and head by KV type, or that it could not be measured (its attention is then priced
+    at memory bandwidth, not calibrated)."""
+    out = []
+    for dev, head in pairs:
+        by_head = runs.get(calibrate.engine_run_key(dev)) or {}
+        if str(head) not in by_head:
+            continue
+        run = by_head[str(head)] or {}
+        parts = [f"{kv} decode {_ns(r['decode'])}, prefill {_ns(r['prefill'])}" for kv, r in sorted(run.items())
+                 if isinstance(r, dict) and "decode" in r and "prefill" in r]
+        who = f"{_who(dev)}'s flash attention, {head}-wide heads"
+        out.append(f"{verb}: {who}: {'; '.join(parts)} per KV cell and head" if parts else
+                   f"{verb}: {who}: no figure (the engine run failed or was too noisy): priced at memory "
+                   "bandwidth, not calibrated")
+    return out
+
+
+def ensure_runs(inventory: Inventory, head_dims: tuple[int, ...], engine: EngineInfo | None = None, *,
+                threads: int | None = None, path: Path | None = None,
+                say: Callable[[str], None] | None = None) -> list[str]:
+    """Make the engine runs ``inventory``'s devices have none of yet for ``head_dims`` and store them;
+    ``say`` gets the progress line first. Returns what was measured, a line per device and head size
+    (empty: nothing was missing, or there is no bench to measure with)."""
+    todo = calibrate.missing_engine_runs(inventory, head_dims, path=path)
+    if not todo:
+        return []
+    bench = find_bench(engine)
+    if bench is None:
+        return []
+    if say is not None:
+        say(progress_line(todo))
+    heads = tuple(sorted({h for _, h in todo}))
+    data = calibrate.calibration(inventory, path=path, engine_run=bench_run(bench, threads), head_dims=heads)
+    return run_lines(data.get("engine_runs") or {}, todo)
+
+
+def host_only() -> Inventory:
+    """This machine's host, no device: what ``engine build`` and ``doctor`` measure for (the host's
+    figures are kept by its CPU model and RAM, whatever GPUs a plan later has)."""
+    from app.machine.devices import host_memory
+
+    return Inventory(gpus=(), host=host_memory())
+
+
+def host_runs(*, measure_missing: bool, say: Callable[[str], None] | None = None) -> list[str]:
+    """The host's runs for ``BUILD_HEAD_DIMS``, a line each: "measured" now (where missing and
+    ``measure_missing``), "stored" before, or "not measured" (``engine build``, ``doctor``)."""
+    from app.machine.overhead import load_json_dict
+
+    inventory = host_only()
+    before = calibrate.missing_engine_runs(inventory, BUILD_HEAD_DIMS)
+    made = ensure_runs(inventory, BUILD_HEAD_DIMS, say=say) if measure_missing else []
+    stored = load_json_dict(calibrate.calibration_path()).get("engine_runs") or {}
+    kept = run_lines(stored, [(None, h) for h in BUILD_HEAD_DIMS if (None, h) not in before], verb="stored")
+    none = [f"not measured: this CPU's flash attention, {h}-wide heads (no llama-batched-bench to time it with: "
+            "`headroom engine build`): priced at memory bandwidth, not calibrated"
+            for _, h in calibrate.missing_engine_runs(inventory, BUILD_HEAD_DIMS)]
+    return made + kept + none

@@ -1,0 +1,45 @@
+"""The CPU-attention engine run for real (issue 30): ``headroom plan`` on a model whose head size this
+machine has no run for times this CPU's flash attention with the engine's own ``llama-batched-bench``
+(app/engine/attention_runs.py), says so on stderr, keeps it in the calibration cache, and prices the
+plan with it; the next plan measures nothing. The model is the self-test model with 64-wide heads, as
+real small models have (a run of it takes seconds to half a minute on a busy machine)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.engine.native_build import EngineBuild
+from app.engine.selftest import selftest_model
+
+pytestmark = pytest.mark.engine
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_plan_measures_this_cpus_attention_once_and_prices_with_it(engine_build: EngineBuild, tmp_path: Path) -> None:
+    model = selftest_model(tmp_path / "models", head_dim=64)
+    env = {k: v for k, v in os.environ.items() if k != "HEADROOM_BATCHED_BENCH"}  # the engine's own bench
+    env |= {"HEADROOM_CACHE_DIR": str(tmp_path / "cache"), "HEADROOM_CONFIG_DIR": str(tmp_path / "config")}
+    argv = [sys.executable, "-m", "app", "plan", str(model), "-c", "4k", "--engine", str(engine_build.server), "--json"]
+    first = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr
+    said = first.stderr.splitlines()
+    assert said[0] == "headroom: measuring this CPU's attention speed for 64-wide heads (once, a few seconds)…"
+    assert said[1].startswith("headroom: measured: this CPU's flash attention, 64-wide heads: ")
+    stored = json.loads((tmp_path / "cache" / "speed-calibration.json").read_text())["engine_runs"]["host"]["64"]
+    rates = json.loads(first.stdout)["speed_figures"]["host_cpu_attention"]
+    # every KV type the run measured (one too noisy on a busy machine is left out: cpu_attention.rates)
+    assert stored and {r["kv_type"] for r in rates} == set(stored)
+    for r in rates:
+        assert r["head_dim"] == 64 and r["decode"]["value"] == pytest.approx(stored[r["kv_type"]]["decode"])
+        assert r["decode"]["calibrated"] and r["decode"]["source"] == (
+            "calibrated on this machine (llama-batched-bench on the self-test model, flash attention on, "
+            "64-wide heads)")
+    again = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0 and again.stderr == ""
+    assert json.loads(again.stdout)["speed_figures"] == json.loads(first.stdout)["speed_figures"]

@@ -1,0 +1,72 @@
+"""``plan`` prices attention on a CPU for the engine that will launch (issue 30): the host tail as Headroom's
+patched build runs it, or as any other engine does; a head size this machine has no CPU-attention engine
+run for is measured first, said in one line on stderr, and never again (app/engine/attention_runs.py).
+The runs here replay a recorded ``llama-batched-bench`` table (tests/conftest.py ``replay_bench``); the real run is
+tests/integration/test_cpu_attention_run.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from app import cli
+from app.engine.attention_runs import BUILD_HEAD_DIMS, host_runs
+from app.engine.native_build import EngineBuild
+from tests.unit.engine.test_discover import _install
+
+
+@pytest.fixture
+def own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, replay_bench: Path) -> Path:
+    monkeypatch.setenv("HEADROOM_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("HEADROOM_CONFIG_DIR", str(tmp_path / "config"))
+    return tmp_path / "cache"
+
+
+def _plan(model: Path, engine: Path, capsys: pytest.CaptureFixture[str]) -> tuple[dict[str, object], str]:
+    rc = cli.main(["plan", str(model), "-c", "4k", "--engine", str(engine), "--json"])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    return json.loads(out.out), out.err
+
+
+def test_headroom_s_build_is_priced_with_its_host_attention_and_another_engine_without(
+        engine_build: EngineBuild, tiny_model: Path, own_cache: Path, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    ours, _ = _plan(tiny_model, engine_build.server, capsys)
+    assert ours["speed_figures"]["host_attention"] is True  # type: ignore[index]
+    other, _ = _plan(tiny_model, _install(tmp_path / "bin", "other.llamafile", opencoti=False), capsys)
+    assert other["engine"]["kind"] == "llamafile"  # type: ignore[index]
+    assert other["speed_figures"]["host_attention"] is False  # type: ignore[index]
+
+
+def test_a_head_size_not_run_yet_is_measured_once_and_said(engine_build: EngineBuild, tiny_model: Path,
+                                                           own_cache: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    plan, err = _plan(tiny_model, engine_build.server, capsys)
+    lines = err.splitlines()
+    assert lines[0] == "headroom: measuring this CPU's attention speed for 16-wide heads (once, a few seconds)…"
+    assert lines[1].startswith("headroom: measured: this CPU's flash attention, 16-wide heads: f16 decode ")
+    assert lines[1].endswith(" per KV cell and head")
+    rates = plan["speed_figures"]["host_cpu_attention"]  # type: ignore[index]
+    assert {(r["kv_type"], r["head_dim"]) for r in rates} == {("f16", 16), ("q8_0", 16)}
+    assert all(r["decode"]["calibrated"] and "llama-batched-bench on the self-test model" in r["decode"]["source"]
+               for r in rates)
+    stored = json.loads((own_cache / "speed-calibration.json").read_text())
+    assert set(stored["engine_runs"]["host"]) == {"16"}
+    again, err = _plan(tiny_model, engine_build.server, capsys)
+    assert err == ""  # kept with this machine: not measured again
+    assert again["speed_figures"] == plan["speed_figures"]
+
+
+def test_engine_build_and_doctor_say_the_figures_for_real_models_head_sizes(own_cache: Path) -> None:
+    assert host_runs(measure_missing=False) == [
+        f"not measured: this CPU's flash attention, {h}-wide heads (no llama-batched-bench to time it with: "
+        "`headroom engine build`): priced at memory bandwidth, not calibrated" for h in BUILD_HEAD_DIMS]
+    said: list[str] = []
+    made = host_runs(measure_missing=True, say=said.append)
+    assert said == ["measuring this CPU's attention speed for 64-wide and 128-wide heads (once, a few seconds)…"]
+    assert [m.split(": f16 decode")[0] for m in made] == [
+        "measured: this CPU's flash attention, 64-wide heads", "measured: this CPU's flash attention, 128-wide heads"]
+    assert host_runs(measure_missing=True, say=said.append) == [m.replace("measured", "stored", 1) for m in made]
+    assert len(said) == 1
