@@ -33,7 +33,9 @@ from app.planner.solve.speed import active_weights
 
 #: Prompt lengths (tokens) and tokens decoded after each; the context they need.
 PROMPTS = (256, 2048)
-DECODE = 16
+#: (16 tokens at 256 cells took ~5 ms on the 2-core CI machine: timer-sized, the slope moved by ×1.5
+#: between runs; 64 cost well under a second more)
+DECODE = 64
 N_CTX = 4096
 KV_TYPES = ("f16", "q8_0")
 REPEATS = 3
@@ -51,20 +53,20 @@ def batched_bench(server: Path) -> Path | None:
 
 
 def parse_rows(text: str) -> dict[int, tuple[float, float]]:
-    """``llama-batched-bench``'s table: per prompt length, (seconds of its prefill, seconds of its decode)."""
-    return {int(m["pp"]): (float(m["t_pp"]), float(m["t_tg"]))
+    """``llama-batched-bench``'s table: per prompt length, (seconds of its prefill, seconds per token of
+    the decode after it)."""
+    return {int(m["pp"]): (float(m["t_pp"]), float(m["t_tg"]) / max(1, int(m["tg"])))
             for line in text.splitlines() if (m := _ROW.match(line.strip()))}
 
 
-def rates(rows: dict[int, tuple[float, float]], heads: int, flops_token: float,
-          decode: int = DECODE) -> dict[str, float] | None:
+def rates(rows: dict[int, tuple[float, float]], heads: int, flops_token: float) -> dict[str, float] | None:
     """Decode and prefill seconds per cell and head (``heads``: over all layers) and the matmul flop/s
     (left out when the rows leave none) from two rows of the table (module docstring); None when the
     rows do not show attention growing with the cells (too noisy to say)."""
     if len(rows) < 2:
         return None
     (p1, (pp1, tg1)), (p2, (pp2, tg2)) = sorted(rows.items())[:2]
-    decode_slope = (tg2 / decode - tg1 / decode) / (p2 - p1)  # seconds per token per cell
+    decode_slope = (tg2 - tg1) / (p2 - p1)  # seconds per token per cell
     prefill_slope = (pp2 / p2 - pp1 / p1) / ((p2 - p1) / 2)
     matmul_s = pp1 / p1 - prefill_slope * p1 / 2
     if decode_slope <= 0 or prefill_slope <= 0:
