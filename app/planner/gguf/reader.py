@@ -276,11 +276,26 @@ class _Cursor:
         if count > (self.end - self.pos) // 8:
             raise self.short(f"array {quoted(_TOKENS)}: {count} strings cannot fit in the file")
         hashes = array.array("q")  # 8 bytes a token, no more than the file's own 8-byte lengths
+        # ``raw_string`` and ``c_end`` written out (with their checks and words): a vocabulary has 150k
+        # and more tokens, and pass 1 waits for this loop.
+        buf, end, unpack, find, add = self.buf, self.end, _U64.unpack_from, self.buf.find, hashes.append
         for i in range(count):
-            start, n = self.raw_string(f"token {i}")
-            end = self.c_end(start, n, KEEP_STRING)
-            text = bytes(self.buf[start:end]) if end >= 0 else self.identity(start, n)
-            hashes.append(hash(text or f"[EMPTY_{i}]".encode()))
+            if self.pos + 8 > end:
+                raise self.short(f"token {i} length runs past the end of the file ({end} bytes)")
+            n = unpack(buf, self.pos)[0]
+            self.pos = start = self.pos + 8
+            if n > KEEP_STRING:  # rare: the general path, and its limit
+                self.pos -= 8
+                start, n = self.raw_string(f"token {i}")
+                stop = self.c_end(start, n, KEEP_STRING)
+                text = bytes(buf[start:stop]) if stop >= 0 else self.identity(start, n)
+            else:
+                if start + n > end:
+                    raise self.short(f"token {i} runs past the end of the file ({end} bytes)")
+                self.pos = start + n
+                nul = find(b"\0", start, self.pos)
+                text = bytes(buf[start:nul if nul >= 0 else self.pos])
+            add(hash(text or f"[EMPTY_{i}]".encode()))
         return int(np.unique(np.frombuffer(hashes, dtype=np.int64)).size) if count else 0
 
     def value(self, vtype: int, key: str) -> Any:
