@@ -244,6 +244,36 @@ def test_a_cancel_event_left_unset_changes_nothing(engine_build: EngineBuild, ti
     assert m.devices[0].compute > 0 and m.kv_total == 2 * 4096 * 32 * 2 * 2
 
 
+def test_the_probe_measures_while_the_caller_checks_the_file_and_a_refusal_stops_it(tmp_path: Path,
+                                                                                   tiny_model: Path) -> None:
+    # ``headroom measure`` checks the file while the child measures: the child has its whole request
+    # before the check ends, and what the check raises is what the caller gets, the child killed.
+    seen = tmp_path / "seen"
+    worker = _fake_worker(tmp_path, f"""import json, os, sys, threading
+request = json.loads(sys.stdin.read())
+open({str(seen)!r}, "w").write(f"{{os.getpid()}} {{request['model']}}")
+threading.Event().wait()
+""")
+
+    def check_refuses_once_the_probe_runs() -> None:
+        deadline = time.monotonic() + 30
+        while not seen.exists() or not seen.read_text():
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+        raise PlannerError("the check's own sentence")
+
+    with pytest.raises(PlannerError) as err:
+        measure(tiny_model, LaunchSettings(), worker=worker, timeout=60, meanwhile=check_refuses_once_the_probe_runs)
+    assert str(err.value) == "the check's own sentence" and not isinstance(err.value, MeasureError)
+    pid, model = seen.read_text().split(" ", 1)
+    assert model == str(tiny_model)
+    deadline = time.monotonic() + 10
+    while pid_alive(int(pid)) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not pid_alive(int(pid))
+
+
 class _InterruptedWait(threading.Event):
     """A cancel event whose first check, once the worker has written its pid, is a Ctrl-C."""
 
