@@ -209,6 +209,13 @@ def test_partial_offload_kv_is_split_by_layer_device() -> None:
 
 
 
+def _wait_written(path: Path, within: float = 30.0) -> None:
+    """Until the worker has written ``path`` (at most ``within`` seconds: then the test's own check fails)."""
+    deadline = time.monotonic() + within
+    while not (path.exists() and path.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
 def test_cancel_kills_the_probe_and_its_children_at_once(tmp_path: Path, tiny_model: Path) -> None:
     # A worker that would run for the whole minute, with a child of its own in its process group.
     pids = tmp_path / "pids"
@@ -221,11 +228,7 @@ threading.Event().wait()
     cancel = threading.Event()
 
     def cancel_once_running() -> None:
-        deadline = time.monotonic() + 30
-        while not pids.exists() or not pids.read_text():
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.02)
+        _wait_written(pids)
         cancel.set()
 
     threading.Thread(target=cancel_once_running, daemon=True).start()
@@ -256,11 +259,7 @@ threading.Event().wait()
 """)
 
     def check_refuses_once_the_probe_runs() -> None:
-        deadline = time.monotonic() + 30
-        while not seen.exists() or not seen.read_text():
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.02)
+        _wait_written(seen)
         raise PlannerError("the check's own sentence")
 
     with pytest.raises(PlannerError) as err:
