@@ -14,8 +14,14 @@ from app import __version__
 #: Subcommand modules, in the order ``--help`` lists them.
 COMMANDS = ("plan", "measure", "serve", "sessions", "rpc_worker", "doctor", "engine", "gui")
 
+#: Each subcommand's word on the command line → its module (``rpc-worker`` → ``rpc_worker``).
+_COMMAND_MODULES = {name.replace("_", "-"): name for name in COMMANDS}
 
-def build_parser() -> argparse.ArgumentParser:
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """Every subcommand's parser; with ``only`` (a module of ``COMMANDS``) that one's alone, which parses
+    its own command line exactly as the whole parser does without importing the others (``headroom
+    measure`` starts its probe sooner)."""
     parser = argparse.ArgumentParser(
         prog="headroom",
         allow_abbrev=False,  # `measure --gpu H200` must not be taken for --gpu-layers
@@ -23,7 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"headroom {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMANDS:
+    for name in COMMANDS if only is None else (only,):
         module = importlib.import_module(f"app.commands.{name}")
         module.register(sub)
     return parser
@@ -37,8 +43,8 @@ def command_names(parser: argparse.ArgumentParser) -> set[str]:
 
 def main(argv: list[str] | None = None) -> int:
     args_list = sys.argv[1:] if argv is None else argv
-    parser = build_parser()
     first = args_list[0] if args_list else ""
+    parser = build_parser(_COMMAND_MODULES.get(first))
     if first and first not in command_names(parser) and (
             first.lower().endswith(".gguf") or first.startswith("hf:") or os.path.isfile(first)):
         # ``headroom MODEL.gguf`` (a file manager opening a model, a user typing it): the window on it

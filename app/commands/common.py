@@ -23,10 +23,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from app.machine.overhead import request_for_machine
-from app.planner.devices import Inventory
-from app.planner.gguf.model import ModelShape
-from app.planner.request import DEFAULT_SAFETY, MeasurementLookup, PlanRequest
 from app.planner.settings import (
     ALL_LAYERS,
     DEFAULT_CACHE_RAM_MIB,
@@ -37,8 +33,11 @@ from app.planner.settings import (
 )
 from app.planner.units import Bytes, parse_tokens
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the planner's request and solver are imported where a plan is made: `measure` needs neither
     from app.engine.discover import EngineInfo
+    from app.planner.devices import Inventory
+    from app.planner.gguf.model import ModelShape
+    from app.planner.request import MeasurementLookup, PlanRequest
 
 
 def gpu_layers(text: str) -> int:
@@ -198,6 +197,8 @@ class VramTarget(argparse.Action):
 
 def add_gpu_args(p: argparse.ArgumentParser) -> None:
     """Which GPUs (and RPC workers) to plan for and how much of them to use."""
+    from app.planner.request import DEFAULT_SAFETY
+
     p.add_argument("--gpu", action="append", default=[], metavar="SPEC",
                    help='"auto" (the real GPUs, default), a card name ("H200") or "NAME:SIZE" '
                         '("MyCard:24GiB"); repeat for several')
@@ -284,6 +285,7 @@ def plan_request(args: argparse.Namespace, shape: ModelShape, inventory: Invento
 
     from app.engine.attention_runs import ensure_runs, host_attention
     from app.machine.calibrate import machine_speed
+    from app.machine.overhead import request_for_machine
 
     def say(line: str) -> None:
         print(f"headroom: {line}", file=sys.stderr, flush=True)
@@ -350,14 +352,16 @@ def hub_model(text: str, *, download: bool) -> str:
     import sys
     import time
 
-    from app.hub.download import UNVERIFIED, downloaded
-    from app.hub.download import download as fetch_all
-    from app.hub.preview import fetch_header, fetched_bytes
     from app.hub.refs import is_hub_ref, parse_ref
-    from app.hub.remote import list_ggufs, pick
 
     if not is_hub_ref(text):
         return text
+    # The hub's modules (the GGUF reader, gguf-py, numpy ...) for a hub ref only.
+    from app.hub.download import UNVERIFIED, downloaded
+    from app.hub.download import download as fetch_all
+    from app.hub.preview import fetch_header, fetched_bytes
+    from app.hub.remote import list_ggufs, pick
+
     ref = parse_ref(text)
     listing = list_ggufs(ref.repo, ref.revision)
     if listing.note:

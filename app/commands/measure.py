@@ -60,26 +60,45 @@ def register(sub: Any) -> None:
 
 def _measure(args: argparse.Namespace, settings: LaunchSettings) -> tuple[Measurement, bool, str | None]:
     from app.engine.native_build import find_build
-    from app.planner.errors import NotModelled
-    from app.planner.gguf.model import read_headers, read_shape
-    from app.planner.memory.kv import check_supported
     from app.probe.measure import gpu_caveat, measure_cached
 
-    read_headers(args.model)  # a missing, truncated or non-GGUF file: one clear line, before any child runs
-    try:  # settings the engine refuses (a quantized V without flash attention ...): said as `plan` says it
-        check_supported(read_shape(args.model), settings)
-    except NotModelled:
-        pass  # the planner does not know the architecture; the probe still measures it
-    engine = find_build()
+    def check_model() -> None:
+        """A missing, truncated or non-GGUF file, or settings the engine refuses: one clear line, said as
+        `plan` says it (and the probe's own failure never shown)."""
+        from app.planner.errors import NotModelled
+        from app.planner.gguf.model import read_headers, read_shape
+        from app.planner.memory.kv import check_supported
+
+        read_headers(args.model)
+        try:  # a quantized V without flash attention ...
+            check_supported(read_shape(args.model), settings)
+        except NotModelled:
+            pass  # the planner does not know the architecture; the probe still measures it
+
     if args.method == "fit-params":
         from app.probe.fit_params import fit_params_measure
 
+        check_model()
+        engine = find_build()
         if engine is None:
             raise PlannerError("no engine build: run `headroom engine build` first")
         return fit_params_measure(engine, args.model, settings, timeout=args.timeout), False, None
-    m, hit = measure_cached(args.model, settings, timeout=args.timeout, refresh=args.refresh,
-                            lib_dir=pass1_lib_dir(args))
-    return m, hit, gpu_caveat(m, targets_gpu=_targets_gpu(settings), engine=engine)
+    # The file is checked while the probe measures (its child started first): pass 1 takes the longer of
+    # the two, not both; a file the check refuses stops the probe.
+    checked = []
+
+    def check_once() -> None:
+        checked.append(True)
+        check_model()
+
+    try:
+        m, hit = measure_cached(args.model, settings, timeout=args.timeout, refresh=args.refresh,
+                                lib_dir=pass1_lib_dir(args), meanwhile=check_once)
+    except Exception:
+        if not checked:  # failed before the check ran (no such file, unreadable ...): the check's line first
+            check_model()
+        raise
+    return m, hit, gpu_caveat(m, targets_gpu=_targets_gpu(settings), engine=find_build())
 
 
 def _targets_gpu(settings: LaunchSettings) -> bool:

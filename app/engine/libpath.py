@@ -12,8 +12,6 @@ import importlib.util
 import os
 from pathlib import Path
 
-from app.engine.native_build import find_build
-
 
 def bundled_lib_dir() -> Path | None:
     """The installed llama_cpp package's own ``lib`` directory, if it holds a libllama."""
@@ -35,6 +33,9 @@ def ensure_llama_cpp_lib() -> str | None:
     own = bundled_lib_dir()
     if own is not None:
         return str(own)
+    # Imported here: pass 1's child is given the path (LLAMA_CPP_LIB_PATH) and starts sooner without it.
+    from app.engine.native_build import find_build
+
     build = find_build()
     if build is None:
         return None

@@ -30,7 +30,6 @@ import contextlib
 import ctypes
 import enum
 import errno
-import http.client
 import json
 import os
 import shutil
@@ -48,7 +47,6 @@ from typing import IO, NamedTuple, NoReturn
 
 import psutil
 
-from app.engine.capabilities import engine_env
 from app.llamacpp.failures import Failure, FailureKind, classify, foreign_server, is_cpu_line
 from app.paths import cache_dir
 
@@ -312,7 +310,11 @@ class ServerProcess:
         self.host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
         self.port = port
         self.log_path = log_path or runtime_dir() / f"engine-{os.getpid()}-{port}.log"
-        self.env = env if env is not None else engine_env()
+        if env is None:  # imported here: pass 1 imports this module for its child bookkeeping alone
+            from app.engine.capabilities import engine_env
+
+            env = engine_env()
+        self.env = env
         self.status = ServerStatus.STOPPED
         self.failure: Failure | None = None
         self.exit_code: int | None = None
@@ -462,6 +464,8 @@ class ServerProcess:
     # -- wait ----------------------------------------------------------------------------------
     def health(self) -> int | None:
         """The HTTP status of ``GET /health``, or None when nothing answers."""
+        import http.client  # here: pass 1 imports this module for its child bookkeeping alone
+
         conn = http.client.HTTPConnection(self.host, self.port, timeout=2.0)
         try:
             conn.request("GET", "/health")

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -89,20 +89,35 @@ CANCEL_POLL_S = 0.05
 
 def run_worker(model_path: Path, settings: LaunchSettings, *, timeout: float,
                worker: Sequence[str] = WORKER, cancel: threading.Event | None = None,
-               lib_dir: str | None = None) -> tuple[dict[str, object], list[str]]:
+               lib_dir: str | None = None,
+               meanwhile: Callable[[], object] | None = None) -> tuple[dict[str, object], list[str]]:
     """Run the child (on ``lib_dir``'s libllama when given); return its result object and its log
     lines. Raises MeasureError, or MeasureCancelled (the child's process group killed) as soon as
-    ``cancel`` is set."""
+    ``cancel`` is set. ``meanwhile`` runs once the child has its request, while it measures (the
+    caller's own checks of the file: what it raises is raised, the child killed)."""
     request = json.dumps({"model": str(model_path), "settings": settings.to_json()})
     reap_leftovers()  # probes (and engines) a killed Headroom left behind
     # Tied to this thread, which waits for it: the kernel kills it if Headroom dies (even by
     # SIGKILL), and its PID file lets the next Headroom reap it where that signal was lost.
-    proc = subprocess.Popen(list(worker), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, errors="replace", env=_worker_env(lib_dir),
-                            start_new_session=True, preexec_fn=die_with_parent())
+    # The request goes down a pipe of its own, written and closed at once, so the child measures while
+    # ``meanwhile`` runs (``communicate`` would send it only when waiting).
+    request_read, request_write = os.pipe()
+    try:
+        proc = subprocess.Popen(list(worker), stdin=request_read, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, errors="replace", env=_worker_env(lib_dir),
+                                start_new_session=True, preexec_fn=die_with_parent())
+    except BaseException:
+        os.close(request_write)
+        raise
+    finally:
+        os.close(request_read)
     record = record_child(proc.pid, list(worker), "probe")
     try:
-        return _wait_worker(proc, request, timeout=timeout, cancel=cancel)
+        deadline = time.monotonic() + timeout
+        _send(request_write, request)
+        if meanwhile is not None:
+            meanwhile()
+        return _wait_worker(proc, deadline, timeout=timeout, cancel=cancel)
     except BaseException:  # Ctrl-C (or any failure here): the child has its own session, so kill it
         if proc.poll() is None:
             _kill_group(proc)
@@ -112,18 +127,24 @@ def run_worker(model_path: Path, settings: LaunchSettings, *, timeout: float,
         forget_child(record)
 
 
-def _wait_worker(proc: subprocess.Popen[str], request: str, *, timeout: float,
+def _send(fd: int, request: str) -> None:
+    """The whole request down the child's stdin, which is then closed (the child reads to its end). A
+    child that died before reading it is reported from its output, as any failed child is."""
+    try:
+        with open(fd, "w", encoding="utf-8", closefd=True) as pipe:
+            pipe.write(request)
+    except BrokenPipeError:
+        pass
+
+
+def _wait_worker(proc: subprocess.Popen[str], deadline: float, *, timeout: float,
                  cancel: threading.Event | None) -> tuple[dict[str, object], list[str]]:
-    deadline = time.monotonic() + timeout
-    send: str | None = request
     while True:
         left = deadline - time.monotonic()
         try:
-            # communicate() may be called again after TimeoutExpired, without the input (sent once).
-            out, err = proc.communicate(send, timeout=max(0.0, min(left, CANCEL_POLL_S)))
+            out, err = proc.communicate(timeout=max(0.0, min(left, CANCEL_POLL_S)))
             break
         except subprocess.TimeoutExpired:
-            send = None
             if cancel is not None and cancel.is_set():
                 _kill_group(proc)
                 proc.communicate()
@@ -204,14 +225,16 @@ def measurement_from_log(buffers: LogBuffers, *, backend: str, commit: str, seco
 
 def measure(model_path: str | Path, settings: LaunchSettings, *, timeout: float = 60.0,
             worker: Sequence[str] = WORKER, cancel: threading.Event | None = None,
-            lib_dir: str | None = None) -> Measurement:
+            lib_dir: str | None = None, meanwhile: Callable[[], object] | None = None) -> Measurement:
     """Pass 1 for this exact launch (in ``lib_dir``'s libllama when given). Raises MeasureError (a
-    PlannerError) when it cannot, and MeasureCancelled promptly (the child killed) once ``cancel`` is set."""
+    PlannerError) when it cannot, and MeasureCancelled promptly (the child killed) once ``cancel`` is set.
+    ``meanwhile``: as for ``run_worker``."""
     path = Path(model_path)
     if not path.is_file():
         raise MeasureError(f"model file not found: {path}", hint="Check the path.")
     started = time.monotonic()
-    result, lines = run_worker(path, settings, timeout=timeout, worker=worker, cancel=cancel, lib_dir=lib_dir)
+    result, lines = run_worker(path, settings, timeout=timeout, worker=worker, cancel=cancel, lib_dir=lib_dir,
+                               meanwhile=meanwhile)
     buffers = parse_log("\n".join(lines))
     if not buffers.compute:
         raise MeasureError("pass 1 ran but llama.cpp printed no compute buffer size",
@@ -245,16 +268,22 @@ def _probe_library(lib_dir: str | None = None) -> dict[str, object]:
 
 def measure_cached(model_path: str | Path, settings: LaunchSettings, *, timeout: float = 60.0,
                    refresh: bool = False, cache: MeasureCache | None = None,
-                   cancel: threading.Event | None = None, lib_dir: str | None = None) -> tuple[Measurement, bool]:
+                   cancel: threading.Event | None = None, lib_dir: str | None = None,
+                   meanwhile: Callable[[], object] | None = None) -> tuple[Measurement, bool]:
     """``measure`` through the on-disk cache: ``(measurement, from_cache)``. The key includes the
     library the probe loads, so a rebuilt engine or another llama-cpp-python measures again.
-    ``lib_dir``: the libllama of the engine that will launch (app/engine/libpath.py ``lib_dir_beside``)."""
+    ``lib_dir``: the libllama of the engine that will launch (app/engine/libpath.py ``lib_dir_beside``).
+    ``meanwhile`` runs while the child measures (``run_worker``), or after a cache hit: either way
+    before a measurement is returned."""
     path = Path(model_path)
     if not path.is_file():
         raise MeasureError(f"model file not found: {path}", hint="Check the path.")
-    return cached(path, settings, _probe_library(lib_dir),
-                  lambda: measure(path, settings, timeout=timeout, cancel=cancel, lib_dir=lib_dir), cache=cache,
-                  refresh=refresh)
+    m, hit = cached(path, settings, _probe_library(lib_dir),
+                    lambda: measure(path, settings, timeout=timeout, cancel=cancel, lib_dir=lib_dir,
+                                    meanwhile=meanwhile), cache=cache, refresh=refresh)
+    if hit and meanwhile is not None:
+        meanwhile()
+    return m, hit
 
 
 def cached_measurement(model_path: str | Path, settings: LaunchSettings, *,

@@ -276,11 +276,32 @@ class _Cursor:
         if count > (self.end - self.pos) // 8:
             raise self.short(f"array {quoted(_TOKENS)}: {count} strings cannot fit in the file")
         hashes = array.array("q")  # 8 bytes a token, no more than the file's own 8-byte lengths
+        # ``raw_string`` and ``c_end`` written out (the same checks and words), the position in a local:
+        # a vocabulary has 150k tokens and more, and pass 1 waits for this loop. ``buf`` is the mapped
+        # file or a prefix of bytes: a slice of either is bytes.
+        buf, end, unpack, find, add = self.buf, self.end, _U64.unpack_from, self.buf.find, hashes.append
+        pos = self.pos
         for i in range(count):
-            start, n = self.raw_string(f"token {i}")
-            end = self.c_end(start, n, KEEP_STRING)
-            text = bytes(self.buf[start:end]) if end >= 0 else self.identity(start, n)
-            hashes.append(hash(text or f"[EMPTY_{i}]".encode()))
+            if pos + 8 > end:
+                self.pos = pos
+                raise self.short(f"token {i} length runs past the end of the file ({end} bytes)")
+            n = unpack(buf, pos)[0]
+            if n > KEEP_STRING:  # rare: the general path, with its limit
+                self.pos = pos
+                start, n = self.raw_string(f"token {i}")
+                stop = self.c_end(start, n, KEEP_STRING)
+                text = bytes(buf[start:stop]) if stop >= 0 else self.identity(start, n)
+                pos = self.pos
+            else:
+                start = pos + 8
+                pos = start + n
+                if pos > end:
+                    self.pos = start
+                    raise self.short(f"token {i} runs past the end of the file ({end} bytes)")
+                nul = find(b"\0", start, pos)
+                text = buf[start:nul if nul >= 0 else pos]
+            add(hash(text or f"[EMPTY_{i}]".encode()))
+        self.pos = pos
         return int(np.unique(np.frombuffer(hashes, dtype=np.int64)).size) if count else 0
 
     def value(self, vtype: int, key: str) -> Any:

@@ -52,12 +52,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.planner.devices import GpuDevice, Inventory
-from app.planner.gguf.model import ModelShape
 from app.planner.gpu_table import SIMULATED_SUFFIX
 from app.planner.sources import Source, SourceKind
+
+if TYPE_CHECKING:  # a type only: the GGUF reader (and numpy) stay out of what imports the speed types
+    from app.planner.gguf.model import ModelShape
 
 # --- Defaults (each an uncalibrated figure; app/machine/calibrate.py replaces what it can measure) ---
 

@@ -105,3 +105,20 @@ def test_shape_is_cached_until_the_file_changes(tmp_path: Path) -> None:
     assert read_shape(path) is read_shape(path)
     _write(path, "llama", tensors=3)
     assert read_shape(path).n_layer == 3
+
+
+def test_the_planner_loads_gguf_constants_alone_and_the_gguf_package_still_works_after_it() -> None:
+    """``headroom measure`` checks the file without gguf-py's package ``__init__`` (its writer, reader and
+    yaml); a later ``import gguf`` (a writer) gets the whole package, sharing the planner's constants."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "from app.planner.gguf.model import read_shape\n"
+            "print(sorted(m for m in ('gguf', 'gguf.gguf_writer', 'yaml') if m in sys.modules))\n"
+            "from app.planner.gguf.checks import GGUFValueType\n"
+            "import gguf, gguf.constants\n"
+            "print(gguf.constants is sys.modules['gguf.constants'], gguf.GGUFValueType is GGUFValueType,"
+            " gguf.GGUFWriter.__name__)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.splitlines() == ["[]", "True True GGUFWriter"]

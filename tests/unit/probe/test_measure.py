@@ -209,6 +209,13 @@ def test_partial_offload_kv_is_split_by_layer_device() -> None:
 
 
 
+def _wait_written(path: Path, within: float = 30.0) -> None:
+    """Until the worker has written ``path`` (at most ``within`` seconds: then the test's own check fails)."""
+    deadline = time.monotonic() + within
+    while not (path.exists() and path.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
 def test_cancel_kills_the_probe_and_its_children_at_once(tmp_path: Path, tiny_model: Path) -> None:
     # A worker that would run for the whole minute, with a child of its own in its process group.
     pids = tmp_path / "pids"
@@ -221,11 +228,7 @@ threading.Event().wait()
     cancel = threading.Event()
 
     def cancel_once_running() -> None:
-        deadline = time.monotonic() + 30
-        while not pids.exists() or not pids.read_text():
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.02)
+        _wait_written(pids)
         cancel.set()
 
     threading.Thread(target=cancel_once_running, daemon=True).start()
@@ -242,6 +245,32 @@ threading.Event().wait()
 def test_a_cancel_event_left_unset_changes_nothing(engine_build: EngineBuild, tiny_model: Path) -> None:
     m = measure(tiny_model, LaunchSettings(n_ctx=4096), cancel=threading.Event())
     assert m.devices[0].compute > 0 and m.kv_total == 2 * 4096 * 32 * 2 * 2
+
+
+def test_the_probe_measures_while_the_caller_checks_the_file_and_a_refusal_stops_it(tmp_path: Path,
+                                                                                   tiny_model: Path) -> None:
+    # ``headroom measure`` checks the file while the child measures: the child has its whole request
+    # before the check ends, and what the check raises is what the caller gets, the child killed.
+    seen = tmp_path / "seen"
+    worker = _fake_worker(tmp_path, f"""import json, os, sys, threading
+request = json.loads(sys.stdin.read())
+open({str(seen)!r}, "w").write(f"{{os.getpid()}} {{request['model']}}")
+threading.Event().wait()
+""")
+
+    def check_refuses_once_the_probe_runs() -> None:
+        _wait_written(seen)
+        raise PlannerError("the check's own sentence")
+
+    with pytest.raises(PlannerError) as err:
+        measure(tiny_model, LaunchSettings(), worker=worker, timeout=60, meanwhile=check_refuses_once_the_probe_runs)
+    assert str(err.value) == "the check's own sentence" and not isinstance(err.value, MeasureError)
+    pid, model = seen.read_text().split(" ", 1)
+    assert model == str(tiny_model)
+    deadline = time.monotonic() + 10
+    while pid_alive(int(pid)) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not pid_alive(int(pid))
 
 
 class _InterruptedWait(threading.Event):
