@@ -1,7 +1,8 @@
 """The placements a stock plan chooses between, measured: prefill and decode tokens/s of each beside
 the plan's prediction (app/planner/solve/speed.py), at one device budget.
 
-    .venv/bin/python -m bench.bench_placement [--ctx 32768] [--budget 160MiB] [--prompt 2048] [--reply 64]
+    .venv/bin/python -m bench.bench_placement [--ctx 32768] [--budget 160MiB] [--cases 4096:24MiB,...]
+                                              [--prompt CHARS] [--reply 64]
                                               [--repeat 3] [--threads N] [--no-engine-run] [--engine PATH]
 
 The device is a loopback ``headroom rpc-worker --threads 1`` (a real ggml device: a one-thread CPU).
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import statistics
 import sys
@@ -44,7 +46,7 @@ from app.engine.process import ServerProcess
 from app.engine.rpc import add_workers, query_workers, rpc_query_server
 from app.machine.calibrate import machine_speed
 from app.machine.devices import resolve_gpus
-from app.planner.devices import with_budgets
+from app.planner.devices import Inventory, with_budgets
 from app.planner.gguf.model import read_shape
 from app.planner.measurement import Measurement
 from app.planner.plan_types import PlanMode
@@ -160,7 +162,10 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--ctx", type=int, default=32768)
     p.add_argument("--budget", default="160MiB")
-    p.add_argument("--prompt", type=int, default=2048)
+    p.add_argument("--cases", help="several contexts and budgets in one run, one worker (calibrated once), e.g. "
+                   "4096:24MiB,8192:40MiB (overrides --ctx and --budget)")
+    p.add_argument("--prompt", type=int, help="prompt characters (default: 35%% of the context, about half its "
+                   "cells with this model's tokenizer)")
     p.add_argument("--reply", type=int, default=64)
     p.add_argument("--repeat", type=int, default=3, help="answers per launch; the table shows their median")
     p.add_argument("--engine", type=Path, help="the llama-server of another Headroom build (an earlier patch "
@@ -182,53 +187,73 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     model = gguf_factory.ensure(shapes.TINY_DEEP)
     shape = read_shape(model)
-    prompt = _prompt(args.prompt)
-    settings = LaunchSettings(n_ctx=args.ctx)
-    runs: list[Run] = []
-    started = time.monotonic()
+    cases = [(int(c.split(":")[0]), c.split(":")[1]) for c in args.cases.split(",")] if args.cases else [
+        (args.ctx, args.budget)]
+    results = []
     with rpc_worker() as (worker, _):
         base = add_workers(resolve_gpus([]), query_workers(rpc_query_server(), [worker]))
-
-        def lookup(launch: LaunchSettings) -> Measurement:
-            return measure_cached(model, launch)[0]
-
-        # the figures `headroom plan` predicts with on this machine, and whether this engine attends
-        # over host KV on the CPU (patch 5)
+        # the figures `headroom plan` predicts with on this machine (one worker for every case: its
+        # engine run is made once, as a user's calibration is), and whether this engine attends over
+        # host KV on the CPU (patch 5)
         fig = machine_speed(base, host_attention=HOST_KV_ATTENTION in build.fixes, path=args.calibration,
                             engine_run=engine_run(build.server, args.threads) if args.engine_run else None,
                             head_dims=(shape.head_dim_k,))
-        full = PlanRequest(shape, base, safety=0, lookup=lookup, speed=fig).plan(settings).plan
-        budget = int(Bytes.parse(args.budget))
-        tight = PlanRequest(shape, with_budgets(base, {"RPC0": budget}), safety=0, lookup=lookup,
-                            speed=fig).plan(settings).plan
+        for ctx, budget in cases:
+            print(f"=== -c {ctx} budget {budget} ({time.strftime('%H:%M:%S')}, load "
+                  f"{' '.join(f'{x:.2f}' for x in os.getloadavg())})", flush=True)
+            results.append(_case(args, build, model, base, fig, ctx, budget))
+    print(f"summary: the choice the fastest (or within {FASTEST_WITHIN:.0%}) in {sum(r[0] for r in results)} of "
+          f"{len(results)} cases; {sum(r[1] for r in results)} of {sum(r[2] for r in results)} predictions within "
+          f"±{PREDICTION_WITHIN:.0%}")
+    return 0 if all(r[0] and r[1] == r[2] for r in results) else 1
 
-        threads = ("-t", str(args.threads)) if args.threads else ()
 
-        prompt_tokens: list[int] = []  # what the engine made of the prompt (its timings' prompt_n)
+def _case(args: argparse.Namespace, build: EngineBuild, model: Path, base: Inventory, fig: SpeedFigures,
+          ctx: int, budget_text: str) -> tuple[bool, int, int]:
+    """One context and budget: every alternative measured beside its prediction, the table printed;
+    (the choice within reach of the fastest, predictions within the target, predictions made)."""
+    shape = read_shape(model)
+    chars = args.prompt or ctx * 35 // 100
+    prompt = _prompt(chars)
+    settings = LaunchSettings(n_ctx=ctx)
+    runs: list[Run] = []
+    started = time.monotonic()
 
-        def at(row: SpeedRow | None, launch: LaunchSettings, prompt_n: int) -> Speed | None:
-            prompt_tokens.append(prompt_n)
-            return _at_fill(row, launch, prompt_n, args.reply)
+    def lookup(launch: LaunchSettings) -> Measurement:
+        return measure_cached(model, launch)[0]
 
-        pre, dec, splits, n = _timed(build, model, full.launch, prompt, args.reply, args.repeat, threads)
-        runs.append(Run("fully resident (no budget)", full.launch, at(full.speed, full.launch, n), pre, dec, False, True,
-                        splits))
-        for alt in tight.alternatives:
-            # (a shorter context than the prompt and reply cannot answer it: not measured, said so)
-            prompt_n = prompt_tokens[0]  # the fully resident launch's count: the same prompt and model
-            short = alt.launch.n_ctx // max(1, alt.launch.n_parallel) < prompt_n + args.reply + PROMPT_MARGIN
-            if not alt.feasible or short:
-                runs.append(Run(alt.label, alt.launch, None, 0.0, 0.0, alt.chosen, False,
-                                note="does not fit" if not alt.feasible else "shorter than the prompt"))
-                continue
-            try:
-                pre, dec, splits, n = _timed(build, model, alt.launch, prompt, args.reply, args.repeat, threads)
-            except Unanswered as e:
-                runs.append(Run(alt.label, alt.launch, None, 0.0, 0.0, alt.chosen, False, note=str(e)))
-                continue
-            runs.append(Run(alt.label, alt.launch, at(alt.speed, alt.launch, n), pre, dec, alt.chosen, True, splits))
+    full = PlanRequest(shape, base, safety=0, lookup=lookup, speed=fig).plan(settings).plan
+    budget = int(Bytes.parse(budget_text))
+    tight = PlanRequest(shape, with_budgets(base, {"RPC0": budget}), safety=0, lookup=lookup,
+                        speed=fig).plan(settings).plan
+
+    threads = ("-t", str(args.threads)) if args.threads else ()
+
+    prompt_tokens: list[int] = []  # what the engine made of the prompt (its timings' prompt_n)
+
+    def at(row: SpeedRow | None, launch: LaunchSettings, prompt_n: int) -> Speed | None:
+        prompt_tokens.append(prompt_n)
+        return _at_fill(row, launch, prompt_n, args.reply)
+
+    pre, dec, splits, n = _timed(build, model, full.launch, prompt, args.reply, args.repeat, threads)
+    runs.append(Run("fully resident (no budget)", full.launch, at(full.speed, full.launch, n), pre, dec, False, True,
+                    splits))
+    for alt in tight.alternatives:
+        # (a shorter context than the prompt and reply cannot answer it: not measured, said so)
+        prompt_n = prompt_tokens[0]  # the fully resident launch's count: the same prompt and model
+        short = alt.launch.n_ctx // max(1, alt.launch.n_parallel) < prompt_n + args.reply + PROMPT_MARGIN
+        if not alt.feasible or short:
+            runs.append(Run(alt.label, alt.launch, None, 0.0, 0.0, alt.chosen, False,
+                            note="does not fit" if not alt.feasible else "shorter than the prompt"))
+            continue
+        try:
+            pre, dec, splits, n = _timed(build, model, alt.launch, prompt, args.reply, args.repeat, threads)
+        except Unanswered as e:
+            runs.append(Run(alt.label, alt.launch, None, 0.0, 0.0, alt.chosen, False, note=str(e)))
+            continue
+        runs.append(Run(alt.label, alt.launch, at(alt.speed, alt.launch, n), pre, dec, alt.chosen, True, splits))
     # what the plan chooses among (issue 30): the options that keep the asked context and KV type
-    same_ctx = [r for r in runs[1:] if r.feasible and r.planned and r.launch.n_ctx == args.ctx
+    same_ctx = [r for r in runs[1:] if r.feasible and r.planned and r.launch.n_ctx == ctx
                 and (r.launch.type_k, r.launch.type_v) == (settings.type_k, settings.type_v)]
     chosen = next((r for r in runs if r.chosen and r.feasible), None)
 
@@ -255,28 +280,28 @@ def main(argv: list[str] | None = None) -> int:
                      f"{measured_turn(r):.2f} / {predicted_turn(r)}",
                      ("chosen" if r.chosen else "") + (" fastest" if r is fastest else "")))
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
-    print(f"placement at -c {args.ctx} on a loopback RPC device with a {args.budget} budget "
-          f"({shape.name}, {args.prompt}-character prompt ({'/'.join(map(str, sorted(set(prompt_tokens)))) or '?'} tokens), {args.reply} tokens, median of {args.repeat}; "
+    print(f"placement at -c {ctx} on a loopback RPC device with a {budget_text} budget "
+          f"({shape.name}, {chars}-character prompt ({'/'.join(map(str, sorted(set(prompt_tokens)))) or '?'} tokens), {args.reply} tokens, median of {args.repeat}; "
           f"{time.monotonic() - started:.0f} s; engine {build.label}; host threads "
           f"{args.threads or 'the engine default'})")
     print(f"figures: {_figures_line(fig)}")
     for row in rows:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    off = [f"{r.label} {kind} ×{m / p:.2f}" for r in runs if r.feasible and r.predicted
+           for kind, m, p in (("prefill", r.prefill_tps, r.predicted.prefill), ("decode", r.decode_tps, r.predicted.decode))
+           if abs(m / p - 1) > PREDICTION_WITHIN]
+    made = 2 * sum(1 for r in runs if r.feasible and r.predicted)
     if chosen is None or fastest is None:
         print("target: the plan's choice is the fastest at the asked context — no choice to compare")
-        return 1
+        return False, made - len(off), made
     near = measured_turn(chosen) <= measured_turn(fastest) * (1 + FASTEST_WITHIN)
     print(f"target: the plan's choice is the fastest measured option with the asked context and KV type (or within "
           f"{FASTEST_WITHIN:.0%}) ... {'met' if near else 'MISSED'}"
           + ("" if chosen is fastest else f" ({chosen.label} {measured_turn(chosen):.2f} s a turn, "
              f"{fastest.label} {measured_turn(fastest):.2f} s)"))
-    off = [f"{r.label} {kind} ×{m / p:.2f}" for r in runs if r.feasible and r.predicted
-           for kind, m, p in (("prefill", r.prefill_tps, r.predicted.prefill), ("decode", r.decode_tps, r.predicted.decode))
-           if abs(m / p - 1) > PREDICTION_WITHIN]
     print(f"target: every prediction within ±{PREDICTION_WITHIN:.0%} of measured ... "
-          + ("met" if not off else "MISSED: " + "; ".join(off)))
-    return 0 if near and not off else 1
-
+          + ("met" if not off else "MISSED: " + "; ".join(off)), flush=True)
+    return near, made - len(off), made
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -22,6 +22,7 @@ A few seconds in all; app/machine/calibrate.py keeps the result with the device'
 from __future__ import annotations
 
 import re
+import statistics
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -38,7 +39,7 @@ PROMPTS = (256, 2048)
 DECODE = 64
 N_CTX = 4096
 KV_TYPES = ("f16", "q8_0")
-REPEATS = 3
+REPEATS = 5
 TIMEOUT_S = 120.0
 
 #: |    PP |     TG |    B |   N_KV |   T_PP s | S_PP t/s |   T_TG s | S_TG t/s |      T s |    S t/s |
@@ -83,7 +84,10 @@ def measure(bench: Path, model: Path, device_args: list[str]) -> dict[str, dict[
     heads = sum(shape.n_head[il] for il in range(shape.n_layer) if shape.n_head_kv[il] > 0)
     out: dict[str, dict[str, float]] = {}
     for kv in KV_TYPES:
-        best: dict[int, tuple[float, float]] = {}
+        # each run's own rates (its two rows taken under the same conditions), then the median of the
+        # runs: a slope is a small difference of two noisy times, and pairing them within a run cancels
+        # what the run shares (the machine's load, an RPC worker's round trips)
+        runs: list[dict[str, float]] = []
         for _ in range(REPEATS):
             argv = [str(bench), "-m", str(model), "-c", str(N_CTX), "-b", "2048", "-ub", "512", "-fa", "on",
                     "-npp", ",".join(map(str, PROMPTS)), "-ntg", str(DECODE), "-npl", "1", "-ctk", kv, "-ctv", kv,
@@ -92,11 +96,11 @@ def measure(bench: Path, model: Path, device_args: list[str]) -> dict[str, dict[
                 done = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
             except (OSError, subprocess.TimeoutExpired):
                 break
-            for pp, (t_pp, t_tg) in parse_rows(done.stdout + done.stderr).items():
-                old = best.get(pp)
-                best[pp] = (min(t_pp, old[0]), min(t_tg, old[1])) if old else (t_pp, t_tg)
-        if (r := rates(best, heads, flops)) is not None:
-            out[kv] = r
+            if (r := rates(parse_rows(done.stdout + done.stderr), heads, flops)) is not None:
+                runs.append(r)
+        if len(runs) * 2 > REPEATS:  # most runs gave a slope (else too noisy to say)
+            out[kv] = {key: statistics.median(r[key] for r in runs if key in r)
+                       for key in runs[0] if all(key in r for r in runs)}
     return out
 
 

@@ -274,10 +274,15 @@ def machine_speed(inventory: Inventory, *, path: Path | None = None, host_attent
             d = replace(d, flops=_calibrated(compute, f"{ENGINE_RUN_DETAIL}: its Q4_0 matmuls"),
                         attention=_cpu_attention(run, ENGINE_RUN_DETAIL))
         devices.append(d)
-    fig = SpeedFigures(_calibrated(float(data["host_bandwidth"]), "a 64 MiB copy"),
-                       _calibrated(float(data["host_flops"]), f"a {MATMUL_N}² float32 matmul"),
+    # the host's matmul rate: its engine run's (the engine's own quantized matmuls, at the threads it
+    # runs with) where there is one, else a numpy float32 matmul's
+    host_run = runs.get(HOST_RUN)
+    host_compute = _run_compute(host_run)
+    host_flops = (_calibrated(host_compute, f"{ENGINE_RUN_DETAIL}: its Q4_0 matmuls") if host_compute is not None
+                  else _calibrated(float(data["host_flops"]), f"a {MATMUL_N}² float32 matmul"))
+    fig = SpeedFigures(_calibrated(float(data["host_bandwidth"]), "a 64 MiB copy"), host_flops,
                        tuple(devices), host_attention=host_attention,
-                       host_cpu_attention=_cpu_attention(runs.get(HOST_RUN), ENGINE_RUN_DETAIL))
+                       host_cpu_attention=_cpu_attention(host_run, ENGINE_RUN_DETAIL))
     learned = (data.get("learned") or {}).get(learned_key(inventory))
     if isinstance(learned, dict):
         scale = {name: _calibrated(float(v), "measured ÷ predicted after a launch here")

@@ -22,7 +22,8 @@ prefill, per token of a ubatch of ``n_ubatch`` tokens (compute-bound)::
 Where each side runs (llama.cpp 0c1e57098, ggml-backend's scheduler; docs/domain.md §4, §8):
 - a layer left on the CPU (``-ngl``) runs there: its weights and KV read at host bandwidth; for a
   prefill ubatch of ``OP_OFFLOAD_MIN_BATCH`` tokens or more, op offload copies its weights over the
-  link and runs its matmuls on the device (its attention, with no weights, stays on the CPU);
+  link and runs its matmuls on the device (its attention, with no weights, stays on the CPU) — where
+  the device's backend offloads at all (CUDA; an RPC worker's does not: ``DeviceSpeed.op_offload``);
 - ``-nkvo``: two splits a layer; every layer's attention on the CPU (host KV read at host bandwidth)
   for a patched engine's decode (``host_attention``); a stock engine's decode and any prefill ubatch of
   ``OP_OFFLOAD_MIN_BATCH`` tokens or more run it on the device, the used KV copied over the link, as
@@ -214,6 +215,9 @@ class DeviceSpeed:
     split_s: Figure
     #: The device is a CPU (an RPC worker's) whose flash attention was measured (empty: a GPU, or not measured).
     attention: tuple[CpuAttention, ...] = ()
+    #: Its backend takes host weights' matmuls for a large batch (op offload: CUDA does; ggml-rpc's
+    #: device has no ``offload_op``, so a host layer's prefill stays on the CPU there).
+    op_offload: bool = True
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "bandwidth": self.bandwidth.to_json(), "flops": self.flops.to_json(),
@@ -258,7 +262,7 @@ def default_device(gpu: GpuDevice) -> DeviceSpeed:
         return DeviceSpeed(gpu.engine_name, default(HOST_BANDWIDTH, "an RPC worker's device: host-class memory"),
                            default(HOST_FLOPS, "an RPC worker's device: a CPU's"),
                            default(RPC_LINK, "an RPC worker over 10 Gbit Ethernet"),
-                           default(SPLIT_S_RPC, "a network round trip"))
+                           default(SPLIT_S_RPC, "a network round trip"), op_offload=False)
     name = gpu.name.removesuffix(SIMULATED_SUFFIX)
     bw, fl = CARD_SPEED.get(name, (DEVICE_BANDWIDTH, DEVICE_FLOPS))
     card = "the card's specification" if name in CARD_SPEED else "a mid-range card's (not in the table)"
@@ -439,7 +443,7 @@ def prefill_seconds(w: Workload, fig: SpeedFigures, fill: float) -> float:
         return (TOKEN_OVERHEAD_S / max(1, w.n_ubatch) + w.flops / fig.host_flops.value
                 + _attend(attn / fig.host_flops.value, attn, fig.host_cpu_attention, w, decode=False))
     dev = fig.devices[0]
-    offload = w.n_ubatch >= OP_OFFLOAD_MIN_BATCH
+    offload = w.n_ubatch >= OP_OFFLOAD_MIN_BATCH and dev.op_offload
     host_mm = 0.0 if offload else w.flops * w.host_flop_share
     dev_flops = sum(d.flops.value for d in fig.devices)
     dev_attn, host_attn = attn * (1 - w.attn_host_share), attn * w.attn_host_share

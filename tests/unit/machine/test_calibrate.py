@@ -83,6 +83,9 @@ def test_an_engine_run_is_made_once_per_device_and_head_size_and_kept(tmp_path: 
     assert str(dev.flops.source) == ("calibrated on this machine (llama-batched-bench on the self-test model, "
                                      "flash attention on: its Q4_0 matmuls)")
     assert [a.decode.value for a in fig.host_cpu_attention] == [80e-9, 40e-9]
+    # the host's matmul rate is its engine run's too (the engine's quantized matmuls at its threads),
+    # not the numpy float32 matmul's
+    assert fig.host_flops.value == 40e9 and "Q4_0 matmuls" in str(fig.host_flops.source)
     assert not dev.bandwidth.calibrated  # what the run does not measure stays a named default
     # kept: a second plan runs nothing; another model's head size runs again, for it only
     calibrate.machine_speed(inv, path=store, engine_run=run, head_dims=(32,))
@@ -97,3 +100,5 @@ def test_without_an_engine_run_a_worker_keeps_the_defaults(tmp_path: Path) -> No
     fig = calibrate.machine_speed(Inventory((worker,), desktop().host), path=tmp_path / "c.json")
     assert fig.devices[0].attention == () and fig.host_cpu_attention == ()
     assert not fig.devices[0].flops.calibrated
+    assert "float32 matmul" in str(fig.host_flops.source)  # the host: its numpy figure, still calibrated
+    assert fig.host_flops.calibrated

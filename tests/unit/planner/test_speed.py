@@ -92,6 +92,17 @@ def test_prefill_is_compute_on_the_device_plus_host_weights_streamed_per_ubatch(
     assert prefill_seconds(small, figures(), 0.0) == pytest.approx(16e9 / 100e12 + 4e9 / 1e12 + 4 * SPLIT / 16)
 
 
+def test_an_rpc_workers_device_takes_no_host_matmuls_so_host_layers_prefill_on_the_cpu() -> None:
+    """ggml-rpc's device has no ``offload_op``: a 512-token ubatch leaves the host layers' matmuls on the
+    CPU (at its 1 TFLOP/s), nothing streamed; a CUDA device takes them (the test above)."""
+    w = work(host_weights=2 * 10**9, streamed_weights=2 * 10**9, host_flop_share=0.2, cpu_layers=True)
+    rpc = figures()
+    rpc = replace(rpc, devices=(replace(rpc.devices[0], op_offload=False),))
+    assert prefill_seconds(w, rpc, 0.0) == pytest.approx(16e9 / 100e12 + 4e9 / 1e12 + 4 * SPLIT / 512)
+    assert speed.default_device(GpuDevice(0, "RPC worker 10.0.0.2:50052", GiB, GiB, kind=DeviceKind.RPC,
+                                          endpoint="10.0.0.2:50052")).op_offload is False
+
+
 def test_without_a_device_everything_is_the_hosts() -> None:
     w = work(device_weights=(), host_weights=10 * 10**9, kv_device_cell=(), kv_host_cpu_cell=100_000, cpu_only=True)
     assert decode_seconds(w, figures(), 1.0) == pytest.approx((10e9 + 10e9) / 50e9)
