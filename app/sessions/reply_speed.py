@@ -54,6 +54,9 @@ class ReplySpeed:
     check: SpeedCheck | None
     metrics: Counters | None
     metrics_note: str = ""
+    #: The calibration learned measured ÷ predicted from it (False: the cache could not be written;
+    #: None: nothing to learn, or not asked).
+    learned: bool | None = None
 
     def text(self) -> str:
         """"Speed of the last reply: decode 41 tok/s measured (10 tokens), 38 predicted; prefill …"."""
@@ -73,6 +76,9 @@ class ReplySpeed:
                     f"prefill {words.tokens_per_s(self.metrics.prompt_per_second)} tok/s")
         elif self.metrics_note:
             out += f". {self.metrics_note}"
+        if self.learned is not None:
+            out += (". Later plans here scale their predictions by measured ÷ predicted" if self.learned else
+                    ". Not learned: the calibration cache is not writable")
         return out
 
 

@@ -4,8 +4,11 @@ with the reply; ``/metrics`` is read in the window's task pool, never on the GUI
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from app.engine.speed_check import Timings
+from app.planner.devices import Inventory
 from app.planner.plan_types import Plan
 from app.sessions.chat import ChatOutcome
 from app.sessions.reply_speed import WAITING, ReplySpeed, predicted_line, reply_speed, timings_of
@@ -31,6 +34,7 @@ class SpeedCheckRow(QLabel):
         self._plan: Plan | None = None
         self._url = ""
         self._key: str | None = None
+        self._inventory: Inventory | None = None  # the devices the running plan was made for
         #: The last reply measured (None: none yet on this engine).
         self.last: ReplySpeed | None = None
 
@@ -45,6 +49,7 @@ class SpeedCheckRow(QLabel):
             return
         engine = state.running_engine
         self._plan, self._url, self._key = state.running, url, engine.api_key if engine is not None else None
+        self._inventory = state.planning_inventory()
         self.last = None
         self.setText(f"{predicted_line(state.running)}; {WAITING}")
         self.setVisible(True)
@@ -66,9 +71,9 @@ class SpeedCheckRow(QLabel):
         timings = timings_of(outcome.replies[0])
         if timings is None:
             return
-        key = self._key
-        self.pool.run(lambda _cancel: reply_speed(plan, timings, url, key), self._show, self._failed,
-                      owner=self, key="measure")
+        key, inventory = self._key, self._inventory
+        self.pool.run(lambda _cancel: _measured_and_learned(plan, timings, url, key, inventory), self._show,
+                      self._failed, owner=self, key="measure")
 
     def _show(self, result: object) -> None:
         if not isinstance(result, ReplySpeed) or self._plan is None:
@@ -78,3 +83,16 @@ class SpeedCheckRow(QLabel):
 
     def _failed(self, message: str) -> None:
         self.setText(f"{self.text()}\nSpeed not measured: {message}")
+
+
+def _measured_and_learned(plan: Plan, timings: Timings, url: str, key: str | None,
+                          inventory: Inventory | None) -> ReplySpeed:
+    """The reply beside the prediction (``/metrics`` read now), and the calibration taught measured ÷
+    predicted for these devices, as ``headroom serve``'s speed line does. In the task pool: both block."""
+    from app.machine.calibrate import learn
+
+    result = reply_speed(plan, timings, url, key)
+    check = result.check
+    if check is None or inventory is None or (check.decode_ratio is None and check.prefill_ratio is None):
+        return result
+    return replace(result, learned=learn(inventory, check.decode_ratio, check.prefill_ratio))

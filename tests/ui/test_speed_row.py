@@ -5,15 +5,21 @@ replies leave it as it was; after Stop it says it is about the last run."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from app.machine import calibrate
 from app.planner.words import tokens_per_s
 from app.sessions.reply_speed import WAITING
 from tests.ui.test_chat_in_window import _launch, _send
 
 
 @pytest.mark.engine
-def test_the_speed_row_shows_predicted_and_measured_after_a_reply(window, tiny_chat_model, engine_build, qtbot):
+def test_the_speed_row_shows_predicted_and_measured_after_a_reply(window, tiny_chat_model, engine_build, qtbot,
+                                                                  tmp_path, monkeypatch):
+    store = tmp_path / "speed-calibration.json"  # (not this machine's own cache)
+    monkeypatch.setattr(calibrate, "calibration_path", lambda: store)
     row = window.launch.speed_row
     assert not row.isVisible()  # nothing runs: nothing to say
     _launch(window, tiny_chat_model, engine_build, qtbot, 2)
@@ -44,6 +50,10 @@ def test_the_speed_row_shows_predicted_and_measured_after_a_reply(window, tiny_c
     # /metrics (the window launches with --metrics): the engine's average over that reply.
     assert measured.metrics is not None and measured.metrics.predicted_per_second > 0
     assert f"/metrics since its last read: decode {tokens_per_s(measured.metrics.predicted_per_second)}" in text
+    # the calibration learned measured ÷ predicted from it, as `headroom serve` does: later plans scale by it
+    assert measured.learned is True and "Later plans here scale their predictions by measured ÷ predicted" in text
+    learned = json.loads(store.read_text())["learned"][calibrate.learned_key(window.current.planning_inventory())]
+    assert learned["decode_scale"] == pytest.approx(check.decode_ratio)
 
     # A fork's replies run side by side on shared slots: not one reply's speed, the row keeps the last.
     chat.k.setValue(2)
