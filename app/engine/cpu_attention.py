@@ -14,7 +14,10 @@ type in ``KV_TYPES``, at two prompt lengths (``PROMPTS``) with ``DECODE`` tokens
   layers) is the decode cost per cell and head;
 - prefill: seconds per prompt token grow with the mean fill (half the prompt); the same ratio is the
   prefill cost per cell and head; the seconds per token at no fill are the model's matmuls, whose
-  flops over them give the device's matmul rate (Q4_0 weights: a quantized model's).
+  flops over them give the device's matmul rate (Q4_0 weights: a quantized model's);
+- a decoded token's seconds at no cells (``decode_base``): on a worker's device against the host's
+  own, the difference is what its two graph splits cost (the embeddings in, the logits out: the RPC
+  round trips and the graph sent each token), app/machine/calibrate.py's split cost for it.
 
 A few seconds in all; app/machine/calibrate.py keeps the result with the device's identity.
 """
@@ -73,7 +76,11 @@ def rates(rows: dict[int, tuple[float, float]], heads: int, flops_token: float) 
     if decode_slope <= 0 or prefill_slope <= 0:
         return None
     out = {"decode": decode_slope / heads, "prefill": prefill_slope / heads}
-    return out | ({"compute": flops_token / matmul_s} if matmul_s > 0 else {})
+    # a decoded token's seconds at no cells: the graph, its splits, the weights (read at the short
+    # prompt's length; the cells its own decode adds are a few µs here)
+    base = tg1 - decode_slope * p1
+    return out | ({"compute": flops_token / matmul_s} if matmul_s > 0 else {}) | (
+        {"decode_base": base} if base > 0 else {})
 
 
 def measure(bench: Path, model: Path, device_args: list[str]) -> dict[str, dict[str, float]]:

@@ -26,6 +26,7 @@ import contextlib
 import functools
 import json
 import os
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -248,6 +249,18 @@ def _run_compute(by_head: Any) -> float | None:
     return max(found) if found else None
 
 
+def _run_split(by_head: Any, host: Any) -> float | None:
+    """A worker's seconds per graph split from its engine runs against the host's (the same self-test
+    model, head size and KV type: ``-ngl 99 --rpc`` against ``-ngl 0``): the decode's seconds at no
+    cells over the host's, shared by the ``BASE_SPLITS`` crossings its graph has; None when no pair
+    gives a positive difference (app/engine/cpu_attention.py)."""
+    host_base = {(head, kv): r.get("decode_base") for head, kv, r in _runs(host)}
+    found = [(float(r["decode_base"]) - float(h)) / speed.BASE_SPLITS for head, kv, r in _runs(by_head)
+             if isinstance(r.get("decode_base"), (int, float)) and isinstance(h := host_base.get((head, kv)), (int, float))
+             and r["decode_base"] > h]
+    return statistics.median(found) if found else None
+
+
 #: What an engine run's figures say they are.
 ENGINE_RUN_DETAIL = "llama-batched-bench on the self-test model, flash attention on"
 
@@ -273,6 +286,9 @@ def machine_speed(inventory: Inventory, *, path: Path | None = None, host_attent
         if (compute := _run_compute(run)) is not None:
             d = replace(d, flops=_calibrated(compute, f"{ENGINE_RUN_DETAIL}: its Q4_0 matmuls"),
                         attention=_cpu_attention(run, ENGINE_RUN_DETAIL))
+        if g.is_rpc and (split := _run_split(run, runs.get(HOST_RUN))) is not None:
+            d = replace(d, split_s=_calibrated(split, f"{ENGINE_RUN_DETAIL}: its decode at no cells over the "
+                                                      f"host's, per split"))
         devices.append(d)
     # the host's matmul rate: its engine run's (the engine's own quantized matmuls, at the threads it
     # runs with) where there is one, else a numpy float32 matmul's

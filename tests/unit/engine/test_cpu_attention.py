@@ -28,6 +28,8 @@ def test_costs_per_cell_and_head_from_how_the_times_grow_with_the_cells() -> Non
     assert got["prefill"] == pytest.approx(slope / 8)
     # the rest of a token of the 256-token prompt is its matmuls: 1 MFLOP over it
     assert got["compute"] == pytest.approx(1e6 / (0.011 / 256 - slope * 128))
+    # a decoded token at no cells: 0.75 ms at 256 cells less 256 cells of the decode slope
+    assert got["decode_base"] == pytest.approx(0.012 / 16 - (0.078 - 0.012) / 16 / 1792 * 256)
 
 
 def test_rows_that_do_not_grow_with_the_cells_say_nothing() -> None:

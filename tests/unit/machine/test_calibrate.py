@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from app.machine import calibrate
 from app.planner.devices import DeviceKind, GpuDevice, HostMemory, Inventory
 from app.planner.units import GiB
@@ -92,6 +94,26 @@ def test_an_engine_run_is_made_once_per_device_and_head_size_and_kept(tmp_path: 
     calibrate.machine_speed(inv, path=store, engine_run=run, head_dims=(32, 128))
     assert calls[2:] == [("host", 128), ("RPC0[10.0.0.2:50052] RPC worker 10.0.0.2:50052", 128)]
     assert sorted(json.loads(store.read_text())["engine_runs"]["host"]) == ["128", "32"]
+
+
+def test_a_workers_split_cost_is_its_decode_at_no_cells_over_the_hosts(tmp_path: Path) -> None:
+    """The same self-test model decodes in 0.5 ms a token at no cells on the host and 1.7 ms through the
+    worker: its two graph splits (the embeddings in, the logits out) cost 0.6 ms each."""
+    worker = GpuDevice(0, "RPC worker 10.0.0.2:50052", 8 * GiB, 8 * GiB, kind=DeviceKind.RPC,
+                       endpoint="10.0.0.2:50052")
+    inv = Inventory((worker,), desktop().host)
+
+    def run(device: GpuDevice | None, head_dim: int) -> dict[str, dict[str, float]]:
+        base = 0.5e-3 if device is None else 1.7e-3
+        return {"f16": {"decode": 80e-9, "prefill": 8e-9, "compute": 40e9, "decode_base": base}}
+
+    fig = calibrate.machine_speed(inv, path=tmp_path / "c.json", engine_run=run, head_dims=(32,))
+    split = fig.devices[0].split_s
+    assert split.value == pytest.approx(0.6e-3) and split.calibrated and "per split" in str(split.source)
+    # a run without the figure (an older cache) keeps the named default
+    old = calibrate.machine_speed(inv, path=tmp_path / "d.json", head_dims=(32,),
+                                  engine_run=lambda d, h: {"f16": {"decode": 80e-9, "prefill": 8e-9}})
+    assert not old.devices[0].split_s.calibrated
 
 
 def test_without_an_engine_run_a_worker_keeps_the_defaults(tmp_path: Path) -> None:
