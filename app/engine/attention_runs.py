@@ -12,6 +12,8 @@ they are not calibrated. It is made:
 - by ``plan`` and ``serve`` for a model whose head size has no run yet on this machine (one progress
   line on stderr first, then what was measured), and by the window in its task pool (a status line;
   the plan is priced again when it lands);
+- never while the machine is busy (``calibrate.busy``): a figure is kept for good, and one timed under
+  load would price every later plan too slow; a later plan measures it;
 - for the host CPU, and for each RPC worker's device in the plan (its own run, through the worker).
 """
 
@@ -119,6 +121,11 @@ def ensure_runs(inventory: Inventory, head_dims: tuple[int, ...], engine: Engine
     bench = find_bench(engine)
     if bench is None:
         return []
+    if (why := calibrate.busy()) is not None:  # kept for good: not a figure of a busy moment
+        who = " and ".join(dict.fromkeys(_who(d) for d, _ in todo))
+        return [f"not measured now: the attention speed of {who} ({why}, busier than "
+                f"{calibrate.BUSY_LOAD_PER_CORE} a core): priced at memory bandwidth until a plan on a "
+                "quieter machine measures it"]
     if say is not None:
         say(progress_line(todo))
     heads = tuple(sorted({h for _, h in todo}))

@@ -51,6 +51,26 @@ REPEATS = 3
 #: a size: per KV type ``{"decode": s, "prefill": s, "compute": flop/s}`` (app/engine/cpu_attention.py);
 #: empty when it could not run.
 EngineRun = Callable[[GpuDevice | None, int], dict[str, dict[str, float]]]
+#: A CPU-attention engine run is kept for good, so it is not made while the machine is busy: a
+#: 1-minute load average over this many per core (two busy loops on the 2-core CI machine measured
+#: this CPU's attention ×4–8 slower than when idle, and one KV type not at all).
+BUSY_LOAD_PER_CORE = 0.75
+#: Set (to anything): measure even on a busy machine (the tests about the run; they run under load).
+MEASURE_WHEN_BUSY_ENV = "HEADROOM_MEASURE_WHEN_BUSY"
+
+
+def busy() -> str | None:
+    """Why the machine is too busy to time it now ("load 4.2 on 2 cores"), or None."""
+    if os.environ.get(MEASURE_WHEN_BUSY_ENV):
+        return None
+    try:
+        load = os.getloadavg()[0]
+    except OSError:  # (no load average on this system: measure)
+        return None
+    cores = os.cpu_count() or 1
+    return f"load {load:.1f} on {cores} cores" if load > BUSY_LOAD_PER_CORE * cores else None
+
+
 #: The key of the host's engine run in the cache's ``engine_runs``.
 HOST_RUN = "host"
 

@@ -7,6 +7,7 @@ tests/integration/test_cpu_attention_run.py."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ import pytest
 from app import cli
 from app.engine.attention_runs import BUILD_HEAD_DIMS, host_runs
 from app.engine.native_build import EngineBuild
+from app.machine import calibrate
 from tests.unit.engine.test_discover import _install
 
 
@@ -57,6 +59,26 @@ def test_a_head_size_not_run_yet_is_measured_once_and_said(engine_build: EngineB
     again, err = _plan(tiny_model, engine_build.server, capsys)
     assert err == ""  # kept with this machine: not measured again
     assert again["speed_figures"] == plan["speed_figures"]
+
+
+def test_a_busy_machine_is_not_timed_and_a_later_plan_times_it(engine_build: EngineBuild, tiny_model: Path,
+                                                                own_cache: Path, capsys: pytest.CaptureFixture[str],
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A figure is kept for good: one timed while the machine is busy would price every later plan too
+    slow. A load average over 0.75 a core: said, nothing stored, attention priced at bandwidth."""
+    monkeypatch.delenv(calibrate.MEASURE_WHEN_BUSY_ENV)
+    cores = os.cpu_count() or 1
+    monkeypatch.setattr(os, "getloadavg", lambda: (2.0 * cores, 1.0, 1.0))
+    plan, err = _plan(tiny_model, engine_build.server, capsys)
+    assert err == (f"headroom: not measured now: the attention speed of this CPU (load {2.0 * cores:.1f} on {cores} "
+                   "cores, busier than 0.75 a core): priced at memory bandwidth until a plan on a quieter machine "
+                   "measures it\n")
+    assert "host_cpu_attention" not in plan["speed_figures"]  # type: ignore[operator]
+    stored = json.loads((own_cache / "speed-calibration.json").read_text())
+    assert not stored.get("engine_runs", {}).get("host")  # nothing kept: a later plan times it
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.1, 0.1, 0.1))  # quiet again: the next plan times it
+    _, err = _plan(tiny_model, engine_build.server, capsys)
+    assert err.startswith("headroom: measuring this CPU's attention speed for 16-wide heads")
 
 
 def test_engine_build_and_doctor_say_the_figures_for_real_models_head_sizes(own_cache: Path) -> None:
