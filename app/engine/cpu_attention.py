@@ -78,9 +78,9 @@ def rates(rows: dict[int, tuple[float, float]], heads: int, flops_token: float) 
     out = {"decode": decode_slope / heads, "prefill": prefill_slope / heads}
     # a decoded token's seconds at no cells: the graph, its splits, the weights (read at the short
     # prompt's length; the cells its own decode adds are a few µs here)
-    base = tg1 - decode_slope * p1
-    return out | ({"compute": flops_token / matmul_s} if matmul_s > 0 else {}) | (
-        {"decode_base": base} if base > 0 else {})
+    # (a host's is tens of µs: noise can take it below zero, where it is none)
+    base = max(0.0, tg1 - decode_slope * p1)
+    return out | ({"compute": flops_token / matmul_s} if matmul_s > 0 else {}) | {"decode_base": base}
 
 
 def measure(bench: Path, model: Path, device_args: list[str]) -> dict[str, dict[str, float]]:
