@@ -38,8 +38,8 @@ from app.planner import words
 from app.planner.measurement import Measurement
 from app.planner.plan_types import PLAN_JSON_VERSION, Alternative, ContextFit, Plan, PlanMode
 from app.planner.settings import LaunchSettings
-from app.planner.solve.speed import Figure, SpeedRow
-from app.planner.units import Bytes
+from app.planner.solve.speed import TURN_PROMPT, TURN_REPLY, Figure, SpeedRow
+from app.planner.units import Bytes, round_tokens
 from app.text import printable, printable_lines
 
 EXIT_STATUS = exit_status("it fits (as asked, or with the alternative the plan chose)",
@@ -261,8 +261,10 @@ def render(plan: Plan, title: str, fit: ContextFit, asked: LaunchSettings | None
     out += _largest_lines(plan, fit)
     if plan.alternatives and len(plan.alternatives) > 1:
         width = max(14, *(len(a.label) + 2 for a in plan.alternatives))
-        out.append("  alternatives (predicted tokens/s, app/planner/solve/speed.py: prefill, then decode with the "
-                   "context empty / half / full; the fastest that keeps the asked context and KV type is chosen):")
+        out.append("  alternatives (predicted tokens/s, app/planner/solve/speed.py: prefill with the context half "
+                   f"full, then decode with it empty / half / full; chosen: the shortest typical turn, a "
+                   f"{round_tokens(TURN_PROMPT)} prompt read and {TURN_REPLY} tokens written half-way, that "
+                   "keeps the asked context and KV type):")
         out.append(f"   {words.ALTERNATIVES_LEGEND}")
         for a in plan.alternatives:
             # (an infeasible "chosen" is only where the plan stands when nothing fits: not starred)

@@ -83,7 +83,7 @@ def progress_line(todo: list[tuple[GpuDevice | None, int]]) -> str:
     """What is about to be measured, said before it runs (it takes seconds)."""
     who = list(dict.fromkeys(_who(d) for d, _ in todo))
     whose = "this CPU's attention speed" if who == ["this CPU"] else f"the attention speed of {' and '.join(who)}"
-    return f"measuring {whose} for {_heads(sorted({h for _, h in todo}))} (once, a few seconds)…"
+    return f"measuring {whose} for {_heads(sorted({h for _, h in todo}))} (once; up to half a minute)…"
 
 
 def _ns(seconds: float) -> str:
@@ -97,7 +97,10 @@ def run_lines(runs: dict[str, Any], pairs: list[tuple[GpuDevice | None, int]], *
     out = []
     for dev, head in pairs:
         by_head = runs.get(calibrate.engine_run_key(dev)) or {}
-        if str(head) not in by_head:
+        if str(head) not in by_head:  # not kept: the run failed or its runs disagreed
+            out.append(f"{verb}: {_who(dev)}'s flash attention, {head}-wide heads: no figure this time (the "
+                       "engine run failed or was too noisy: is the machine busy?); priced at memory bandwidth "
+                       "until a later plan measures it")
             continue
         run = by_head[str(head)] or {}
         parts = [f"{kv} decode {_ns(r['decode'])}, prefill {_ns(r['prefill'])}" for kv, r in sorted(run.items())

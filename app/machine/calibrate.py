@@ -207,8 +207,9 @@ def calibration(inventory: Inventory, *, path: Path | None = None,
         for dev in (None, *inventory.rpc_devices):
             by_head = runs.setdefault(engine_run_key(dev), {})
             for head in head_dims:
-                if str(head) not in by_head:
-                    by_head[str(head)] = engine_run(dev, head)
+                if str(head) not in by_head and (got := engine_run(dev, head)):
+                    # (none: the run failed or was too noisy; not kept, so a later plan runs it again)
+                    by_head[str(head)] = got
                     changed = True
     if changed:
         data.pop("saved", None)
@@ -221,7 +222,7 @@ def calibration(inventory: Inventory, *, path: Path | None = None,
 def missing_engine_runs(inventory: Inventory, head_dims: tuple[int, ...], *,
                         path: Path | None = None) -> list[tuple[GpuDevice | None, int]]:
     """The (device, head size) pairs of ``inventory`` (the host: None; each RPC worker's device) with no
-    engine run stored yet (a run that failed is stored too, as empty: it is not made again). Reads the
+    engine run stored yet (a run that failed or was too noisy is not kept: a later plan makes it). Reads the
     cache only: nothing is measured."""
     store = path or calibration_path()
     ident = identity(inventory)

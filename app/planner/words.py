@@ -433,12 +433,13 @@ def context_ends(plan: Plan) -> tuple[Alternative, Alternative] | None:
 
 
 def tokens_per_s(x: float) -> str:
-    """A predicted rate as a person reads it: "1,234", "45", "4.3", "0.06"."""
+    """A predicted rate as a person reads it: "1,234", "45", "4.3", "0.06", "0.0049" (two significant
+    figures under 1: a host tail at a long context can be that slow, and "0.00" said nothing)."""
     if x >= 100:
         return f"{x:,.0f}"
     if x >= 10:
         return f"{x:.0f}"
-    return f"{x:.1f}" if x >= 1 else f"{x:.2f}"
+    return f"{x:.1f}" if x >= 1 else f"{x:#.2g}"
 
 
 def speed_words(a: Alternative) -> str:
@@ -599,9 +600,9 @@ def row_short_speed(row: SpeedRow | None) -> str:
 
 
 def seconds_text(s: float) -> str:
-    """A predicted wait as a person says it: "~0.4 s", "~12 s", "~3 min"."""
+    """A predicted wait as a person says it: "~0.04 s", "~0.4 s", "~12 s", "~3 min"."""
     if s < 1:
-        return f"~{s:.1f} s"
+        return f"~{s:.1g} s"
     if s < 90:
         return f"~{s:.0f} s"
     return f"~{s / 60:.0f} min"

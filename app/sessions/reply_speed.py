@@ -76,9 +76,11 @@ class ReplySpeed:
                     f"prefill {words.tokens_per_s(self.metrics.prompt_per_second)} tok/s")
         elif self.metrics_note:
             out += f". {self.metrics_note}"
-        if self.learned is not None:
-            out += (". Later plans here scale their predictions by measured ÷ predicted" if self.learned else
-                    ". Not learned: the calibration cache is not writable")
+        if self.learned is not None and c is not None:
+            ratios = ", ".join(f"{name} ×{r:.2g}" for name, r in (("decode", c.decode_ratio),
+                                                                   ("prefill", c.prefill_ratio)) if r)
+            out += (f". Later plans on these devices, any model, scale their predictions by it ({ratios})"
+                    if self.learned else ". Not learned: the calibration cache is not writable")
         return out
 
 

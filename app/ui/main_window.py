@@ -636,10 +636,12 @@ class MainWindow(QMainWindow):
         asked = (head, *(engine_run_key(g) for g in inventory.rpc_devices))
         if asked in self._attention_asked:
             return
-        self._attention_asked.add(asked)
         todo = missing_engine_runs(inventory, (head,))
         if not todo or find_bench(engine) is None:
-            return  # nothing to measure, or nothing to measure with (the figures say not calibrated)
+            # nothing to measure, or nothing to measure with yet (the engines are found in the
+            # background: asked again once one is, at the next plan)
+            return
+        self._attention_asked.add(asked)
         self.attention_status = progress_line(todo)
         self.statusBar().showMessage(self.attention_status)
         self.pool.run(lambda _c: ensure_runs(inventory, (head,), engine), self._attention_measured,

@@ -30,7 +30,7 @@ def test_a_new_head_size_is_measured_in_the_background_and_the_plan_priced_with_
     gpus_read(qtbot, w)
     with qtbot.waitSignal(w.planned):
         assert w.open_model(model)
-    measuring = "measuring this CPU's attention speed for 128-wide heads (once, a few seconds)…"
+    measuring = "measuring this CPU's attention speed for 128-wide heads (once; up to half a minute)…"
     qtbot.waitUntil(lambda: w.statusBar().currentMessage() == measuring, timeout=10_000)
     assert w.attention_status == measuring
     before = w.current.plan
@@ -46,4 +46,26 @@ def test_a_new_head_size_is_measured_in_the_background_and_the_plan_priced_with_
     rates = after.speed_figures.host_cpu_attention
     assert {(r.kv_type, r.head_dim) for r in rates} == {("f16", 128), ("q8_0", 128)}
     assert all(r.decode.calibrated for r in rates)
+    w.close()
+
+
+def test_a_model_opened_before_an_engine_is_found_is_measured_once_one_is(
+        qtbot, shape_model, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, replay_bench: Path) -> None:
+    """The engines are found in the background: the first plan has nothing to time with. That plan must
+    not use up the model's turn (a walkthrough found the window never measured in the usual flow)."""
+    model = shape_model("llama-3.1-8b-instruct-q4_k_m")
+    monkeypatch.setenv("HEADROOM_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("HEADROOM_BATCHED_BENCH", str(tmp_path / "no-bench-yet"))  # nothing to time with
+    w = MainWindow(state=UiState(), persist=False, state_file=tmp_path / "s.json",
+                   nvml=FakeNvml(init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND), read_host=lambda: None)
+    qtbot.addWidget(w)
+    w.show()
+    gpus_read(qtbot, w)
+    with qtbot.waitSignal(w.planned):
+        assert w.open_model(model)
+    assert w.attention_status == ""  # nothing measured, nothing said
+    monkeypatch.setenv("HEADROOM_BATCHED_BENCH", str(replay_bench))  # an engine (its bench) is found
+    with qtbot.waitSignal(w.attentionMeasured, timeout=60_000) as landed:
+        w.current.replan()
+    assert landed.args[0][0].startswith("measured: this CPU's flash attention, 128-wide heads: f16 decode ")
     w.close()

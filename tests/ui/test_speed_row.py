@@ -51,7 +51,9 @@ def test_the_speed_row_shows_predicted_and_measured_after_a_reply(window, tiny_c
     assert measured.metrics is not None and measured.metrics.predicted_per_second > 0
     assert f"/metrics since its last read: decode {tokens_per_s(measured.metrics.predicted_per_second)}" in text
     # the calibration learned measured ÷ predicted from it, as `headroom serve` does: later plans scale by it
-    assert measured.learned is True and "Later plans here scale their predictions by measured ÷ predicted" in text
+    assert measured.learned is True
+    assert (f"Later plans on these devices, any model, scale their predictions by it (decode "
+            f"×{check.decode_ratio:.2g}") in text
     learned = json.loads(store.read_text())["learned"][calibrate.learned_key(window.current.planning_inventory())]
     assert learned["decode_scale"] == pytest.approx(check.decode_ratio)
 

@@ -35,3 +35,27 @@ def test_costs_per_cell_and_head_from_how_the_times_grow_with_the_cells() -> Non
 def test_rows_that_do_not_grow_with_the_cells_say_nothing() -> None:
     assert cpu_attention.rates({256: (0.011, 0.080 / 16), 2048: (0.366, 0.078 / 16)}, heads=8, flops_token=1e6) is None
     assert cpu_attention.rates({256: (0.011, 0.012 / 16)}, heads=8, flops_token=1e6) is None
+
+
+def test_runs_that_disagree_are_not_kept(tmp_path: Path) -> None:
+    """A core taken by something else stalls the engine's thread barrier: one of five runs came out many
+    times slower. Runs more than ``NOISY_SPREAD`` apart give no figure (a later plan measures again);
+    runs that agree give their median."""
+    from app.engine.selftest import selftest_model
+
+    slow = LOG.read_text().replace("|    0.078 |", "|    0.780 |")  # the 2048-cell decode ten times slower
+    tables = tmp_path / "tables"
+    tables.mkdir()
+    (tables / "fast").write_text(LOG.read_text())
+    (tables / "slow").write_text(slow)
+    bench = tmp_path / "llama-batched-bench"
+    # every other call the slow table (a counter file): five runs, three fast and two slow
+    bench.write_text(f"#!/bin/sh\nn=$(cat {tmp_path}/n 2>/dev/null || echo 0); echo $((n + 1)) > {tmp_path}/n\n"
+                     f"if [ $((n % 2)) -eq 1 ]; then cat {tables}/slow; else cat {tables}/fast; fi\n")
+    bench.chmod(0o755)
+    model = selftest_model(tmp_path / "models", head_dim=32)
+    assert cpu_attention.measure(bench, model, ["-ngl", "0"]) == {}
+    (tmp_path / "n").unlink()
+    bench.write_text(f"#!/bin/sh\ncat {tables}/fast\n")
+    got = cpu_attention.measure(bench, model, ["-ngl", "0"])
+    assert set(got) == {"f16", "q8_0"} and got["f16"]["decode"] == pytest.approx((0.078 - 0.012) / 16 / 1792 / 8)
