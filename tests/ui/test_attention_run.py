@@ -17,17 +17,23 @@ from tests.fixtures.fake_nvml import FakeNvml
 from tests.ui.windows import gpus_read
 
 
+def _window(qtbot, tmp_path: Path) -> MainWindow:  # type: ignore[no-untyped-def]
+    """A window without GPUs (NVML missing), its GPUs read."""
+    w = MainWindow(state=UiState(), persist=False, state_file=tmp_path / "s.json",
+                   nvml=FakeNvml(init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND), read_host=lambda: None)
+    qtbot.addWidget(w)
+    w.show()
+    gpus_read(qtbot, w)
+    return w
+
+
 def test_a_new_head_size_is_measured_in_the_background_and_the_plan_priced_with_it(
         qtbot, shape_model, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, replay_bench: Path) -> None:
     model = shape_model("llama-3.1-8b-instruct-q4_k_m")  # 128-wide heads (in the test models' own cache)
     monkeypatch.setenv("HEADROOM_CACHE_DIR", str(tmp_path / "cache"))  # no figure for this machine yet
     gate = tmp_path / "gate"
     monkeypatch.setenv("REPLAY_BENCH_GATE", str(gate))  # the run waits until the test has looked
-    w = MainWindow(state=UiState(), persist=False, state_file=tmp_path / "s.json",
-                   nvml=FakeNvml(init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND), read_host=lambda: None)
-    qtbot.addWidget(w)
-    w.show()
-    gpus_read(qtbot, w)
+    w = _window(qtbot, tmp_path)
     with qtbot.waitSignal(w.planned):
         assert w.open_model(model)
     measuring = "measuring this CPU's attention speed for 128-wide heads (once; up to half a minute)…"
@@ -56,11 +62,7 @@ def test_a_model_opened_before_an_engine_is_found_is_measured_once_one_is(
     model = shape_model("llama-3.1-8b-instruct-q4_k_m")
     monkeypatch.setenv("HEADROOM_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("HEADROOM_BATCHED_BENCH", str(tmp_path / "no-bench-yet"))  # nothing to time with
-    w = MainWindow(state=UiState(), persist=False, state_file=tmp_path / "s.json",
-                   nvml=FakeNvml(init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND), read_host=lambda: None)
-    qtbot.addWidget(w)
-    w.show()
-    gpus_read(qtbot, w)
+    w = _window(qtbot, tmp_path)
     with qtbot.waitSignal(w.planned):
         assert w.open_model(model)
     assert w.attention_status == ""  # nothing measured, nothing said
