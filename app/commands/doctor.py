@@ -191,8 +191,13 @@ def _cpu_attention(*, measure: bool) -> list[str]:
     import sys
 
     from app.engine.attention_runs import host_runs
+    from app.engine.discover import choose, discover_engines
+    from app.planner.plan_types import PlanMode
 
-    return host_runs(measure_missing=measure, say=lambda line: print(line, file=sys.stderr, flush=True))
+    # the bench beside the engine a launch would use (the chosen one): not only Headroom's own build's
+    engine = choose(discover_engines(), PlanMode.CPU) if measure else None
+    return host_runs(measure_missing=measure, say=lambda line: print(line, file=sys.stderr, flush=True),
+                     engine=engine)
 
 
 def _line(label: str, value: str) -> str:

@@ -321,6 +321,10 @@ def _figures_line(plan: Plan) -> str:
 
     parts = [f"host {fig.host_bandwidth.value / 1e9:.0f} GB/s, {fig.host_flops.value / 1e12:.2f} TFLOP/s "
              f"({state(fig.host_bandwidth, fig.host_flops)})"]
+    # the host CPU's measured attention (what a host tail, -nkvo or -ngl layers decode at)
+    if f16 := [a for a in fig.host_cpu_attention if a.kv_type == "f16"]:
+        each = ", ".join(f"{a.decode.value * 1e9:.3g} ns ({a.head_dim}-wide heads)" for a in f16)
+        parts.append(f"host CPU attention (f16 decode) {each} a KV cell and head (calibrated)")
     parts += [f"{d.name} {d.bandwidth.value / 1e9:.0f} GB/s, {d.flops.value / 1e12:.0f} TFLOP/s, link "
               f"{d.link.value / 1e9:.1f} GB/s ({state(d.bandwidth, d.flops, d.link)})" for d in fig.devices]
     learned = fig.decode_scale.calibrated or fig.prefill_scale.calibrated

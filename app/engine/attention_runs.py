@@ -87,7 +87,8 @@ def progress_line(todo: list[tuple[GpuDevice | None, int]]) -> str:
 
 
 def _ns(seconds: float) -> str:
-    return f"{seconds * 1e9:.3g} ns"
+    """"66.5 ns", "2.09 µs" (a figure of a busy moment reads as what it is)."""
+    return f"{seconds * 1e6:.3g} µs" if seconds >= 1e-6 else f"{seconds * 1e9:.3g} ns"
 
 
 def run_lines(runs: dict[str, Any], pairs: list[tuple[GpuDevice | None, int]], *, verb: str = "measured") -> list[str]:
@@ -144,14 +145,16 @@ def host_only() -> Inventory:
     return Inventory(gpus=(), host=host_memory())
 
 
-def host_runs(*, measure_missing: bool, say: Callable[[str], None] | None = None) -> list[str]:
+def host_runs(*, measure_missing: bool, say: Callable[[str], None] | None = None,
+              engine: EngineInfo | None = None) -> list[str]:
     """The host's runs for ``BUILD_HEAD_DIMS``, a line each: "measured" now (where missing and
-    ``measure_missing``), "stored" before, or "not measured" (``engine build``, ``doctor``)."""
+    ``measure_missing``, with ``engine``'s bench where it has one), "stored" before, or "not measured"
+    (``engine build``, ``doctor``)."""
     from app.machine.overhead import load_json_dict
 
     inventory = host_only()
     before = calibrate.missing_engine_runs(inventory, BUILD_HEAD_DIMS)
-    made = ensure_runs(inventory, BUILD_HEAD_DIMS, say=say) if measure_missing else []
+    made = ensure_runs(inventory, BUILD_HEAD_DIMS, engine, say=say) if measure_missing else []
     stored = load_json_dict(calibrate.calibration_path()).get("engine_runs") or {}
     kept = run_lines(stored, [(None, h) for h in BUILD_HEAD_DIMS if (None, h) not in before], verb="stored")
     none = [f"not measured: this CPU's flash attention, {h}-wide heads (no llama-batched-bench to time it with: "

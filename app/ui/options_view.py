@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 
 from app.planner import words
 from app.planner.settings import LaunchSettings
+from app.planner.solve.speed import TURN_PROMPT, TURN_REPLY
+from app.planner.units import round_tokens
 from app.ui.context_control import tokens_text
 from app.ui.qt import QGridLayout, QGroupBox, QLabel, QPushButton, Qt, QWidget, Signal
 
@@ -22,7 +24,11 @@ if TYPE_CHECKING:
 GREEN = "#2e7d32"
 RED = "#d62728"
 #: The speed column: decode at half context, as the Expected speed line's "half-way" figure.
-HEADERS = ("Option", "Fits", "Speed half-way", "Note", "")
+SPEED_HEADER = "Speed half-way"
+HEADERS = ("Option", "Fits", SPEED_HEADER, "Note", "")
+SPEED_HEADER_TIP = (f"Decode tokens/s with the context half full. The plan chooses the way with the shortest "
+                    f"typical turn (a {round_tokens(TURN_PROMPT)} prompt read, then {TURN_REPLY} tokens written, "
+                    "half-way), so a way that writes faster but reads prompts much slower can rank below it.")
 
 
 @dataclass(frozen=True)
@@ -140,6 +146,8 @@ class OptionsView(QGroupBox):
         for col, text in enumerate(HEADERS):
             head = QLabel(f"<b>{text}</b>")
             head.setWordWrap(True)
+            if text == SPEED_HEADER:  # what the figure is, and that the plan chooses by a whole turn
+                head.setToolTip(SPEED_HEADER_TIP)
             self.grid.addWidget(head, 0, col)
         self._widgets: list[_Row] = []
 

@@ -162,3 +162,16 @@ def test_the_legend_names_only_the_parts_on_the_bars(no_gpu_window, shape_model,
         w.devices.choose_simulated("H200")
     text = w.budget.legend.text()
     assert "Driver reserve" in text and "Weights" in text and "Overhead" in text
+
+
+def test_the_speed_column_says_what_it_is_and_how_the_plan_chooses(window, qtbot):
+    """A walkthrough saw the planned way at ~2.2 tok/s listed under one at ~3.4: the column is decode
+    half-way, and the plan chooses by a whole typical turn (a prompt read, then a reply written)."""
+    from app.planner.solve.speed import TURN_PROMPT, TURN_REPLY
+    from app.planner.units import round_tokens
+    from app.ui.qt import QLabel
+
+    heads = {h.text(): h for h in window.budget.options.findChildren(QLabel) if h.text().startswith("<b>")}
+    tip = heads["<b>Speed half-way</b>"].toolTip()
+    assert tip.startswith("Decode tokens/s with the context half full.")
+    assert f"a {round_tokens(TURN_PROMPT)} prompt read, then {TURN_REPLY} tokens written" in tip

@@ -59,6 +59,11 @@ def test_a_head_size_not_run_yet_is_measured_once_and_said(engine_build: EngineB
     again, err = _plan(tiny_model, engine_build.server, capsys)
     assert err == ""  # kept with this machine: not measured again
     assert again["speed_figures"] == plan["speed_figures"]
+    # the text names the figure a host tail's decode rests on
+    f16 = next(r for r in rates if r["kv_type"] == "f16")
+    assert cli.main(["plan", str(tiny_model), "-c", "4k", "--engine", str(engine_build.server)]) == 0
+    assert (f"host CPU attention (f16 decode) {f16['decode']['value'] * 1e9:.3g} ns (16-wide heads) a KV cell and "
+            "head (calibrated)") in capsys.readouterr().out
 
 
 def test_a_busy_machine_is_not_timed_and_a_later_plan_times_it(engine_build: EngineBuild, tiny_model: Path,
