@@ -296,7 +296,7 @@ def plan_request(args: argparse.Namespace, shape: ModelShape, inventory: Invento
         shape, inventory, engine_window=args.window, safety=int(args.safety),
         vram_target=None if args.vram_target is None else int(args.vram_target),
         overhead=None if args.overhead is None else int(args.overhead), lookup=lookup,
-        speed=machine_speed(inventory, host_attention=host_attention(engine)))
+        speed=machine_speed(inventory, host_attention=host_attention(engine), model=shape.name))
 
 
 def add_engine_arg(p: argparse.ArgumentParser, what: str) -> None:

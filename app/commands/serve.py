@@ -337,7 +337,7 @@ def run(args: argparse.Namespace) -> int:
             print(describe(check))
             for line in learn_overhead(plan.gpus, check):
                 print(line, flush=True)
-            _speed_row(plan, inventory, server.base_url, spec.api_key)
+            _speed_row(plan, inventory, server.base_url, spec.api_key, shape.name)
         if args.smoke and not _smoke(server, spec.api_key, args.diagnostic):
             print("headroom serve: the smoke test failed; stopping the engine", file=sys.stderr)
             return 1
@@ -372,7 +372,7 @@ def stopped_how(code: int | None) -> str:
     return f"exit code {code}"
 
 
-def _speed_row(plan: Plan, inventory: Inventory | None, base_url: str, api_key: str | None) -> None:
+def _speed_row(plan: Plan, inventory: Inventory | None, base_url: str, api_key: str | None, model: str) -> None:
     """The engine's own timings of one short completion beside the plan's predicted tokens/s; the
     calibration learns measured ÷ predicted for this machine and these devices."""
     from app.engine.speed_check import NotMeasured, check_speed, measure
@@ -388,7 +388,7 @@ def _speed_row(plan: Plan, inventory: Inventory | None, base_url: str, api_key: 
         print("speed: not predicted for this engine's placement (the window engine)", flush=True)
         return
     print(check.line(), flush=True)
-    if inventory is not None and not learn(inventory, check.decode_ratio, check.prefill_ratio):
+    if inventory is not None and not learn(inventory, check.decode_ratio, check.prefill_ratio, model=model):
         print("speed: the calibration could not be stored (the cache is not writable)", flush=True)
 
 

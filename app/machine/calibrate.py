@@ -238,9 +238,11 @@ def missing_engine_runs(inventory: Inventory, head_dims: tuple[int, ...], *,
     return out
 
 
-def learned_key(inventory: Inventory) -> str:
-    """Which launches a learned ratio belongs to: the CPU alone, or these devices."""
-    return ",".join(g.name for g in inventory.gpus) or "cpu"
+def learned_key(inventory: Inventory, model: str = "") -> str:
+    """Which launches a learned ratio belongs to: the CPU alone, or these devices, and the model (a
+    walkthrough's 2-layer toy model had rescaled every later plan of an 8B on the CPU)."""
+    devices = ",".join(g.name for g in inventory.gpus) or "cpu"
+    return f"{devices} · {model}" if model else devices
 
 
 def _calibrated(value: float, detail: str) -> Figure:
@@ -292,7 +294,8 @@ ENGINE_RUN_DETAIL = "llama-batched-bench on the self-test model, flash attention
 
 
 def machine_speed(inventory: Inventory, *, path: Path | None = None, host_attention: bool = False,
-                  engine_run: EngineRun | None = None, head_dims: tuple[int, ...] = ()) -> SpeedFigures:
+                  engine_run: EngineRun | None = None, head_dims: tuple[int, ...] = (),
+                  model: str = "") -> SpeedFigures:
     """The speed figures for ``inventory``: the host's calibrated, each real GPU's bandwidth from
     NVML, the engine runs' CPU attention and a worker's matmul rate where they were made
     (``engine_run`` makes the missing ones for ``head_dims``), every other figure the planner's
@@ -325,7 +328,7 @@ def machine_speed(inventory: Inventory, *, path: Path | None = None, host_attent
     fig = SpeedFigures(_calibrated(float(data["host_bandwidth"]), "a 64 MiB copy"), host_flops,
                        tuple(devices), host_attention=host_attention,
                        host_cpu_attention=_cpu_attention(host_run, ENGINE_RUN_DETAIL))
-    learned = (data.get("learned") or {}).get(learned_key(inventory))
+    learned = (data.get("learned") or {}).get(learned_key(inventory, model))
     if isinstance(learned, dict):
         scale = {name: _calibrated(float(v), "measured ÷ predicted after a launch here")
                  for name in ("decode_scale", "prefill_scale")
@@ -336,17 +339,17 @@ def machine_speed(inventory: Inventory, *, path: Path | None = None, host_attent
 
 
 def learn(inventory: Inventory, decode_ratio: float | None, prefill_ratio: float | None, *,
-          path: Path | None = None) -> bool:
+          path: Path | None = None, model: str = "") -> bool:
     """Store measured ÷ predicted (unscaled) tokens/s of a launch on ``inventory``'s devices; False
     when the cache cannot be written."""
     store = path or calibration_path()
     data = calibration(inventory, path=store)
-    entry = dict((data.get("learned") or {}).get(learned_key(inventory)) or {})
+    entry = dict((data.get("learned") or {}).get(learned_key(inventory, model)) or {})
     if decode_ratio:
         entry["decode_scale"] = decode_ratio
     if prefill_ratio:
         entry["prefill_scale"] = prefill_ratio
-    data.setdefault("learned", {})[learned_key(inventory)] = entry
+    data.setdefault("learned", {})[learned_key(inventory, model)] = entry
     data.pop("saved", None)
     data["saved"] = _save(store, data)
     return bool(data["saved"])

@@ -79,7 +79,7 @@ class ReplySpeed:
         if self.learned is not None and c is not None:
             ratios = ", ".join(f"{name} ×{r:.2g}" for name, r in (("decode", c.decode_ratio),
                                                                    ("prefill", c.prefill_ratio)) if r)
-            out += (f". Later plans on these devices, any model, scale their predictions by it ({ratios})"
+            out += (f". Later plans of this model on these devices scale their predictions by it ({ratios})"
                     if self.learned else ". Not learned: the calibration cache is not writable")
         return out
 

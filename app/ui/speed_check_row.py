@@ -35,6 +35,7 @@ class SpeedCheckRow(QLabel):
         self._url = ""
         self._key: str | None = None
         self._inventory: Inventory | None = None  # the devices the running plan was made for
+        self._model = ""  # and the model (what a learned ratio belongs to, with the devices)
         #: The last reply measured (None: none yet on this engine).
         self.last: ReplySpeed | None = None
 
@@ -50,6 +51,7 @@ class SpeedCheckRow(QLabel):
         engine = state.running_engine
         self._plan, self._url, self._key = state.running, url, engine.api_key if engine is not None else None
         self._inventory = state.planning_inventory()
+        self._model = state.model.shape.name if state.model is not None else ""
         self.last = None
         self.setText(f"{predicted_line(state.running)}; {WAITING}")
         self.setVisible(True)
@@ -71,8 +73,8 @@ class SpeedCheckRow(QLabel):
         timings = timings_of(outcome.replies[0])
         if timings is None:
             return
-        key, inventory = self._key, self._inventory
-        self.pool.run(lambda _cancel: _measured_and_learned(plan, timings, url, key, inventory), self._show,
+        key, inventory, model = self._key, self._inventory, self._model
+        self.pool.run(lambda _cancel: _measured_and_learned(plan, timings, url, key, inventory, model), self._show,
                       self._failed, owner=self, key="measure")
 
     def _show(self, result: object) -> None:
@@ -86,7 +88,7 @@ class SpeedCheckRow(QLabel):
 
 
 def _measured_and_learned(plan: Plan, timings: Timings, url: str, key: str | None,
-                          inventory: Inventory | None) -> ReplySpeed:
+                          inventory: Inventory | None, model: str) -> ReplySpeed:
     """The reply beside the prediction (``/metrics`` read now), and the calibration taught measured ÷
     predicted for these devices, as ``headroom serve``'s speed line does. In the task pool: both block."""
     from app.machine.calibrate import learn
@@ -95,4 +97,4 @@ def _measured_and_learned(plan: Plan, timings: Timings, url: str, key: str | Non
     check = result.check
     if check is None or inventory is None or (check.decode_ratio is None and check.prefill_ratio is None):
         return result
-    return replace(result, learned=learn(inventory, check.decode_ratio, check.prefill_ratio))
+    return replace(result, learned=learn(inventory, check.decode_ratio, check.prefill_ratio, model=model))

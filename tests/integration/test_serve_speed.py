@@ -33,7 +33,9 @@ def test_serve_prints_measured_beside_predicted_and_the_calibration_learns(engin
     assert m is not None, served.stdout
     assert int(m[1]) > 100 and int(m[2]) == 32 and all(float(m[i].replace(",", "")) > 0 for i in range(3, 7))
     store = json.loads((tmp_path / "cache" / "speed-calibration.json").read_text())
-    learned = store["learned"]["cpu"]
+    from app.planner.gguf.model import read_shape
+
+    learned = store["learned"][f"cpu · {read_shape(tiny_model).name}"]  # this model on the CPU
     assert learned["decode_scale"] > 0 and learned["prefill_scale"] > 0
     # The next plan on this machine is scaled by what the launch measured, and says so.
     planned = subprocess.run([sys.executable, "-m", "app", "plan", str(tiny_model), "-c", "4k", "--json"], cwd=ROOT,

@@ -52,9 +52,10 @@ def test_the_speed_row_shows_predicted_and_measured_after_a_reply(window, tiny_c
     assert f"/metrics since its last read: decode {tokens_per_s(measured.metrics.predicted_per_second)}" in text
     # the calibration learned measured ÷ predicted from it, as `headroom serve` does: later plans scale by it
     assert measured.learned is True
-    assert (f"Later plans on these devices, any model, scale their predictions by it (decode "
+    assert (f"Later plans of this model on these devices scale their predictions by it (decode "
             f"×{check.decode_ratio:.2g}") in text
-    learned = json.loads(store.read_text())["learned"][calibrate.learned_key(window.current.planning_inventory())]
+    key = calibrate.learned_key(window.current.planning_inventory(), window.current.model.shape.name)
+    learned = json.loads(store.read_text())["learned"][key]
     assert learned["decode_scale"] == pytest.approx(check.decode_ratio)
 
     # A fork's replies run side by side on shared slots: not one reply's speed, the row keeps the last.

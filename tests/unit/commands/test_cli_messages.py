@@ -83,7 +83,7 @@ def test_a_context_that_does_not_fit_says_so_on_the_first_line(
     # Host RAM held still (the longer context with a host tail depends on it; the one chosen does not), and
     # the speed model's default figures, not this machine's calibration.
     monkeypatch.setattr(devices, "host_memory", lambda: HostMemory(32 * GiB, 30 * GiB))
-    monkeypatch.setattr(calibrate, "machine_speed", lambda inv, host_attention=False: default_figures(
+    monkeypatch.setattr(calibrate, "machine_speed", lambda inv, host_attention=False, model="": default_figures(
         inv, host_attention=host_attention))
     model = str(shape_model(QWEN14B))
     assert cli.main(["plan", model, "--ctx", "512k", "--gpu", "RTX 4090"]) == 0

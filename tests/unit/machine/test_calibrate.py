@@ -50,6 +50,17 @@ def test_a_launch_teaches_the_scale_for_these_devices_only(tmp_path: Path) -> No
     assert calibrate.machine_speed(cpu, path=store).decode_scale.value == 1.0  # learned on the card, not the CPU
 
 
+def test_a_launch_teaches_the_scale_for_its_model_only(tmp_path: Path) -> None:
+    """A 2-layer toy model's reply (decode ×0.56, prefill ×0.25) had rescaled every later plan of an 8B
+    on the same CPU: a ratio belongs to the devices and the model it was measured with."""
+    store = tmp_path / "c.json"
+    assert calibrate.learn(desktop(), 0.56, 0.25, path=store, model="tiny-llama-chat")
+    toy = calibrate.machine_speed(desktop(), path=store, model="tiny-llama-chat")
+    assert (toy.decode_scale.value, toy.prefill_scale.value) == (0.56, 0.25)
+    other = calibrate.machine_speed(desktop(), path=store, model="Meta-Llama-3.1-8B-Instruct")
+    assert (other.decode_scale.value, other.prefill_scale.value) == (1.0, 1.0) and not other.decode_scale.calibrated
+
+
 def test_a_cache_that_cannot_be_written_gives_figures_and_writes_nothing(tmp_path: Path) -> None:
     # (a cache "directory" that is a file: every write fails with an OSError, as on a read-only or
     # full file system; the tests run as root, for whom a read-only mode bit would not stop a write)
