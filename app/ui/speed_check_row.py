@@ -43,6 +43,15 @@ class SpeedCheckRow(QLabel):
         self._state = state
         state.engineReady.connect(self._ready)
         state.runningChanged.connect(self._running)
+        state.modelChanged.connect(self._model_changed)
+
+    def _model_changed(self, _model: object) -> None:
+        """Another model opened: the last run's speeds were about the one before (while an engine runs,
+        they stay: they are about it)."""
+        if self._state is not None and self._state.running is None:
+            self.setVisible(False)
+            self.clear()
+            self.last = None
 
     def _ready(self, url: str) -> None:
         state = self._state

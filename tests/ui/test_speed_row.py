@@ -16,7 +16,8 @@ from tests.ui.test_chat_in_window import _launch, _send
 
 
 @pytest.mark.engine
-def test_the_speed_row_shows_predicted_and_measured_after_a_reply(window, tiny_chat_model, engine_build, qtbot,
+def test_the_speed_row_shows_predicted_and_measured_after_a_reply(window, tiny_chat_model, tiny_model, engine_build,
+                                                                  qtbot,
                                                                   tmp_path, monkeypatch):
     store = tmp_path / "speed-calibration.json"  # (not this machine's own cache)
     monkeypatch.setattr(calibrate, "calibration_path", lambda: store)
@@ -68,3 +69,6 @@ def test_the_speed_row_shows_predicted_and_measured_after_a_reply(window, tiny_c
     with qtbot.waitSignal(window.launch.engineStopped, timeout=60_000):
         window.launch.stop()
     assert row.text().startswith("Last run (stopped): Speed predicted:")
+    # another model opened: the last run's speeds were about the one before (a walkthrough saw them stay)
+    assert window.open_model(tiny_model)
+    assert not row.isVisible() and row.text() == "" and row.last is None
