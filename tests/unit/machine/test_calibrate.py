@@ -5,6 +5,7 @@ nothing half, and says the learned ratio could not be kept; every figure says wh
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -135,3 +136,22 @@ def test_without_an_engine_run_a_worker_keeps_the_defaults(tmp_path: Path) -> No
     assert not fig.devices[0].flops.calibrated
     assert "float32 matmul" in str(fig.host_flops.source)  # the host: its numpy figure, still calibrated
     assert fig.host_flops.calibrated
+
+
+def test_host_figures_timed_on_a_busy_machine_are_timed_again_when_it_is_quiet(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The host's bandwidth timed under load read half its idle figure; it is kept (a plan needs one)
+    but marked, and timed again by the first plan on a quiet machine; what was learned stays."""
+    store = tmp_path / "c.json"
+    monkeypatch.delenv(calibrate.MEASURE_WHEN_BUSY_ENV)
+    monkeypatch.setattr(os, "getloadavg", lambda: (64.0, 64.0, 64.0))
+    monkeypatch.setattr(calibrate, "measure_host_bandwidth", lambda: 9e9)
+    busy = calibrate.machine_speed(desktop(), path=store)
+    assert busy.host_bandwidth.value == 9e9 and json.loads(store.read_text())["measured_busy"].startswith("load 64")
+    assert calibrate.learn(desktop(), 0.5, None, path=store)
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    monkeypatch.setattr(calibrate, "measure_host_bandwidth", lambda: 20e9)
+    quiet = calibrate.machine_speed(desktop(), path=store)
+    assert quiet.host_bandwidth.value == 20e9 and quiet.decode_scale.value == 0.5
+    assert json.loads(store.read_text())["measured_busy"] is None
+
