@@ -28,14 +28,14 @@ NOT_PREDICTED = "not predicted for this placement (the rolling KV window's engin
 
 
 def predicted_line(plan: Plan) -> str:
-    """"Speed predicted: decode 41 / 16 / 10 tok/s (context empty / half / full), prefill 729"."""
+    """"Speed predicted: decode 41 / 16 / 10 tok/s (context empty / half / full), prefill 729 tok/s half-way"."""
     row = plan.speed
     if row is None:
         return f"Speed {NOT_PREDICTED}"
     empty, half, full = row.at[0], row.at_fill(0.5), row.at_fill(1.0)
     return (f"Speed predicted: decode {words.tokens_per_s(empty.decode)} / {words.tokens_per_s(half.decode)} / "
             f"{words.tokens_per_s(full.decode)} tok/s (context empty / half / full), prefill "
-            f"{words.tokens_per_s(half.prefill)} tok/s")
+            f"{words.tokens_per_s(half.prefill)} tok/s half-way")
 
 
 def timings_of(reply: Reply) -> Timings | None:
@@ -59,7 +59,8 @@ class ReplySpeed:
     learned: bool | None = None
 
     def text(self) -> str:
-        """"Speed of the last reply: decode 41 tok/s measured (10 tokens), 38 predicted; prefill …"."""
+        """"Speed of the last reply (predicted at its fill of the context): decode 41 tok/s measured (10
+        tokens), 38 predicted; prefill …"."""
         m, c = self.measured, self.check
         decode = f"decode {words.tokens_per_s(m.predicted_per_second)} tok/s measured ({m.predicted_n:,} tokens)"
         prefill = (f"prefill {words.tokens_per_s(m.prompt_per_second)} tok/s measured ({m.prompt_n:,} prompt tokens)"
@@ -68,7 +69,8 @@ class ReplySpeed:
             decode += f", {words.tokens_per_s(c.decode_predicted)} predicted"
             if m.prompt_n > 0 and m.prompt_per_second > 0:
                 prefill += f", {words.tokens_per_s(c.prefill_predicted)} predicted"
-        out = f"Speed of the last reply: {decode}; {prefill}"
+        # (its predictions are at the reply's own fill, not half-way: a short chat predicts faster)
+        out = f"Speed of the last reply (predicted at its fill of the context): {decode}; {prefill}"
         if c is None:
             out += f" — {NOT_PREDICTED}"
         if self.metrics is not None:

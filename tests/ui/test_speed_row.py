@@ -27,7 +27,7 @@ def test_the_speed_row_shows_predicted_and_measured_after_a_reply(window, tiny_c
     plan = window.current.running
     assert plan is not None and plan.speed is not None
     assert row.isVisible() and row.text().startswith("Speed predicted: decode ") and WAITING in row.text()
-    assert f"prefill {tokens_per_s(plan.speed.at_fill(0.5).prefill)} tok/s" in row.text()
+    assert f"prefill {tokens_per_s(plan.speed.at_fill(0.5).prefill)} tok/s half-way" in row.text()
 
     chat = window.chat
     chat.max_tokens.setValue(12)

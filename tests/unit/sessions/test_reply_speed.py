@@ -38,7 +38,8 @@ def test_a_reply_measured_beside_the_prediction_with_metrics() -> None:
     check = check_speed(plan, timings)
     assert check is not None
     text = ReplySpeed(timings, check, metrics).text()
-    assert text.startswith("Speed of the last reply: decode 850 tok/s measured (12 tokens), ")
+    assert text.startswith("Speed of the last reply (predicted at its fill of the context): decode 850 tok/s measured "
+                           "(12 tokens), ")
     assert "prefill 4,321 tok/s measured (30 prompt tokens)" in text
     assert "/metrics since its last read: decode 878, prefill 34,574 tok/s" in text  # (34574.5, rounded half to even)
     assert predicted_line(plan).startswith("Speed predicted: decode ")
