@@ -127,9 +127,8 @@ def ensure_runs(inventory: Inventory, head_dims: tuple[int, ...], engine: Engine
         return []
     if (why := calibrate.busy()) is not None:  # kept for good: not a figure of a busy moment
         who = " and ".join(dict.fromkeys(_who(d) for d, _ in todo))
-        return [f"not measured now: the attention speed of {who} ({why}, busier than "
-                f"{calibrate.BUSY_LOAD_PER_CORE} a core): priced at memory bandwidth until a plan on a "
-                "quieter machine measures it"]
+        return [f"not measured now: the attention speed of {who} (the machine is busy: {why}): priced at "
+                "memory bandwidth until a plan on a quieter machine measures it"]
     if say is not None:
         say(progress_line(todo))
     heads = tuple(sorted({h for _, h in todo}))

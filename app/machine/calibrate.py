@@ -55,20 +55,32 @@ EngineRun = Callable[[GpuDevice | None, int], dict[str, dict[str, float]]]
 #: 1-minute load average over this many per core (two busy loops on the 2-core CI machine measured
 #: this CPU's attention ×4–8 slower than when idle, and one KV type not at all).
 BUSY_LOAD_PER_CORE = 0.75
+#: Nor while more than this share of the CPU is in use now (sampled over BUSY_SAMPLE_S seconds): the
+#: engine runs a thread a core, and one core taken stalls them all at each barrier.
+BUSY_CPU_PERCENT = 20.0
+BUSY_SAMPLE_S = 0.5
 #: Set (to anything): measure even on a busy machine (the tests about the run; they run under load).
 MEASURE_WHEN_BUSY_ENV = "HEADROOM_MEASURE_WHEN_BUSY"
 
 
 def busy() -> str | None:
-    """Why the machine is too busy to time it now ("load 4.2 on 2 cores"), or None."""
+    """Why the machine is too busy to time it now ("load 4.2 on 2 cores", "45% of the CPU in use"), or
+    None: the 1-minute load average, and the CPU in use over the last ``BUSY_SAMPLE_S`` (the average
+    lags: one core taken on two read 0.74 a core, and the engine's threads, one a core, waited on it:
+    f16 attention measured ×5 slow and all five runs agreed)."""
     if os.environ.get(MEASURE_WHEN_BUSY_ENV):
         return None
+    cores = os.cpu_count() or 1
     try:
         load = os.getloadavg()[0]
-    except OSError:  # (no load average on this system: measure)
-        return None
-    cores = os.cpu_count() or 1
-    return f"load {load:.1f} on {cores} cores" if load > BUSY_LOAD_PER_CORE * cores else None
+    except OSError:  # (no load average on this system: the CPU in use alone)
+        load = 0.0
+    if load > BUSY_LOAD_PER_CORE * cores:
+        return f"load {load:.1f} on {cores} cores"
+    import psutil
+
+    used = psutil.cpu_percent(interval=BUSY_SAMPLE_S)
+    return f"{used:.0f}% of the CPU in use" if used > BUSY_CPU_PERCENT else None
 
 
 #: The key of the host's engine run in the cache's ``engine_runs``.

@@ -10,6 +10,7 @@ import json
 import os
 from pathlib import Path
 
+import psutil
 import pytest
 
 from app import cli
@@ -75,13 +76,14 @@ def test_a_busy_machine_is_not_timed_and_a_later_plan_times_it(engine_build: Eng
     cores = os.cpu_count() or 1
     monkeypatch.setattr(os, "getloadavg", lambda: (2.0 * cores, 1.0, 1.0))
     plan, err = _plan(tiny_model, engine_build.server, capsys)
-    assert err == (f"headroom: not measured now: the attention speed of this CPU (load {2.0 * cores:.1f} on {cores} "
-                   "cores, busier than 0.75 a core): priced at memory bandwidth until a plan on a quieter machine "
-                   "measures it\n")
+    assert err == (f"headroom: not measured now: the attention speed of this CPU (the machine is busy: load "
+                   f"{2.0 * cores:.1f} on {cores} cores): priced at memory bandwidth until a plan on a quieter "
+                   "machine measures it\n")
     assert "host_cpu_attention" not in plan["speed_figures"]  # type: ignore[operator]
     stored = json.loads((own_cache / "speed-calibration.json").read_text())
     assert not stored.get("engine_runs", {}).get("host")  # nothing kept: a later plan times it
     monkeypatch.setattr(os, "getloadavg", lambda: (0.1, 0.1, 0.1))  # quiet again: the next plan times it
+    monkeypatch.setattr(psutil, "cpu_percent", lambda interval=None: 3.0)
     _, err = _plan(tiny_model, engine_build.server, capsys)
     assert err.startswith("headroom: measuring this CPU's attention speed for 16-wide heads")
 
