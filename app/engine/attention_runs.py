@@ -25,11 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from app.engine.advisories import HOST_KV_ATTENTION
-from app.engine.cpu_attention import batched_bench, measure
+from app.engine.cpu_attention import batched_bench, bench_run
 from app.engine.discover import EngineInfo
-from app.engine.selftest import selftest_model
 from app.machine import calibrate
-from app.machine.calibrate import EngineRun
 from app.planner.devices import GpuDevice, Inventory
 
 #: The head sizes measured right after ``headroom engine build`` (and by ``doctor``): what almost every
@@ -46,6 +44,12 @@ def host_attention(engine: EngineInfo | None) -> bool:
     return engine is not None and HOST_KV_ATTENTION in engine.fixes
 
 
+def bench_source(engine: EngineInfo | None) -> str:
+    """What ``find_bench(engine)`` depends on, read without touching a file (the window asks on every
+    plan): ``BENCH_ENV``'s value, else the engine's path ("": none known yet)."""
+    return os.environ.get(BENCH_ENV, "").strip() or (engine.path if engine is not None else "")
+
+
 def find_bench(engine: EngineInfo | None = None) -> Path | None:
     """The ``llama-batched-bench`` the runs are made with (module docstring), or None."""
     given = os.environ.get(BENCH_ENV, "").strip()
@@ -57,18 +61,6 @@ def find_bench(engine: EngineInfo | None = None) -> Path | None:
 
     build = find_build()
     return batched_bench(build.server) if build is not None else None
-
-
-def bench_run(bench: Path, threads: int | None = None) -> EngineRun:
-    """``measure`` with ``bench`` on the host CPU (None) or an RPC worker's device, on the self-test
-    model with heads as wide as asked (app/engine/cpu_attention.py ``engine_run``, for any bench)."""
-
-    def run(device: GpuDevice | None, head_dim: int) -> dict[str, dict[str, float]]:
-        args = ["-ngl", "0"] if device is None else ["-ngl", "99", "--rpc", device.endpoint]
-        args += ["-t", str(threads)] if threads else []
-        return measure(bench, selftest_model(head_dim=head_dim), args)
-
-    return run
 
 
 def _who(device: GpuDevice | None) -> str:

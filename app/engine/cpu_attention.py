@@ -117,19 +117,22 @@ def measure(bench: Path, model: Path, device_args: list[str]) -> dict[str, dict[
     return out
 
 
-def engine_run(server: Path, threads: int | None = None) -> Callable[[GpuDevice | None, int], dict[str, dict[str, float]]]:
-    """``measure`` with the build of ``server``, on the host CPU (None) or an RPC worker's device, with
-    the self-test model's heads as wide as a model's (``head_dim``): what app/machine/calibrate.py calls
-    for a device and head size it has no engine run for (empty when the build has no
-    ``llama-batched-bench``). ``threads``: the host's (``-t``; None: the engine's default), as the
-    launches it predicts for will run."""
-    bench = batched_bench(server)
+def bench_run(bench: Path, threads: int | None = None) -> Callable[[GpuDevice | None, int], dict[str, dict[str, float]]]:
+    """``measure`` with ``bench`` on the host CPU (None) or an RPC worker's device, with the self-test
+    model's heads as wide as a model's (``head_dim``): what app/machine/calibrate.py calls for a device
+    and head size it has no engine run for. ``threads``: the host's (``-t``; None: the engine's
+    default), as the launches it predicts for will run."""
 
     def run(device: GpuDevice | None, head_dim: int) -> dict[str, dict[str, float]]:
-        if bench is None:
-            return {}
         args = ["-ngl", "0"] if device is None else ["-ngl", "99", "--rpc", device.endpoint]
         args += ["-t", str(threads)] if threads else []
         return measure(bench, selftest_model(head_dim=head_dim), args)
 
     return run
+
+
+def engine_run(server: Path, threads: int | None = None) -> Callable[[GpuDevice | None, int], dict[str, dict[str, float]]]:
+    """``bench_run`` with the ``llama-batched-bench`` of ``server``'s build (runs nothing, every figure
+    empty, when the build has none)."""
+    bench = batched_bench(server)
+    return bench_run(bench, threads) if bench is not None else (lambda _device, _head: {})
