@@ -103,7 +103,9 @@ class MainWindow(QMainWindow):
         self.pool = TaskPool(self)  # every background task of the window's panels; waited for at close
         #: What the CPU-attention engine run going on measures ("": none), shown in the status bar.
         self.attention_status = ""
-        self._attention_asked: set[tuple[object, ...]] = set()  # (head size, devices): each once a window
+        #: (head size, devices, the bench's source): each looked at once a window (plans come at every
+        #: slider step; the cache and the engine builds are read once per key, not per plan)
+        self._attention_asked: set[tuple[object, ...]] = set()
         # One NVML session for the window's life: the ~1/s poll and the inventory ("Real GPUs" re-reads
         # it) both read through it, on worker threads. Until its first answer the window plans for
         # no GPU, and says it is reading them.
@@ -626,22 +628,21 @@ class MainWindow(QMainWindow):
         """The CPU-attention engine run for the open model's head size on the planning devices (the host,
         each RPC worker's), when this machine has none yet and a llama-batched-bench is there to make it:
         in the task pool, said in the status bar meanwhile; the plan is priced again when it lands."""
-        from app.engine.attention_runs import ensure_runs, find_bench, progress_line
+        from app.engine.attention_runs import bench_source, ensure_runs, find_bench, progress_line
         from app.machine.calibrate import engine_run_key, missing_engine_runs
 
         model = self.current.model
         if model is None or not self.current.speed_ready or self.pool.current(self, "attention") is not None:
             return  # (the calibration's first store is read_machine's: not two writers at once)
         inventory, head, engine = self.current.planning_inventory(), model.shape.head_dim_k, self.current.engine
-        asked = (head, *(engine_run_key(g) for g in inventory.rpc_devices))
+        # (the engines are found in the background: one found later is another key, looked at again)
+        asked = (head, bench_source(engine), *(engine_run_key(g) for g in inventory.rpc_devices))
         if asked in self._attention_asked:
             return
+        self._attention_asked.add(asked)
         todo = missing_engine_runs(inventory, (head,))
         if not todo or find_bench(engine) is None:
-            # nothing to measure, or nothing to measure with yet (the engines are found in the
-            # background: asked again once one is, at the next plan)
-            return
-        self._attention_asked.add(asked)
+            return  # nothing to measure, or nothing to measure with (the figures say not calibrated)
         self.attention_status = progress_line(todo)
         self.statusBar().showMessage(self.attention_status)
         self.pool.run(lambda _c: ensure_runs(inventory, (head,), engine), self._attention_measured,
