@@ -195,10 +195,13 @@ _UNSTORED: dict[tuple[str, str], dict[str, Any]] = {}
 
 
 def calibration(inventory: Inventory, *, path: Path | None = None,
-                engine_run: EngineRun | None = None, head_dims: tuple[int, ...] = ()) -> dict[str, Any]:
+                engine_run: EngineRun | None = None, head_dims: tuple[int, ...] = (),
+                retime: bool = True) -> dict[str, Any]:
     """The stored calibration for this host's identity, measured (and stored) when there is none or
     the identity changed; a real GPU not seen before gets its NVML figure added; with ``engine_run``,
-    the host and each RPC worker's device get theirs for each of ``head_dims`` not run before."""
+    the host and each RPC worker's device get theirs for each of ``head_dims`` not run before.
+    ``retime``: host figures timed on a busy machine are timed again if it is quiet now (False: the
+    window's GUI thread, which must not sample the CPU for half a second; its start-up task does it)."""
     store = path or calibration_path()
     ident = identity(inventory)
     memo_key = (str(store), json.dumps(ident, sort_keys=True))
@@ -210,7 +213,7 @@ def calibration(inventory: Inventory, *, path: Path | None = None,
             "host_bandwidth": measure_host_bandwidth(), "host_flops": measure_host_flops(),
             "gpu_bandwidth": {}, "learned": {}, "measured_busy": busy()}
         changed = memo_key not in _UNSTORED
-    elif data.get("measured_busy") and busy() is None:
+    elif retime and data.get("measured_busy") and busy() is None:
         # the host's figures were timed while the machine was busy (a walkthrough read 9 GB/s against
         # 18-21 idle): timed again now that it is not, the rest kept
         data |= {"measured_at": time.time(), "host_bandwidth": measure_host_bandwidth(),
@@ -313,12 +316,12 @@ ENGINE_RUN_DETAIL = "llama-batched-bench on the self-test model, flash attention
 
 def machine_speed(inventory: Inventory, *, path: Path | None = None, host_attention: bool = False,
                   engine_run: EngineRun | None = None, head_dims: tuple[int, ...] = (),
-                  model: str = "") -> SpeedFigures:
+                  model: str = "", retime: bool = True) -> SpeedFigures:
     """The speed figures for ``inventory``: the host's calibrated, each real GPU's bandwidth from
     NVML, the engine runs' CPU attention and a worker's matmul rate where they were made
     (``engine_run`` makes the missing ones for ``head_dims``), every other figure the planner's
     default; scaled by what launches here measured."""
-    data = calibration(inventory, path=path, engine_run=engine_run, head_dims=head_dims)
+    data = calibration(inventory, path=path, engine_run=engine_run, head_dims=head_dims, retime=retime)
     base = speed.default_figures(inventory, host_attention=host_attention)
     devices = []
     bws = data.get("gpu_bandwidth") or {}

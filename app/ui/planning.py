@@ -53,7 +53,7 @@ class Planner:
         if self._request is None or self._request[0] != key:
             self._fits.clear()  # the largest contexts were for the last request
             speed = machine_speed(inventory, path=self.speed_path, host_attention=self.host_attention,
-                                  model=shape.name) \
+                                  model=shape.name, retime=False) \
                 if self.speed_ready else None
             self._request = (key, request_for_machine(
                 shape, inventory, engine_window=engine_window, safety=safety, vram_target=vram_target,
