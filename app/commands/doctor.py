@@ -7,13 +7,16 @@ import argparse
 import json
 import platform
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app import __version__, paths
 from app.engine import native_build
 from app.engine.libpath import ensure_llama_cpp_lib, gpu_backends, load_backends
 from app.planner.units import Bytes
 from app.planner.words import plural
+
+if TYPE_CHECKING:
+    from app.engine.discover import EngineInfo
 
 
 def register(sub: Any) -> None:
@@ -131,20 +134,23 @@ def _hub_line(hub: dict[str, Any]) -> str:
                                  f"{hub['header_copies']} header-only copies in {hub['header_copies_dir']}")
 
 
-def _engines() -> list[dict[str, Any]]:
-    from app.engine.discover import discover_engines
-
-    return [e.to_json() | {"cpu_code": e.cpu_code, "system_info": e.system_info} for e in discover_engines()]
+def _engines(found: list[EngineInfo]) -> list[dict[str, Any]]:
+    return [e.to_json() | {"cpu_code": e.cpu_code, "system_info": e.system_info} for e in found]
 
 
-def _selftest() -> dict[str, Any] | None:
-    """The engine a launch would use (the first found), started once on the self-test model; None
-    when there is no engine."""
-    from app.engine.discover import choose, discover_engines
-    from app.engine.selftest import run_selftest
+def _launching(found: list[EngineInfo]) -> EngineInfo | None:
+    """The engine a launch would use (the chosen one, else the first found)."""
+    from app.engine.discover import choose
     from app.planner.plan_types import PlanMode
 
-    engine = choose(discover_engines(), PlanMode.CPU)
+    return choose(found, PlanMode.CPU)
+
+
+def _selftest(engine: EngineInfo | None) -> dict[str, Any] | None:
+    """``engine`` (the one a launch would use) started once on the self-test model; None when there is
+    no engine."""
+    from app.engine.selftest import run_selftest
+
     if engine is None:
         return None
     result = run_selftest(engine)
@@ -168,8 +174,12 @@ def collect(selftest: bool = False) -> dict[str, Any]:
         report["nvml"] = _nvml()
     except ImportError as exc:  # devices module not importable
         report["nvml"] = {"ok": False, "reason": str(exc)}
+    found: list[EngineInfo] = []  # (discovered once: each probes every engine binary)
     try:
-        report["engines"] = _engines()
+        from app.engine.discover import discover_engines
+
+        found = discover_engines()
+        report["engines"] = _engines(found)
     except ImportError:
         build = native_build.find_build()
         report["engines"] = [] if build is None else [{"path": str(build.server), "kind": "llama-server",
@@ -179,23 +189,21 @@ def collect(selftest: bool = False) -> dict[str, Any]:
 
     gone = chosen_engine_missing()
     report["chosen_engine_gone"] = None if gone is None else str(gone)
+    launching = _launching(found) if selftest else None
     if selftest:
-        report["selftest"] = _selftest()
-    report["cpu_attention"] = _cpu_attention(measure=selftest)
+        report["selftest"] = _selftest(launching)
+    report["cpu_attention"] = _cpu_attention(measure=selftest, engine=launching)
     return report
 
 
-def _cpu_attention(*, measure: bool) -> list[str]:
+def _cpu_attention(*, measure: bool, engine: EngineInfo | None) -> list[str]:
     """The speed model's CPU-attention figures for this machine (64- and 128-wide heads): stored, or
-    measured now with an engine's llama-batched-bench (``measure``: doctor runs engines), or why not."""
+    measured now with an engine's llama-batched-bench (``measure``: doctor runs engines; ``engine``'s,
+    the one a launch would use, where it has one: not only Headroom's own build's), or why not."""
     import sys
 
     from app.engine.attention_runs import host_runs
-    from app.engine.discover import choose, discover_engines
-    from app.planner.plan_types import PlanMode
 
-    # the bench beside the engine a launch would use (the chosen one): not only Headroom's own build's
-    engine = choose(discover_engines(), PlanMode.CPU) if measure else None
     return host_runs(measure_missing=measure, say=lambda line: print(line, file=sys.stderr, flush=True),
                      engine=engine)
 
