@@ -31,7 +31,16 @@ def test_plan_measures_this_cpus_attention_once_and_prices_with_it(engine_build:
     said = first.stderr.splitlines()
     assert said[0] == "headroom: measuring this CPU's attention speed for 64-wide heads (once; up to half a minute)…"
     assert said[1].startswith("headroom: measured: this CPU's flash attention, 64-wide heads: ")
-    stored = json.loads((tmp_path / "cache" / "speed-calibration.json").read_text())["engine_runs"]["host"]["64"]
+    runs = json.loads((tmp_path / "cache" / "speed-calibration.json").read_text()).get("engine_runs", {})
+    if "64" not in runs.get("host", {}):
+        # a loaded machine (CI beside other work): its five runs disagreed, so nothing is kept, the line
+        # says so, the figures say not calibrated, and the next plan runs it again
+        assert said[1].endswith("priced at memory bandwidth until a later plan measures it")
+        assert "host_cpu_attention" not in json.loads(first.stdout)["speed_figures"]
+        again = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        assert again.returncode == 0 and again.stderr.splitlines()[0] == said[0]
+        return
+    stored = runs["host"]["64"]
     rates = json.loads(first.stdout)["speed_figures"]["host_cpu_attention"]
     # every KV type the run measured (one too noisy on a busy machine is left out: cpu_attention.rates)
     assert stored and {r["kv_type"] for r in rates} == set(stored)
