@@ -23,11 +23,16 @@ def register(sub: Any) -> None:
     p = sub.add_parser("doctor", allow_abbrev=False,
                        epilog="Exit status: 0 the report was printed and the engine Headroom would launch serves "
                               "(any other problem is in the report); 1 no engine can serve on this CPU: none found "
-                              "or chosen, or its self-test failed; 2 bad flags.",
+                              "or chosen, or its self-test failed (or --recalibrate could not forget the stored "
+                              "figures); 2 bad flags.",
                        help="report Python, Qt, llama-cpp-python, NVML, engines, cache; test the engine on this CPU")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--no-selftest", action="store_true",
                    help="do not start the engine on a tiny model (the report only; exit 0)")
+    p.add_argument("--recalibrate", action="store_true",
+                   help="forget this machine's stored speed figures (host memory and compute timings, the "
+                        "CPU-attention runs, what launches taught) and measure the CPU's again now; the rest "
+                        "is measured by the next plan")
     p.set_defaults(func=run)
 
 
@@ -159,7 +164,9 @@ def _selftest(engine: EngineInfo | None) -> dict[str, Any] | None:
             "log_tail": [] if result.failure is None else list(result.failure.tail)}
 
 
-def collect(selftest: bool = False) -> dict[str, Any]:
+def collect(selftest: bool = False, recalibrate: bool = False) -> dict[str, Any]:
+    """The report; ``recalibrate``: the stored speed figures forgotten first and the CPU's measured again
+    (``recalibrated``: where they were kept, or why they could not be forgotten)."""
     report: dict[str, Any] = {
         "headroom": __version__,
         "python": f"{platform.python_version()} ({sys.executable})",
@@ -189,11 +196,32 @@ def collect(selftest: bool = False) -> dict[str, Any]:
 
     gone = chosen_engine_missing()
     report["chosen_engine_gone"] = None if gone is None else str(gone)
-    launching = _launching(found) if selftest else None
+    launching = _launching(found) if selftest or recalibrate else None
     if selftest:
         report["selftest"] = _selftest(launching)
-    report["cpu_attention"] = _cpu_attention(measure=selftest, engine=launching)
+    if recalibrate:
+        report["recalibrated"] = _recalibrate()
+    report["cpu_attention"] = _cpu_attention(measure=selftest or recalibrate, engine=launching)
     return report
+
+
+def _recalibrate() -> dict[str, Any]:
+    """Forget the stored speed figures and time the host's memory and compute again (``--recalibrate``);
+    the CPU-attention runs follow in ``_cpu_attention``."""
+    from app.engine.attention_runs import host_only
+    from app.machine import calibrate
+
+    path = calibrate.calibration_path()
+    if not calibrate.forget():
+        return {"ok": False, "path": str(path), "words": f"could not forget the stored figures: {path} cannot be "
+                "removed (a read-only cache?); remove it yourself and run this again"}
+    if (why := calibrate.busy()) is not None:
+        return {"ok": True, "path": str(path), "words": f"forgotten ({path}); not measured now (the machine is busy: "
+                f"{why}): the next plan on a quieter machine measures them"}
+    data = calibrate.calibration(host_only())
+    return {"ok": True, "path": str(path), "words": f"forgotten and measured again: host memory "
+            f"{data['host_bandwidth'] / 1e9:.3g} GB/s (a 64 MiB copy), compute {data['host_flops'] / 1e9:.3g} "
+            "GFLOP/s (a float32 matmul); what launches taught starts again from the next launch"}
 
 
 def _cpu_attention(*, measure: bool, engine: EngineInfo | None) -> list[str]:
@@ -213,9 +241,11 @@ def _line(label: str, value: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    report = collect(selftest=not args.no_selftest)
+    report = collect(selftest=not args.no_selftest, recalibrate=args.recalibrate)
     test = report.get("selftest")
     status = 1 if not args.no_selftest and (test is None or not test["ok"]) else 0  # no engine serves
+    if not (report.get("recalibrated") or {"ok": True})["ok"]:
+        status = 1
     if args.json:
         print(json.dumps(report, indent=2))
         return status
@@ -255,6 +285,8 @@ def run(args: argparse.Namespace) -> int:
         print(_line("Engine self-test", f"{test['engine']} {test['words']}"))
         for line in test["log_tail"]:
             print(_line("", f"  {line}"))
+    if (recal := report.get("recalibrated")) is not None:
+        print(_line("Speed figures", recal["words"]))
     for line in report["cpu_attention"]:
         print(_line("CPU attention", line))
     print(_hub_line(report["hub"]))

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from app.engine.advisories import HOST_KV_ATTENTION
-from app.engine.cpu_attention import batched_bench, bench_run
+from app.engine.cpu_attention import KV_TYPES, batched_bench, bench_run
 from app.engine.discover import EngineInfo
 from app.machine import calibrate
 from app.planner.devices import GpuDevice, Inventory
@@ -98,8 +98,12 @@ def run_lines(runs: dict[str, Any], pairs: list[tuple[GpuDevice | None, int]], *
         run = by_head[str(head)] or {}
         parts = [f"{kv} decode {_ns(r['decode'])}, prefill {_ns(r['prefill'])}" for kv, r in sorted(run.items())
                  if isinstance(r, dict) and "decode" in r and "prefill" in r]
+        # a KV type whose runs disagreed is said, not silently left out (app/planner/solve/speed.py
+        # ``attention_cost`` prices it from another head size's figure, or at memory bandwidth)
+        missing = [kv for kv in KV_TYPES if not isinstance(run.get(kv), dict)]
+        tail = f"; {' and '.join(missing)}: no figure (its runs disagreed)" if parts and missing else ""
         who = f"{_who(dev)}'s flash attention, {head}-wide heads"
-        out.append(f"{verb}: {who}: {'; '.join(parts)} per KV cell and head" if parts else
+        out.append(f"{verb}: {who}: {'; '.join(parts)} per KV cell and head{tail}" if parts else
                    f"{verb}: {who}: no figure (the engine run failed or was too noisy): priced at memory "
                    "bandwidth, not calibrated")
     return out

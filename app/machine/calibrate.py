@@ -12,6 +12,7 @@
   per device: the host by the host's identity, a worker's device by its name and description.
 - After a launch, ``serve`` stores measured ÷ predicted tokens/s (``learn``): later predictions on the
   same machine and devices are scaled by it.
+- ``headroom doctor --recalibrate`` forgets all of it (``forget``) and measures again.
 
 Kept in ``<cache>/speed-calibration.json`` with the host's identity (CPU model, RAM): a different
 identity is measured again. A GPU's figure is kept by its UUID beside them, read once when a plan first
@@ -238,6 +239,21 @@ def calibration(inventory: Inventory, *, path: Path | None = None,
         if not data["saved"]:
             _UNSTORED[memo_key] = data
     return data
+
+
+def forget(path: Path | None = None) -> bool:
+    """Drop every figure stored for this machine (the host's timings, each GPU's NVML figure, the engine
+    runs, what launches taught): the next plan, or ``headroom doctor``, measures them again
+    (``doctor --recalibrate``: figures timed on a bad day, a machine upgraded in place). False when the
+    stored file could not be removed (a read-only cache): it is left as it was."""
+    store = path or calibration_path()
+    for key in [k for k in _UNSTORED if k[0] == str(store)]:
+        del _UNSTORED[key]
+    try:
+        store.unlink(missing_ok=True)
+    except OSError:
+        return False
+    return True
 
 
 def missing_engine_runs(inventory: Inventory, head_dims: tuple[int, ...], *,

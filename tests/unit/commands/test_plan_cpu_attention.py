@@ -99,3 +99,49 @@ def test_engine_build_and_doctor_say_the_figures_for_real_models_head_sizes(own_
         "measured: this CPU's flash attention, 64-wide heads", "measured: this CPU's flash attention, 128-wide heads"]
     assert host_runs(measure_missing=True, say=said.append) == [m.replace("measured", "stored", 1) for m in made]
     assert len(said) == 1
+
+
+def test_doctor_recalibrate_forgets_the_stored_figures_and_measures_the_cpu_again(
+        own_cache: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Figures timed on a bad day are kept for good; ``doctor --recalibrate`` is how a user gets rid of
+    them: everything stored is forgotten (the host's timings, the CPU-attention runs, what launches
+    taught), the CPU is timed again there and then, and the report says so."""
+    host_runs(measure_missing=True)
+    store = calibrate.calibration_path()
+    stale = json.loads(store.read_text())
+    stale["host_bandwidth"] = 1e9  # a timing of a busy moment
+    stale["engine_runs"]["host"]["128"]["f16"]["decode"] = 9e-6
+    stale["learned"] = {"cpu · tiny": {"decode_scale": 0.2}}
+    store.write_text(json.dumps(stale))
+    capsys.readouterr()
+    assert cli.main(["doctor", "--no-selftest", "--recalibrate"]) == 0
+    out = capsys.readouterr().out
+    lines = {line[:18].strip(): line[19:] for line in out.splitlines() if line[:18].strip()}
+    assert lines["Speed figures"].startswith("forgotten and measured again: host memory ")
+    fresh = json.loads(store.read_text())
+    assert fresh["host_bandwidth"] != 1e9 and fresh["learned"] == {}
+    assert fresh["engine_runs"]["host"]["128"]["f16"]["decode"] != 9e-6
+    assert "measured: this CPU's flash attention, 128-wide heads: f16 decode" in out  # not "stored"
+
+
+def test_doctor_recalibrate_on_a_cache_it_cannot_change_says_so_and_fails(
+        own_cache: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # what cannot be removed: a folder where the file would be (a read-only cache is the same to a user,
+    # but root, which CI may run as, writes to those anyway)
+    store = calibrate.calibration_path()
+    (store / "kept").mkdir(parents=True)
+    assert cli.main(["doctor", "--no-selftest", "--recalibrate"]) == 1
+    out = capsys.readouterr().out
+    assert f"Speed figures      could not forget the stored figures: {store} cannot be removed" in out
+    assert (store / "kept").is_dir()
+
+
+def test_a_kv_type_whose_runs_disagreed_is_said_not_dropped() -> None:
+    """doctor on this project's VM: the 128-wide f16 runs disagreed and the line named only q8_0, as if
+    f16 had not been asked for."""
+    from app.engine.attention_runs import run_lines
+
+    runs = {"host": {"128": {"q8_0": {"decode": 39.8e-9, "prefill": 35.6e-9}}}}
+    assert run_lines(runs, [(None, 128)]) == [
+        "measured: this CPU's flash attention, 128-wide heads: q8_0 decode 39.8 ns, prefill 35.6 ns per KV cell "
+        "and head; f16: no figure (its runs disagreed)"]
