@@ -44,7 +44,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from gguf.constants import GGUFValueType
 
 from app.planner.errors import PlannerError
@@ -88,6 +87,11 @@ _TOKENS = "tokenizer.ggml.tokens"
 class HeaderTruncated(PlannerError):
     """The bytes ended inside the header (for a prefix of a remote file: fetch more)."""
 
+
+#: Token texts counted in a Python set (about 60 bytes a token; the largest real vocabularies have 262k):
+#: importing numpy for it cost pass 1 a seventh of a second. More, from a hostile header, are sorted in
+#: numpy, 8 bytes a token, no more than the file's own lengths.
+DISTINCT_IN_A_SET = 1 << 20
 
 @dataclass(frozen=True)
 class GGUFArray:
@@ -302,7 +306,11 @@ class _Cursor:
                 text = buf[start:nul if nul >= 0 else pos]
             add(hash(text or f"[EMPTY_{i}]".encode()))
         self.pos = pos
-        return int(np.unique(np.frombuffer(hashes, dtype=np.int64)).size) if count else 0
+        if len(hashes) <= DISTINCT_IN_A_SET:
+            return len(set(hashes))
+        import numpy as np  # (a vocabulary past any real one: sorted in place, 8 bytes a token)
+
+        return int(np.unique(np.frombuffer(hashes, dtype=np.int64)).size)
 
     def value(self, vtype: int, key: str) -> Any:
         if vtype in _SCALAR:

@@ -185,3 +185,20 @@ def test_fuzz_mutated_files_only_ever_raise_planner_error(tmp_path: Path) -> Non
         assert time.monotonic() < deadline, "the reader must never hang"
     tracemalloc.stop()
     assert outcomes["error"] > 200  # most mutations are caught, each as a PlannerError
+
+
+@pytest.mark.parametrize("in_a_set", [True, False], ids=["a real vocabulary", "past any real one"])
+def test_duplicate_token_texts_are_counted_the_same_either_way(
+        tmp_path: Path, in_a_set: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """llama.cpp aborts on two tokens whose texts it reads alike (up to a NUL); a real vocabulary is
+    counted in a set (pass 1 does not wait for numpy's import), one past any real size in numpy."""
+    from app.planner.gguf import reader
+
+    if not in_a_set:
+        monkeypatch.setattr(reader, "DISTINCT_IN_A_SET", 0)
+    w = gguf.GGUFWriter(str(tmp_path / "dup.gguf"), "llama")
+    w.add_token_list([b"a", b"b", b"a\0x", b"", b"", b"c"])  # "a\0x" reads as "a"; empty ones are [EMPTY_i]
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.close()
+    assert read_header(tmp_path / "dup.gguf").fields["tokenizer.ggml.tokens"].distinct == 5
