@@ -16,6 +16,7 @@ import json
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,27 +42,56 @@ def selftest_model(folder: Path | None = None, *, head_dim: int = _N_EMBD // _N_
     """The self-test model, written once (atomically) under the cache. ``head_dim``: another width of its
     4 heads (the model ``_N_HEAD`` times as wide, its FFN twice that), for timing a CPU's attention at a
     model's head size (app/engine/cpu_attention.py)."""
-    folder = folder or cache_dir() / "selftest"
     n_embd = _N_HEAD * head_dim
     width = "" if n_embd == _N_EMBD else f"-h{head_dim}"
-    path = folder / f"headroom-selftest-q4_0{width}-v{MODEL_VERSION}.gguf"
+    return _written(folder, f"headroom-selftest-q4_0{width}-v{MODEL_VERSION}.gguf",
+                    lambda tmp: _write_model(tmp, n_embd, _N_FF * n_embd // _N_EMBD))
+
+
+#: The deep model's width and FFN (``deep_attention_model``): its matrices stay small however many and
+#: wide its heads (their size is the GGUF's key length, not the width over the heads).
+_DEEP_N_EMBD = 64
+_DEEP_N_FF = 64
+
+
+def deep_attention_model(head_dim: int, n_layer: int, folder: Path | None = None, *, n_head: int = _N_HEAD,
+                         n_head_kv: int | None = None) -> Path:
+    """A model for timing a CPU's attention over more KV than its caches hold
+    (bench/bench_attention_footprint.py): ``n_head`` query heads of ``head_dim`` over ``n_head_kv`` KV
+    heads (default: as many), ``n_layer`` layers of width ``_DEEP_N_EMBD``. A few MiB, written once like
+    ``selftest_model``."""
+    kv = n_head_kv or n_head
+    return _written(folder, f"headroom-attention-q4_0-h{head_dim}-q{n_head}-kv{kv}-l{n_layer}-v{MODEL_VERSION}.gguf",
+                    lambda tmp: _write_model(tmp, _DEEP_N_EMBD, _DEEP_N_FF, n_layer=n_layer, head_dim=head_dim,
+                                             n_head=n_head, n_head_kv=kv))
+
+
+def _written(folder: Path | None, name: str, write: Callable[[Path], None]) -> Path:
+    """The model ``name`` under ``folder`` (default: the cache's), written by ``write`` when it is not
+    there yet: to a temporary name beside it, then renamed (a reader never sees half a file)."""
+    folder = folder or cache_dir() / "selftest"
+    path = folder / name
     if path.is_file():
         return path
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError:  # a full or read-only cache (issue 31): written to a private temp folder instead
         folder = Path(tempfile.mkdtemp(prefix="headroom-selftest-"))
-        path = folder / path.name
+        path = folder / name
     tmp = path.with_name(f".{path.name}.{os.getpid()}.partial")
     try:
-        _write_model(tmp, n_embd, _N_FF * n_embd // _N_EMBD)
+        write(tmp)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
     return path
 
 
-def _write_model(path: Path, n_embd: int = _N_EMBD, n_ff: int = _N_FF) -> None:
+def _write_model(path: Path, n_embd: int = _N_EMBD, n_ff: int = _N_FF, *, n_layer: int = _N_LAYER,
+                 head_dim: int | None = None, n_head: int = _N_HEAD, n_head_kv: int | None = None) -> None:
+    """The llama model above; ``head_dim``: heads of that size whatever the width (the GGUF's key and
+    value length; None: the width over the heads); ``n_head_kv`` KV heads under ``n_head`` query heads."""
+    n_head_kv = n_head_kv or n_head
     import numpy as np
     from gguf import GGMLQuantizationType, GGUFValueType, GGUFWriter, LlamaFileType
     from gguf.quants import quantize
@@ -71,11 +101,15 @@ def _write_model(path: Path, n_embd: int = _N_EMBD, n_ff: int = _N_FF) -> None:
     w.add_name("headroom-selftest")
     w.add_context_length(2048)
     w.add_embedding_length(n_embd)
-    w.add_block_count(_N_LAYER)
+    w.add_block_count(n_layer)
     w.add_feed_forward_length(n_ff)
-    w.add_head_count(_N_HEAD)
-    w.add_head_count_kv(_N_HEAD)
-    w.add_rope_dimension_count(n_embd // _N_HEAD)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_head_kv)
+    head = head_dim or n_embd // n_head
+    if head_dim is not None:
+        w.add_key_length(head)
+        w.add_value_length(head)
+    w.add_rope_dimension_count(head)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_file_type(LlamaFileType.MOSTLY_Q4_0)
     tokens = ["<unk>", "<s>", "</s>", *(f"<0x{b:02X}>" for b in range(256))]
@@ -96,11 +130,14 @@ def _write_model(path: Path, n_embd: int = _N_EMBD, n_ff: int = _N_FF) -> None:
         w.add_tensor(name, quantize(f32(rows, cols), GGMLQuantizationType.Q4_0), raw_dtype=GGMLQuantizationType.Q4_0)
 
     w.add_tensor("token_embd.weight", f32(_N_VOCAB, n_embd))
-    for i in range(_N_LAYER):
+    q_width, kv_width = head * n_head, head * n_head_kv
+    for i in range(n_layer):
         p = f"blk.{i}."
         w.add_tensor(p + "attn_norm.weight", np.ones(n_embd, dtype=np.float32))
-        for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
-            q4_0(p + name + ".weight", n_embd, n_embd)
+        q4_0(p + "attn_q.weight", q_width, n_embd)
+        q4_0(p + "attn_k.weight", kv_width, n_embd)
+        q4_0(p + "attn_v.weight", kv_width, n_embd)
+        q4_0(p + "attn_output.weight", n_embd, q_width)
         w.add_tensor(p + "ffn_norm.weight", np.ones(n_embd, dtype=np.float32))
         q4_0(p + "ffn_gate.weight", n_ff, n_embd)
         q4_0(p + "ffn_up.weight", n_ff, n_embd)
