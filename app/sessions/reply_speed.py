@@ -68,7 +68,7 @@ class ReplySpeed:
         if c is not None:
             decode += f", {words.tokens_per_s(c.decode_predicted)} predicted"
             if m.prompt_n > 0 and m.prompt_per_second > 0:
-                prefill += f", {words.tokens_per_s(c.prefill_predicted)} predicted"
+                prefill += f", {c.prefill_words()}"
         # (its predictions are at the reply's own fill, not half-way: a short chat predicts faster)
         out = f"Speed of the last reply (predicted at its fill of the context): {decode}; {prefill}"
         if c is None:
@@ -84,6 +84,24 @@ class ReplySpeed:
             out += (f". Later plans of this model on these devices scale their predictions by it ({ratios})"
                     if self.learned else ". Not learned: the calibration cache is not writable")
         return out
+
+
+    def short(self) -> str:
+        """The window speed row's second line (``text`` is its tooltip: the token counts, ``/metrics``,
+        what was learned): "Last reply: decode 41 tok/s, 38 predicted at its fill; prefill 300, 290
+        predicted"."""
+        m, c = self.measured, self.check
+        decode = f"decode {words.tokens_per_s(m.predicted_per_second)} tok/s"
+        prefill = (f"prefill {words.tokens_per_s(m.prompt_per_second)}" if m.prompt_n > 0 and m.prompt_per_second > 0
+                   else "prefill from the cache")
+        if c is None:
+            return f"Last reply: {decode}; {prefill} — {NOT_PREDICTED}"
+        decode += f", {words.tokens_per_s(c.decode_predicted)} predicted at its fill"
+        if c.prefill_compared:
+            prefill += f", {words.tokens_per_s(c.prefill_predicted)} predicted"
+        elif m.prompt_n > 0 and m.prompt_per_second > 0:
+            prefill += " (too short a prompt to compare)"
+        return f"Last reply: {decode}; {prefill}"
 
 
 def reply_speed(plan: Plan, timings: Timings, base_url: str, api_key: str | None,

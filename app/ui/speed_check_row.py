@@ -51,6 +51,7 @@ class SpeedCheckRow(QLabel):
         if self._state is not None and self._state.running is None:
             self.setVisible(False)
             self.clear()
+            self.setToolTip("")
             self.last = None
 
     def _ready(self, url: str) -> None:
@@ -73,6 +74,7 @@ class SpeedCheckRow(QLabel):
         elif plan is not None:  # a launch starting: nothing measured on it yet
             self.setVisible(False)
             self.clear()
+            self.setToolTip("")
 
     def reply_done(self, outcome: object) -> None:
         """A chat reply finished: measure its speed against the plan (one reply, not a fork's K)."""
@@ -90,7 +92,10 @@ class SpeedCheckRow(QLabel):
         if not isinstance(result, ReplySpeed) or self._plan is None:
             return
         self.last = result
-        self.setText(f"{predicted_line(self._plan)}\n{result.text()}")
+        # two lines (the whole sentence pushed the form's command line below the fold at 1366×768);
+        # the reply's token counts, /metrics and what was learned in the tooltip
+        self.setText(f"{predicted_line(self._plan)}\n{result.short()}")
+        self.setToolTip(result.text())
 
     def _failed(self, message: str) -> None:
         self.setText(f"{self.text()}\nSpeed not measured: {message}")

@@ -11,7 +11,7 @@ import pytest
 
 from app.machine import calibrate
 from app.planner.words import tokens_per_s
-from app.sessions.reply_speed import WAITING
+from app.sessions.reply_speed import WAITING, predicted_line
 from tests.ui.test_chat_in_window import _launch, _send
 
 
@@ -45,9 +45,18 @@ def test_the_speed_row_shows_predicted_and_measured_after_a_reply(window, tiny_c
     check = measured.check
     assert check.decode_predicted > 0 and check.prefill_predicted > 0
     text = row.text()
+    # two lines (the whole sentence pushed the form's command line below the fold at 1366×768): the
+    # prediction, then the reply measured beside it; the rest in the row's tooltip
+    assert text == f"{predicted_line(plan)}\n{measured.short()}"
+    assert measured.short().startswith(f"Last reply: decode {tokens_per_s(reply.tokens_per_second)} tok/s, "
+                                       f"{tokens_per_s(check.decode_predicted)} predicted at its fill; prefill ")
+    text = row.toolTip()
     assert (f"decode {tokens_per_s(reply.tokens_per_second)} tok/s measured (12 tokens), "
             f"{tokens_per_s(check.decode_predicted)} predicted") in text
-    assert f"{tokens_per_s(check.prefill_predicted)} predicted" in text
+    # (a chat message is a prompt of a few dozen tokens: its prefill rate is said, not compared with a
+    # model that prices whole ubatches, nor learned)
+    assert measured.measured.prompt_n < window.current.running.launch.effective_n_ubatch // 2
+    assert "not compared (a prompt under" in text and check.prefill_ratio is None
     # /metrics (the window launches with --metrics): the engine's average over that reply.
     assert measured.metrics is not None and measured.metrics.predicted_per_second > 0
     assert f"/metrics since its last read: decode {tokens_per_s(measured.metrics.predicted_per_second)}" in text
@@ -57,14 +66,14 @@ def test_the_speed_row_shows_predicted_and_measured_after_a_reply(window, tiny_c
             f"×{check.decode_ratio:.2g}") in text
     key = calibrate.learned_key(window.current.planning_inventory(), window.current.model.shape.name)
     learned = json.loads(store.read_text())["learned"][key]
-    assert learned["decode_scale"] == pytest.approx(check.decode_ratio)
+    assert learned["decode_scale"] == pytest.approx(check.decode_ratio) and "prefill_scale" not in learned
 
     # A fork's replies run side by side on shared slots: not one reply's speed, the row keeps the last.
     chat.k.setValue(2)
     chat.message.setText("Two ways")
     with qtbot.waitSignal(chat.replyDone, timeout=120_000):
         chat.fork_button.click()
-    assert row.last is measured and row.text() == text
+    assert row.last is measured and row.toolTip() == text
 
     with qtbot.waitSignal(window.launch.engineStopped, timeout=60_000):
         window.launch.stop()

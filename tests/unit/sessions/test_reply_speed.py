@@ -15,6 +15,7 @@ from app.planner.plan_types import Plan
 from app.planner.settings import LaunchSettings
 from app.planner.solve.plan import make_plan
 from app.planner.units import GiB
+from app.planner.words import tokens_per_s
 from app.sessions.chat import Reply
 from app.sessions.metrics import Counters
 from app.sessions.reply_speed import NOT_PREDICTED, ReplySpeed, predicted_line, reply_speed, timings_of
@@ -61,3 +62,34 @@ def test_an_engine_that_is_gone_is_said_not_raised() -> None:
     result = reply_speed(plan, timings, "http://127.0.0.1:9", None, timeout=2.0)  # nothing listens on port 9
     assert result.metrics is None and result.metrics_note.startswith("/metrics: not read (")
     assert result.check is not None and result.measured == timings
+
+
+def test_the_window_s_one_line_says_measured_beside_predicted_and_what_was_learned() -> None:
+    plan = _plan()
+    timings = Timings(300, 4321.0, 12, 850.4)  # (more than half a ubatch of 512: the rate is compared)
+    check = check_speed(plan, timings)
+    assert check is not None and check.decode_ratio is not None and check.prefill_ratio is not None
+    reply = ReplySpeed(timings, check, None, learned=True)
+    assert reply.short() == (f"Last reply: decode 850 tok/s, {tokens_per_s(check.decode_predicted)} predicted at its "
+                             f"fill; prefill 4,321, {tokens_per_s(check.prefill_predicted)} predicted")
+    # what was learned, the token counts: in the full text (the row's tooltip)
+    assert f"(decode ×{check.decode_ratio:.2g}, prefill ×{check.prefill_ratio:.2g})" in reply.text()
+    cached = ReplySpeed(Timings(0, 0.0, 8, 20.0), None, None).short()
+    assert cached == f"Last reply: decode 20 tok/s; prefill from the cache — {NOT_PREDICTED}"
+
+
+def test_a_chat_turn_s_few_new_tokens_are_not_compared_nor_learned() -> None:
+    """A chat's next turn evaluates only its new tokens: 89 of them measured 466 tok/s where the model,
+    which prices whole ubatches (their graph, splits and weights read once), said 127k, and the window
+    learned prefill ×0.0037 for every later plan of the model. Half a ubatch or more is compared."""
+    plan = _plan()
+    short = check_speed(plan, Timings(89, 466.0, 24, 3072.0))
+    assert short is not None and short.prefill_ratio is None and short.decode_ratio is not None
+    assert "prefill 466 tok/s measured, not compared (a prompt under 256 tokens, half a ubatch" in short.line()
+    text = ReplySpeed(short.measured, short, None, learned=True).text()
+    assert "prefill 466 tok/s measured (89 prompt tokens), not compared" in text
+    assert "(decode ×" in text and "prefill ×" not in text
+    assert ReplySpeed(short.measured, short, None, learned=True).short().endswith(
+        "; prefill 466 (too short a prompt to compare)")
+    long = check_speed(plan, Timings(256, 466.0, 24, 3072.0))
+    assert long is not None and long.prefill_ratio is not None
