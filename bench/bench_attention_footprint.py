@@ -1,6 +1,8 @@
 """What a CPU's flash attention costs a cell and head as the KV a decoded token reads grows past the
-caches, and with query heads sharing a KV head (GQA), against the figure the speed model uses (the
-CPU-attention engine run of app/engine/cpu_attention.py, timed over 1–8 MiB of KV).
+caches, and with query heads sharing a KV head (GQA), against what the speed model prices it at
+(``attention_cost`` on the CPU-attention engine run of app/engine/cpu_attention.py, timed over 1–8 MiB
+of KV: its decode, and its decode with the KV in cache, which a GQA model's query heads add to a share of
+the rest).
 
     .venv/bin/python -m bench.bench_attention_footprint [--head 128] [--threads 1] [--repeat 3] [--kv f16]
 
@@ -8,9 +10,9 @@ Each row is ``llama-batched-bench`` of Headroom's build on the host CPU, on a mo
 (app/engine/selftest.py ``deep_attention_model``: narrow matrices, heads of ``--head``, as many layers
 as make the row's KV): decode after a prompt of ``PROMPTS[0]`` tokens and one of ``PROMPTS[1]``, the
 slope over the cells in between per query head (both prompts fill whole 256-cell blocks, so no masked
-cells weigh on it), the median of ``--repeat`` runs and their spread. A finding, not a target: the
-speed model does not take it in yet (docs/domain.md §12, "A CPU's attention cost per cell and head is
-not one number").
+cells weigh on it), the median of ``--repeat`` runs and their spread, and measured ÷ priced
+(docs/domain.md §12, "A CPU's attention cost per cell and head is not one number": GQA is taken in,
+the growth with the KV is not).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from app.engine.cpu_attention import batched_bench, bench_run, parse_rows
 from app.engine.native_build import find_build
 from app.engine.selftest import deep_attention_model
 from app.planner.memory.kv import row_bytes
+from app.planner.solve.speed import CpuAttention, attention_cost, default
 
 #: Prompts and tokens decoded after each: 240 + 16 and 496 + 16 cells fill 256-cell blocks exactly.
 PROMPTS = (240, 496)
@@ -53,12 +56,19 @@ def main(argv: list[str] | None = None) -> int:
     if build is None or bench is None:
         print("no engine build with llama-batched-bench: run `headroom engine build`", file=sys.stderr)
         return 1
-    ref = bench_run(bench, args.threads)(None, args.head).get(args.kv, {}).get("decode")
+    run = bench_run(bench, args.threads)(None, args.head).get(args.kv, {})
+    ref = run.get("decode")
+    cached = run.get("decode_cached")
+    rates = (CpuAttention(args.kv, args.head, default(ref, "run"), default(run.get("prefill", 0.0), "run"),
+                          default(cached, "run") if cached else None),) if ref else ()
     print(f"llama-batched-bench of {build.label}, host CPU, -t {args.threads}, {args.kv} KV, heads of {args.head}, "
           f"prompts {PROMPTS[0]} and {PROMPTS[1]}, {DECODE} tokens decoded after each, median of {args.repeat}")
-    print("the engine run's figure (what the plan uses): "
-          + (f"{ref * 1e9:.0f} ns a cell and head" if ref else "none (its runs disagreed)"))
-    head = ("query / KV heads", "layers", "KV a token reads", "ns a cell and query head", "runs", "÷ engine run")
+    print("the engine run's figures (what the plan prices with): "
+          + (f"decode {ref * 1e9:.0f} ns a cell and head" + (f", {cached * 1e9:.0f} with the KV in cache" if cached
+                                                              else ", none in cache") if ref
+             else "none (its runs disagreed)"))
+    head = ("query / KV heads", "layers", "KV a token reads", "ns a cell and query head", "runs", "priced",
+            "measured ÷ priced")
     rows = [head]
     for n_head, n_kv, want in ROWS:
         n_layer = layers(args.kv, args.head, n_kv, want)
@@ -74,13 +84,14 @@ def main(argv: list[str] | None = None) -> int:
             if len(got) == 2:
                 (c1, (_, t1)), (c2, (_, t2)) = sorted(got.items())
                 costs.append((t2 - t1) / (c2 - c1) / (n_layer * n_head))
+        priced = attention_cost(rates, args.kv, args.head, decode=True, gqa=n_head / n_kv)
         if not costs:
-            rows.append((f"{n_head} / {n_kv}", str(n_layer), f"{read / MiB:.0f} MiB", "no run", "", ""))
+            rows.append((f"{n_head} / {n_kv}", str(n_layer), f"{read / MiB:.0f} MiB", "no run", "", "", ""))
             continue
         mid = statistics.median(costs)
         rows.append((f"{n_head} / {n_kv}", str(n_layer), f"{read / MiB:.0f} MiB", f"{mid * 1e9:.0f}",
                      "–".join(f"{c * 1e9:.0f}" for c in (min(costs), max(costs))),
-                     f"{mid / ref:.2f}" if ref else "—"))
+                     f"{priced * 1e9:.0f}" if priced else "—", f"{mid / priced:.2f}" if priced else "—"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())

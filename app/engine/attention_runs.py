@@ -96,7 +96,9 @@ def run_lines(runs: dict[str, Any], pairs: list[tuple[GpuDevice | None, int]], *
                        "until a later plan measures it")
             continue
         run = by_head[str(head)] or {}
-        parts = [f"{kv} decode {_ns(r['decode'])}, prefill {_ns(r['prefill'])}" for kv, r in sorted(run.items())
+        parts = [f"{kv} decode {_ns(r['decode'])}"
+                 + (f" ({_ns(r['decode_cached'])} in cache)" if isinstance(r.get("decode_cached"), (int, float)) else "")
+                 + f", prefill {_ns(r['prefill'])}" for kv, r in sorted(run.items())
                  if isinstance(r, dict) and "decode" in r and "prefill" in r]
         # a KV type whose runs disagreed is said, not silently left out (app/planner/solve/speed.py
         # ``attention_cost`` prices it from another head size's figure, or at memory bandwidth)

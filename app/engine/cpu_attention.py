@@ -6,12 +6,16 @@ cell is set by that loop (and the thread count the engine or the RPC worker runs
 bandwidth; the f16 and the quantized KV paths differ (only f16/f32 prefill is tiled). No spec sheet
 gives it: ``measure`` times it. It runs the build's ``llama-batched-bench`` on the self-test model
 (app/engine/selftest.py: 2 layers, 4 heads as wide as the planned model's, Q4_0 matrices) with flash attention on, for each KV
-type in ``KV_TYPES``, at two prompt lengths (``PROMPTS``) with ``DECODE`` tokens after each, the best of
+type in ``KV_TYPES``, at three prompt lengths (``PROMPTS``) with ``DECODE`` tokens after each, the median of
 ``REPEATS``; on the host CPU (``-ngl 0``, the engine's default threads) or on an RPC worker's device
 (``-ngl 99 --rpc ENDPOINT``, the worker's own threads). From the engine's own timings:
 
 - decode: seconds per token grow with the cells attended over; that slope over the model's heads (all
-  layers) is the decode cost per cell and head;
+  layers) is the decode cost per cell and head; over the shorter prompts alone (``decode_cached``) the
+  KV still fits the CPU's caches, and a cell costs only its query head's own work (128-wide heads on
+  this project's VM: ~40–60 ns there, ~100–200 over all three, where the KV rows come from memory).
+  The speed model shares the difference among a GQA model's query heads over one KV head
+  (app/planner/solve/speed.py ``attention_cost``; bench/results/attention-footprint-cpu-2026-12-02.md);
 - prefill: seconds per prompt token grow with the mean fill (half the prompt); the same ratio is the
   prefill cost per cell and head; the seconds per token at no fill are the model's matmuls, whose
   flops over them give the device's matmul rate (Q4_0 weights: a quantized model's);
@@ -35,8 +39,9 @@ from app.planner.devices import GpuDevice
 from app.planner.gguf.model import read_shape
 from app.planner.solve.speed import active_weights
 
-#: Prompt lengths (tokens) and tokens decoded after each; the context they need.
-PROMPTS = (256, 2048)
+#: Prompt lengths (tokens) and tokens decoded after each; the context they need. The costs are read
+#: between the first and the last; the decode's between the first two too (``decode_cached``).
+PROMPTS = (256, 1024, 2048)
 #: (16 tokens at 256 cells took ~5 ms on the 2-core CI machine: timer-sized, the slope moved by ×1.5
 #: between runs; 64 cost well under a second more)
 DECODE = 64
@@ -68,11 +73,14 @@ def parse_rows(text: str) -> dict[int, tuple[float, float]]:
 
 def rates(rows: dict[int, tuple[float, float]], heads: int, flops_token: float) -> dict[str, float] | None:
     """Decode and prefill seconds per cell and head (``heads``: over all layers) and the matmul flop/s
-    (left out when the rows leave none) from two rows of the table (module docstring); None when the
-    rows do not show attention growing with the cells (too noisy to say)."""
+    (left out when the rows leave none) from the first and the last row of the table (module
+    docstring), and with a row between them the decode's over the first two (``decode_cached``: left
+    out when it does not grow); None when the rows do not show attention growing with the cells (too
+    noisy to say)."""
     if len(rows) < 2:
         return None
-    (p1, (pp1, tg1)), (p2, (pp2, tg2)) = sorted(rows.items())[:2]
+    ordered = sorted(rows.items())
+    (p1, (pp1, tg1)), (p2, (pp2, tg2)) = ordered[0], ordered[-1]
     decode_slope = (tg2 - tg1) / (p2 - p1)  # seconds per token per cell
     prefill_slope = (pp2 / p2 - pp1 / p1) / ((p2 - p1) / 2)
     matmul_s = pp1 / p1 - prefill_slope * p1 / 2
@@ -83,7 +91,10 @@ def rates(rows: dict[int, tuple[float, float]], heads: int, flops_token: float) 
     # prompt's length; the cells its own decode adds are a few µs here)
     # (a host's is tens of µs: noise can take it below zero, where it is none)
     base = max(0.0, tg1 - decode_slope * p1)
-    return out | ({"compute": flops_token / matmul_s} if matmul_s > 0 else {}) | {"decode_base": base}
+    out |= {"compute": flops_token / matmul_s} if matmul_s > 0 else {}
+    if len(ordered) > 2 and (cached := (ordered[1][1][1] - tg1) / (ordered[1][0] - p1)) > 0:
+        out["decode_cached"] = cached / heads
+    return out | {"decode_base": base}
 
 
 def measure(bench: Path, model: Path, device_args: list[str]) -> dict[str, dict[str, float]]:

@@ -86,6 +86,16 @@ def busy() -> str | None:
 
 #: The key of the host's engine run in the cache's ``engine_runs``.
 HOST_RUN = "host"
+#: What a kept engine run carries: runs of an older version are made again, once (2: the decode with
+#: the KV in cache, which prices a GQA model's CPU attention).
+ENGINE_RUN_VERSION = 2
+RUN_VERSION_KEY = "run_version"
+
+
+def _run_kept(by_head: Any, head: int) -> bool:
+    """A device's engine run for ``head`` is stored, and of this version."""
+    run = by_head.get(str(head)) if isinstance(by_head, dict) else None
+    return isinstance(run, dict) and run.get(RUN_VERSION_KEY) == ENGINE_RUN_VERSION
 
 
 def engine_run_key(gpu: GpuDevice | None) -> str:
@@ -229,9 +239,9 @@ def calibration(inventory: Inventory, *, path: Path | None = None,
         for dev in (None, *inventory.rpc_devices):
             by_head = runs.setdefault(engine_run_key(dev), {})
             for head in head_dims:
-                if str(head) not in by_head and (got := engine_run(dev, head)):
+                if not _run_kept(by_head, head) and (got := engine_run(dev, head)):
                     # (none: the run failed or was too noisy; not kept, so a later plan runs it again)
-                    by_head[str(head)] = got
+                    by_head[str(head)] = {**got, RUN_VERSION_KEY: ENGINE_RUN_VERSION}
                     changed = True
     if changed:
         data.pop("saved", None)
@@ -259,8 +269,8 @@ def forget(path: Path | None = None) -> bool:
 def missing_engine_runs(inventory: Inventory, head_dims: tuple[int, ...], *,
                         path: Path | None = None) -> list[tuple[GpuDevice | None, int]]:
     """The (device, head size) pairs of ``inventory`` (the host: None; each RPC worker's device) with no
-    engine run stored yet (a run that failed or was too noisy is not kept: a later plan makes it). Reads the
-    cache only: nothing is measured."""
+    engine run stored yet, or one of an older ``ENGINE_RUN_VERSION`` (a run that failed or was too noisy
+    is not kept: a later plan makes it). Reads the cache only: nothing is measured."""
     store = path or calibration_path()
     ident = identity(inventory)
     data = load_json_dict(store)
@@ -271,7 +281,7 @@ def missing_engine_runs(inventory: Inventory, head_dims: tuple[int, ...], *,
     out: list[tuple[GpuDevice | None, int]] = []
     for dev in (None, *inventory.rpc_devices):
         by_head = runs.get(engine_run_key(dev))
-        out += [(dev, head) for head in head_dims if not (isinstance(by_head, dict) and str(head) in by_head)]
+        out += [(dev, head) for head in head_dims if not _run_kept(by_head, head)]
     return out
 
 
@@ -297,8 +307,13 @@ def _runs(by_head: Any) -> list[tuple[int, str, dict[str, float]]]:
 
 
 def _cpu_attention(by_head: Any, detail: str) -> tuple[CpuAttention, ...]:
+    def cached(r: dict[str, float], head: int) -> Figure | None:
+        c = r.get("decode_cached")
+        return (_calibrated(float(c), f"{detail}, {head}-wide heads, its shorter prompts (the KV in cache)")
+                if isinstance(c, (int, float)) and c > 0 else None)
+
     return tuple(CpuAttention(kv, head, _calibrated(float(r["decode"]), f"{detail}, {head}-wide heads"),
-                              _calibrated(float(r["prefill"]), f"{detail}, {head}-wide heads"))
+                              _calibrated(float(r["prefill"]), f"{detail}, {head}-wide heads"), cached(r, head))
                  for head, kv, r in _runs(by_head))
 
 

@@ -185,22 +185,36 @@ class CpuAttention:
     head_dim: int
     decode: Figure
     prefill: Figure
+    #: The decode's cost while the KV fits the CPU's caches (None: not measured): a query head's own
+    #: work on a KV row already there. ``decode`` is measured with one query head a KV head, so it
+    #: carries each row's read from memory whole; a GQA model's query heads share it (``attention_cost``).
+    decode_cached: Figure | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"kv_type": self.kv_type, "head_dim": self.head_dim, "decode": self.decode.to_json(),
-                "prefill": self.prefill.to_json()}
+                "prefill": self.prefill.to_json()} | (
+                    {"decode_cached": self.decode_cached.to_json()} if self.decode_cached is not None else {})
 
 
-def attention_cost(rates: tuple[CpuAttention, ...], kv_type: str, head_dim: int, *, decode: bool) -> float | None:
-    """The measured seconds per cell and head for ``kv_type`` (a type not measured: f16's for a float type,
-    ``QUANTIZED_KV_PROXY``'s for a quantized one) at the nearest measured head size; None when nothing
-    was measured."""
+def attention_cost(rates: tuple[CpuAttention, ...], kv_type: str, head_dim: int, *, decode: bool,
+                   gqa: float = 1.0) -> float | None:
+    """The measured seconds per cell and query head for ``kv_type`` (a type not measured: f16's for a
+    float type, ``QUANTIZED_KV_PROXY``'s for a quantized one) at the nearest measured head size; None
+    when nothing was measured. A decode with ``gqa`` query heads over each KV head: each head's own work
+    (``decode_cached``) and a ``gqa``-th of the KV row's read (what ``decode`` costs beyond it): at
+    128-wide heads 40 query heads over 8 measured 44–79 ns a query head where one over one measured
+    122–173 (bench/results/attention-footprint-cpu-2026-12-02.md)."""
     want = kv_type if any(r.kv_type == kv_type for r in rates) else "f16" if kv_type in FLOAT_KV else QUANTIZED_KV_PROXY
     found = [r for r in rates if r.kv_type == want]
     if not found:
         return None
     r = min(found, key=lambda r: abs(r.head_dim - head_dim))
-    return (r.decode if decode else r.prefill).value
+    if not decode:
+        return r.prefill.value
+    cached = r.decode_cached.value if r.decode_cached is not None else None
+    if cached is None or gqa <= 1 or cached >= r.decode.value:
+        return r.decode.value
+    return cached + (r.decode.value - cached) / gqa
 
 
 @dataclass(frozen=True)
@@ -344,6 +358,8 @@ class Workload:
     attn_head_flops: int = 0
     #: The K head size (a CPU's attention cost is measured per head size).
     head_dim: int = 0
+    #: Query heads per KV head (GQA; 1: none), over the layers with KV: they share each KV row's read.
+    gqa: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -402,7 +418,7 @@ def _attend(kv_bytes_s: float, flops: float, rates: tuple[CpuAttention, ...], w:
             decode: bool) -> float:
     """Seconds one side's attention takes: its KV read (``kv_bytes_s``, at its bandwidth), or on a CPU
     whose flash attention was measured, that kernel's time (cell-heads × its cost) when it is the longer."""
-    cost = attention_cost(rates, w.kv_type, w.head_dim, decode=decode)
+    cost = attention_cost(rates, w.kv_type, w.head_dim, decode=decode, gqa=w.gqa)
     return max(kv_bytes_s, flops / w.attn_head_flops * cost) if cost and w.attn_head_flops else kv_bytes_s
 
 

@@ -84,4 +84,11 @@ def workload(shape: ModelShape, inv: Inventory, launch: LaunchSettings, ws: Weig
         rpc_crossings=len(network.boundaries) if network is not None else 0, cpu_only=n_dev == 0,
         kv_type=launch.type_k, attn_device_cell=tuple(attn_dev), attn_tail_cell=attn_tail,
         attn_head_flops=2 * (shape.head_dim_k + shape.head_dim_v), head_dim=shape.head_dim_k,
-        kv_nkvo_cell=kv_nkvo, attn_nkvo_cell=attn_nkvo)
+        kv_nkvo_cell=kv_nkvo, attn_nkvo_cell=attn_nkvo, gqa=_gqa(shape))
+
+
+def _gqa(shape: ModelShape) -> float:
+    """Query heads per KV head over the layers with KV (Qwen2.5-14B: 40 over 8, 5)."""
+    kv = sum(h for h in shape.n_head_kv if h > 0)
+    q = sum(shape.n_head[il] for il in range(shape.n_layer) if shape.n_head_kv[il] > 0)
+    return q / kv if kv else 1.0

@@ -59,3 +59,17 @@ def test_runs_that_disagree_are_not_kept(tmp_path: Path) -> None:
     bench.write_text(f"#!/bin/sh\ncat {tables}/fast\n")
     got = cpu_attention.measure(bench, model, ["-ngl", "0"])
     assert set(got) == {"f16", "q8_0"} and got["f16"]["decode"] == pytest.approx((0.078 - 0.012) / 16 / 1792 / 8)
+
+
+def test_a_row_between_gives_the_decode_with_the_kv_in_cache() -> None:
+    """The run's middle prompt (1,024 cells): the decode over the first two rows is a query head's own
+    work with the KV still in the CPU's caches; over all three, the rows come from memory too
+    (app/planner/solve/speed.py shares that part among a GQA model's query heads)."""
+    rows = {256: (0.011, 0.64 / 64 / 1000), 1024: (0.09, 1.0 / 64 / 1000), 2048: (0.366, 3.2 / 64 / 1000)}
+    got = cpu_attention.rates(rows, heads=8, flops_token=1e6)
+    assert got is not None
+    assert got["decode"] == pytest.approx((3.2 - 0.64) / 64 / 1000 / 1792 / 8)  # first to last, as before
+    assert got["decode_cached"] == pytest.approx((1.0 - 0.64) / 64 / 1000 / 768 / 8)
+    # a middle row that does not grow (noise): no figure in cache, the rest as before
+    flat = cpu_attention.rates(rows | {1024: (0.09, 0.5 / 64 / 1000)}, heads=8, flops_token=1e6)
+    assert flat is not None and "decode_cached" not in flat and flat["decode"] == got["decode"]

@@ -26,6 +26,7 @@ from app.planner.solve.speed import (
     SpeedFigures,
     SpeedRow,
     Workload,
+    attention_cost,
     decode_seconds,
     default,
     prefill_seconds,
@@ -162,6 +163,38 @@ def test_a_cpu_attention_cost_holds_for_the_head_size_it_was_measured_at() -> No
     # 5,000 cells × 32 heads × 10 ns = 1.6 ms, under the 40 MB of KV at 10 GB/s (4 ms): the read wins
     assert decode_seconds(wide, fig, 0.5) == pytest.approx(1e7 / 10e9 + 5000 * 8192 / 10e9 + BASE_SPLITS * SPLIT)
     assert decode_seconds(small_heads(head_dim=40), fig, 0.5) == decode_seconds(small_heads(), fig, 0.5)
+
+
+
+def test_a_gqa_models_query_heads_share_each_kv_rows_read() -> None:
+    """bench/results/attention-footprint-cpu-2026-12-02.md: at 128-wide heads, 40 query heads over 8 KV
+    heads cost 44–79 ns a query head where one over one cost 122–173, with the KV in cache ~40–60: a
+    query head's own work, and the KV row's read from memory shared by the query heads over it."""
+    measured = CpuAttention("f16", 128, default(190e-9, "t"), default(19e-9, "t"), default(40e-9, "t"))
+    rates = (measured,)
+    assert attention_cost(rates, "f16", 128, decode=True) == pytest.approx(190e-9)  # one query head a KV head
+    assert attention_cost(rates, "f16", 128, decode=True, gqa=5) == pytest.approx(40e-9 + 150e-9 / 5)
+    assert attention_cost(rates, "f16", 128, decode=False, gqa=5) == pytest.approx(19e-9)  # prefill: as measured
+    # nothing measured in cache, or a noisy one above the whole: the measured cost as it stands
+    plain = (replace(measured, decode_cached=None),)
+    assert attention_cost(plain, "f16", 128, decode=True, gqa=5) == pytest.approx(190e-9)
+    noisy = (replace(measured, decode_cached=default(200e-9, "t")),)
+    assert attention_cost(noisy, "f16", 128, decode=True, gqa=5) == pytest.approx(190e-9)
+    # a plan prices its host attention so: Qwen2.5-14B's shape is 40 query heads over 8, all on the CPU
+    from app.planner.solve.workload import _gqa
+
+    qwen = read_shape(gguf_factory.ensure(shapes.QWEN25_14B_1M))
+    assert _gqa(qwen) == 5.0
+    inv = Inventory((), HostMemory(256 * GiB, 256 * GiB))
+
+    def full_decode(attention: tuple[CpuAttention, ...]) -> float:
+        fig = SpeedFigures(default(50e9, "t"), default(1e12, "t"), host_cpu_attention=attention)
+        row = make_plan(qwen, inv, LaunchSettings(n_ctx=131072), speed=fig).speed
+        assert row is not None
+        return row.at_fill(1.0).decode
+
+    # 48 layers × 40 query heads × 131k cells: 190 ns each is 48 s a token; 70 ns, 18 s (and the weights)
+    assert full_decode(rates) / full_decode(plain) == pytest.approx(190 / 70, rel=0.05)
 
 
 def test_the_host_cpus_attention_prices_nkvo_and_the_patched_host_tail() -> None:
