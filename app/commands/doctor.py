@@ -28,11 +28,13 @@ def register(sub: Any) -> None:
                        help="report Python, Qt, llama-cpp-python, NVML, engines, cache; test the engine on this CPU")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--no-selftest", action="store_true",
-                   help="do not start the engine on a tiny model (the report only; exit 0)")
+                   help="do not start the engine on a tiny model (the report only; exit 0 unless --recalibrate "
+                        "fails)")
     p.add_argument("--recalibrate", action="store_true",
                    help="forget this machine's stored speed figures (host memory and compute timings, the "
                         "CPU-attention runs, what launches taught) and measure the CPU's again now; the rest "
-                        "is measured by the next plan")
+                        "is measured by the next plan; refused, and nothing forgotten, on a busy machine or "
+                        "without a llama-batched-bench")
     p.set_defaults(func=run)
 
 
@@ -200,26 +202,32 @@ def collect(selftest: bool = False, recalibrate: bool = False) -> dict[str, Any]
     if selftest:
         report["selftest"] = _selftest(launching)
     if recalibrate:
-        report["recalibrated"] = _recalibrate()
+        report["recalibrated"] = _recalibrate(launching)
     report["cpu_attention"] = _cpu_attention(measure=selftest or recalibrate, engine=launching)
     return report
 
 
-def _recalibrate() -> dict[str, Any]:
+def _recalibrate(engine: EngineInfo | None) -> dict[str, Any]:
     """Forget the stored speed figures and time the host's memory and compute again (``--recalibrate``);
-    the CPU-attention runs follow in ``_cpu_attention``."""
-    from app.engine.attention_runs import host_only
+    the CPU-attention runs follow in ``_cpu_attention``. Nothing is forgotten that cannot be measured
+    again now: not on a busy machine (a figure of a busy moment would be kept for good), nor without a
+    llama-batched-bench to time the CPU's attention with."""
+    from app.engine.attention_runs import find_bench, host_only
     from app.machine import calibrate
 
     path = calibrate.calibration_path()
+    if (why := calibrate.busy()) is not None:
+        return {"ok": False, "path": str(path), "words": f"not forgotten: the machine is busy ({why}), and what is "
+                "measured now is kept for good; run `headroom doctor --recalibrate` again when it is quieter"}
+    if find_bench(engine) is None:
+        return {"ok": False, "path": str(path), "words": "not forgotten: there is no llama-batched-bench to time this "
+                "CPU's attention again with (`headroom engine build`)"}
     if not calibrate.forget():
         return {"ok": False, "path": str(path), "words": f"could not forget the stored figures: {path} cannot be "
                 "removed (a read-only cache?); remove it yourself and run this again"}
-    if (why := calibrate.busy()) is not None:
-        return {"ok": True, "path": str(path), "words": f"forgotten ({path}); not measured now (the machine is busy: "
-                f"{why}): the next plan on a quieter machine measures them"}
     data = calibrate.calibration(host_only())
-    return {"ok": True, "path": str(path), "words": f"forgotten and measured again: host memory "
+    stored = "" if data.get("saved") is not False else f" (not stored: {path} cannot be written; this run only)"
+    return {"ok": True, "path": str(path), "words": f"forgotten and measured again{stored}: host memory "
             f"{data['host_bandwidth'] / 1e9:.3g} GB/s (a 64 MiB copy), compute {data['host_flops'] / 1e9:.3g} "
             "GFLOP/s (a float32 matmul); what launches taught starts again from the next launch"}
 

@@ -325,7 +325,7 @@ def _figures_line(plan: Plan) -> str:
     if f16 := [a for a in fig.host_cpu_attention if a.kv_type == "f16"]:
         # (in cache: a query head's own work; a GQA model's query heads share the rest, the KV row's read)
         each = ", ".join(f"{a.decode.value * 1e9:.3g} ns ({a.head_dim}-wide heads"
-                         + (f"; {a.decode_cached.value * 1e9:.3g} in cache" if a.decode_cached is not None else "")
+                         + (f"; {a.decode_cached.value * 1e9:.3g} ns in cache" if a.decode_cached is not None else "")
                          + ")" for a in f16)
         parts.append(f"host CPU attention (f16 decode) {each} a KV cell and head (calibrated)")
     parts += [f"{d.name} {d.bandwidth.value / 1e9:.0f} GB/s, {d.flops.value / 1e12:.0f} TFLOP/s, link "

@@ -83,29 +83,48 @@ def _ns(seconds: float) -> str:
     return f"{seconds * 1e6:.3g} µs" if seconds >= 1e-6 else f"{seconds * 1e9:.3g} ns"
 
 
+def _figure(r: Any, key: str) -> float | None:
+    """A positive number stored under ``key`` (a cache written by hand or by another version may hold
+    anything; the speed model takes only these: app/machine/calibrate.py ``_runs``)."""
+    v = r.get(key) if isinstance(r, dict) else None
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else None
+
+
+#: What an earlier version's run lacks (app/machine/calibrate.py ``ENGINE_RUN_VERSION``).
+OLDER_RUN = ("an earlier version's run, without the decode with the KV in cache (a GQA model's attention is "
+             "priced without its query heads sharing the KV reads)")
+
+
 def run_lines(runs: dict[str, Any], pairs: list[tuple[GpuDevice | None, int]], *, verb: str = "measured") -> list[str]:
     """One line per (device, head size) in ``runs`` (the cache's ``engine_runs``): its decode and prefill
     cost per KV cell and head by KV type, or that it could not be measured (its attention is then priced
-    at memory bandwidth, not calibrated)."""
+    at memory bandwidth, not calibrated), or that the figures are an earlier version's run's."""
     out = []
     for dev, head in pairs:
         by_head = runs.get(calibrate.engine_run_key(dev)) or {}
-        if str(head) not in by_head:  # not kept: the run failed or its runs disagreed
-            out.append(f"{verb}: {_who(dev)}'s flash attention, {head}-wide heads: no figure this time (the "
-                       "engine run failed or was too noisy: is the machine busy?); priced at memory bandwidth "
-                       "until a later plan measures it")
-            continue
-        run = by_head[str(head)] or {}
-        parts = [f"{kv} decode {_ns(r['decode'])}"
-                 + (f" ({_ns(r['decode_cached'])} in cache)" if isinstance(r.get("decode_cached"), (int, float)) else "")
-                 + f", prefill {_ns(r['prefill'])}" for kv, r in sorted(run.items())
-                 if isinstance(r, dict) and "decode" in r and "prefill" in r]
-        # a KV type whose runs disagreed is said, not silently left out (app/planner/solve/speed.py
-        # ``attention_cost`` prices it from another head size's figure, or at memory bandwidth)
-        missing = [kv for kv in KV_TYPES if not isinstance(run.get(kv), dict)]
-        tail = f"; {' and '.join(missing)}: no figure (its runs disagreed)" if parts and missing else ""
+        run = by_head.get(str(head)) if isinstance(by_head, dict) else None
         who = f"{_who(dev)}'s flash attention, {head}-wide heads"
-        out.append(f"{verb}: {who}: {'; '.join(parts)} per KV cell and head{tail}" if parts else
+        if not isinstance(run, dict):  # not kept: the run failed or its runs disagreed
+            out.append(f"{verb}: {who}: no figure this time (the engine run failed or was too noisy: is the "
+                       "machine busy?); priced at memory bandwidth until a later plan measures it")
+            continue
+        parts = []
+        for kv, r in sorted(run.items()):
+            decode, prefill, cached = _figure(r, "decode"), _figure(r, "prefill"), _figure(r, "decode_cached")
+            if decode is not None and prefill is not None:
+                parts.append(f"{kv} decode {_ns(decode)}" + (f" ({_ns(cached)} in cache)" if cached else "")
+                             + f", prefill {_ns(prefill)}")
+        # a KV type whose runs failed or disagreed is said, not silently left out (app/planner/solve/
+        # speed.py ``attention_cost`` prices it from another head size's figure, or at memory bandwidth)
+        missing = [kv for kv in KV_TYPES if _figure(run.get(kv), "decode") is None]
+        tail = f"; {' and '.join(missing)}: no figure (its runs failed or disagreed)" if parts and missing else ""
+        figures = f"{'; '.join(parts)} per KV cell and head{tail}"
+        if not calibrate.run_kept(by_head, head):
+            lead = (f"{verb}: {who}: no new figure this time (the engine run failed or was too noisy: is the machine "
+                    "busy?); kept" if verb == "measured" else f"{verb}: {who}:")
+            out.append(f"{lead} {OLDER_RUN}" + (f": {figures}" if parts else "") + "; a later plan measures it again")
+            continue
+        out.append(f"{verb}: {who}: {figures}" if parts else
                    f"{verb}: {who}: no figure (the engine run failed or was too noisy): priced at memory "
                    "bandwidth, not calibrated")
     return out
@@ -125,8 +144,11 @@ def ensure_runs(inventory: Inventory, head_dims: tuple[int, ...], engine: Engine
         return []
     if (why := calibrate.busy()) is not None:  # kept for good: not a figure of a busy moment
         who = " and ".join(dict.fromkeys(_who(d) for d, _ in todo))
-        return [f"not measured now: the attention speed of {who} (the machine is busy: {why}): priced at "
-                "memory bandwidth until a plan on a quieter machine measures it"]
+        runs = calibrate.calibration_runs(inventory, path=path)
+        older = any(isinstance((runs.get(calibrate.engine_run_key(d)) or {}).get(str(h)), dict) for d, h in todo)
+        return [f"not measured now: the attention speed of {who} (the machine is busy: {why}): priced "
+                + ("with an earlier version's run" if older else "at memory bandwidth")
+                + " until a plan on a quieter machine measures it"]
     if say is not None:
         say(progress_line(todo))
     heads = tuple(sorted({h for _, h in todo}))
@@ -145,16 +167,23 @@ def host_only() -> Inventory:
 def host_runs(*, measure_missing: bool, say: Callable[[str], None] | None = None,
               engine: EngineInfo | None = None) -> list[str]:
     """The host's runs for ``BUILD_HEAD_DIMS``, a line each: "measured" now (where missing and
-    ``measure_missing``, with ``engine``'s bench where it has one), "stored" before, or "not measured"
-    (``engine build``, ``doctor``)."""
-    from app.machine.overhead import load_json_dict
-
+    ``measure_missing``, with ``engine``'s bench where it has one), "stored" before (an earlier version's
+    said as such), or not measured and why (``engine build``, ``doctor``)."""
     inventory = host_only()
     before = calibrate.missing_engine_runs(inventory, BUILD_HEAD_DIMS)
     made = ensure_runs(inventory, BUILD_HEAD_DIMS, engine, say=say) if measure_missing else []
-    stored = load_json_dict(calibrate.calibration_path()).get("engine_runs") or {}
+    stored = calibrate.calibration_runs(inventory)
     kept = run_lines(stored, [(None, h) for h in BUILD_HEAD_DIMS if (None, h) not in before], verb="stored")
-    none = [f"not measured: this CPU's flash attention, {h}-wide heads (no llama-batched-bench to time it with: "
-            "`headroom engine build`): priced at memory bandwidth, not calibrated"
-            for _, h in calibrate.missing_engine_runs(inventory, BUILD_HEAD_DIMS)]
-    return made + kept + none
+    if made:  # (what was measured, or why not now: said per head size or for all)
+        return made + kept
+    host = stored.get(calibrate.HOST_RUN) or {}
+    why = ("no llama-batched-bench to time it with: `headroom engine build`" if find_bench(engine) is None
+           else "`headroom doctor` measures it; with --no-selftest it does not")
+    rest = []
+    for _, h in before:
+        if isinstance(host, dict) and isinstance(host.get(str(h)), dict):  # an earlier version's run
+            rest += run_lines(stored, [(None, h)], verb="stored")
+        else:
+            rest.append(f"not measured: this CPU's flash attention, {h}-wide heads ({why}): priced at memory "
+                        "bandwidth, not calibrated")
+    return kept + rest

@@ -19,6 +19,7 @@ from typing import Any
 
 from app.planner import words
 from app.planner.plan_types import Plan
+from app.planner.solve.speed import plausible_ratio
 from app.text import printable
 
 #: The completion's prompt: about this many words (one prefill ubatch on any launch), cut to a slot's
@@ -37,11 +38,15 @@ class Timings:
     prompt_per_second: float
     predicted_n: int
     predicted_per_second: float
+    #: Prompt tokens reused from the slot's cache (``cache_n``): a chat's later turn evaluates only its
+    #: new ones, but decodes over all of them.
+    cache_n: int = 0
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Timings:
         return cls(int(data.get("prompt_n", 0)), float(data.get("prompt_per_second", 0.0)),
-                   int(data.get("predicted_n", 0)), float(data.get("predicted_per_second", 0.0)))
+                   int(data.get("predicted_n", 0)), float(data.get("predicted_per_second", 0.0)),
+                   int(data.get("cache_n", 0) or 0))
 
 
 @dataclass(frozen=True)
@@ -67,17 +72,19 @@ class SpeedCheck:
 
     @property
     def decode_ratio(self) -> float | None:
-        """Measured ÷ unscaled predicted decode (None: nothing decoded)."""
+        """Measured ÷ unscaled predicted decode (None: nothing decoded, or outside ``PLAUSIBLE_RATIO``)."""
         if self.measured.predicted_n < 2 or self.decode_predicted <= 0:
             return None
-        return self.measured.predicted_per_second / (self.decode_predicted / self.decode_scale)
+        ratio = self.measured.predicted_per_second / (self.decode_predicted / self.decode_scale)
+        return ratio if plausible_ratio(ratio) else None
 
     @property
     def prefill_ratio(self) -> float | None:
         """Measured ÷ unscaled predicted prefill (None: not ``prefill_compared``)."""
         if not self.prefill_compared or self.prefill_predicted <= 0:
             return None
-        return self.measured.prompt_per_second / (self.prefill_predicted / self.prefill_scale)
+        ratio = self.measured.prompt_per_second / (self.prefill_predicted / self.prefill_scale)
+        return ratio if plausible_ratio(ratio) else None
 
     def line(self) -> str:
         """"speed: decode 41 tok/s measured, 38 predicted; prefill …" (the engine's own timings)."""
@@ -105,7 +112,8 @@ def check_speed(plan: Plan, timings: Timings) -> SpeedCheck | None:
     timings; None when the plan predicts none (the window engine)."""
     if plan.speed is None or plan.kv is None:
         return None
-    fill = min(1.0, (timings.prompt_n + timings.predicted_n) / max(1, plan.kv.n_ctx_seq))
+    # (the cells the reply decoded over: the cached prefix too, not only the prompt's new tokens)
+    fill = min(1.0, (timings.cache_n + timings.prompt_n + timings.predicted_n) / max(1, plan.kv.n_ctx_seq))
     at = plan.speed.between(fill)
     fig = plan.speed_figures
     return SpeedCheck(at.prefill, at.decode, timings,

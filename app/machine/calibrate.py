@@ -92,7 +92,7 @@ ENGINE_RUN_VERSION = 2
 RUN_VERSION_KEY = "run_version"
 
 
-def _run_kept(by_head: Any, head: int) -> bool:
+def run_kept(by_head: Any, head: int) -> bool:
     """A device's engine run for ``head`` is stored, and of this version."""
     run = by_head.get(str(head)) if isinstance(by_head, dict) else None
     return isinstance(run, dict) and run.get(RUN_VERSION_KEY) == ENGINE_RUN_VERSION
@@ -239,7 +239,7 @@ def calibration(inventory: Inventory, *, path: Path | None = None,
         for dev in (None, *inventory.rpc_devices):
             by_head = runs.setdefault(engine_run_key(dev), {})
             for head in head_dims:
-                if not _run_kept(by_head, head) and (got := engine_run(dev, head)):
+                if not run_kept(by_head, head) and (got := engine_run(dev, head)):
                     # (none: the run failed or was too noisy; not kept, so a later plan runs it again)
                     by_head[str(head)] = {**got, RUN_VERSION_KEY: ENGINE_RUN_VERSION}
                     changed = True
@@ -271,18 +271,23 @@ def missing_engine_runs(inventory: Inventory, head_dims: tuple[int, ...], *,
     """The (device, head size) pairs of ``inventory`` (the host: None; each RPC worker's device) with no
     engine run stored yet, or one of an older ``ENGINE_RUN_VERSION`` (a run that failed or was too noisy
     is not kept: a later plan makes it). Reads the cache only: nothing is measured."""
+    runs = calibration_runs(inventory, path=path)
+    out: list[tuple[GpuDevice | None, int]] = []
+    for dev in (None, *inventory.rpc_devices):
+        by_head = runs.get(engine_run_key(dev))
+        out += [(dev, head) for head in head_dims if not run_kept(by_head, head)]
+    return out
+
+
+def calibration_runs(inventory: Inventory, *, path: Path | None = None) -> dict[str, Any]:
+    """The stored ``engine_runs`` for this host's identity (empty: none); reads the cache only."""
     store = path or calibration_path()
     ident = identity(inventory)
     data = load_json_dict(store)
     if not (data.get("version") == CALIBRATION_VERSION and data.get("identity") == ident):
         data = _UNSTORED.get((str(store), json.dumps(ident, sort_keys=True))) or {}
     runs = data.get("engine_runs")
-    runs = runs if isinstance(runs, dict) else {}
-    out: list[tuple[GpuDevice | None, int]] = []
-    for dev in (None, *inventory.rpc_devices):
-        by_head = runs.get(engine_run_key(dev))
-        out += [(dev, head) for head in head_dims if not _run_kept(by_head, head)]
-    return out
+    return runs if isinstance(runs, dict) else {}
 
 
 def learned_key(inventory: Inventory, model: str = "") -> str:
@@ -382,9 +387,9 @@ def machine_speed(inventory: Inventory, *, path: Path | None = None, host_attent
                        host_cpu_attention=_cpu_attention(host_run, ENGINE_RUN_DETAIL))
     learned = (data.get("learned") or {}).get(learned_key(inventory, model))
     if isinstance(learned, dict):
-        scale = {name: _calibrated(float(v), "measured ÷ predicted after a launch here")
-                 for name in ("decode_scale", "prefill_scale")
-                 if isinstance(v := learned.get(name), (int, float)) and v > 0}
+        # (a ratio outside PLAUSIBLE_RATIO, kept by an earlier version, is not applied)
+        scale = {name: _calibrated(float(learned[name]), "measured ÷ predicted after a launch here")
+                 for name in ("decode_scale", "prefill_scale") if speed.plausible_ratio(learned.get(name))}
         fig = replace(fig, decode_scale=scale.get("decode_scale", fig.decode_scale),
                       prefill_scale=scale.get("prefill_scale", fig.prefill_scale))
     return fig
@@ -397,9 +402,9 @@ def learn(inventory: Inventory, decode_ratio: float | None, prefill_ratio: float
     store = path or calibration_path()
     data = calibration(inventory, path=store)
     entry = dict((data.get("learned") or {}).get(learned_key(inventory, model)) or {})
-    if decode_ratio:
+    if speed.plausible_ratio(decode_ratio):
         entry["decode_scale"] = decode_ratio
-    if prefill_ratio:
+    if speed.plausible_ratio(prefill_ratio):
         entry["prefill_scale"] = prefill_ratio
     data.setdefault("learned", {})[learned_key(inventory, model)] = entry
     data.pop("saved", None)

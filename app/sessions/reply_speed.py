@@ -42,7 +42,8 @@ def timings_of(reply: Reply) -> Timings | None:
     """A finished reply's timings as the engine reported them (None: it generated nothing)."""
     if reply.predicted < 1 or reply.tokens_per_second <= 0:
         return None
-    return Timings(reply.prompt_evaluated, reply.prompt_per_second, reply.predicted, reply.tokens_per_second)
+    return Timings(reply.prompt_evaluated, reply.prompt_per_second, reply.predicted, reply.tokens_per_second,
+                   reply.prompt_cached)
 
 
 @dataclass(frozen=True)

@@ -95,7 +95,7 @@ class SpeedCheckRow(QLabel):
         # two lines (the whole sentence pushed the form's command line below the fold at 1366×768);
         # the reply's token counts, /metrics and what was learned in the tooltip
         self.setText(f"{predicted_line(self._plan)}\n{result.short()}")
-        self.setToolTip(result.text())
+        self.setToolTip(result.text().replace(". ", ".\n"))  # (a sentence a line, not one screen-wide line)
 
     def _failed(self, message: str) -> None:
         self.setText(f"{self.text()}\nSpeed not measured: {message}")

@@ -140,6 +140,15 @@ FILLS = (0.0, 0.5, 1.0)
 _DEFAULT = SourceKind.DEFAULT
 
 
+#: Measured ÷ predicted outside this band is a measurement's fault, not the machine's: it is neither
+#: learned nor applied (app/engine/speed_check.py, app/machine/calibrate.py). A chat turn's 89 new
+#: prompt tokens had taught prefill ×0.0037, which then scaled every later plan of the model.
+PLAUSIBLE_RATIO = (0.05, 20.0)
+
+
+def plausible_ratio(ratio: object) -> bool:
+    return isinstance(ratio, (int, float)) and PLAUSIBLE_RATIO[0] <= ratio <= PLAUSIBLE_RATIO[1]
+
 def bus_bandwidth(pcie_gen: int | None, pcie_width: int | None) -> float:
     """Bytes per second to a GPU over its link (NVML's generation and width), else DEFAULT_BUS."""
     if not pcie_gen or not pcie_width or pcie_gen not in PCIE_LANE:

@@ -58,6 +58,10 @@ def test_doctor_in_a_fresh_home_fails_and_says_an_engine_is_what_is_missing(tmp_
     lines = {line[:18].strip(): line[19:] for line in proc.stdout.splitlines()}
     assert lines["llama-cpp-python"].startswith("no llama.cpp library yet, so pass 1 cannot measure")
     assert "Shared library" not in proc.stdout
+    # nothing to time the CPU's attention with either, and said so (not "measured", not a traceback)
+    assert lines["CPU attention"] == ("not measured: this CPU's flash attention, 128-wide heads (no llama-batched-bench "
+                                      "to time it with: `headroom engine build`): priced at memory bandwidth, not "
+                                      "calibrated")
     assert lines["Engines"] == "none found (run `headroom engine build`, or choose one in the window, File ▸ Choose engine…)"
     assert lines["Engine self-test"] == "no engine to test, so nothing can serve yet (see Engines)"
     report = subprocess.run([sys.executable, "-m", "app", "doctor", "--no-selftest"], cwd=ROOT, env=env,

@@ -51,6 +51,10 @@ def test_a_head_size_not_run_yet_is_measured_once_and_said(engine_build: EngineB
     assert lines[0] == "headroom: measuring this CPU's attention speed for 16-wide heads (once; up to half a minute)…"
     assert lines[1].startswith("headroom: measured: this CPU's flash attention, 16-wide heads: f16 decode ")
     assert lines[1].endswith(" per KV cell and head")
+    # the recorded run's middle prompt: the decode with the KV in cache, said beside the whole
+    stored_f16 = json.loads((own_cache / "speed-calibration.json").read_text())["engine_runs"]["host"]["16"]["f16"]
+    assert f"f16 decode {stored_f16['decode'] * 1e9:.3g} ns ({stored_f16['decode_cached'] * 1e9:.3g} ns in cache)" in (
+        lines[1])
     rates = plan["speed_figures"]["host_cpu_attention"]  # type: ignore[index]
     assert {(r["kv_type"], r["head_dim"]) for r in rates} == {("f16", 16), ("q8_0", 16)}
     assert all(r["decode"]["calibrated"] and "llama-batched-bench on the self-test model" in r["decode"]["source"]
@@ -63,8 +67,9 @@ def test_a_head_size_not_run_yet_is_measured_once_and_said(engine_build: EngineB
     # the text names the figure a host tail's decode rests on
     f16 = next(r for r in rates if r["kv_type"] == "f16")
     assert cli.main(["plan", str(tiny_model), "-c", "4k", "--engine", str(engine_build.server)]) == 0
-    assert (f"host CPU attention (f16 decode) {f16['decode']['value'] * 1e9:.3g} ns (16-wide heads) a KV cell and "
-            "head (calibrated)") in capsys.readouterr().out
+    assert (f"host CPU attention (f16 decode) {f16['decode']['value'] * 1e9:.3g} ns (16-wide heads; "
+            f"{f16['decode_cached']['value'] * 1e9:.3g} ns in cache) a KV cell and head (calibrated)"
+            ) in capsys.readouterr().out
 
 
 def test_a_busy_machine_is_not_timed_and_a_later_plan_times_it(engine_build: EngineBuild, tiny_model: Path,
@@ -89,9 +94,10 @@ def test_a_busy_machine_is_not_timed_and_a_later_plan_times_it(engine_build: Eng
 
 
 def test_engine_build_and_doctor_say_the_figures_for_real_models_head_sizes(own_cache: Path) -> None:
+    # doctor --no-selftest: a bench is there, but the report alone measures nothing
     assert host_runs(measure_missing=False) == [
-        f"not measured: this CPU's flash attention, {h}-wide heads (no llama-batched-bench to time it with: "
-        "`headroom engine build`): priced at memory bandwidth, not calibrated" for h in BUILD_HEAD_DIMS]
+        f"not measured: this CPU's flash attention, {h}-wide heads (`headroom doctor` measures it; with "
+        "--no-selftest it does not): priced at memory bandwidth, not calibrated" for h in BUILD_HEAD_DIMS]
     said: list[str] = []
     made = host_runs(measure_missing=True, say=said.append)
     assert said == ["measuring this CPU's attention speed for 64-wide and 128-wide heads (once; up to half a minute)…"]
@@ -141,7 +147,55 @@ def test_a_kv_type_whose_runs_disagreed_is_said_not_dropped() -> None:
     f16 had not been asked for."""
     from app.engine.attention_runs import run_lines
 
-    runs = {"host": {"128": {"q8_0": {"decode": 39.8e-9, "prefill": 35.6e-9}}}}
+    runs = {"host": {"128": {"run_version": calibrate.ENGINE_RUN_VERSION,
+                             "q8_0": {"decode": 39.8e-9, "prefill": 35.6e-9}}}}
     assert run_lines(runs, [(None, 128)]) == [
         "measured: this CPU's flash attention, 128-wide heads: q8_0 decode 39.8 ns, prefill 35.6 ns per KV cell "
-        "and head; f16: no figure (its runs disagreed)"]
+        "and head; f16: no figure (its runs failed or disagreed)"]
+
+
+def test_doctor_recalibrate_on_a_busy_machine_forgets_nothing(
+        own_cache: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """What is timed now is kept for good: on a busy machine it would be a busy moment's figure, and the
+    good ones would be gone with nothing to replace them."""
+    host_runs(measure_missing=True)
+    before = calibrate.calibration_path().read_text()
+    monkeypatch.delenv("HEADROOM_MEASURE_WHEN_BUSY")
+    monkeypatch.setattr(os, "getloadavg", lambda: (7.5, 7.0, 6.0))
+    capsys.readouterr()
+    assert cli.main(["doctor", "--no-selftest", "--recalibrate"]) == 1
+    out = capsys.readouterr().out
+    assert f"Speed figures      not forgotten: the machine is busy (load 7.5 on {os.cpu_count()} cores)" in out
+    assert calibrate.calibration_path().read_text() == before
+    assert "stored: this CPU's flash attention, 128-wide heads: f16 decode" in out
+
+
+def test_an_earlier_versions_run_is_said_as_such_and_made_again(own_cache: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """A cache from before the decode with the KV in cache was measured: its figures still price plans
+    (better than bandwidth), doctor says what they are instead of "not measured", and the next run
+    replaces them."""
+    host_runs(measure_missing=True)
+    store = calibrate.calibration_path()
+    old = json.loads(store.read_text())
+    for run in old["engine_runs"]["host"].values():
+        run.pop(calibrate.RUN_VERSION_KEY)
+    store.write_text(json.dumps(old))
+    said = host_runs(measure_missing=False)
+    assert len(said) == 2 and all(line.startswith(
+        f"stored: this CPU's flash attention, {h}-wide heads: an earlier version's run, without the decode with the "
+        "KV in cache") and line.endswith("; a later plan measures it again") for h, line in zip((64, 128), said, strict=True))
+    assert "f16 decode " in said[0]
+    made = host_runs(measure_missing=True)
+    assert [m.split(": f16 decode")[0] for m in made] == [
+        "measured: this CPU's flash attention, 64-wide heads", "measured: this CPU's flash attention, 128-wide heads"]
+
+
+def test_figures_of_any_shape_in_the_cache_are_said_not_a_traceback() -> None:
+    from app.engine.attention_runs import run_lines
+
+    runs = {"host": {"128": {"run_version": calibrate.ENGINE_RUN_VERSION, "f16": {"decode": "6e-8", "prefill": 1e-8},
+                             "q8_0": {"decode": 0, "prefill": 1e-8}}}}
+    assert run_lines(runs, [(None, 128)]) == [
+        "measured: this CPU's flash attention, 128-wide heads: no figure (the engine run failed or was too noisy): "
+        "priced at memory bandwidth, not calibrated"]

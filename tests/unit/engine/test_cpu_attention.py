@@ -3,6 +3,7 @@ recorded ``llama-batched-bench`` run of the self-test model with 32-wide heads o
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
 import pytest
@@ -73,3 +74,37 @@ def test_a_row_between_gives_the_decode_with_the_kv_in_cache() -> None:
     # a middle row that does not grow (noise): no figure in cache, the rest as before
     flat = cpu_attention.rates(rows | {1024: (0.09, 0.5 / 64 / 1000)}, heads=8, flops_token=1e6)
     assert flat is not None and "decode_cached" not in flat and flat["decode"] == got["decode"]
+
+
+def test_the_decode_in_cache_is_kept_only_where_most_runs_agree(tmp_path: Path) -> None:
+    """Its slope is the shorter one (768 cells), so it is the noisier: a run whose middle row does not grow
+    gives none, and the median of the others is kept when most gave one and they agree; runs that
+    disagree give none (a GQA model is then priced at the whole cost, as before)."""
+    from app.engine.selftest import selftest_model
+
+    def table(mid_tg: float) -> str:
+        return LOG.read_text().replace(
+            "|  2048 |", f"|  1024 |     16 |    1 |   1040 |    0.090 | 11377.78 |    {mid_tg:.3f} |   500.00 |"
+                         "    0.100 | 10400.00 |\n|  2048 |", 1)
+
+    tables = tmp_path / "tables"
+    tables.mkdir()
+    for name, mid in (("good", 0.020), ("good2", 0.021), ("flat", 0.010), ("far", 0.060)):
+        (tables / name).write_text(table(mid))
+    bench = tmp_path / "llama-batched-bench"
+    model = selftest_model(tmp_path / "models", head_dim=32)
+
+    def run(order: list[str]) -> dict[str, float]:
+        script = " ".join(order)
+        bench.write_text(f"#!/bin/sh\nn=$(cat {tmp_path}/n 2>/dev/null || echo 0); echo $((n + 1)) > {tmp_path}/n\n"
+                         f"set -- {script}\nshift $((n % $#))\ncat {tables}/$1\n")
+        bench.chmod(0o755)
+        (tmp_path / "n").unlink(missing_ok=True)
+        return cpu_attention.measure(bench, model, ["-ngl", "0"])["f16"]
+
+    # five runs: three good, one flat (no figure in cache), one good: the median of the four that gave one
+    got = run(["good", "good2", "flat", "good", "good2"])
+    assert got["decode_cached"] == pytest.approx(statistics.median(
+        [(t - 0.012) / 16 / 768 / 8 for t in (0.020, 0.021, 0.020, 0.021)]))
+    # two disagree by more than NOISY_SPREAD (8 ms against 48 ms over the same cells): none kept
+    assert "decode_cached" not in run(["good", "far", "good", "far", "far"])

@@ -202,3 +202,18 @@ def test_a_run_kept_before_the_decode_in_cache_was_measured_is_made_again_once(t
     assert calls == [128, 128] and fig.host_cpu_attention[0].decode_cached is not None
     calibrate.machine_speed(desktop(), path=store, engine_run=run, head_dims=(128,))
     assert calls == [128, 128] and calibrate.missing_engine_runs(desktop(), (128,), path=store) == []
+
+
+def test_a_learned_ratio_too_far_off_is_not_applied_nor_kept(tmp_path: Path) -> None:
+    """An earlier version learned prefill ×0.0037 from a chat turn's 89 new tokens; it scaled every later
+    plan of the model. A ratio outside PLAUSIBLE_RATIO is a measurement's fault: not applied if stored,
+    not stored if taught."""
+    store = tmp_path / "c.json"
+    calibrate.learn(desktop(), 1.5, None, path=store, model="toy")
+    data = json.loads(store.read_text())
+    data["learned"][calibrate.learned_key(desktop(), "toy")]["prefill_scale"] = 0.0037  # as the earlier version kept it
+    store.write_text(json.dumps(data))
+    fig = calibrate.machine_speed(desktop(), path=store, model="toy")
+    assert fig.decode_scale.value == 1.5 and fig.prefill_scale.value == 1.0 and not fig.prefill_scale.calibrated
+    calibrate.learn(desktop(), 40.0, 0.01, path=store, model="other")
+    assert json.loads(store.read_text())["learned"][calibrate.learned_key(desktop(), "other")] == {}

@@ -66,12 +66,12 @@ def test_an_engine_that_is_gone_is_said_not_raised() -> None:
 
 def test_the_window_s_one_line_says_measured_beside_predicted_and_what_was_learned() -> None:
     plan = _plan()
-    timings = Timings(300, 4321.0, 12, 850.4)  # (more than half a ubatch of 512: the rate is compared)
+    timings = Timings(300, 100_000.0, 12, 850.4)  # (more than half a ubatch of 512: the rate is compared)
     check = check_speed(plan, timings)
     assert check is not None and check.decode_ratio is not None and check.prefill_ratio is not None
     reply = ReplySpeed(timings, check, None, learned=True)
     assert reply.short() == (f"Last reply: decode 850 tok/s, {tokens_per_s(check.decode_predicted)} predicted at its "
-                             f"fill; prefill 4,321, {tokens_per_s(check.prefill_predicted)} predicted")
+                             f"fill; prefill 100,000, {tokens_per_s(check.prefill_predicted)} predicted")
     # what was learned, the token counts: in the full text (the row's tooltip)
     assert f"(decode ×{check.decode_ratio:.2g}, prefill ×{check.prefill_ratio:.2g})" in reply.text()
     cached = ReplySpeed(Timings(0, 0.0, 8, 20.0), None, None).short()
@@ -91,5 +91,27 @@ def test_a_chat_turn_s_few_new_tokens_are_not_compared_nor_learned() -> None:
     assert "(decode ×" in text and "prefill ×" not in text
     assert ReplySpeed(short.measured, short, None, learned=True).short().endswith(
         "; prefill 466 (too short a prompt to compare)")
-    long = check_speed(plan, Timings(256, 466.0, 24, 3072.0))
+    long = check_speed(plan, Timings(256, 100_000.0, 24, 3072.0))
     assert long is not None and long.prefill_ratio is not None
+
+
+def test_a_later_turn_is_predicted_at_the_cells_it_decoded_over_cached_prefix_included() -> None:
+    """A chat's tenth turn evaluates its 20 new tokens but decodes over the whole conversation: its
+    prediction is at that fill, not at a near-empty context's."""
+    plan = _plan()
+    assert plan.speed is not None and plan.kv is not None
+    reply = Reply(0, predicted=12, tokens_per_second=50.0, prompt_evaluated=20, prompt_per_second=900.0,
+                  prompt_cached=3000)
+    timings = timings_of(reply)
+    assert timings is not None and timings.cache_n == 3000
+    check = check_speed(plan, timings)
+    assert check is not None
+    assert check.decode_predicted == plan.speed.between((3000 + 20 + 12) / plan.kv.n_ctx_seq).decode
+    assert check.decode_predicted < check_speed(plan, replace(timings, cache_n=0)).decode_predicted  # type: ignore[union-attr]
+
+
+def test_a_ratio_too_far_off_to_be_the_machine_is_neither_shown_as_learned_nor_kept() -> None:
+    plan = _plan()
+    check = check_speed(plan, Timings(400, 1.0, 12, 850.4))  # prefill 1 tok/s: a stalled machine, not a model
+    assert check is not None and check.prefill_ratio is None and check.decode_ratio is not None
+    assert "prefill ×" not in ReplySpeed(check.measured, check, None, learned=True).text()
