@@ -1,8 +1,7 @@
 """What a CPU's flash attention costs a cell and head as the KV a decoded token reads grows past the
 caches, and with query heads sharing a KV head (GQA), against what the speed model prices it at
 (``attention_cost`` on the CPU-attention engine run of app/engine/cpu_attention.py, timed over 1–8 MiB
-of KV: its decode, and its decode with the KV in cache, which a GQA model's query heads add to a share of
-the rest).
+of KV: its decode with one query head a KV head, and its GQA run's with four).
 
     .venv/bin/python -m bench.bench_attention_footprint [--head 128] [--threads 1] [--repeat 3] [--kv f16]
 
@@ -58,14 +57,15 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     run = bench_run(bench, args.threads)(None, args.head).get(args.kv, {})
     ref = run.get("decode")
-    cached = run.get("decode_cached")
+    shared = run.get("decode_gqa")
     rates = (CpuAttention(args.kv, args.head, default(ref, "run"), default(run.get("prefill", 0.0), "run"),
-                          default(cached, "run") if cached else None),) if ref else ()
+                          default(shared, "run") if shared else None, run.get("gqa", 1.0)),) if ref else ()
     print(f"llama-batched-bench of {build.label}, host CPU, -t {args.threads}, {args.kv} KV, heads of {args.head}, "
           f"prompts {PROMPTS[0]} and {PROMPTS[1]}, {DECODE} tokens decoded after each, median of {args.repeat}")
     print("the engine run's figures (what the plan prices with): "
-          + (f"decode {ref * 1e9:.0f} ns a cell and head" + (f", {cached * 1e9:.0f} with the KV in cache" if cached
-                                                              else ", none in cache") if ref
+          + (f"decode {ref * 1e9:.0f} ns a cell and head" + (f", {shared * 1e9:.0f} a query head with "
+                                                              f"{run.get('gqa', 1.0):g} a KV head" if shared
+                                                              else ", no GQA run") if ref
              else "none (its runs disagreed)"))
     head = ("query / KV heads", "layers", "KV a token reads", "ns a cell and query head", "runs", "priced",
             "measured ÷ priced")

@@ -323,10 +323,10 @@ def _figures_line(plan: Plan) -> str:
              f"({state(fig.host_bandwidth, fig.host_flops)})"]
     # the host CPU's measured attention (what a host tail, -nkvo or -ngl layers decode at)
     if f16 := [a for a in fig.host_cpu_attention if a.kv_type == "f16"]:
-        # (in cache: a query head's own work; a GQA model's query heads share the rest, the KV row's read)
+        # (and a query head's where query heads share a KV head: a GQA model is priced between the two)
         each = ", ".join(f"{a.decode.value * 1e9:.3g} ns ({a.head_dim}-wide heads"
-                         + (f"; {a.decode_cached.value * 1e9:.3g} ns in cache" if a.decode_cached is not None else "")
-                         + ")" for a in f16)
+                         + (f"; {a.decode_gqa.value * 1e9:.3g} ns a query head, {a.gqa:g} over a KV head"
+                            if a.decode_gqa is not None else "") + ")" for a in f16)
         parts.append(f"host CPU attention (f16 decode) {each} a KV cell and head (calibrated)")
     parts += [f"{d.name} {d.bandwidth.value / 1e9:.0f} GB/s, {d.flops.value / 1e12:.0f} TFLOP/s, link "
               f"{d.link.value / 1e9:.1f} GB/s ({state(d.bandwidth, d.flops, d.link)})" for d in fig.devices]

@@ -91,8 +91,8 @@ def _figure(r: Any, key: str) -> float | None:
 
 
 #: What an earlier version's run lacks (app/machine/calibrate.py ``ENGINE_RUN_VERSION``).
-OLDER_RUN = ("an earlier version's run, without the decode with the KV in cache (a GQA model's attention is "
-             "priced without its query heads sharing the KV reads)")
+OLDER_RUN = ("an earlier version's run, without the GQA run (a GQA model's attention is priced without its "
+             "query heads sharing the KV reads)")
 
 
 def run_lines(runs: dict[str, Any], pairs: list[tuple[GpuDevice | None, int]], *, verb: str = "measured") -> list[str]:
@@ -110,9 +110,11 @@ def run_lines(runs: dict[str, Any], pairs: list[tuple[GpuDevice | None, int]], *
             continue
         parts = []
         for kv, r in sorted(run.items()):
-            decode, prefill, cached = _figure(r, "decode"), _figure(r, "prefill"), _figure(r, "decode_cached")
+            decode, prefill, shared = _figure(r, "decode"), _figure(r, "prefill"), _figure(r, "decode_gqa")
+            gqa = _figure(r, "gqa")
             if decode is not None and prefill is not None:
-                parts.append(f"{kv} decode {_ns(decode)}" + (f" ({_ns(cached)} in cache)" if cached else "")
+                parts.append(f"{kv} decode {_ns(decode)}"
+                             + (f" ({_ns(shared)} a query head, {gqa:g} over a KV head)" if shared and gqa else "")
                              + f", prefill {_ns(prefill)}")
         # a KV type whose runs failed or disagreed is said, not silently left out (app/planner/solve/
         # speed.py ``attention_cost`` prices it from another head size's figure, or at memory bandwidth)

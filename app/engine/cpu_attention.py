@@ -6,16 +6,19 @@ cell is set by that loop (and the thread count the engine or the RPC worker runs
 bandwidth; the f16 and the quantized KV paths differ (only f16/f32 prefill is tiled). No spec sheet
 gives it: ``measure`` times it. It runs the build's ``llama-batched-bench`` on the self-test model
 (app/engine/selftest.py: 2 layers, 4 heads as wide as the planned model's, Q4_0 matrices) with flash attention on, for each KV
-type in ``KV_TYPES``, at three prompt lengths (``PROMPTS``) with ``DECODE`` tokens after each, the median of
+type in ``KV_TYPES``, at two prompt lengths (``PROMPTS``) with ``DECODE`` tokens after each, the median of
 ``REPEATS``; on the host CPU (``-ngl 0``, the engine's default threads) or on an RPC worker's device
 (``-ngl 99 --rpc ENDPOINT``, the worker's own threads). From the engine's own timings:
 
 - decode: seconds per token grow with the cells attended over; that slope over the model's heads (all
-  layers) is the decode cost per cell and head; over the shorter prompts alone (``decode_cached``) the
-  KV still fits the CPU's caches, and a cell costs only its query head's own work (128-wide heads on
-  this project's VM: ~40–60 ns there, ~100–200 over all three, where the KV rows come from memory).
-  The speed model shares the difference among a GQA model's query heads over one KV head
-  (app/planner/solve/speed.py ``attention_cost``; bench/results/attention-footprint-cpu-2026-12-02.md);
+  layers) is the decode cost per cell and head;
+- the decode with query heads sharing a KV head (``decode_gqa``, f16 KV): the same run on the GQA run's
+  model (app/engine/selftest.py ``deep_attention_model``: ``GQA_RUN`` query heads over each of the 4 KV
+  heads), per query head. Each KV row read serves every query head over it, so a GQA model's query head
+  costs less (128-wide heads on this project's VM: 162–250 ns one over one, 76–84 five over one); the
+  speed model prices a model's own ratio between the two (app/planner/solve/speed.py ``attention_cost``;
+  bench/results/attention-footprint-cpu-2026-12-02.md). Not for a quantized KV: its prefill, not tiled,
+  takes seconds a run with four times the query heads, and that KV is priced at the whole cost;
 - prefill: seconds per prompt token grow with the mean fill (half the prompt); the same ratio is the
   prefill cost per cell and head; the seconds per token at no fill are the model's matmuls, whose
   flops over them give the device's matmul rate (Q4_0 weights: a quantized model's);
@@ -34,14 +37,13 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-from app.engine.selftest import selftest_model
+from app.engine.selftest import deep_attention_model, selftest_model
 from app.planner.devices import GpuDevice
 from app.planner.gguf.model import read_shape
 from app.planner.solve.speed import active_weights
 
-#: Prompt lengths (tokens) and tokens decoded after each; the context they need. The costs are read
-#: between the first and the last; the decode's between the first two too (``decode_cached``).
-PROMPTS = (256, 1024, 2048)
+#: Prompt lengths (tokens) and tokens decoded after each; the context they need.
+PROMPTS = (256, 2048)
 #: (16 tokens at 256 cells took ~5 ms on the 2-core CI machine: timer-sized, the slope moved by ×1.5
 #: between runs; 64 cost well under a second more)
 DECODE = 64
@@ -52,6 +54,10 @@ REPEATS = 5
 #: the figure is not kept (on an idle 2-core VM five runs spread ×1.1–1.8).
 NOISY_SPREAD = 2.5
 TIMEOUT_S = 120.0
+#: The GQA run: query heads over each KV head, the KV types it is made for, how many runs.
+GQA_RUN = 4
+GQA_KV_TYPES = ("f16",)
+GQA_REPEATS = 3
 
 #: |    PP |     TG |    B |   N_KV |   T_PP s | S_PP t/s |   T_TG s | S_TG t/s |      T s |    S t/s |
 _ROW = re.compile(r"^\|\s*(?P<pp>\d+)\s*\|\s*(?P<tg>\d+)\s*\|\s*1\s*\|\s*\d+\s*\|\s*(?P<t_pp>[\d.]+)\s*\|"
@@ -74,9 +80,7 @@ def parse_rows(text: str) -> dict[int, tuple[float, float]]:
 def rates(rows: dict[int, tuple[float, float]], heads: int, flops_token: float) -> dict[str, float] | None:
     """Decode and prefill seconds per cell and head (``heads``: over all layers) and the matmul flop/s
     (left out when the rows leave none) from the first and the last row of the table (module
-    docstring), and with a row between them the decode's over the first two (``decode_cached``: left
-    out when it does not grow); None when the rows do not show attention growing with the cells (too
-    noisy to say)."""
+    docstring); None when the rows do not show attention growing with the cells (too noisy to say)."""
     if len(rows) < 2:
         return None
     ordered = sorted(rows.items())
@@ -92,46 +96,57 @@ def rates(rows: dict[int, tuple[float, float]], heads: int, flops_token: float) 
     # (a host's is tens of µs: noise can take it below zero, where it is none)
     base = max(0.0, tg1 - decode_slope * p1)
     out |= {"compute": flops_token / matmul_s} if matmul_s > 0 else {}
-    if len(ordered) > 2 and (cached := (ordered[1][1][1] - tg1) / (ordered[1][0] - p1)) > 0:
-        out["decode_cached"] = cached / heads
     return out | {"decode_base": base}
 
 
-def measure(bench: Path, model: Path, device_args: list[str]) -> dict[str, dict[str, float]]:
-    """Per KV type, ``rates`` on the device ``device_args`` selects (``-ngl 0``: the host CPU;
-    ``-ngl 99 --rpc ENDPOINT``: a worker's); a type whose run failed or was too noisy is left out."""
+def _runs(argv: list[str], repeats: int, heads: int, flops: float) -> list[dict[str, float]]:
+    """``repeats`` runs of ``argv``, each its own ``rates`` (its two rows taken under the same conditions:
+    a slope is a small difference of two noisy times, and pairing them within a run cancels what the run
+    shares, the machine's load, an RPC worker's round trips); the runs that gave them."""
+    runs: list[dict[str, float]] = []
+    for _ in range(repeats):
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            break
+        if (r := rates(parse_rows(done.stdout + done.stderr), heads, flops)) is not None:
+            runs.append(r)
+    return runs
+
+
+def _agree(runs: list[dict[str, float]], repeats: int) -> bool:
+    """Most runs gave a slope, and they agree (a core taken by something else stalls the engine's thread
+    barrier: one walkthrough's run came out ×28 slow, f16 ×28 q8_0's); else too noisy to say."""
+    decode = sorted(r["decode"] for r in runs)
+    return len(runs) * 2 > repeats and decode[-1] <= NOISY_SPREAD * decode[0]
+
+
+def _heads(model: Path) -> tuple[int, float]:
     shape = read_shape(model)
-    _, flops = active_weights(shape)
-    heads = sum(shape.n_head[il] for il in range(shape.n_layer) if shape.n_head_kv[il] > 0)
+    return sum(shape.n_head[il] for il in range(shape.n_layer) if shape.n_head_kv[il] > 0), active_weights(shape)[1]
+
+
+def measure(bench: Path, model: Path, device_args: list[str],
+            gqa_model: Path | None = None) -> dict[str, dict[str, float]]:
+    """Per KV type, ``rates`` on the device ``device_args`` selects (``-ngl 0``: the host CPU;
+    ``-ngl 99 --rpc ENDPOINT``: a worker's), the median of the runs; with ``gqa_model`` (``GQA_RUN``
+    query heads a KV head), for ``GQA_KV_TYPES`` its decode a query head too (``decode_gqa``, with ``gqa``);
+    a type whose runs failed or disagreed is left out (its GQA run alone: that figure is)."""
+    heads, flops = _heads(model)
     out: dict[str, dict[str, float]] = {}
     for kv in KV_TYPES:
-        # each run's own rates (its two rows taken under the same conditions), then the median of the
-        # runs: a slope is a small difference of two noisy times, and pairing them within a run cancels
-        # what the run shares (the machine's load, an RPC worker's round trips)
-        runs: list[dict[str, float]] = []
-        for _ in range(REPEATS):
-            argv = [str(bench), "-m", str(model), "-c", str(N_CTX), "-b", "2048", "-ub", "512", "-fa", "on",
-                    "-npp", ",".join(map(str, PROMPTS)), "-ntg", str(DECODE), "-npl", "1", "-ctk", kv, "-ctv", kv,
-                    *device_args]
-            try:
-                done = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
-            except (OSError, subprocess.TimeoutExpired):
-                break
-            if (r := rates(parse_rows(done.stdout + done.stderr), heads, flops)) is not None:
-                runs.append(r)
-        decode = sorted(r["decode"] for r in runs)
-        # most runs gave a slope, and they agree (a core taken by something else stalls the engine's
-        # thread barrier: one walkthrough's run came out ×28 slow, f16 ×28 q8_0's); else too noisy to say
-        if len(runs) * 2 > REPEATS and decode[-1] <= NOISY_SPREAD * decode[0]:
-            out[kv] = {key: statistics.median(r[key] for r in runs if key in r)
-                       for key in runs[0] if all(key in r for r in runs)}
-            # the decode in cache (a shorter slope, and not every run's middle row grows): the median of
-            # the runs that gave one, where most did and they agree; else none (the whole cost prices it)
-            cached = sorted(r["decode_cached"] for r in runs if "decode_cached" in r)
-            if len(cached) * 2 > len(runs) and cached[-1] <= NOISY_SPREAD * cached[0]:
-                out[kv]["decode_cached"] = statistics.median(cached)
-            else:
-                out[kv].pop("decode_cached", None)
+        argv = [str(bench), "-m", str(model), "-c", str(N_CTX), "-b", "2048", "-ub", "512", "-fa", "on",
+                "-npp", ",".join(map(str, PROMPTS)), "-ntg", str(DECODE), "-npl", "1", "-ctk", kv, "-ctv", kv,
+                *device_args]
+        runs = _runs(argv, REPEATS, heads, flops)
+        if not _agree(runs, REPEATS):
+            continue
+        out[kv] = {key: statistics.median(r[key] for r in runs) for key in runs[0] if all(key in r for r in runs)}
+        if gqa_model is not None and kv in GQA_KV_TYPES:
+            g_heads, g_flops = _heads(gqa_model)
+            argv[argv.index("-m") + 1] = str(gqa_model)
+            if _agree(g_runs := _runs(argv, GQA_REPEATS, g_heads, g_flops), GQA_REPEATS):
+                out[kv] |= {"decode_gqa": statistics.median(r["decode"] for r in g_runs), "gqa": float(GQA_RUN)}
     return out
 
 
@@ -144,7 +159,8 @@ def bench_run(bench: Path, threads: int | None = None) -> Callable[[GpuDevice | 
     def run(device: GpuDevice | None, head_dim: int) -> dict[str, dict[str, float]]:
         args = ["-ngl", "0"] if device is None else ["-ngl", "99", "--rpc", device.endpoint]
         args += ["-t", str(threads)] if threads else []
-        return measure(bench, selftest_model(head_dim=head_dim), args)
+        return measure(bench, selftest_model(head_dim=head_dim), args,
+                       deep_attention_model(head_dim, 2, n_head=4 * GQA_RUN, n_head_kv=4))
 
     return run
 

@@ -86,8 +86,8 @@ def busy() -> str | None:
 
 #: The key of the host's engine run in the cache's ``engine_runs``.
 HOST_RUN = "host"
-#: What a kept engine run carries: runs of an older version are made again, once (2: the decode with
-#: the KV in cache, which prices a GQA model's CPU attention).
+#: What a kept engine run carries: runs of an older version are made again, once (2: the GQA run,
+#: which prices a GQA model's CPU attention).
 ENGINE_RUN_VERSION = 2
 RUN_VERSION_KEY = "run_version"
 
@@ -312,13 +312,14 @@ def _runs(by_head: Any) -> list[tuple[int, str, dict[str, float]]]:
 
 
 def _cpu_attention(by_head: Any, detail: str) -> tuple[CpuAttention, ...]:
-    def cached(r: dict[str, float], head: int) -> Figure | None:
-        c = r.get("decode_cached")
-        return (_calibrated(float(c), f"{detail}, {head}-wide heads, its shorter prompts (the KV in cache)")
-                if isinstance(c, (int, float)) and c > 0 else None)
+    def shared(r: dict[str, float], head: int) -> tuple[Figure | None, float]:
+        c, g = r.get("decode_gqa"), r.get("gqa")
+        if isinstance(c, (int, float)) and c > 0 and isinstance(g, (int, float)) and g > 1:
+            return _calibrated(float(c), f"{detail}, {head}-wide heads, {g:g} query heads a KV head"), float(g)
+        return None, 1.0
 
     return tuple(CpuAttention(kv, head, _calibrated(float(r["decode"]), f"{detail}, {head}-wide heads"),
-                              _calibrated(float(r["prefill"]), f"{detail}, {head}-wide heads"), cached(r, head))
+                              _calibrated(float(r["prefill"]), f"{detail}, {head}-wide heads"), *shared(r, head))
                  for head, kv, r in _runs(by_head))
 
 

@@ -49,9 +49,10 @@ def test_plan_measures_this_cpus_attention_once_and_prices_with_it(engine_build:
         assert r["decode"]["calibrated"] and r["decode"]["source"] == (
             "calibrated on this machine (llama-batched-bench on the self-test model, flash attention on, "
             "64-wide heads)")
-        # the decode with the KV in cache (the run's two shorter prompts), where their rows showed it
-        cached = stored[r["kv_type"]].get("decode_cached")
-        assert (r["decode_cached"]["value"] == pytest.approx(cached)) if cached else "decode_cached" not in r
+        # the GQA run's decode a query head (f16 only), where its runs agreed
+        shared = stored[r["kv_type"]].get("decode_gqa")
+        assert (r["decode_gqa"]["value"] == pytest.approx(shared) and r["gqa"] == 4) if shared else "decode_gqa" not in r
+        assert r["kv_type"] == "f16" or "decode_gqa" not in r
     again = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert again.returncode == 0 and again.stderr == ""
     assert json.loads(again.stdout)["speed_figures"] == json.loads(first.stdout)["speed_figures"]

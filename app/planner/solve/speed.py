@@ -194,25 +194,26 @@ class CpuAttention:
     head_dim: int
     decode: Figure
     prefill: Figure
-    #: The decode's cost while the KV fits the CPU's caches (None: not measured): a query head's own
-    #: work on a KV row already there. ``decode`` is measured with one query head a KV head, so it
-    #: carries each row's read from memory whole; a GQA model's query heads share it (``attention_cost``).
-    decode_cached: Figure | None = None
+    #: The decode's cost a query head with ``gqa`` query heads over each KV head (None: not measured; the
+    #: engine run's model for ``decode`` has one a KV head, so each KV row's read is one head's alone).
+    decode_gqa: Figure | None = None
+    gqa: float = 1.0
 
     def to_json(self) -> dict[str, Any]:
         return {"kv_type": self.kv_type, "head_dim": self.head_dim, "decode": self.decode.to_json(),
                 "prefill": self.prefill.to_json()} | (
-                    {"decode_cached": self.decode_cached.to_json()} if self.decode_cached is not None else {})
+                    {"decode_gqa": self.decode_gqa.to_json(), "gqa": self.gqa} if self.decode_gqa is not None else {})
 
 
 def attention_cost(rates: tuple[CpuAttention, ...], kv_type: str, head_dim: int, *, decode: bool,
                    gqa: float = 1.0) -> float | None:
     """The measured seconds per cell and query head for ``kv_type`` (a type not measured: f16's for a
     float type, ``QUANTIZED_KV_PROXY``'s for a quantized one) at the nearest measured head size; None
-    when nothing was measured. A decode with ``gqa`` query heads over each KV head: each head's own work
-    (``decode_cached``) and a ``gqa``-th of the KV row's read (what ``decode`` costs beyond it): at
-    128-wide heads 40 query heads over 8 measured 44–79 ns a query head where one over one measured
-    122–173 (bench/results/attention-footprint-cpu-2026-12-02.md)."""
+    when nothing was measured. A decode with ``gqa`` query heads over each KV head, where a GQA run
+    measured one (``decode_gqa`` at ``r.gqa``): each KV row's read is shared by the query heads over it,
+    so a query head costs ``own + read / gqa``, the two parts from the runs at one and at ``r.gqa``
+    (128-wide heads on the 2-core VM: 162–250 ns one over one, 77–128 four over one, 76–84 five over
+    one; bench/results/attention-footprint-cpu-2026-12-02.md)."""
     want = kv_type if any(r.kv_type == kv_type for r in rates) else "f16" if kv_type in FLOAT_KV else QUANTIZED_KV_PROXY
     found = [r for r in rates if r.kv_type == want]
     if not found:
@@ -220,10 +221,12 @@ def attention_cost(rates: tuple[CpuAttention, ...], kv_type: str, head_dim: int,
     r = min(found, key=lambda r: abs(r.head_dim - head_dim))
     if not decode:
         return r.prefill.value
-    cached = r.decode_cached.value if r.decode_cached is not None else None
-    if cached is None or gqa <= 1 or cached >= r.decode.value:
-        return r.decode.value
-    return cached + (r.decode.value - cached) / gqa
+    one = r.decode.value
+    if gqa <= 1 or r.decode_gqa is None or r.gqa <= 1 or r.decode_gqa.value >= one:
+        return one  # (a GQA run no cheaper than one a KV head: no sharing seen)
+    read = (one - r.decode_gqa.value) / (1 - 1 / r.gqa)
+    own = max(0.0, one - read)
+    return own + read / gqa
 
 
 @dataclass(frozen=True)

@@ -51,10 +51,10 @@ def test_a_head_size_not_run_yet_is_measured_once_and_said(engine_build: EngineB
     assert lines[0] == "headroom: measuring this CPU's attention speed for 16-wide heads (once; up to half a minute)…"
     assert lines[1].startswith("headroom: measured: this CPU's flash attention, 16-wide heads: f16 decode ")
     assert lines[1].endswith(" per KV cell and head")
-    # the recorded run's middle prompt: the decode with the KV in cache, said beside the whole
+    # the GQA run (the recorded table of 16 query heads over 4 KV heads): a query head's decode, said beside
     stored_f16 = json.loads((own_cache / "speed-calibration.json").read_text())["engine_runs"]["host"]["16"]["f16"]
-    assert f"f16 decode {stored_f16['decode'] * 1e9:.3g} ns ({stored_f16['decode_cached'] * 1e9:.3g} ns in cache)" in (
-        lines[1])
+    assert (f"f16 decode {stored_f16['decode'] * 1e9:.3g} ns ({stored_f16['decode_gqa'] * 1e9:.3g} ns a query head, 4 "
+            "over a KV head)") in lines[1]
     rates = plan["speed_figures"]["host_cpu_attention"]  # type: ignore[index]
     assert {(r["kv_type"], r["head_dim"]) for r in rates} == {("f16", 16), ("q8_0", 16)}
     assert all(r["decode"]["calibrated"] and "llama-batched-bench on the self-test model" in r["decode"]["source"]
@@ -68,7 +68,7 @@ def test_a_head_size_not_run_yet_is_measured_once_and_said(engine_build: EngineB
     f16 = next(r for r in rates if r["kv_type"] == "f16")
     assert cli.main(["plan", str(tiny_model), "-c", "4k", "--engine", str(engine_build.server)]) == 0
     assert (f"host CPU attention (f16 decode) {f16['decode']['value'] * 1e9:.3g} ns (16-wide heads; "
-            f"{f16['decode_cached']['value'] * 1e9:.3g} ns in cache) a KV cell and head (calibrated)"
+            f"{f16['decode_gqa']['value'] * 1e9:.3g} ns a query head, 4 over a KV head) a KV cell and head (calibrated)"
             ) in capsys.readouterr().out
 
 
@@ -172,7 +172,7 @@ def test_doctor_recalibrate_on_a_busy_machine_forgets_nothing(
 
 def test_an_earlier_versions_run_is_said_as_such_and_made_again(own_cache: Path,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    """A cache from before the decode with the KV in cache was measured: its figures still price plans
+    """A cache from before the GQA run was made: its figures still price plans
     (better than bandwidth), doctor says what they are instead of "not measured", and the next run
     replaces them."""
     host_runs(measure_missing=True)
@@ -183,8 +183,8 @@ def test_an_earlier_versions_run_is_said_as_such_and_made_again(own_cache: Path,
     store.write_text(json.dumps(old))
     said = host_runs(measure_missing=False)
     assert len(said) == 2 and all(line.startswith(
-        f"stored: this CPU's flash attention, {h}-wide heads: an earlier version's run, without the decode with the "
-        "KV in cache") and line.endswith("; a later plan measures it again") for h, line in zip((64, 128), said, strict=True))
+        f"stored: this CPU's flash attention, {h}-wide heads: an earlier version's run, without the GQA run"
+        ) and line.endswith("; a later plan measures it again") for h, line in zip((64, 128), said, strict=True))
     assert "f16 decode " in said[0]
     made = host_runs(measure_missing=True)
     assert [m.split(": f16 decode")[0] for m in made] == [

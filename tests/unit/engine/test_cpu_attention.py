@@ -3,7 +3,6 @@ recorded ``llama-batched-bench`` run of the self-test model with 32-wide heads o
 
 from __future__ import annotations
 
-import statistics
 from pathlib import Path
 
 import pytest
@@ -62,49 +61,45 @@ def test_runs_that_disagree_are_not_kept(tmp_path: Path) -> None:
     assert set(got) == {"f16", "q8_0"} and got["f16"]["decode"] == pytest.approx((0.078 - 0.012) / 16 / 1792 / 8)
 
 
-def test_a_row_between_gives_the_decode_with_the_kv_in_cache() -> None:
-    """The run's middle prompt (1,024 cells): the decode over the first two rows is a query head's own
-    work with the KV still in the CPU's caches; over all three, the rows come from memory too
-    (app/planner/solve/speed.py shares that part among a GQA model's query heads)."""
-    rows = {256: (0.011, 0.64 / 64 / 1000), 1024: (0.09, 1.0 / 64 / 1000), 2048: (0.366, 3.2 / 64 / 1000)}
-    got = cpu_attention.rates(rows, heads=8, flops_token=1e6)
-    assert got is not None
-    assert got["decode"] == pytest.approx((3.2 - 0.64) / 64 / 1000 / 1792 / 8)  # first to last, as before
-    assert got["decode_cached"] == pytest.approx((1.0 - 0.64) / 64 / 1000 / 768 / 8)
-    # a middle row that does not grow (noise): no figure in cache, the rest as before
-    flat = cpu_attention.rates(rows | {1024: (0.09, 0.5 / 64 / 1000)}, heads=8, flops_token=1e6)
-    assert flat is not None and "decode_cached" not in flat and flat["decode"] == got["decode"]
+GQA_LOG = LOG.with_name("batched-bench-gqa4-h32-rpc.log")
 
 
-def test_the_decode_in_cache_is_kept_only_where_most_runs_agree(tmp_path: Path) -> None:
-    """Its slope is the shorter one (768 cells), so it is the noisier: a run whose middle row does not grow
-    gives none, and the median of the others is kept when most gave one and they agree; runs that
-    disagree give none (a GQA model is then priced at the whole cost, as before)."""
-    from app.engine.selftest import selftest_model
+def test_the_gqa_run_gives_f16s_decode_a_query_head_with_four_over_a_kv_head(tmp_path: Path) -> None:
+    """After the f16 run, the same on the GQA run's model (16 query heads over 4 KV heads, 2 layers): its
+    decode slope over its 32 query heads is ``decode_gqa``; a quantized KV has none (its prefill at
+    four times the heads would take seconds a run)."""
+    from app.engine.selftest import deep_attention_model, selftest_model
 
-    def table(mid_tg: float) -> str:
-        return LOG.read_text().replace(
-            "|  2048 |", f"|  1024 |     16 |    1 |   1040 |    0.090 | 11377.78 |    {mid_tg:.3f} |   500.00 |"
-                         "    0.100 | 10400.00 |\n|  2048 |", 1)
-
-    tables = tmp_path / "tables"
-    tables.mkdir()
-    for name, mid in (("good", 0.020), ("good2", 0.021), ("flat", 0.010), ("far", 0.060)):
-        (tables / name).write_text(table(mid))
-    bench = tmp_path / "llama-batched-bench"
     model = selftest_model(tmp_path / "models", head_dim=32)
+    gqa = deep_attention_model(32, 2, tmp_path / "models", n_head=16, n_head_kv=4)
+    bench = tmp_path / "llama-batched-bench"
+    calls = tmp_path / "calls"
+    # (the recorded tables: the GQA model's for its file, the self-test model's for any other)
+    bench.write_text(f'#!/bin/sh\necho "$*" >> {calls}\ncase "$*" in *-q16-kv4-*) cat {GQA_LOG} ;; '
+                     f'*) cat {LOG} ;; esac\n')
+    bench.chmod(0o755)
+    got = cpu_attention.measure(bench, model, ["-ngl", "0"], gqa)
+    # 64 tokens took 75 ms after 256 cells, 418 ms after 2,048: over 1,792 cells and 2 layers × 16 heads
+    assert got["f16"]["decode_gqa"] == pytest.approx((0.418 - 0.075) / 64 / 1792 / 32) and got["f16"]["gqa"] == 4
+    assert "decode_gqa" not in got["q8_0"] and got["q8_0"]["decode"] == got["f16"]["decode"]
+    argvs = calls.read_text().splitlines()
+    assert sum(str(gqa) in a for a in argvs) == cpu_attention.GQA_REPEATS
+    assert all("-ctk f16" in a for a in argvs if str(gqa) in a)
+    assert len(argvs) == 2 * cpu_attention.REPEATS + cpu_attention.GQA_REPEATS
 
-    def run(order: list[str]) -> dict[str, float]:
-        script = " ".join(order)
-        bench.write_text(f"#!/bin/sh\nn=$(cat {tmp_path}/n 2>/dev/null || echo 0); echo $((n + 1)) > {tmp_path}/n\n"
-                         f"set -- {script}\nshift $((n % $#))\ncat {tables}/$1\n")
-        bench.chmod(0o755)
-        (tmp_path / "n").unlink(missing_ok=True)
-        return cpu_attention.measure(bench, model, ["-ngl", "0"])["f16"]
 
-    # five runs: three good, one flat (no figure in cache), one good: the median of the four that gave one
-    got = run(["good", "good2", "flat", "good", "good2"])
-    assert got["decode_cached"] == pytest.approx(statistics.median(
-        [(t - 0.012) / 16 / 768 / 8 for t in (0.020, 0.021, 0.020, 0.021)]))
-    # two disagree by more than NOISY_SPREAD (8 ms against 48 ms over the same cells): none kept
-    assert "decode_cached" not in run(["good", "far", "good", "far", "far"])
+def test_a_gqa_run_whose_runs_disagree_gives_no_figure_and_keeps_the_rest(tmp_path: Path) -> None:
+    from app.engine.selftest import deep_attention_model, selftest_model
+
+    model = selftest_model(tmp_path / "models", head_dim=32)
+    gqa = deep_attention_model(32, 2, tmp_path / "models", n_head=16, n_head_kv=4)
+    slow = tmp_path / "slow.log"
+    slow.write_text(GQA_LOG.read_text().replace("|    0.418 |", "|    4.180 |"))
+    bench = tmp_path / "llama-batched-bench"
+    # the GQA model's runs alternate fast and slow (a counter file): ×10 apart
+    bench.write_text(f'#!/bin/sh\ncase "$*" in *-q16-kv4-*) n=$(cat {tmp_path}/n 2>/dev/null || echo 0); '
+                     f'echo $((n + 1)) > {tmp_path}/n; if [ $((n % 2)) -eq 1 ]; then cat {slow}; else cat {GQA_LOG}; fi ;; '
+                     f'*) cat {LOG} ;; esac\n')
+    bench.chmod(0o755)
+    got = cpu_attention.measure(bench, model, ["-ngl", "0"], gqa)
+    assert "decode_gqa" not in got["f16"] and got["f16"]["decode"] > 0

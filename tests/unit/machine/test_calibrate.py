@@ -109,14 +109,14 @@ def test_an_engine_run_is_made_once_per_device_and_head_size_and_kept(tmp_path: 
     assert sorted(json.loads(store.read_text())["engine_runs"]["host"]) == ["128", "32"]
 
 
-def test_the_decode_with_the_kv_in_cache_is_kept_beside_the_whole(tmp_path: Path) -> None:
-    run = {"f16": {"decode": 190e-9, "prefill": 19e-9, "decode_cached": 40e-9}, "q8_0": {"decode": 90e-9,
-                                                                                         "prefill": 80e-9}}
+def test_the_gqa_runs_decode_is_kept_beside_the_whole(tmp_path: Path) -> None:
+    run = {"f16": {"decode": 190e-9, "prefill": 19e-9, "decode_gqa": 90e-9, "gqa": 4.0},
+           "q8_0": {"decode": 90e-9, "prefill": 80e-9}}
     fig = calibrate.machine_speed(desktop(), path=tmp_path / "c.json", engine_run=lambda d, h: run, head_dims=(128,))
     f16, q8 = fig.host_cpu_attention
-    assert f16.decode_cached is not None and f16.decode_cached.value == 40e-9 and f16.decode_cached.calibrated
-    assert "its shorter prompts (the KV in cache)" in str(f16.decode_cached.source)
-    assert q8.decode_cached is None  # (a run that did not show it: the whole cost for any model)
+    assert f16.decode_gqa is not None and f16.decode_gqa.value == 90e-9 and f16.decode_gqa.calibrated and f16.gqa == 4
+    assert "128-wide heads, 4 query heads a KV head" in str(f16.decode_gqa.source)
+    assert q8.decode_gqa is None and q8.gqa == 1  # (no GQA run for a quantized KV: the whole cost for any model)
 
 
 def test_a_workers_split_cost_is_its_decode_at_no_cells_over_the_hosts(tmp_path: Path) -> None:
@@ -184,14 +184,14 @@ def test_a_core_in_use_makes_the_machine_busy_before_the_load_average_says_so(mo
 
 
 def test_a_run_kept_before_the_decode_in_cache_was_measured_is_made_again_once(tmp_path: Path) -> None:
-    """Runs of version 1 have no ``decode_cached`` (a GQA model's CPU attention is priced ×2–4 slow without
+    """Runs of version 1 have no GQA run (a GQA model's CPU attention is priced ×2–4 slow without
     it): the next plan makes the run again, and keeps it."""
     store = tmp_path / "c.json"
     calls: list[int] = []
 
     def run(_device: GpuDevice | None, head: int) -> dict[str, dict[str, float]]:
         calls.append(head)
-        return {"f16": {"decode": 190e-9, "prefill": 19e-9, "decode_cached": 40e-9}}
+        return {"f16": {"decode": 190e-9, "prefill": 19e-9, "decode_gqa": 90e-9, "gqa": 4.0}}
 
     calibrate.machine_speed(desktop(), path=store, engine_run=run, head_dims=(128,))
     old = json.loads(store.read_text())
@@ -199,7 +199,7 @@ def test_a_run_kept_before_the_decode_in_cache_was_measured_is_made_again_once(t
     store.write_text(json.dumps(old))
     assert calibrate.missing_engine_runs(desktop(), (128,), path=store) == [(None, 128)]
     fig = calibrate.machine_speed(desktop(), path=store, engine_run=run, head_dims=(128,))
-    assert calls == [128, 128] and fig.host_cpu_attention[0].decode_cached is not None
+    assert calls == [128, 128] and fig.host_cpu_attention[0].decode_gqa is not None
     calibrate.machine_speed(desktop(), path=store, engine_run=run, head_dims=(128,))
     assert calls == [128, 128] and calibrate.missing_engine_runs(desktop(), (128,), path=store) == []
 
