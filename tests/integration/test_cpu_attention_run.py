@@ -16,6 +16,7 @@ import pytest
 
 from app.engine.native_build import EngineBuild
 from app.engine.selftest import selftest_model
+from app.machine.calibrate import ENGINE_RUN_VERSION
 
 pytestmark = pytest.mark.engine
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,6 +42,7 @@ def test_plan_measures_this_cpus_attention_once_and_prices_with_it(engine_build:
         assert again.returncode == 0 and again.stderr.splitlines()[0] == said[0]
         return
     stored = runs["host"]["64"]
+    assert stored.pop("run_version") == ENGINE_RUN_VERSION  # (a run of this version: not made again)
     rates = json.loads(first.stdout)["speed_figures"]["host_cpu_attention"]
     # every KV type the run measured (one too noisy on a busy machine is left out: cpu_attention.rates)
     assert stored and {r["kv_type"] for r in rates} == set(stored)
