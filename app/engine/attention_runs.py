@@ -83,13 +83,6 @@ def _ns(seconds: float) -> str:
     return f"{seconds * 1e6:.3g} µs" if seconds >= 1e-6 else f"{seconds * 1e9:.3g} ns"
 
 
-def _figure(r: Any, key: str) -> float | None:
-    """A positive number stored under ``key`` (a cache written by hand or by another version may hold
-    anything; the speed model takes only these: app/machine/calibrate.py ``_runs``)."""
-    v = r.get(key) if isinstance(r, dict) else None
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else None
-
-
 #: What an earlier version's run lacks (app/machine/calibrate.py ``ENGINE_RUN_VERSION``).
 OLDER_RUN = ("an earlier version's run, without the GQA run (a GQA model's attention is priced without its "
              "query heads sharing the KV reads)")
@@ -102,23 +95,20 @@ def run_lines(runs: dict[str, Any], pairs: list[tuple[GpuDevice | None, int]], *
     out = []
     for dev, head in pairs:
         by_head = runs.get(calibrate.engine_run_key(dev)) or {}
-        run = by_head.get(str(head)) if isinstance(by_head, dict) else None
+        run = calibrate.run_stored(by_head, head)
         who = f"{_who(dev)}'s flash attention, {head}-wide heads"
-        if not isinstance(run, dict):  # not kept: the run failed or its runs disagreed
+        if run is None:  # not kept: the run failed or its runs disagreed
             out.append(f"{verb}: {who}: no figure this time (the engine run failed or was too noisy: is the "
                        "machine busy?); priced at memory bandwidth until a later plan measures it")
             continue
-        parts = []
-        for kv, r in sorted(run.items()):
-            decode, prefill, shared = _figure(r, "decode"), _figure(r, "prefill"), _figure(r, "decode_gqa")
-            gqa = _figure(r, "gqa")
-            if decode is not None and prefill is not None:
-                parts.append(f"{kv} decode {_ns(decode)}"
-                             + (f" ({_ns(shared)} a query head, {gqa:g} over a KV head)" if shared and gqa else "")
-                             + f", prefill {_ns(prefill)}")
+        # (read as the speed model reads them: a figure of any other shape is none)
+        figs = calibrate.attention_figures({str(head): run})
+        parts = [f"{a.kv_type} decode {_ns(a.decode.value)}"
+                 + (f" ({_ns(a.decode_gqa.value)} a query head, {a.gqa:g} over a KV head)" if a.decode_gqa else "")
+                 + f", prefill {_ns(a.prefill.value)}" for a in figs]
         # a KV type whose runs failed or disagreed is said, not silently left out (app/planner/solve/
         # speed.py ``attention_cost`` prices it from another head size's figure, or at memory bandwidth)
-        missing = [kv for kv in KV_TYPES if _figure(run.get(kv), "decode") is None]
+        missing = [kv for kv in KV_TYPES if kv not in {a.kv_type for a in figs}]
         tail = f"; {' and '.join(missing)}: no figure (its runs failed or disagreed)" if parts and missing else ""
         figures = f"{'; '.join(parts)} per KV cell and head{tail}"
         if not calibrate.run_kept(by_head, head):
@@ -147,7 +137,7 @@ def ensure_runs(inventory: Inventory, head_dims: tuple[int, ...], engine: Engine
     if (why := calibrate.busy()) is not None:  # kept for good: not a figure of a busy moment
         who = " and ".join(dict.fromkeys(_who(d) for d, _ in todo))
         runs = calibrate.calibration_runs(inventory, path=path)
-        older = any(isinstance((runs.get(calibrate.engine_run_key(d)) or {}).get(str(h)), dict) for d, h in todo)
+        older = any(calibrate.run_stored(runs.get(calibrate.engine_run_key(d)), h) for d, h in todo)
         return [f"not measured now: the attention speed of {who} (the machine is busy: {why}): priced "
                 + ("with an earlier version's run" if older else "at memory bandwidth")
                 + " until a plan on a quieter machine measures it"]
@@ -178,12 +168,12 @@ def host_runs(*, measure_missing: bool, say: Callable[[str], None] | None = None
     kept = run_lines(stored, [(None, h) for h in BUILD_HEAD_DIMS if (None, h) not in before], verb="stored")
     if made:  # (what was measured, or why not now: said per head size or for all)
         return made + kept
-    host = stored.get(calibrate.HOST_RUN) or {}
+    host = stored.get(calibrate.HOST_RUN)
     why = ("no llama-batched-bench to time it with: `headroom engine build`" if find_bench(engine) is None
            else "`headroom doctor` measures it; with --no-selftest it does not")
     rest = []
     for _, h in before:
-        if isinstance(host, dict) and isinstance(host.get(str(h)), dict):  # an earlier version's run
+        if calibrate.run_stored(host, h) is not None:  # an earlier version's run
             rest += run_lines(stored, [(None, h)], verb="stored")
         else:
             rest.append(f"not measured: this CPU's flash attention, {h}-wide heads ({why}): priced at memory "

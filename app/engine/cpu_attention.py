@@ -121,7 +121,8 @@ def _agree(runs: list[dict[str, float]], repeats: int) -> bool:
     return len(runs) * 2 > repeats and decode[-1] <= NOISY_SPREAD * decode[0]
 
 
-def _heads(model: Path) -> tuple[int, float]:
+def _heads_and_flops(model: Path) -> tuple[int, float]:
+    """A model's heads over its attention layers, and its matmul flops a token."""
     shape = read_shape(model)
     return sum(shape.n_head[il] for il in range(shape.n_layer) if shape.n_head_kv[il] > 0), active_weights(shape)[1]
 
@@ -132,7 +133,8 @@ def measure(bench: Path, model: Path, device_args: list[str],
     ``-ngl 99 --rpc ENDPOINT``: a worker's), the median of the runs; with ``gqa_model`` (``GQA_RUN``
     query heads a KV head), for ``GQA_KV_TYPES`` its decode a query head too (``decode_gqa``, with ``gqa``);
     a type whose runs failed or disagreed is left out (its GQA run alone: that figure is)."""
-    heads, flops = _heads(model)
+    heads, flops = _heads_and_flops(model)
+    g_heads, g_flops = _heads_and_flops(gqa_model) if gqa_model is not None else (0, 0.0)
     out: dict[str, dict[str, float]] = {}
     for kv in KV_TYPES:
         argv = [str(bench), "-m", str(model), "-c", str(N_CTX), "-b", "2048", "-ub", "512", "-fa", "on",
@@ -143,7 +145,6 @@ def measure(bench: Path, model: Path, device_args: list[str],
             continue
         out[kv] = {key: statistics.median(r[key] for r in runs) for key in runs[0] if all(key in r for r in runs)}
         if gqa_model is not None and kv in GQA_KV_TYPES:
-            g_heads, g_flops = _heads(gqa_model)
             argv[argv.index("-m") + 1] = str(gqa_model)
             if _agree(g_runs := _runs(argv, GQA_REPEATS, g_heads, g_flops), GQA_REPEATS):
                 out[kv] |= {"decode_gqa": statistics.median(r["decode"] for r in g_runs), "gqa": float(GQA_RUN)}

@@ -92,10 +92,16 @@ ENGINE_RUN_VERSION = 2
 RUN_VERSION_KEY = "run_version"
 
 
+def run_stored(by_head: Any, head: int) -> dict[str, Any] | None:
+    """A device's engine run for ``head`` as stored, of any version (None: none)."""
+    run = by_head.get(str(head)) if isinstance(by_head, dict) else None
+    return run if isinstance(run, dict) else None
+
+
 def run_kept(by_head: Any, head: int) -> bool:
     """A device's engine run for ``head`` is stored, and of this version."""
-    run = by_head.get(str(head)) if isinstance(by_head, dict) else None
-    return isinstance(run, dict) and run.get(RUN_VERSION_KEY) == ENGINE_RUN_VERSION
+    run = run_stored(by_head, head)
+    return run is not None and run.get(RUN_VERSION_KEY) == ENGINE_RUN_VERSION
 
 
 def engine_run_key(gpu: GpuDevice | None) -> str:
@@ -311,7 +317,13 @@ def _runs(by_head: Any) -> list[tuple[int, str, dict[str, float]]]:
                                            for k in ("decode", "prefill"))]
 
 
-def _cpu_attention(by_head: Any, detail: str) -> tuple[CpuAttention, ...]:
+#: What an engine run's figures say they are.
+ENGINE_RUN_DETAIL = "llama-batched-bench on the self-test model, flash attention on"
+
+
+def attention_figures(by_head: Any, detail: str = ENGINE_RUN_DETAIL) -> tuple[CpuAttention, ...]:
+    """A device's well-formed engine runs (``by_head``: head size → run) as the speed model takes them."""
+
     def shared(r: dict[str, float], head: int) -> tuple[Figure | None, float]:
         c, g = r.get("decode_gqa"), r.get("gqa")
         if isinstance(c, (int, float)) and c > 0 and isinstance(g, (int, float)) and g > 1:
@@ -347,10 +359,6 @@ def _run_split(by_head: Any, host: Any) -> float | None:
     return statistics.median(found) if found else None
 
 
-#: What an engine run's figures say they are.
-ENGINE_RUN_DETAIL = "llama-batched-bench on the self-test model, flash attention on"
-
-
 def machine_speed(inventory: Inventory, *, path: Path | None = None, host_attention: bool = False,
                   engine_run: EngineRun | None = None, head_dims: tuple[int, ...] = (),
                   model: str = "", retime: bool = True) -> SpeedFigures:
@@ -372,7 +380,7 @@ def machine_speed(inventory: Inventory, *, path: Path | None = None, host_attent
         run = runs.get(engine_run_key(g)) if g.is_rpc else None
         if (compute := _run_compute(run)) is not None:
             d = replace(d, flops=_calibrated(compute, f"{ENGINE_RUN_DETAIL}: its Q4_0 matmuls"),
-                        attention=_cpu_attention(run, ENGINE_RUN_DETAIL))
+                        attention=attention_figures(run))
         if g.is_rpc and (split := _run_split(run, runs.get(HOST_RUN))) is not None:
             d = replace(d, split_s=_calibrated(split, f"{ENGINE_RUN_DETAIL}: its decode at no cells over the "
                                                       f"host's, per split"))
@@ -385,7 +393,7 @@ def machine_speed(inventory: Inventory, *, path: Path | None = None, host_attent
                   else _calibrated(float(data["host_flops"]), f"a {MATMUL_N}² float32 matmul"))
     fig = SpeedFigures(_calibrated(float(data["host_bandwidth"]), "a 64 MiB copy"), host_flops,
                        tuple(devices), host_attention=host_attention,
-                       host_cpu_attention=_cpu_attention(host_run, ENGINE_RUN_DETAIL))
+                       host_cpu_attention=attention_figures(host_run))
     learned = (data.get("learned") or {}).get(learned_key(inventory, model))
     if isinstance(learned, dict):
         # (a ratio outside PLAUSIBLE_RATIO, kept by an earlier version, is not applied)

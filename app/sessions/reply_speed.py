@@ -86,7 +86,6 @@ class ReplySpeed:
                     if self.learned else ". Not learned: the calibration cache is not writable")
         return out
 
-
     def short(self) -> str:
         """The window speed row's second line (``text`` is its tooltip: the token counts, ``/metrics``,
         what was learned): "Last reply: decode 41 tok/s, 38 predicted at its fill; prefill 300, 290

@@ -149,6 +149,7 @@ PLAUSIBLE_RATIO = (0.05, 20.0)
 def plausible_ratio(ratio: object) -> bool:
     return isinstance(ratio, (int, float)) and PLAUSIBLE_RATIO[0] <= ratio <= PLAUSIBLE_RATIO[1]
 
+
 def bus_bandwidth(pcie_gen: int | None, pcie_width: int | None) -> float:
     """Bytes per second to a GPU over its link (NVML's generation and width), else DEFAULT_BUS."""
     if not pcie_gen or not pcie_width or pcie_gen not in PCIE_LANE:
