@@ -19,7 +19,7 @@ from typing import Any
 
 from app.planner import words
 from app.planner.plan_types import Plan
-from app.planner.solve.speed import plausible_ratio
+from app.planner.solve.speed import OP_OFFLOAD_MIN_BATCH, plausible_ratio
 from app.text import printable
 
 #: The completion's prompt: about this many words (one prefill ubatch on any launch), cut to a slot's
@@ -28,6 +28,11 @@ PROMPT_WORDS = 200
 N_PREDICT = 32
 #: A slot too small for a prompt this long and ``N_PREDICT`` tokens is not checked (said why).
 MIN_PROMPT_TOKENS = 16
+#: A prompt's prefill rate is compared with the model's from half a ubatch, or this many tokens on a
+#: larger ubatch (its one smaller ubatch priced as such: ``Speed.prefill_for``), and never under
+#: ``OP_OFFLOAD_MIN_BATCH`` (a device takes no host matmuls for fewer). ``serve``'s check prompt is
+#: longer, so it is compared at ``-ub 2048`` too; a chat's next turn of a few new tokens is not.
+PREFILL_COMPARE_TOKENS = 256
 
 
 @dataclass(frozen=True)
@@ -59,15 +64,16 @@ class SpeedCheck:
     measured: Timings
     prefill_scale: float = 1.0
     decode_scale: float = 1.0
-    #: The fewest prompt tokens whose prefill rate is compared (``check_speed``: half a ubatch).
+    #: The fewest prompt tokens whose prefill rate is compared (``check_speed``: half a ubatch, at
+    #: most ``PREFILL_COMPARE_TOKENS``).
     prefill_min_tokens: int = 2
 
     @property
     def prefill_compared(self) -> bool:
-        """The prompt was long enough to compare its rate with the model's: the model spreads a ubatch's
-        fixed costs (its graph, its splits, a read of the weights) over a whole ubatch, and a chat's next
-        turn evaluates only its new tokens (89 of them measured 466 tok/s where a ubatch predicted 127k,
-        and that ratio would have scaled every later prefill of the model by ×0.0037)."""
+        """The prompt was long enough to compare its rate with the model's: a chat's next turn evaluates
+        only its new tokens (89 of them measured 466 tok/s where a whole ubatch predicted 127k, and that
+        ratio would have scaled every later prefill of the model by ×0.0037). A shorter prompt than a
+        ubatch is predicted as the one smaller ubatch it runs as (``Speed.prefill_for``)."""
         return self.measured.prompt_n >= max(2, self.prefill_min_tokens) and self.measured.prompt_per_second > 0
 
     @property
@@ -98,8 +104,8 @@ class SpeedCheck:
         """"729 predicted", or why the prefill is not compared."""
         if self.prefill_compared:
             return f"{words.tokens_per_s(self.prefill_predicted)} predicted"
-        return (f"not compared (a prompt under {self.prefill_min_tokens} tokens, half a ubatch: the model prices "
-                "whole ubatches)")
+        return (f"not compared (a prompt under {self.prefill_min_tokens} tokens, as a chat's next turn is: too "
+                "few to measure the machine by)")
 
     def to_json(self) -> dict[str, Any]:
         return {"predicted": {"prefill": self.prefill_predicted, "decode": self.decode_predicted},
@@ -116,10 +122,12 @@ def check_speed(plan: Plan, timings: Timings) -> SpeedCheck | None:
     fill = min(1.0, (timings.cache_n + timings.prompt_n + timings.predicted_n) / max(1, plan.kv.n_ctx_seq))
     at = plan.speed.between(fill)
     fig = plan.speed_figures
-    return SpeedCheck(at.prefill, at.decode, timings,
+    # (a prompt shorter than a ubatch runs as one smaller ubatch: its fixed seconds over fewer tokens)
+    return SpeedCheck(at.prefill_for(timings.prompt_n), at.decode, timings,
                       fig.prefill_scale.value if fig is not None else 1.0,
                       fig.decode_scale.value if fig is not None else 1.0,
-                      prefill_min_tokens=max(2, plan.launch.effective_n_ubatch // 2))
+                      prefill_min_tokens=max(OP_OFFLOAD_MIN_BATCH,
+                                             min(plan.launch.effective_n_ubatch // 2, PREFILL_COMPARE_TOKENS)))
 
 
 @dataclass(frozen=True)

@@ -382,6 +382,20 @@ class Speed:
     fill: float
     prefill: float
     decode: float
+    #: Seconds each prefill ubatch costs whatever its size (its graph and splits, the weights and KV a
+    #: device streams for it), already spread over ``n_ubatch`` tokens in ``prefill`` and divided by
+    #: the learned prefill scale as ``prefill`` is: a prompt that runs as a smaller ubatch spreads them
+    #: over fewer tokens (:meth:`prefill_for`).
+    ubatch_fixed_s: float = 0.0
+    n_ubatch: int = 0
+
+    def prefill_for(self, tokens: int) -> float:
+        """Tokens/s of a prompt of ``tokens`` new tokens: ``ceil(tokens / n_ubatch)`` ubatches, each
+        with its fixed seconds, where ``prefill`` spreads them over whole ubatches."""
+        if tokens <= 0 or self.n_ubatch <= 0 or self.prefill <= 0:
+            return self.prefill
+        extra = self.ubatch_fixed_s * (math.ceil(tokens / self.n_ubatch) / tokens - 1 / self.n_ubatch)
+        return 1 / (1 / self.prefill + extra)
 
 
 @dataclass(frozen=True)
@@ -408,7 +422,8 @@ class SpeedRow:
         def rate(x: float, y: float) -> float:
             return 1 / (1 / x + (1 / y - 1 / x) * k)
 
-        return Speed(fill, rate(a.prefill, b.prefill), rate(a.decode, b.decode))
+        return Speed(fill, rate(a.prefill, b.prefill), rate(a.decode, b.decode),
+                     a.ubatch_fixed_s + (b.ubatch_fixed_s - a.ubatch_fixed_s) * k, b.n_ubatch)
 
     def to_json(self) -> dict[str, Any]:
         return {"prefill": [round(s.prefill, 1) for s in self.at], "decode": [round(s.decode, 2) for s in self.at],
@@ -466,11 +481,18 @@ def decode_seconds(w: Workload, fig: SpeedFigures, fill: float) -> float:
 
 def prefill_seconds(w: Workload, fig: SpeedFigures, fill: float) -> float:
     """Seconds per prompt token of a ubatch at ``fill`` (module docstring: prefill)."""
+    per_token, fixed = _prefill(w, fig, fill)
+    return per_token + fixed / max(1, w.n_ubatch)
+
+
+def _prefill(w: Workload, fig: SpeedFigures, fill: float) -> tuple[float, float]:
+    """A prefill ubatch at ``fill``: the seconds each of its tokens costs, and the seconds the ubatch
+    costs whatever its size (its graph and splits, and what the device streams for it)."""
     cells = max(1.0, fill * w.n_ctx_seq)
     attn = w.attn_flops_cell * cells
     if w.cpu_only or not fig.devices:
-        return (TOKEN_OVERHEAD_S / max(1, w.n_ubatch) + w.flops / fig.host_flops.value
-                + _attend(attn / fig.host_flops.value, attn, fig.host_cpu_attention, w, decode=False))
+        return (w.flops / fig.host_flops.value
+                + _attend(attn / fig.host_flops.value, attn, fig.host_cpu_attention, w, decode=False)), TOKEN_OVERHEAD_S
     dev = fig.devices[0]
     offload = w.n_ubatch >= OP_OFFLOAD_MIN_BATCH and dev.op_offload
     host_mm = 0.0 if offload else w.flops * w.host_flop_share
@@ -483,14 +505,15 @@ def prefill_seconds(w: Workload, fig: SpeedFigures, fill: float) -> float:
     t += host_mm / fig.host_flops.value + _attend(host_attn / fig.host_flops.value, host_attn,
                                                   fig.host_cpu_attention, w, decode=False)
     streamed = (w.streamed_weights if offload else 0) + (w.kv_host_tail_cell + nkvo_kv) * cells
-    t += streamed / dev.link.value / max(1, w.n_ubatch)
-    return t + (TOKEN_OVERHEAD_S + _splits(w, fig, decode=False)) / max(1, w.n_ubatch)
+    return t, streamed / dev.link.value + TOKEN_OVERHEAD_S + _splits(w, fig, decode=False)
 
 
 def predict(w: Workload, fig: SpeedFigures, fill: float) -> Speed:
     """Predicted tokens/s at ``fill``, scaled by what launches on this machine measured."""
-    return Speed(fill, fig.prefill_scale.value / prefill_seconds(w, fig, fill),
-                 fig.decode_scale.value / decode_seconds(w, fig, fill))
+    scale = fig.prefill_scale.value
+    fixed = _prefill(w, fig, fill)[1]
+    return Speed(fill, scale / prefill_seconds(w, fig, fill), fig.decode_scale.value / decode_seconds(w, fig, fill),
+                 fixed / scale, max(1, w.n_ubatch))
 
 
 def speed_row(w: Workload, fig: SpeedFigures) -> SpeedRow:

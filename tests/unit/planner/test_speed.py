@@ -93,6 +93,30 @@ def test_prefill_is_compute_on_the_device_plus_host_weights_streamed_per_ubatch(
     assert prefill_seconds(small, figures(), 0.0) == pytest.approx(16e9 / 100e12 + 4e9 / 1e12 + 4 * SPLIT / 16)
 
 
+def test_a_prompt_shorter_than_a_ubatch_spreads_the_ubatchs_fixed_seconds_over_its_own_tokens() -> None:
+    """A 300-token prompt on a 2048-token ubatch runs as one ubatch of 300: its graph, splits and streamed
+    weights are paid once for 300 tokens, not spread over 2048 as the plan's rate is. The speed check
+    compares a launch's prompt at that rate, so a short prompt no longer teaches a low prefill ratio."""
+    w = work(host_weights=2 * 10**9, streamed_weights=2 * 10**9, host_flop_share=0.2, cpu_layers=True,
+             n_ubatch=2048)
+    learned = replace(figures(), prefill_scale=default(0.5, "t"))
+    for fig, scale in ((figures(), 1.0), (learned, 0.5)):
+        at = speed.predict(w, fig, 0.0)
+        assert at.prefill_for(2048) == pytest.approx(at.prefill)
+        # 20 GFLOP a token at 100 TFLOP/s; 2 GB of host weights over 10 GB/s and 4 splits once a ubatch,
+        # here paid by 300 tokens (the plan's rate spreads them over 2048: ×2.9 faster)
+        assert at.prefill_for(300) == pytest.approx(scale / (20e9 / 100e12 + (2e9 / 10e9 + 4 * SPLIT) / 300))
+        # which is what a plan whose ubatch is 300 predicts
+        assert at.prefill_for(300) == pytest.approx(speed.predict(replace(w, n_ubatch=300), fig, 0.0).prefill)
+        # 3000 tokens: two ubatches' fixed seconds over 3000 tokens
+        per_token = 1 / at.prefill + at.ubatch_fixed_s * (2 / 3000 - 1 / 2048)
+        assert at.prefill_for(3000) == pytest.approx(1 / per_token)
+    # a row's speed between its fills carries the fixed seconds between them
+    row = speed.speed_row(replace(w, kv_host_tail_cell=100_000), figures())
+    half = row.between(0.25)
+    assert row.at[0].ubatch_fixed_s < half.ubatch_fixed_s < row.at[1].ubatch_fixed_s and half.n_ubatch == 2048
+
+
 def test_an_rpc_workers_device_takes_no_host_matmuls_so_host_layers_prefill_on_the_cpu() -> None:
     """ggml-rpc's device has no ``offload_op``: a 512-token ubatch leaves the host layers' matmuls on the
     CPU (at its 1 TFLOP/s), nothing streamed; a CUDA device takes them (the test above)."""

@@ -85,7 +85,7 @@ def test_a_chat_turn_s_few_new_tokens_are_not_compared_nor_learned() -> None:
     plan = _plan()
     short = check_speed(plan, Timings(89, 466.0, 24, 3072.0))
     assert short is not None and short.prefill_ratio is None and short.decode_ratio is not None
-    assert "prefill 466 tok/s measured, not compared (a prompt under 256 tokens, half a ubatch" in short.line()
+    assert "prefill 466 tok/s measured, not compared (a prompt under 256 tokens, as a chat's next turn is" in short.line()
     text = ReplySpeed(short.measured, short, None, learned=True).text()
     assert "prefill 466 tok/s measured (89 prompt tokens), not compared" in text
     assert "(decode ×" in text and "prefill ×" not in text
@@ -93,6 +93,21 @@ def test_a_chat_turn_s_few_new_tokens_are_not_compared_nor_learned() -> None:
         "; prefill 466 (too short a prompt to compare)")
     long = check_speed(plan, Timings(256, 100_000.0, 24, 3072.0))
     assert long is not None and long.prefill_ratio is not None
+
+
+def test_a_prompt_shorter_than_a_large_ubatch_is_compared_as_the_one_ubatch_it_ran_as() -> None:
+    """``serve``'s check prompt (a few hundred tokens) on a launch with ``-ub 2048`` was never compared
+    (half a ubatch is 1,024), and one of 1,024–2,047 tokens was compared with a rate that spreads a
+    ubatch's fixed costs over 2,048 tokens: a ratio biased low, learned. Both now meet the prediction
+    for the ubatch the prompt really ran as."""
+    plan = make_plan(read_shape(gguf_factory.ensure(shapes.TINY_CHAT)), HOST, LaunchSettings(n_ctx=4096, n_ubatch=2048,
+                                                                                            n_batch=2048))
+    assert plan.speed is not None and plan.kv is not None and plan.launch.effective_n_ubatch == 2048
+    check = check_speed(plan, Timings(400, 50_000.0, 12, 850.4))
+    assert check is not None and check.prefill_compared and check.prefill_ratio is not None
+    at = plan.speed.between((400 + 12) / plan.kv.n_ctx_seq)
+    assert check.prefill_predicted == at.prefill_for(400) < at.prefill  # (its ubatch's fixed cost over 400 tokens)
+    assert check_speed(plan, Timings(255, 50_000.0, 12, 850.4)).prefill_ratio is None  # type: ignore[union-attr]
 
 
 def test_a_later_turn_is_predicted_at_the_cells_it_decoded_over_cached_prefix_included() -> None:
