@@ -5,7 +5,8 @@ the plan's prediction (app/planner/solve/speed.py), at one device budget.
                                               [--prompt CHARS] [--reply 64]
                                               [--repeat 3] [--threads N] [--no-engine-run] [--engine PATH]
 
-The device is a loopback ``headroom rpc-worker --threads 1`` (a real ggml device: a one-thread CPU).
+The device is a loopback ``headroom rpc-worker --threads 1`` (a real ggml device: a one-thread CPU) on
+a CPU of its own, the engine on the others (``--no-pin``: sharing them; see ``_cpus``).
 The model is the 8-layer test model (tests/fixtures/shapes.py ``TINY_DEEP``: 4 heads of 32, 16 MiB of
 KV per layer at 32k). The plan is made with the figures ``headroom plan`` would use on this machine,
 measured afresh into a temporary calibration cache (``--calibration`` to keep one), plus the engine
@@ -153,8 +154,9 @@ def _figures_line(fig: SpeedFigures) -> str:
         parts += [one(f"{d.name} bandwidth", d.bandwidth, 1e9, "GB/s"), one("compute", d.flops, 1e9, "GFLOP/s"),
                   one("link", d.link, 1e9, "GB/s"), one("split", d.split_s, 1e-6, "µs")]
     for who, rates in (("host", fig.host_cpu_attention), *((d.name, d.attention) for d in fig.devices)):
-        parts += [f"{who} CPU attention {a.kv_type} h{a.head_dim}: decode {a.decode.value * 1e9:.3g} ns, prefill "
-                  f"{a.prefill.value * 1e9:.3g} ns a cell and head" for a in rates]
+        parts += [f"{who} CPU attention {a.kv_type} h{a.head_dim}: decode {a.decode.value * 1e9:.3g} ns"
+                  + (f" ({a.decode_deep.value * 1e9:.3g} over KV past the caches)" if a.decode_deep else "")
+                  + f", prefill {a.prefill.value * 1e9:.3g} ns a cell and head" for a in rates]
     parts += [f"decode × {fig.decode_scale.value:.3g}, prefill × {fig.prefill_scale.value:.3g} (learned)",
               f"host attention {'patched' if fig.host_attention else 'stock'}"]
     return "; ".join(parts)
@@ -176,6 +178,9 @@ def main(argv: list[str] | None = None) -> int:
                    "run (default: the engine's own, every core)")
     p.add_argument("--calibration", type=Path, help="the calibration cache to use (default: a fresh one, every "
                    "figure measured for this run; Headroom's own: ~/.cache/headroom/speed-calibration.json)")
+    p.add_argument("--no-pin", dest="pin", action="store_false",
+                   help="let the worker and the engine share every CPU (default: the worker on the last CPU, the "
+                   "engine and its engine runs on the others, as a real device is hardware of its own)")
     p.add_argument("--no-engine-run", dest="engine_run", action="store_false",
                    help="predict without the engine's measured CPU attention and the worker's matmul rate "
                    "(the speed model before issue 30's calibration of them)")
@@ -192,7 +197,16 @@ def main(argv: list[str] | None = None) -> int:
     cases = [(int(c.split(":")[0]), c.split(":")[1]) for c in args.cases.split(",")] if args.cases else [
         (args.ctx, args.budget)]
     results = []
+    worker_cpus, engine_cpus = _cpus(args.pin)
+    if worker_cpus:  # (a process's CPUs are inherited: the worker's, then every engine's after it)
+        os.sched_setaffinity(0, worker_cpus)
     with rpc_worker() as (worker, _):
+        if engine_cpus:
+            os.sched_setaffinity(0, engine_cpus)
+        print(f"CPUs: the worker on {_cpu_list(worker_cpus)}, the engine on {_cpu_list(engine_cpus)}"
+              if worker_cpus else "CPUs: shared by the worker and the engine" + ("" if not args.pin else
+                                                                                 " (one CPU: nothing to pin)"),
+              flush=True)
         base = add_workers(resolve_gpus([]), query_workers(rpc_query_server(), [worker]))
         # the figures `headroom plan` predicts with on this machine (one worker for every case: its
         # engine run is made once, as a user's calibration is), and whether this engine attends over
@@ -216,6 +230,23 @@ def main(argv: list[str] | None = None) -> int:
           f"{len(results)} cases; {sum(r[1] for r in results)} of {sum(r[2] for r in results)} predictions within "
           f"±{PREDICTION_WITHIN:.0%}")
     return 0 if all(r[0] and r[1] == r[2] for r in results) else 1
+
+
+def _cpus(pin: bool) -> tuple[set[int], set[int]]:
+    """The loopback worker's CPU and the engine's (the rest), or nothing to pin. Sharing them, the
+    scheduler moves both processes between the CPUs at every hand-off (it wakes one on the CPU the other
+    just left), and each reads its KV and weights from caches it no longer sits by: on this project's
+    2-vCPU VM the KV of all 8 layers on the host decoded 17.5 ms a token unpinned and 14.3 pinned, where
+    the parts add up to 13.6 (bench/results/placement-cpu-2026-12-02e.md). A real device is hardware of
+    its own; pinned, the stand-in is too."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if not pin or len(cpus) < 2:
+        return set(), set()
+    return {cpus[-1]}, set(cpus[:-1])
+
+
+def _cpu_list(cpus: set[int]) -> str:
+    return ",".join(str(c) for c in sorted(cpus))
 
 
 def _case(args: argparse.Namespace, build: EngineBuild, model: Path, base: Inventory, fig: SpeedFigures,
