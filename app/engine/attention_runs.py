@@ -84,8 +84,8 @@ def _ns(seconds: float) -> str:
 
 
 #: What an earlier version's run lacks (app/machine/calibrate.py ``ENGINE_RUN_VERSION``).
-OLDER_RUN = ("an earlier version's run, without the GQA run (a GQA model's attention is priced without its "
-             "query heads sharing the KV reads)")
+OLDER_RUN = ("an earlier version's run, without the deep run (a decode is priced over KV the caches hold, not "
+             "a real model's, read from memory)")
 
 
 def run_lines(runs: dict[str, Any], pairs: list[tuple[GpuDevice | None, int]], *, verb: str = "measured") -> list[str]:
@@ -105,6 +105,7 @@ def run_lines(runs: dict[str, Any], pairs: list[tuple[GpuDevice | None, int]], *
         figs = calibrate.attention_figures({str(head): run})
         parts = [f"{a.kv_type} decode {_ns(a.decode.value)}"
                  + (f" ({_ns(a.decode_gqa.value)} a query head, {a.gqa:g} over a KV head)" if a.decode_gqa else "")
+                 + (f", {_ns(a.decode_deep.value)} over more KV than the caches hold" if a.decode_deep else "")
                  + f", prefill {_ns(a.prefill.value)}" for a in figs]
         # a KV type whose runs failed or disagreed is said, not silently left out (app/planner/solve/
         # speed.py ``attention_cost`` prices it from another head size's figure, or at memory bandwidth)

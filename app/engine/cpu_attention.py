@@ -19,6 +19,12 @@ type in ``KV_TYPES``, at two prompt lengths (``PROMPTS``) with ``DECODE`` tokens
   speed model prices a model's own ratio between the two (app/planner/solve/speed.py ``attention_cost``;
   bench/results/attention-footprint-cpu-2026-12-02.md). Not for a quantized KV: its prefill, not tiled,
   takes seconds a run with four times the query heads, and that KV is priced at the whole cost;
+- the decode over more KV than the caches hold (``decode_deep``): the self-test model's KV is a few
+  MiB a token, which a CPU's caches hold, while a real model's is hundreds of MiB and more, read from
+  memory. The deep run's model (``deep_attention_model``: the same 4 heads, as many layers as make
+  ``DEEP_BYTES`` of f16 KV at its long prompt) times that decode; 32-wide heads on this project's VM:
+  53 ns a cell and head in cache, 112–130 from 4 MiB to 64 (bench/results/placement-cpu-2026-12-02e.md).
+  The speed model prices a decode with it (app/planner/solve/speed.py ``attention_cost``);
 - prefill: seconds per prompt token grow with the mean fill (half the prompt); the same ratio is the
   prefill cost per cell and head; the seconds per token at no fill are the model's matmuls, whose
   flops over them give the device's matmul rate (Q4_0 weights: a quantized model's);
@@ -39,6 +45,7 @@ from pathlib import Path
 
 from app.engine.selftest import deep_attention_model, selftest_model
 from app.planner.devices import GpuDevice
+from app.planner.gguf.checks import LLAMA_MAX_LAYERS
 from app.planner.gguf.model import read_shape
 from app.planner.solve.speed import active_weights
 
@@ -54,6 +61,12 @@ REPEATS = 5
 #: the figure is not kept (on an idle 2-core VM five runs spread ×1.1–1.8).
 NOISY_SPREAD = 2.5
 TIMEOUT_S = 120.0
+#: The deep run: the f16 KV a decoded token reads at its long prompt (past a desktop's last-level
+#: cache), its prompts and tokens decoded (240 + 16 and 496 + 16 fill 256-cell blocks), how many runs.
+DEEP_BYTES = 64 * 1024 * 1024
+DEEP_PROMPTS = (240, 496)
+DEEP_DECODE = 16
+DEEP_REPEATS = 3
 #: The GQA run: query heads over each KV head, the KV types it is made for, how many runs.
 GQA_RUN = 4
 GQA_KV_TYPES = ("f16",)
@@ -127,14 +140,23 @@ def _heads_and_flops(model: Path) -> tuple[int, float]:
     return sum(shape.n_head[il] for il in range(shape.n_layer) if shape.n_head_kv[il] > 0), active_weights(shape)[1]
 
 
-def measure(bench: Path, model: Path, device_args: list[str],
-            gqa_model: Path | None = None) -> dict[str, dict[str, float]]:
+def deep_layers(head_dim: int) -> int:
+    """Layers of the deep run's model: its 4 heads' f16 KV at the long prompt make ``DEEP_BYTES``, at most
+    llama.cpp's ``LLAMA_MAX_LAYERS`` (heads narrower than 32 read less)."""
+    per_layer = DEEP_PROMPTS[-1] * 4 * head_dim * 2 * 2  # cells × heads × K and V × f16
+    return min(LLAMA_MAX_LAYERS, -(-DEEP_BYTES // per_layer))
+
+
+def measure(bench: Path, model: Path, device_args: list[str], gqa_model: Path | None = None,
+            deep_model: Path | None = None) -> dict[str, dict[str, float]]:
     """Per KV type, ``rates`` on the device ``device_args`` selects (``-ngl 0``: the host CPU;
     ``-ngl 99 --rpc ENDPOINT``: a worker's), the median of the runs; with ``gqa_model`` (``GQA_RUN``
     query heads a KV head), for ``GQA_KV_TYPES`` its decode a query head too (``decode_gqa``, with ``gqa``);
-    a type whose runs failed or disagreed is left out (its GQA run alone: that figure is)."""
+    with ``deep_model``, its decode over KV past the caches (``decode_deep``); a type whose runs failed
+    or disagreed is left out (its GQA or deep run alone: that figure is)."""
     heads, flops = _heads_and_flops(model)
     g_heads, g_flops = _heads_and_flops(gqa_model) if gqa_model is not None else (0, 0.0)
+    d_heads, d_flops = _heads_and_flops(deep_model) if deep_model is not None else (0, 0.0)
     out: dict[str, dict[str, float]] = {}
     for kv in KV_TYPES:
         argv = [str(bench), "-m", str(model), "-c", str(N_CTX), "-b", "2048", "-ub", "512", "-fa", "on",
@@ -148,6 +170,14 @@ def measure(bench: Path, model: Path, device_args: list[str],
             argv[argv.index("-m") + 1] = str(gqa_model)
             if _agree(g_runs := _runs(argv, GQA_REPEATS, g_heads, g_flops), GQA_REPEATS):
                 out[kv] |= {"decode_gqa": statistics.median(r["decode"] for r in g_runs), "gqa": float(GQA_RUN)}
+        if deep_model is not None:
+            deep = [*argv]
+            deep[deep.index("-m") + 1] = str(deep_model)
+            deep[deep.index("-npp") + 1] = ",".join(map(str, DEEP_PROMPTS))
+            deep[deep.index("-ntg") + 1] = str(DEEP_DECODE)
+            deep[deep.index("-c") + 1] = str(DEEP_PROMPTS[-1] + DEEP_DECODE)
+            if _agree(d_runs := _runs(deep, DEEP_REPEATS, d_heads, d_flops), DEEP_REPEATS):
+                out[kv] |= {"decode_deep": statistics.median(r["decode"] for r in d_runs)}
     return out
 
 
@@ -161,7 +191,8 @@ def bench_run(bench: Path, threads: int | None = None) -> Callable[[GpuDevice | 
         args = ["-ngl", "0"] if device is None else ["-ngl", "99", "--rpc", device.endpoint]
         args += ["-t", str(threads)] if threads else []
         return measure(bench, selftest_model(head_dim=head_dim), args,
-                       deep_attention_model(head_dim, 2, n_head=4 * GQA_RUN, n_head_kv=4))
+                       deep_attention_model(head_dim, 2, n_head=4 * GQA_RUN, n_head_kv=4),
+                       deep_attention_model(head_dim, deep_layers(head_dim)))
 
     return run
 

@@ -87,8 +87,8 @@ def busy() -> str | None:
 #: The key of the host's engine run in the cache's ``engine_runs``.
 HOST_RUN = "host"
 #: What a kept engine run carries: runs of an older version are made again, once (2: the GQA run,
-#: which prices a GQA model's CPU attention).
-ENGINE_RUN_VERSION = 2
+#: which prices a GQA model's CPU attention; 3: the deep run, its decode over KV read from memory).
+ENGINE_RUN_VERSION = 3
 RUN_VERSION_KEY = "run_version"
 
 
@@ -330,8 +330,15 @@ def attention_figures(by_head: Any, detail: str = ENGINE_RUN_DETAIL) -> tuple[Cp
             return _calibrated(float(c), f"{detail}, {head}-wide heads, {g:g} query heads a KV head"), float(g)
         return None, 1.0
 
+    def deep(r: dict[str, float], head: int) -> Figure | None:
+        d = r.get("decode_deep")
+        if isinstance(d, (int, float)) and d > 0:
+            return _calibrated(float(d), f"{detail}, {head}-wide heads, over more KV than the caches hold")
+        return None
+
     return tuple(CpuAttention(kv, head, _calibrated(float(r["decode"]), f"{detail}, {head}-wide heads"),
-                              _calibrated(float(r["prefill"]), f"{detail}, {head}-wide heads"), *shared(r, head))
+                              _calibrated(float(r["prefill"]), f"{detail}, {head}-wide heads"), *shared(r, head),
+                              deep(r, head))
                  for head, kv, r in _runs(by_head))
 
 

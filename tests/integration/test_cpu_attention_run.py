@@ -55,6 +55,9 @@ def test_plan_measures_this_cpus_attention_once_and_prices_with_it(engine_build:
         shared = stored[r["kv_type"]].get("decode_gqa")
         assert (r["decode_gqa"]["value"] == pytest.approx(shared) and r["gqa"] == 4) if shared else "decode_gqa" not in r
         assert r["kv_type"] == "f16" or "decode_gqa" not in r
+        # the deep run's decode over more KV than the caches hold, where its runs agreed
+        deep = stored[r["kv_type"]].get("decode_deep")
+        assert r["decode_deep"]["value"] == pytest.approx(deep) if deep else "decode_deep" not in r
     again = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert again.returncode == 0 and again.stderr == ""
     assert json.loads(again.stdout)["speed_figures"] == json.loads(first.stdout)["speed_figures"]

@@ -199,11 +199,21 @@ class CpuAttention:
     #: engine run's model for ``decode`` has one a KV head, so each KV row's read is one head's alone).
     decode_gqa: Figure | None = None
     gqa: float = 1.0
+    #: The decode's cost over more KV than the CPU's caches hold (None: not measured): ``decode`` is timed
+    #: over a few MiB of KV a token, a real model's decode reads hundreds of MiB and more from memory.
+    decode_deep: Figure | None = None
+
+    @property
+    def decode_read(self) -> float:
+        """A decode's cost a cell and head over a model's KV, one query head a KV head: the deep run's
+        where it measured more than the in-cache run (a model's KV is read from memory)."""
+        return max(self.decode.value, self.decode_deep.value) if self.decode_deep is not None else self.decode.value
 
     def to_json(self) -> dict[str, Any]:
         return {"kv_type": self.kv_type, "head_dim": self.head_dim, "decode": self.decode.to_json(),
                 "prefill": self.prefill.to_json()} | (
-                    {"decode_gqa": self.decode_gqa.to_json(), "gqa": self.gqa} if self.decode_gqa is not None else {})
+                    {"decode_gqa": self.decode_gqa.to_json(), "gqa": self.gqa} if self.decode_gqa is not None else {}) | (
+                    {"decode_deep": self.decode_deep.to_json()} if self.decode_deep is not None else {})
 
 
 def attention_cost(rates: tuple[CpuAttention, ...], kv_type: str, head_dim: int, *, decode: bool,
@@ -214,7 +224,10 @@ def attention_cost(rates: tuple[CpuAttention, ...], kv_type: str, head_dim: int,
     measured one (``decode_gqa`` at ``r.gqa``): each KV row's read is shared by the query heads over it,
     so a query head costs ``own + read / gqa``, the two parts from the runs at one and at ``r.gqa``
     (128-wide heads on the 2-core VM: 162–250 ns one over one, 77–128 four over one, 76–84 five over
-    one; bench/results/attention-footprint-cpu-2026-12-02.md)."""
+    one; bench/results/attention-footprint-cpu-2026-12-02.md). A decode is priced over KV read from
+    memory (``decode_deep``, where measured): a model's KV a token is far more than a CPU's caches hold
+    (32-wide heads on the VM: 53 ns a cell and head over a few MiB, 110–130 over 4–64 MiB;
+    bench/results/placement-cpu-2026-12-02e.md)."""
     want = kv_type if any(r.kv_type == kv_type for r in rates) else "f16" if kv_type in FLOAT_KV else QUANTIZED_KV_PROXY
     found = [r for r in rates if r.kv_type == want]
     if not found:
@@ -222,7 +235,7 @@ def attention_cost(rates: tuple[CpuAttention, ...], kv_type: str, head_dim: int,
     r = min(found, key=lambda r: abs(r.head_dim - head_dim))
     if not decode:
         return r.prefill.value
-    one = r.decode.value
+    one = r.decode_read
     if gqa <= 1 or r.decode_gqa is None or r.gqa <= 1 or r.decode_gqa.value >= one:
         return one  # (a GQA run no cheaper than one a KV head: no sharing seen)
     read = (one - r.decode_gqa.value) / (1 - 1 / r.gqa)

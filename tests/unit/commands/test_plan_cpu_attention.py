@@ -55,6 +55,8 @@ def test_a_head_size_not_run_yet_is_measured_once_and_said(engine_build: EngineB
     stored_f16 = json.loads((own_cache / "speed-calibration.json").read_text())["engine_runs"]["host"]["16"]["f16"]
     assert (f"f16 decode {stored_f16['decode'] * 1e9:.3g} ns ({stored_f16['decode_gqa'] * 1e9:.3g} ns a query head, 4 "
             "over a KV head)") in lines[1]
+    # the deep run (the recorded table of a 265-layer model): the decode over KV read from memory, said too
+    assert f"{stored_f16['decode_deep'] * 1e9:.3g} ns over more KV than the caches hold" in lines[1]
     rates = plan["speed_figures"]["host_cpu_attention"]  # type: ignore[index]
     assert {(r["kv_type"], r["head_dim"]) for r in rates} == {("f16", 16), ("q8_0", 16)}
     assert all(r["decode"]["calibrated"] and "llama-batched-bench on the self-test model" in r["decode"]["source"]
@@ -67,6 +69,9 @@ def test_a_head_size_not_run_yet_is_measured_once_and_said(engine_build: EngineB
     # the text names the figure a host tail's decode rests on
     f16 = next(r for r in rates if r["kv_type"] == "f16")
     assert cli.main(["plan", str(tiny_model), "-c", "4k", "--engine", str(engine_build.server)]) == 0
+    # (a decode's over KV read from memory: the deep run's where it is the larger, the in-cache one's here,
+    # where the recorded 32-wide deep table read as 16-wide heads over 512 layers comes out smaller)
+    assert f16["decode_deep"]["value"] < f16["decode"]["value"]
     assert (f"host CPU attention (f16 decode) {f16['decode']['value'] * 1e9:.3g} ns (16-wide heads; "
             f"{f16['decode_gqa']['value'] * 1e9:.3g} ns a query head, 4 over a KV head) a KV cell and head (calibrated)"
             ) in capsys.readouterr().out
@@ -183,7 +188,7 @@ def test_an_earlier_versions_run_is_said_as_such_and_made_again(own_cache: Path,
     store.write_text(json.dumps(old))
     said = host_runs(measure_missing=False)
     assert len(said) == 2 and all(line.startswith(
-        f"stored: this CPU's flash attention, {h}-wide heads: an earlier version's run, without the GQA run"
+        f"stored: this CPU's flash attention, {h}-wide heads: an earlier version's run, without the deep run"
         ) and line.endswith("; a later plan measures it again") for h, line in zip((64, 128), said, strict=True))
     assert "f16 decode " in said[0]
     made = host_runs(measure_missing=True)

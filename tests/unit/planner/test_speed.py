@@ -190,6 +190,24 @@ def test_a_cpu_attention_cost_holds_for_the_head_size_it_was_measured_at() -> No
 
 
 
+def test_a_decode_is_priced_over_kv_read_from_memory_where_the_deep_run_measured_it() -> None:
+    """The self-test model's KV is a few MiB a token, which a CPU's caches hold; a model's is far more.
+    On this project's VM (32-wide heads) the in-cache run said 53 ns a cell and head, the deep run 110,
+    and the placement bench's 8-layer model decoded at 108–130 (bench/results/placement-cpu-2026-12-02e.md).
+    The deep figure prices a decode (its GQA share read off against it); prefill keeps the in-cache run's."""
+    cached = CpuAttention("f16", 32, default(53e-9, "t"), default(3e-9, "t"), default(48e-9, "t"), 4.0)
+    deep = replace(cached, decode_deep=default(110e-9, "t"))
+    assert attention_cost((cached,), "f16", 32, decode=True) == pytest.approx(53e-9)
+    assert attention_cost((deep,), "f16", 32, decode=True) == pytest.approx(110e-9)
+    assert attention_cost((deep,), "f16", 32, decode=False) == pytest.approx(3e-9)
+    read = (110e-9 - 48e-9) / (1 - 1 / 4)  # a KV row's read from memory, shared by the query heads over it
+    assert attention_cost((deep,), "f16", 32, decode=True, gqa=5) == pytest.approx(110e-9 - read + read / 5)
+    # a deep run that came out under the in-cache one (noise, or heads too narrow to fill the run): not taken
+    assert attention_cost((replace(cached, decode_deep=default(40e-9, "t")),), "f16", 32, decode=True) == pytest.approx(
+        53e-9)
+    assert deep.to_json()["decode_deep"]["value"] == 110e-9 and "decode_deep" not in cached.to_json()
+
+
 def test_a_gqa_models_query_heads_share_each_kv_rows_read() -> None:
     """bench/results/attention-footprint-cpu-2026-12-02.md: at 128-wide heads the engine run's model (one
     query head a KV head) decoded at 162–250 ns a query head, its GQA run (four) at 77–128, five at
