@@ -57,15 +57,17 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     run = bench_run(bench, args.threads)(None, args.head).get(args.kv, {})
     ref = run.get("decode")
-    shared = run.get("decode_gqa")
+    shared, deep = run.get("decode_gqa"), run.get("decode_deep")
     rates = (CpuAttention(args.kv, args.head, default(ref, "run"), default(run.get("prefill", 0.0), "run"),
-                          default(shared, "run") if shared else None, run.get("gqa", 1.0)),) if ref else ()
+                          default(shared, "run") if shared else None, run.get("gqa", 1.0),
+                          default(deep, "run") if deep else None),) if ref else ()
     print(f"llama-batched-bench of {build.label}, host CPU, -t {args.threads}, {args.kv} KV, heads of {args.head}, "
           f"prompts {PROMPTS[0]} and {PROMPTS[1]}, {DECODE} tokens decoded after each, median of {args.repeat}")
     print("the engine run's figures (what the plan prices with): "
           + (f"decode {ref * 1e9:.0f} ns a cell and head" + (f", {shared * 1e9:.0f} a query head with "
                                                               f"{run.get('gqa', 1.0):g} a KV head" if shared
-                                                              else ", no GQA run") if ref
+                                                              else ", no GQA run")
+             + (f", {deep * 1e9:.0f} over KV past the caches (the deep run)" if deep else "") if ref
              else "none (its runs disagreed)"))
     head = ("query / KV heads", "layers", "KV a token reads", "ns a cell and query head", "runs", "priced",
             "measured ÷ priced")

@@ -76,11 +76,12 @@ class Run:
 
 def _at_fill(row: SpeedRow | None, launch: LaunchSettings, prompt: int, reply: int) -> Speed | None:
     """The plan's prediction for one measured answer: its prefill at the prompt's mean fill (half the
-    prompt), its decode at the reply's (the prompt and half the reply), of one slot's cells."""
+    prompt) for a prompt of that many tokens (its ubatches, as ``serve``'s check predicts it), its decode
+    at the reply's (the prompt and half the reply), of one slot's cells."""
     if row is None:
         return None
     cells = max(1, launch.n_ctx // max(1, launch.n_parallel))
-    return Speed((prompt + reply) / cells, row.between(prompt / 2 / cells).prefill,
+    return Speed((prompt + reply) / cells, row.between(prompt / 2 / cells).prefill_for(prompt),
                  row.between((prompt + reply / 2) / cells).decode)
 
 
@@ -198,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
         (args.ctx, args.budget)]
     results = []
     worker_cpus, engine_cpus = _cpus(args.pin)
+    if engine_cpus and not args.threads:  # (the engine's default counts the machine's CPUs, not its own)
+        args.threads = len(engine_cpus)
     if worker_cpus:  # (a process's CPUs are inherited: the worker's, then every engine's after it)
         os.sched_setaffinity(0, worker_cpus)
     with rpc_worker() as (worker, _):
@@ -239,8 +242,10 @@ def _cpus(pin: bool) -> tuple[set[int], set[int]]:
     2-vCPU VM the KV of all 8 layers on the host decoded 17.5 ms a token unpinned and 14.3 pinned, where
     the parts add up to 13.6 (bench/results/placement-cpu-2026-12-02e.md). A real device is hardware of
     its own; pinned, the stand-in is too."""
+    if not pin or not hasattr(os, "sched_getaffinity"):
+        return set(), set()
     cpus = sorted(os.sched_getaffinity(0))
-    if not pin or len(cpus) < 2:
+    if len(cpus) < 2:
         return set(), set()
     return {cpus[-1]}, set(cpus[:-1])
 

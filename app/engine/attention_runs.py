@@ -84,8 +84,8 @@ def _ns(seconds: float) -> str:
 
 
 #: What an earlier version's run lacks (app/machine/calibrate.py ``ENGINE_RUN_VERSION``).
-OLDER_RUN = ("an earlier version's run, without the deep run (a decode is priced over KV the caches hold, not "
-             "a real model's, read from memory)")
+OLDER_RUN = ("an earlier version's run, without the deep run (and before that the GQA run: a decode is priced "
+             "over KV the caches hold, not a real model's, read from memory)")
 
 
 def run_lines(runs: dict[str, Any], pairs: list[tuple[GpuDevice | None, int]], *, verb: str = "measured") -> list[str]:

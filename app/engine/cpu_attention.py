@@ -23,7 +23,7 @@ type in ``KV_TYPES``, at two prompt lengths (``PROMPTS``) with ``DECODE`` tokens
   MiB a token, which a CPU's caches hold, while a real model's is hundreds of MiB and more, read from
   memory. The deep run's model (``deep_attention_model``: the same 4 heads, as many layers as make
   ``DEEP_BYTES`` of f16 KV at its long prompt) times that decode; 32-wide heads on this project's VM:
-  53 ns a cell and head in cache, 112–130 from 4 MiB to 64 (bench/results/placement-cpu-2026-12-02e.md).
+  53 ns a cell and head in cache, 110–130 from 4 MiB to 64 (bench/results/placement-cpu-2026-12-02e.md).
   The speed model prices a decode with it (app/planner/solve/speed.py ``attention_cost``);
 - prefill: seconds per prompt token grow with the mean fill (half the prompt); the same ratio is the
   prefill cost per cell and head; the seconds per token at no fill are the model's matmuls, whose
@@ -90,7 +90,8 @@ def parse_rows(text: str) -> dict[int, tuple[float, float]]:
             for line in text.splitlines() if (m := _ROW.match(line.strip()))}
 
 
-def rates(rows: dict[int, tuple[float, float]], heads: int, flops_token: float) -> dict[str, float] | None:
+def rates(rows: dict[int, tuple[float, float]], heads: int, flops_token: float, *,
+          decode_only: bool = False) -> dict[str, float] | None:
     """Decode and prefill seconds per cell and head (``heads``: over all layers) and the matmul flop/s
     (left out when the rows leave none) from the first and the last row of the table (module
     docstring); None when the rows do not show attention growing with the cells (too noisy to say)."""
@@ -101,8 +102,10 @@ def rates(rows: dict[int, tuple[float, float]], heads: int, flops_token: float) 
     decode_slope = (tg2 - tg1) / (p2 - p1)  # seconds per token per cell
     prefill_slope = (pp2 / p2 - pp1 / p1) / ((p2 - p1) / 2)
     matmul_s = pp1 / p1 - prefill_slope * p1 / 2
-    if decode_slope <= 0 or prefill_slope <= 0:
+    if decode_slope <= 0 or (prefill_slope <= 0 and not decode_only):
         return None
+    if decode_only:  # (the deep run: its prefill is not read)
+        return {"decode": decode_slope / heads}
     out = {"decode": decode_slope / heads, "prefill": prefill_slope / heads}
     # a decoded token's seconds at no cells: the graph, its splits, the weights (read at the short
     # prompt's length; the cells its own decode adds are a few µs here)
@@ -112,7 +115,7 @@ def rates(rows: dict[int, tuple[float, float]], heads: int, flops_token: float) 
     return out | {"decode_base": base}
 
 
-def _runs(argv: list[str], repeats: int, heads: int, flops: float) -> list[dict[str, float]]:
+def _runs(argv: list[str], repeats: int, heads: int, flops: float, *, decode_only: bool = False) -> list[dict[str, float]]:
     """``repeats`` runs of ``argv``, each its own ``rates`` (its two rows taken under the same conditions:
     a slope is a small difference of two noisy times, and pairing them within a run cancels what the run
     shares, the machine's load, an RPC worker's round trips); the runs that gave them."""
@@ -122,7 +125,7 @@ def _runs(argv: list[str], repeats: int, heads: int, flops: float) -> list[dict[
             done = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
         except (OSError, subprocess.TimeoutExpired):
             break
-        if (r := rates(parse_rows(done.stdout + done.stderr), heads, flops)) is not None:
+        if (r := rates(parse_rows(done.stdout + done.stderr), heads, flops, decode_only=decode_only)) is not None:
             runs.append(r)
     return runs
 
@@ -176,7 +179,7 @@ def measure(bench: Path, model: Path, device_args: list[str], gqa_model: Path | 
             deep[deep.index("-npp") + 1] = ",".join(map(str, DEEP_PROMPTS))
             deep[deep.index("-ntg") + 1] = str(DEEP_DECODE)
             deep[deep.index("-c") + 1] = str(DEEP_PROMPTS[-1] + DEEP_DECODE)
-            if _agree(d_runs := _runs(deep, DEEP_REPEATS, d_heads, d_flops), DEEP_REPEATS):
+            if _agree(d_runs := _runs(deep, DEEP_REPEATS, d_heads, d_flops, decode_only=True), DEEP_REPEATS):
                 out[kv] |= {"decode_deep": statistics.median(r["decode"] for r in d_runs)}
     return out
 

@@ -104,8 +104,8 @@ class SpeedCheck:
         """"729 predicted", or why the prefill is not compared."""
         if self.prefill_compared:
             return f"{words.tokens_per_s(self.prefill_predicted)} predicted"
-        return (f"not compared (a prompt under {self.prefill_min_tokens} tokens, as a chat's next turn is: too "
-                "few to measure the machine by)")
+        return (f"not compared (a prompt under {self.prefill_min_tokens} tokens: too few to measure the "
+                "machine by)")
 
     def to_json(self) -> dict[str, Any]:
         return {"predicted": {"prefill": self.prefill_predicted, "decode": self.decode_predicted},

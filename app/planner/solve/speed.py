@@ -14,7 +14,8 @@ decode, one token (memory-bound: every weight and every used KV byte read once):
 prefill, per token of a ubatch of ``n_ubatch`` tokens (compute-bound)::
 
     device   = flops on the device / device flop/s
-    host     = flops on the CPU / host flop/s
+    host     = flops on the CPU / host flop/s   (-ngl alone, no op offload: a prompt's ubatches overlap
+                                                  the two, so the larger and 1/k of the smaller)
     stream   = (host weights copied for the device's matmuls + host KV the device attends over)
                / link bandwidth / n_ubatch
     splits   = (graph splits × seconds per split + TOKEN_OVERHEAD_S) / n_ubatch
@@ -236,10 +237,12 @@ def attention_cost(rates: tuple[CpuAttention, ...], kv_type: str, head_dim: int,
     if not decode:
         return r.prefill.value
     one = r.decode_read
-    if gqa <= 1 or r.decode_gqa is None or r.gqa <= 1 or r.decode_gqa.value >= one:
+    if gqa <= 1 or r.decode_gqa is None or r.gqa <= 1 or r.decode_gqa.value >= r.decode.value:
         return one  # (a GQA run no cheaper than one a KV head: no sharing seen)
-    read = (one - r.decode_gqa.value) / (1 - 1 / r.gqa)
-    own = max(0.0, one - read)
+    # a query head's own work from the two in-cache runs; the rest of a decode over memory is the KV
+    # row's read, which the query heads over it share
+    own = max(0.0, r.decode.value - (r.decode.value - r.decode_gqa.value) / (1 - 1 / r.gqa))
+    read = one - own
     return own + read / gqa
 
 
@@ -401,13 +404,19 @@ class Speed:
     #: over fewer tokens (:meth:`prefill_for`).
     ubatch_fixed_s: float = 0.0
     n_ubatch: int = 0
+    #: Seconds a prompt token's work on one side hides behind the other's where a prompt's ubatches
+    #: overlap (``_overlaps``; scaled as ``prefill``): ``prefill`` is the rate of many ubatches, each of
+    #: ``k`` ubatches pays it back ``1 / k`` (one ubatch overlaps nothing).
+    overlap_s: float = 0.0
 
     def prefill_for(self, tokens: int) -> float:
-        """Tokens/s of a prompt of ``tokens`` new tokens: ``ceil(tokens / n_ubatch)`` ubatches, each
-        with its fixed seconds, where ``prefill`` spreads them over whole ubatches."""
+        """Tokens/s of a prompt of ``tokens`` new tokens: ``k = ceil(tokens / n_ubatch)`` ubatches, each
+        with its fixed seconds, where ``prefill`` spreads them over whole ubatches, and its overlap
+        (``overlap_s``) lost once: the first ubatch's CPU layers run before the device has work."""
         if tokens <= 0 or self.n_ubatch <= 0 or self.prefill <= 0:
             return self.prefill
-        extra = self.ubatch_fixed_s * (math.ceil(tokens / self.n_ubatch) / tokens - 1 / self.n_ubatch)
+        k = math.ceil(tokens / self.n_ubatch)
+        extra = self.ubatch_fixed_s * (k / tokens - 1 / self.n_ubatch) + self.overlap_s / k
         return 1 / (1 / self.prefill + extra)
 
 
@@ -436,7 +445,8 @@ class SpeedRow:
             return 1 / (1 / x + (1 / y - 1 / x) * k)
 
         return Speed(fill, rate(a.prefill, b.prefill), rate(a.decode, b.decode),
-                     a.ubatch_fixed_s + (b.ubatch_fixed_s - a.ubatch_fixed_s) * k, b.n_ubatch)
+                     a.ubatch_fixed_s + (b.ubatch_fixed_s - a.ubatch_fixed_s) * k, b.n_ubatch,
+                     a.overlap_s + (b.overlap_s - a.overlap_s) * k)
 
     def to_json(self) -> dict[str, Any]:
         return {"prefill": [round(s.prefill, 1) for s in self.at], "decode": [round(s.decode, 2) for s in self.at],
@@ -494,18 +504,19 @@ def decode_seconds(w: Workload, fig: SpeedFigures, fill: float) -> float:
 
 def prefill_seconds(w: Workload, fig: SpeedFigures, fill: float) -> float:
     """Seconds per prompt token of a ubatch at ``fill`` (module docstring: prefill)."""
-    per_token, fixed = _prefill(w, fig, fill)
+    per_token, fixed, _hidden = _prefill(w, fig, fill)
     return per_token + fixed / max(1, w.n_ubatch)
 
 
-def _prefill(w: Workload, fig: SpeedFigures, fill: float) -> tuple[float, float]:
-    """A prefill ubatch at ``fill``: the seconds each of its tokens costs, and the seconds the ubatch
-    costs whatever its size (its graph and splits, and what the device streams for it)."""
+def _prefill(w: Workload, fig: SpeedFigures, fill: float) -> tuple[float, float, float]:
+    """A prefill ubatch at ``fill``: the seconds each of its tokens costs (its ubatches overlapping, where
+    they do), the seconds the ubatch costs whatever its size (its graph and splits, and what the device
+    streams for it), and the seconds a token's work hides behind the other side's (``_overlaps``)."""
     cells = max(1.0, fill * w.n_ctx_seq)
     attn = w.attn_flops_cell * cells
     if w.cpu_only or not fig.devices:
         return (w.flops / fig.host_flops.value
-                + _attend(attn / fig.host_flops.value, attn, fig.host_cpu_attention, w, decode=False)), TOKEN_OVERHEAD_S
+                + _attend(attn / fig.host_flops.value, attn, fig.host_cpu_attention, w, decode=False)), TOKEN_OVERHEAD_S, 0.0
     dev = fig.devices[0]
     offload = w.n_ubatch >= OP_OFFLOAD_MIN_BATCH and dev.op_offload
     host_mm = 0.0 if offload else w.flops * w.host_flop_share
@@ -514,19 +525,34 @@ def _prefill(w: Workload, fig: SpeedFigures, fill: float) -> tuple[float, float]
     # a large ubatch runs -nkvo's attention on the device too, its KV streamed like the host tail's
     nkvo_kv, nkvo_attn = (w.kv_nkvo_cell, w.attn_nkvo_cell * cells) if offload else (0, 0.0)
     dev_attn, host_attn = dev_attn + nkvo_attn, host_attn - nkvo_attn
-    t = (w.flops - host_mm) / dev_flops + _attend(dev_attn / dev_flops, dev_attn, dev.attention, w, decode=False)
-    t += host_mm / fig.host_flops.value + _attend(host_attn / fig.host_flops.value, host_attn,
-                                                  fig.host_cpu_attention, w, decode=False)
+    on_device = (w.flops - host_mm) / dev_flops + _attend(dev_attn / dev_flops, dev_attn, dev.attention, w,
+                                                          decode=False)
+    on_host = host_mm / fig.host_flops.value + _attend(host_attn / fig.host_flops.value, host_attn,
+                                                       fig.host_cpu_attention, w, decode=False)
+    hidden = min(on_host, on_device) if not offload and _overlaps(w) else 0.0
     streamed = (w.streamed_weights if offload else 0) + (w.kv_host_tail_cell + nkvo_kv) * cells
-    return t, streamed / dev.link.value + TOKEN_OVERHEAD_S + _splits(w, fig, decode=False)
+    return on_host + on_device - hidden, streamed / dev.link.value + TOKEN_OVERHEAD_S + _splits(w, fig, decode=False), hidden
+
+
+def _overlaps(w: Workload) -> bool:
+    """A prompt's ubatches overlap on the two sides: ``-ngl`` leaves whole layers on the CPU and nothing
+    else there (no -nkvo, host tail or CPU experts, whose CPU ops sit between a layer's device ops), and
+    those layers' matmuls stay on the CPU (no op offload: ``_prefill`` asks). They come first in the
+    graph, and nothing waits on the device between ubatches that have no outputs, so the CPU runs the
+    next ubatch's layers while the device still computes the last one (the device's first split waits
+    for it: ggml-backend.cpp syncs its backend before copying the user's inputs). Measured with a
+    loopback worker (``llama-batched-bench``, three layers on the host, bench/results/
+    placement-cpu-2026-12-02e.md): +10 % over fully resident at one ubatch (the host's faster matmuls),
+    +30 % at four."""
+    return w.cpu_layers and not (w.host_tail_layers or w.cpu_op_layers or w.kv_nkvo_cell)
 
 
 def predict(w: Workload, fig: SpeedFigures, fill: float) -> Speed:
     """Predicted tokens/s at ``fill``, scaled by what launches on this machine measured."""
     scale = fig.prefill_scale.value
-    fixed = _prefill(w, fig, fill)[1]
+    _per_token, fixed, hidden = _prefill(w, fig, fill)
     return Speed(fill, scale / prefill_seconds(w, fig, fill), fig.decode_scale.value / decode_seconds(w, fig, fill),
-                 fixed / scale, max(1, w.n_ubatch))
+                 fixed / scale, max(1, w.n_ubatch), hidden / scale)
 
 
 def speed_row(w: Workload, fig: SpeedFigures) -> SpeedRow:

@@ -89,8 +89,14 @@ def test_prefill_is_compute_on_the_device_plus_host_weights_streamed_per_ubatch(
     assert prefill_seconds(w, figures(), 0.0) == pytest.approx(20e9 / 100e12 + 2e9 / 10e9 / 512 + 4 * SPLIT / 512)
     small = work(host_weights=2 * 10**9, streamed_weights=2 * 10**9, host_flop_share=0.2, n_ubatch=16,
                  cpu_layers=True)
-    # below 32 tokens: the host layers' share computed on the CPU, nothing streamed
-    assert prefill_seconds(small, figures(), 0.0) == pytest.approx(16e9 / 100e12 + 4e9 / 1e12 + 4 * SPLIT / 16)
+    # below 32 tokens: the host layers' share computed on the CPU, nothing streamed; the CPU's layers of
+    # the next ubatch run while the device computes the last one: the longer side, not the sum
+    assert prefill_seconds(small, figures(), 0.0) == pytest.approx(max(16e9 / 100e12, 4e9 / 1e12) + 4 * SPLIT / 16)
+    # where the CPU has ops between a layer's device ops (-nkvo, a host tail, CPU experts), they add up
+    for between in ({"kv_nkvo_cell": 1}, {"host_tail_layers": 1}, {"cpu_op_layers": 1}):
+        mixed = replace(small, **between)  # type: ignore[arg-type]
+        splits = speed._splits(mixed, figures(), decode=False) / 16
+        assert prefill_seconds(mixed, figures(), 0.0) - splits == pytest.approx(16e9 / 100e12 + 4e9 / 1e12)
 
 
 def test_a_prompt_shorter_than_a_ubatch_spreads_the_ubatchs_fixed_seconds_over_its_own_tokens() -> None:
@@ -123,7 +129,16 @@ def test_an_rpc_workers_device_takes_no_host_matmuls_so_host_layers_prefill_on_t
     w = work(host_weights=2 * 10**9, streamed_weights=2 * 10**9, host_flop_share=0.2, cpu_layers=True)
     rpc = figures()
     rpc = replace(rpc, devices=(replace(rpc.devices[0], op_offload=False),))
-    assert prefill_seconds(w, rpc, 0.0) == pytest.approx(16e9 / 100e12 + 4e9 / 1e12 + 4 * SPLIT / 512)
+    assert prefill_seconds(w, rpc, 0.0) == pytest.approx(max(16e9 / 100e12, 4e9 / 1e12) + 4 * SPLIT / 512)
+    # (the rate of a long prompt: the CPU's layers of each ubatch run while the device computes the last
+    # one's. A prompt of one ubatch overlaps nothing, one of four hides three quarters of the shorter side)
+    at = speed.predict(w, rpc, 0.0)
+    assert at.overlap_s == pytest.approx(16e9 / 100e12)
+    assert 1 / at.prefill_for(512) == pytest.approx(16e9 / 100e12 + 4e9 / 1e12 + 4 * SPLIT / 512)
+    assert 1 / at.prefill_for(2048) == pytest.approx(4e9 / 1e12 + 16e9 / 100e12 / 4 + 4 * SPLIT / 512)
+    # on a device that takes the host layers' matmuls (op offload, CUDA) they run between the CPU's
+    # attention and the device's work: nothing overlaps
+    assert speed.predict(replace(w, attn_flops_cell=1e6, attn_host_share=0.2), figures(), 0.5).overlap_s == 0
     assert speed.default_device(GpuDevice(0, "RPC worker 10.0.0.2:50052", GiB, GiB, kind=DeviceKind.RPC,
                                           endpoint="10.0.0.2:50052")).op_offload is False
 
@@ -200,8 +215,19 @@ def test_a_decode_is_priced_over_kv_read_from_memory_where_the_deep_run_measured
     assert attention_cost((cached,), "f16", 32, decode=True) == pytest.approx(53e-9)
     assert attention_cost((deep,), "f16", 32, decode=True) == pytest.approx(110e-9)
     assert attention_cost((deep,), "f16", 32, decode=False) == pytest.approx(3e-9)
-    read = (110e-9 - 48e-9) / (1 - 1 / 4)  # a KV row's read from memory, shared by the query heads over it
-    assert attention_cost((deep,), "f16", 32, decode=True, gqa=5) == pytest.approx(110e-9 - read + read / 5)
+    # a query head's own work from the in-cache runs (53 at one, 48 at four: 46.3 ns); the rest of the
+    # deep figure is the KV row's read from memory, shared by the query heads over it
+    own = 53e-9 - (53e-9 - 48e-9) / (1 - 1 / 4)
+    assert attention_cost((deep,), "f16", 32, decode=True, gqa=5) == pytest.approx(own + (110e-9 - own) / 5)
+    # more query heads a KV head never cost more, and over memory a GQA model costs more than in cache
+    def cost(rates: CpuAttention, gqa: float) -> float:
+        c = attention_cost((rates,), "f16", 32, decode=True, gqa=gqa)
+        assert c is not None
+        return c
+
+    costs = [cost(deep, g) for g in (1, 2, 4, 5, 8)]
+    assert costs == sorted(costs, reverse=True)
+    assert all(cost(deep, g) > cost(cached, g) for g in (2, 5, 8))
     # a deep run that came out under the in-cache one (noise, or heads too narrow to fill the run): not taken
     assert attention_cost((replace(cached, decode_deep=default(40e-9, "t")),), "f16", 32, decode=True) == pytest.approx(
         53e-9)
@@ -226,9 +252,10 @@ def test_a_gqa_models_query_heads_share_each_kv_rows_read() -> None:
     assert attention_cost(plain, "f16", 128, decode=True, gqa=5) == pytest.approx(190e-9)
     noisy = (replace(measured, decode_gqa=default(200e-9, "t")),)
     assert attention_cost(noisy, "f16", 128, decode=True, gqa=5) == pytest.approx(190e-9)
-    # a GQA run so much cheaper that a query head's own work reads below nothing: it is none, not negative
+    # a GQA run so much cheaper that a query head's own work reads below nothing: it is none, not
+    # negative, and the whole cost is the shared read
     steep = (replace(measured, decode_gqa=default(40e-9, "t")),)
-    assert attention_cost(steep, "f16", 128, decode=True, gqa=8) == pytest.approx((190e-9 / 0.75 - 40e-9 / 0.75) / 8)
+    assert attention_cost(steep, "f16", 128, decode=True, gqa=8) == pytest.approx(190e-9 / 8)
     # a plan prices its host attention so: Qwen2.5-14B's shape is 40 query heads over 8, all on the CPU
     from app.planner.solve.workload import _gqa
 
@@ -336,3 +363,20 @@ def test_the_chosen_placement_is_the_fastest_that_keeps_the_context(qwen14b) -> 
     chosen = next(a for a in plan.alternatives if a.chosen)
     assert len(keep) > 1 and chosen in keep and chosen.turn_s == min(a.turn_s for a in keep)
     assert plan.speed == chosen.speed and all(a.speed is not None for a in keep)
+
+
+def test_the_plan_text_names_the_decode_cost_it_priced_with_over_memory_beside_the_in_cache_one() -> None:
+    """`headroom plan`'s figures line: the host's f16 decode a cell and head as priced (the deep run's,
+    over KV read from memory), the in-cache run's beside it, and a GQA run's a query head."""
+    from app.commands.plan import _figures_line
+
+    cached = CpuAttention("f16", 128, default(14e-9, "t"), default(3e-9, "t"), default(13e-9, "t"), 4.0)
+    deep = replace(cached, decode_deep=default(61e-9, "t"))
+    shape = read_shape(gguf_factory.ensure(shapes.TINY))
+    inv = Inventory((), HostMemory(16 * GiB, 12 * GiB))
+    for rates, said in ((deep, "61 ns (128-wide heads; 14 ns over KV the caches hold; 13 ns a query head, 4 over a "
+                                "KV head)"),
+                        (cached, "14 ns (128-wide heads; 13 ns a query head, 4 over a KV head)")):
+        fig = SpeedFigures(default(50e9, "t"), default(1e12, "t"), host_cpu_attention=(rates,))
+        line = _figures_line(make_plan(shape, inv, LaunchSettings(n_ctx=4096), speed=fig))
+        assert f"host CPU attention (f16 decode) {said} a KV cell and head" in line

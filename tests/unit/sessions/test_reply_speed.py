@@ -85,7 +85,7 @@ def test_a_chat_turn_s_few_new_tokens_are_not_compared_nor_learned() -> None:
     plan = _plan()
     short = check_speed(plan, Timings(89, 466.0, 24, 3072.0))
     assert short is not None and short.prefill_ratio is None and short.decode_ratio is not None
-    assert "prefill 466 tok/s measured, not compared (a prompt under 256 tokens, as a chat's next turn is" in short.line()
+    assert "prefill 466 tok/s measured, not compared (a prompt under 256 tokens: too few" in short.line()
     text = ReplySpeed(short.measured, short, None, learned=True).text()
     assert "prefill 466 tok/s measured (89 prompt tokens), not compared" in text
     assert "(decode ×" in text and "prefill ×" not in text
