@@ -10,9 +10,11 @@ from app.ui.chat_panel import FORK_LINES, USER_COLOURS, ChatPanel, lines_tall, s
 from app.ui.qt import Qt, QTabWidget, QTextDocument
 
 LEFT = Qt.MouseButton.LeftButton
+#: The cells a slot holds in the chat test: the Stop's reply may not end by itself before the click.
+STOP_SLOT = 32768
 
 
-def _launch(window, model, engine_build, qtbot, n_parallel: int) -> None:
+def _launch(window, model, engine_build, qtbot, n_parallel: int, n_ctx: int | None = None) -> None:
     with qtbot.waitSignal(window.launch.enginesFound, timeout=120_000) as found:
         window.launch.discover()
     paths = [e.path for e in found.args[0]]
@@ -20,6 +22,8 @@ def _launch(window, model, engine_build, qtbot, n_parallel: int) -> None:
     window.settings.n_parallel.setValue(n_parallel)
     window.settings.kv_unified.setChecked(n_parallel > 1)
     assert window.open_model(model)
+    if n_ctx is not None:
+        window.settings.set_context(n_ctx)
     with qtbot.waitSignal(window.launch.engineReady, timeout=120_000):
         qtbot.mouseClick(window.launch.launch_button, LEFT)
 
@@ -48,7 +52,10 @@ def test_chat_two_turns_a_fork_kept_then_stop(window, tiny_chat_model, engine_bu
     assert tabs.currentWidget() is chat  # the chat is what the tab shows first
     assert not chat.send_button.isEnabled() and "Launch the engine" in chat.status.text()
     window.resize(1280, 860)  # the window's size on a first run
-    _launch(window, tiny_chat_model, engine_build, qtbot, 3)
+    # (a slot of 32k cells: the reply Stop ends below runs far longer than a click takes to arrive. A
+    # slot of 2,730 filled in about a second on a fast machine, and that reply once ended by itself first)
+    _launch(window, tiny_chat_model, engine_build, qtbot, 3, n_ctx=3 * STOP_SLOT)
+    assert window.current.running.launch.n_ctx == 3 * STOP_SLOT
     assert chat.send_button.isEnabled() and chat.fork_button.isEnabled()
     assert chat.k.maximum() == 3 and "Engine ready" in chat.status.text()
 
@@ -91,7 +98,7 @@ def test_chat_two_turns_a_fork_kept_then_stop(window, tiny_chat_model, engine_bu
 
     # A reply that cannot end by itself, streamed until Stop. Last: how long it ran before the Stop
     # took is the machine's, and the chat (its bytes re-tokenized) may then outgrow the context.
-    chat.max_tokens.setValue(4000)
+    chat.max_tokens.setValue(STOP_SLOT)
     chat.message.setText("Go on and on.")
     qtbot.mouseClick(chat.send_button, LEFT)
     assert chat.stop_button.isEnabled() and not chat.send_button.isEnabled()
