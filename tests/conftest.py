@@ -21,7 +21,7 @@ from tests.fixtures import gguf_factory, shapes  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The CPU-attention engine run (app/engine/attention_runs.py) that plan, serve, doctor and the window make
-#: for a head size this machine has none for takes a real llama-batched-bench half a minute here, and
+#: for a head size this machine has none for takes a real llama-batched-bench up to a minute here, and
 #: would be stored in whichever cache a test uses (the user's, for many): tests that are not about it
 #: never make it (subprocesses inherit this); those that are use ``replay_bench`` (a recorded table, in
 #: a cache of their own) or unset it (the real run).

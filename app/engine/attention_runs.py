@@ -75,7 +75,7 @@ def progress_line(todo: list[tuple[GpuDevice | None, int]]) -> str:
     """What is about to be measured, said before it runs (it takes seconds)."""
     who = list(dict.fromkeys(_who(d) for d, _ in todo))
     whose = "this CPU's attention speed" if who == ["this CPU"] else f"the attention speed of {' and '.join(who)}"
-    return f"measuring {whose} for {_heads(sorted({h for _, h in todo}))} (once; up to half a minute)…"
+    return f"measuring {whose} for {_heads(sorted({h for _, h in todo}))} (once; up to a minute)…"
 
 
 def _ns(seconds: float) -> str:

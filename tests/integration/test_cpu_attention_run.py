@@ -2,7 +2,7 @@
 machine has no run for times this CPU's flash attention with the engine's own ``llama-batched-bench``
 (app/engine/attention_runs.py), says so on stderr, keeps it in the calibration cache, and prices the
 plan with it; the next plan measures nothing. The model is the self-test model with 64-wide heads, as
-real small models have (a run of it takes seconds to half a minute on a busy machine)."""
+real small models have (a run of it takes seconds to a minute on a busy machine)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def test_plan_measures_this_cpus_attention_once_and_prices_with_it(engine_build:
     first = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert first.returncode == 0, first.stderr
     said = first.stderr.splitlines()
-    assert said[0] == "headroom: measuring this CPU's attention speed for 64-wide heads (once; up to half a minute)…"
+    assert said[0] == "headroom: measuring this CPU's attention speed for 64-wide heads (once; up to a minute)…"
     assert said[1].startswith("headroom: measured: this CPU's flash attention, 64-wide heads: ")
     runs = json.loads((tmp_path / "cache" / "speed-calibration.json").read_text()).get("engine_runs", {})
     if "64" not in runs.get("host", {}):

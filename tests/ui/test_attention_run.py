@@ -36,7 +36,7 @@ def test_a_new_head_size_is_measured_in_the_background_and_the_plan_priced_with_
     w = _window(qtbot, tmp_path)
     with qtbot.waitSignal(w.planned):
         assert w.open_model(model)
-    measuring = "measuring this CPU's attention speed for 128-wide heads (once; up to half a minute)…"
+    measuring = "measuring this CPU's attention speed for 128-wide heads (once; up to a minute)…"
     qtbot.waitUntil(lambda: w.statusBar().currentMessage() == measuring, timeout=10_000)
     assert w.attention_status == measuring
     before = w.current.plan

@@ -48,7 +48,7 @@ def test_a_head_size_not_run_yet_is_measured_once_and_said(engine_build: EngineB
                                                            own_cache: Path, capsys: pytest.CaptureFixture[str]) -> None:
     plan, err = _plan(tiny_model, engine_build.server, capsys)
     lines = err.splitlines()
-    assert lines[0] == "headroom: measuring this CPU's attention speed for 16-wide heads (once; up to half a minute)…"
+    assert lines[0] == "headroom: measuring this CPU's attention speed for 16-wide heads (once; up to a minute)…"
     assert lines[1].startswith("headroom: measured: this CPU's flash attention, 16-wide heads: f16 decode ")
     assert lines[1].endswith(" per KV cell and head")
     # the GQA run (the recorded table of 16 query heads over 4 KV heads): a query head's decode, said beside
@@ -105,7 +105,7 @@ def test_engine_build_and_doctor_say_the_figures_for_real_models_head_sizes(own_
         "--no-selftest it does not): priced at memory bandwidth, not calibrated" for h in BUILD_HEAD_DIMS]
     said: list[str] = []
     made = host_runs(measure_missing=True, say=said.append)
-    assert said == ["measuring this CPU's attention speed for 64-wide and 128-wide heads (once; up to half a minute)…"]
+    assert said == ["measuring this CPU's attention speed for 64-wide and 128-wide heads (once; up to a minute)…"]
     assert [m.split(": f16 decode")[0] for m in made] == [
         "measured: this CPU's flash attention, 64-wide heads", "measured: this CPU's flash attention, 128-wide heads"]
     assert host_runs(measure_missing=True, say=said.append) == [m.replace("measured", "stored", 1) for m in made]
