@@ -143,6 +143,14 @@ def _heads_and_flops(model: Path) -> tuple[int, float]:
     return sum(shape.n_head[il] for il in range(shape.n_layer) if shape.n_head_kv[il] > 0), active_weights(shape)[1]
 
 
+def _argv(bench: Path, model: Path, kv: str, device_args: list[str], prompts: tuple[int, ...] = PROMPTS,
+          decode: int = DECODE, n_ctx: int = N_CTX) -> list[str]:
+    """``llama-batched-bench`` timing ``model`` with a ``kv`` cache: ``decode`` tokens after each prompt."""
+    return [str(bench), "-m", str(model), "-c", str(n_ctx), "-b", "2048", "-ub", "512", "-fa", "on",
+            "-npp", ",".join(map(str, prompts)), "-ntg", str(decode), "-npl", "1", "-ctk", kv, "-ctv", kv,
+            *device_args]
+
+
 def deep_layers(head_dim: int) -> int:
     """Layers of the deep run's model: its 4 heads' f16 KV at the long prompt make ``DEEP_BYTES``, at most
     llama.cpp's ``LLAMA_MAX_LAYERS`` (heads narrower than 32 read less)."""
@@ -162,23 +170,15 @@ def measure(bench: Path, model: Path, device_args: list[str], gqa_model: Path | 
     d_heads, d_flops = _heads_and_flops(deep_model) if deep_model is not None else (0, 0.0)
     out: dict[str, dict[str, float]] = {}
     for kv in KV_TYPES:
-        argv = [str(bench), "-m", str(model), "-c", str(N_CTX), "-b", "2048", "-ub", "512", "-fa", "on",
-                "-npp", ",".join(map(str, PROMPTS)), "-ntg", str(DECODE), "-npl", "1", "-ctk", kv, "-ctv", kv,
-                *device_args]
-        runs = _runs(argv, REPEATS, heads, flops)
+        runs = _runs(_argv(bench, model, kv, device_args), REPEATS, heads, flops)
         if not _agree(runs, REPEATS):
             continue
         out[kv] = {key: statistics.median(r[key] for r in runs) for key in runs[0] if all(key in r for r in runs)}
-        if gqa_model is not None and kv in GQA_KV_TYPES:
-            argv[argv.index("-m") + 1] = str(gqa_model)
-            if _agree(g_runs := _runs(argv, GQA_REPEATS, g_heads, g_flops), GQA_REPEATS):
-                out[kv] |= {"decode_gqa": statistics.median(r["decode"] for r in g_runs), "gqa": float(GQA_RUN)}
+        if gqa_model is not None and kv in GQA_KV_TYPES and _agree(
+                g_runs := _runs(_argv(bench, gqa_model, kv, device_args), GQA_REPEATS, g_heads, g_flops), GQA_REPEATS):
+            out[kv] |= {"decode_gqa": statistics.median(r["decode"] for r in g_runs), "gqa": float(GQA_RUN)}
         if deep_model is not None:
-            deep = [*argv]
-            deep[deep.index("-m") + 1] = str(deep_model)
-            deep[deep.index("-npp") + 1] = ",".join(map(str, DEEP_PROMPTS))
-            deep[deep.index("-ntg") + 1] = str(DEEP_DECODE)
-            deep[deep.index("-c") + 1] = str(DEEP_PROMPTS[-1] + DEEP_DECODE)
+            deep = _argv(bench, deep_model, kv, device_args, DEEP_PROMPTS, DEEP_DECODE, DEEP_PROMPTS[-1] + DEEP_DECODE)
             if _agree(d_runs := _runs(deep, DEEP_REPEATS, d_heads, d_flops, decode_only=True), DEEP_REPEATS):
                 out[kv] |= {"decode_deep": statistics.median(r["decode"] for r in d_runs)}
     return out

@@ -505,6 +505,11 @@ def decode_seconds(w: Workload, fig: SpeedFigures, fill: float) -> float:
 def prefill_seconds(w: Workload, fig: SpeedFigures, fill: float) -> float:
     """Seconds per prompt token of a ubatch at ``fill`` (module docstring: prefill)."""
     per_token, fixed, _hidden = _prefill(w, fig, fill)
+    return _per_ubatch_token(per_token, fixed, w)
+
+
+def _per_ubatch_token(per_token: float, fixed: float, w: Workload) -> float:
+    """Seconds a prompt token of a whole ubatch costs: its own, and its share of the ubatch's fixed ones."""
     return per_token + fixed / max(1, w.n_ubatch)
 
 
@@ -529,30 +534,31 @@ def _prefill(w: Workload, fig: SpeedFigures, fill: float) -> tuple[float, float,
                                                           decode=False)
     on_host = host_mm / fig.host_flops.value + _attend(host_attn / fig.host_flops.value, host_attn,
                                                        fig.host_cpu_attention, w, decode=False)
-    hidden = min(on_host, on_device) if not offload and _overlaps(w) else 0.0
+    hidden = min(on_host, on_device) if _overlaps(w, offload) else 0.0
     streamed = (w.streamed_weights if offload else 0) + (w.kv_host_tail_cell + nkvo_kv) * cells
     return on_host + on_device - hidden, streamed / dev.link.value + TOKEN_OVERHEAD_S + _splits(w, fig, decode=False), hidden
 
 
-def _overlaps(w: Workload) -> bool:
+def _overlaps(w: Workload, offload: bool) -> bool:
     """A prompt's ubatches overlap on the two sides: ``-ngl`` leaves whole layers on the CPU and nothing
     else there (no -nkvo, host tail or CPU experts, whose CPU ops sit between a layer's device ops), and
-    those layers' matmuls stay on the CPU (no op offload: ``_prefill`` asks). They come first in the
+    those layers' matmuls stay on the CPU (no op offload, ``offload``). They come first in the
     graph, and nothing waits on the device between ubatches that have no outputs, so the CPU runs the
     next ubatch's layers while the device still computes the last one (the device's first split waits
     for it: ggml-backend.cpp syncs its backend before copying the user's inputs). Measured with a
     loopback worker (``llama-batched-bench``, three layers on the host, bench/results/
     placement-cpu-2026-12-02e.md): +10 % over fully resident at one ubatch (the host's faster matmuls),
     +30 % at four."""
-    return w.cpu_layers and not (w.host_tail_layers or w.cpu_op_layers or w.kv_nkvo_cell)
+    return not offload and w.cpu_layers and not (w.host_tail_layers or w.cpu_op_layers or w.kv_nkvo_cell)
 
 
 def predict(w: Workload, fig: SpeedFigures, fill: float) -> Speed:
     """Predicted tokens/s at ``fill``, scaled by what launches on this machine measured."""
     scale = fig.prefill_scale.value
-    _per_token, fixed, hidden = _prefill(w, fig, fill)
-    return Speed(fill, scale / prefill_seconds(w, fig, fill), fig.decode_scale.value / decode_seconds(w, fig, fill),
-                 fixed / scale, max(1, w.n_ubatch), hidden / scale)
+    per_token, fixed, hidden = _prefill(w, fig, fill)  # (once: a re-plan prices every alternative at each fill)
+    return Speed(fill, scale / _per_ubatch_token(per_token, fixed, w),
+                 fig.decode_scale.value / decode_seconds(w, fig, fill), fixed / scale, max(1, w.n_ubatch),
+                 hidden / scale)
 
 
 def speed_row(w: Workload, fig: SpeedFigures) -> SpeedRow:
