@@ -150,7 +150,8 @@ def _figures_line(fig: SpeedFigures) -> str:
     def one(name: str, f: Figure, unit: float, u: str) -> str:
         return f"{name} {f.value / unit:.3g} {u} ({f.source.detail}{'' if f.calibrated else ', default'})"
 
-    parts = [one("host bandwidth", fig.host_bandwidth, 1e9, "GB/s"), one("host compute", fig.host_flops, 1e9, "GFLOP/s")]
+    parts = [one("host bandwidth", fig.host_bandwidth, 1e9, "GB/s"), one("host compute", fig.host_flops, 1e9, "GFLOP/s"),
+             one("a token's fixed cost", fig.token_overhead, 1e-3, "ms")]
     for d in fig.devices:
         parts += [one(f"{d.name} bandwidth", d.bandwidth, 1e9, "GB/s"), one("compute", d.flops, 1e9, "GFLOP/s"),
                   one("link", d.link, 1e9, "GB/s"), one("split", d.split_s, 1e-6, "µs")]

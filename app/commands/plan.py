@@ -331,6 +331,8 @@ def _figures_line(plan: Plan) -> str:
                          + (f"; {a.decode_gqa.value * 1e9:.3g} ns a query head, {a.gqa:g} over a KV head"
                             if a.decode_gqa is not None else "") + ")" for a in f16)
         parts.append(f"host CPU attention (f16 decode) {each} a KV cell and head (calibrated)")
+    parts.append(f"a token's fixed cost {fig.token_overhead.value * 1e3:.2g} ms "
+                 f"({'calibrated' if fig.token_overhead.calibrated else 'not calibrated, default'})")
     parts += [f"{d.name} {d.bandwidth.value / 1e9:.0f} GB/s, {d.flops.value / 1e12:.0f} TFLOP/s, link "
               f"{d.link.value / 1e9:.1f} GB/s ({state(d.bandwidth, d.flops, d.link)})" for d in fig.devices]
     learned = fig.decode_scale.calibrated or fig.prefill_scale.calibrated

@@ -84,7 +84,8 @@ def _ns(seconds: float) -> str:
 
 
 #: What an earlier version's run lacks (app/machine/calibrate.py ``ENGINE_RUN_VERSION``).
-OLDER_RUN = ("an earlier version's run, without the deep run (and before that the GQA run: a decode is priced "
+OLDER_RUN = ("an earlier version's run, without the server run (a token's fixed cost priced at the default) or "
+             "before that the deep run and the GQA run (a decode priced "
              "over KV the caches hold, not a real model's, read from memory)")
 
 
@@ -112,6 +113,8 @@ def run_lines(runs: dict[str, Any], pairs: list[tuple[GpuDevice | None, int]], *
         missing = [kv for kv in KV_TYPES if kv not in {a.kv_type for a in figs}]
         tail = f"; {' and '.join(missing)}: no figure (its runs failed or disagreed)" if parts and missing else ""
         figures = f"{'; '.join(parts)} per KV cell and head{tail}"
+        if isinstance(srv := run.get(calibrate.SERVER_RUN), dict) and isinstance(t := srv.get("token"), (int, float)):
+            figures += f"; a token's fixed cost in llama-server {t * 1e3:.2f} ms"
         if not calibrate.run_kept(by_head, head):
             lead = (f"{verb}: {who}: no new figure this time (the engine run failed or was too noisy: is the machine "
                     "busy?); kept" if verb == "measured" else f"{verb}: {who}:")

@@ -30,7 +30,13 @@ type in ``KV_TYPES``, at two prompt lengths (``PROMPTS``) with ``DECODE`` tokens
   flops over them give the device's matmul rate (Q4_0 weights: a quantized model's);
 - a decoded token's seconds at no cells (``decode_base``): on a worker's device against the host's
   own, the difference is what its two graph splits cost (the embeddings in, the logits out: the RPC
-  round trips and the graph sent each token), app/machine/calibrate.py's split cost for it.
+  round trips and the graph sent each token), app/machine/calibrate.py's split cost for it;
+- the host's only: what a token costs ``llama-server`` whatever the model's size (``server_token``:
+  the graph, sampling, the server's bookkeeping and its threads' wake-ups): the server beside the
+  bench (its ``llama-server``) on the self-test model, with the same threads, its own ``timings`` of
+  a few short answers, less their attention at the f16 run's rate (its 0.4 MiB of weights are a few
+  µs). On this project's 2-core VM: 0.1–0.25 ms with a core to spare, 0.5–0.8 with a thread on
+  every core (bench/results/placement-cpu-2026-12-02f.md); the speed model's default was 1 ms.
 
 A few seconds in all; app/machine/calibrate.py keeps the result with the device's identity.
 """
@@ -43,7 +49,11 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+from app.engine import speed_check
+from app.engine.capabilities import free_port
+from app.engine.process import EngineFailed, ServerProcess
 from app.engine.selftest import deep_attention_model, selftest_model
+from app.machine.calibrate import SERVER_RUN
 from app.planner.devices import GpuDevice
 from app.planner.gguf.checks import LLAMA_MAX_LAYERS
 from app.planner.gguf.model import read_shape
@@ -71,6 +81,14 @@ DEEP_REPEATS = 3
 GQA_RUN = 4
 GQA_KV_TYPES = ("f16",)
 GQA_REPEATS = 3
+
+#: The server run: its context (one slot: a prompt of the rest after the answer), the tokens of each
+#: answer, how many answers (after one not counted: the first answer after a start ran ×2 slow in some
+#: runs); how long the 1 MiB model may take to load.
+SERVER_CTX = 128
+SERVER_DECODE = 64
+SERVER_REPEATS = 5
+SERVER_READY_S = 60.0
 
 #: |    PP |     TG |    B |   N_KV |   T_PP s | S_PP t/s |   T_TG s | S_TG t/s |      T s |    S t/s |
 _ROW = re.compile(r"^\|\s*(?P<pp>\d+)\s*\|\s*(?P<tg>\d+)\s*\|\s*1\s*\|\s*\d+\s*\|\s*(?P<t_pp>[\d.]+)\s*\|"
@@ -184,6 +202,34 @@ def measure(bench: Path, model: Path, device_args: list[str], gqa_model: Path | 
     return out
 
 
+def server_token(server: Path, model: Path, threads: int | None, decode_cell_head: float) -> float | None:
+    """``llama-server``'s seconds a decoded token costs on ``model`` (the self-test model) at no cells:
+    the median of ``SERVER_REPEATS`` answers' own timings (after a first one not counted), less each
+    one's attention over its cells at ``decode_cell_head`` (the f16 run's rate); None when the server
+    did not start, or answered fewer than most of them. (Not held to ``NOISY_SPREAD``: a tenth of a
+    millisecond is timer-sized, and the median of five is what is kept.)"""
+    heads, _flops = _heads_and_flops(model)
+    port = free_port()
+    argv = [str(server), "-m", str(model), "-c", str(SERVER_CTX), "-np", "1", "-ngl", "0", "-fa", "on",
+            "--host", "127.0.0.1", "--port", str(port), *(["-t", str(threads)] if threads else [])]
+    seconds: list[float] = []
+    try:
+        with ServerProcess(argv, "127.0.0.1", port) as proc:
+            proc.start()
+            proc.wait_ready(timeout=SERVER_READY_S, stall=SERVER_READY_S)
+            for i in range(SERVER_REPEATS + 1):
+                t = speed_check.measure(proc.base_url, slot_tokens=SERVER_CTX, n_predict=SERVER_DECODE,
+                                        timeout=TIMEOUT_S)
+                if i and isinstance(t, speed_check.Timings) and t.predicted_n > 0 and t.predicted_per_second > 0:
+                    cells = t.prompt_n + t.predicted_n / 2  # (the mean cells its tokens attended over)
+                    seconds.append(max(0.0, 1 / t.predicted_per_second - cells * heads * decode_cell_head))
+    except EngineFailed:
+        return None
+    if len(seconds) * 2 <= SERVER_REPEATS:
+        return None
+    return statistics.median(seconds)
+
+
 def bench_run(bench: Path, threads: int | None = None) -> Callable[[GpuDevice | None, int], dict[str, dict[str, float]]]:
     """``measure`` with ``bench`` on the host CPU (None) or an RPC worker's device, with the self-test
     model's heads as wide as a model's (``head_dim``): what app/machine/calibrate.py calls for a device
@@ -193,9 +239,14 @@ def bench_run(bench: Path, threads: int | None = None) -> Callable[[GpuDevice | 
     def run(device: GpuDevice | None, head_dim: int) -> dict[str, dict[str, float]]:
         args = ["-ngl", "0"] if device is None else ["-ngl", "99", "--rpc", device.endpoint]
         args += ["-t", str(threads)] if threads else []
-        return measure(bench, selftest_model(head_dim=head_dim), args,
-                       deep_attention_model(head_dim, 2, n_head=4 * GQA_RUN, n_head_kv=4),
-                       deep_attention_model(head_dim, deep_layers(head_dim)))
+        model = selftest_model(head_dim=head_dim)
+        out = measure(bench, model, args, deep_attention_model(head_dim, 2, n_head=4 * GQA_RUN, n_head_kv=4),
+                      deep_attention_model(head_dim, deep_layers(head_dim)))
+        server = bench.with_name("llama-server")
+        if device is None and "f16" in out and server.is_file() and (
+                token := server_token(server, model, threads, out["f16"]["decode"])) is not None:
+            out[SERVER_RUN] = {"token": token}
+        return out
 
     return run
 

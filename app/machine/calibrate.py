@@ -9,7 +9,9 @@
 - A CPU's flash attention (seconds per KV cell and head, by KV type, decode and prefill) and, for an RPC
   worker's device, its matmul rate: measured by a short run of the engine that the caller passes in
   (``engine_run``: app/engine/cpu_attention.py ``measure``; app/machine does not start engines), once
-  per device: the host by the host's identity, a worker's device by its name and description.
+  per device: the host by the host's identity, a worker's device by its name and description. The
+  host's run also times what a token costs the server whatever the model (``SERVER_RUN``: the speed
+  model's ``token_overhead``).
 - After a launch, ``serve`` stores measured ÷ predicted tokens/s (``learn``): later predictions on the
   same machine and devices are scaled by it.
 - ``headroom doctor --recalibrate`` forgets all of it (``forget``) and measures again.
@@ -87,9 +89,13 @@ def busy() -> str | None:
 #: The key of the host's engine run in the cache's ``engine_runs``.
 HOST_RUN = "host"
 #: What a kept engine run carries: runs of an older version are made again, once (2: the GQA run,
-#: which prices a GQA model's CPU attention; 3: the deep run, its decode over KV read from memory).
-ENGINE_RUN_VERSION = 3
+#: which prices a GQA model's CPU attention; 3: the deep run, its decode over KV read from memory; 4:
+#: the host's server run, a token's fixed cost).
+ENGINE_RUN_VERSION = 4
 RUN_VERSION_KEY = "run_version"
+#: The host's server run in its engine run, beside the KV types' figures: ``{"token": seconds}``
+#: (app/engine/cpu_attention.py ``server_token``).
+SERVER_RUN = "server"
 
 
 def run_stored(by_head: Any, head: int) -> dict[str, Any] | None:
@@ -366,6 +372,17 @@ def _run_split(by_head: Any, host: Any) -> float | None:
     return statistics.median(found) if found else None
 
 
+def _run_token(host: Any) -> float | None:
+    """A token's fixed cost from the host's engine runs (the server run's, app/engine/cpu_attention.py
+    ``server_token``): their median over head sizes; None when none measured it."""
+    if not isinstance(host, dict):
+        return None
+    found = [float(t) for run in host.values() if isinstance(run, dict)
+             and isinstance(srv := run.get(SERVER_RUN), dict) and isinstance(t := srv.get("token"), (int, float))
+             and t >= 0]
+    return statistics.median(found) if found else None
+
+
 def machine_speed(inventory: Inventory, *, path: Path | None = None, host_attention: bool = False,
                   engine_run: EngineRun | None = None, head_dims: tuple[int, ...] = (),
                   model: str = "", retime: bool = True) -> SpeedFigures:
@@ -401,6 +418,9 @@ def machine_speed(inventory: Inventory, *, path: Path | None = None, host_attent
     fig = SpeedFigures(_calibrated(float(data["host_bandwidth"]), "a 64 MiB copy"), host_flops,
                        tuple(devices), host_attention=host_attention,
                        host_cpu_attention=attention_figures(host_run))
+    if (token := _run_token(host_run)) is not None:
+        fig = replace(fig, token_overhead=_calibrated(token, "llama-server's own timings of the self-test "
+                                                             "model's tokens, their attention taken out"))
     learned = (data.get("learned") or {}).get(learned_key(inventory, model))
     if isinstance(learned, dict):
         # (a ratio outside PLAUSIBLE_RATIO, kept by an earlier version, is not applied)

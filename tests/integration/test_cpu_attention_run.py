@@ -16,7 +16,8 @@ import pytest
 
 from app.engine.native_build import EngineBuild
 from app.engine.selftest import selftest_model
-from app.machine.calibrate import ENGINE_RUN_VERSION
+from app.machine.calibrate import ENGINE_RUN_VERSION, SERVER_RUN
+from app.planner.solve.speed import TOKEN_OVERHEAD_S
 
 pytestmark = pytest.mark.engine
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,7 +44,16 @@ def test_plan_measures_this_cpus_attention_once_and_prices_with_it(engine_build:
         return
     stored = runs["host"]["64"]
     assert stored.pop("run_version") == ENGINE_RUN_VERSION  # (a run of this version: not made again)
-    rates = json.loads(first.stdout)["speed_figures"]["host_cpu_attention"]
+    figures = json.loads(first.stdout)["speed_figures"]
+    # the server run: what a token costs llama-server whatever the model, where its answers agreed
+    token = figures["token_overhead"]
+    if server := stored.pop(SERVER_RUN, None):
+        assert token["calibrated"] and token["value"] == pytest.approx(server["token"])
+        assert 0 < token["value"] < 0.05  # (0.1–0.8 ms on the 2-core VM: a figure, not a timeout)
+        assert f"a token's fixed cost in llama-server {server['token'] * 1e3:.2f} ms" in said[1]
+    else:
+        assert not token["calibrated"] and token["value"] == TOKEN_OVERHEAD_S
+    rates = figures["host_cpu_attention"]
     # every KV type the run measured (one too noisy on a busy machine is left out: cpu_attention.rates)
     assert stored and {r["kv_type"] for r in rates} == set(stored)
     for r in rates:

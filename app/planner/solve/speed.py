@@ -9,7 +9,8 @@ decode, one token (memory-bound: every weight and every used KV byte read once):
     host     = (host weights read + host KV the CPU attends over) / host bandwidth
     link     = host KV a device attends over / link bandwidth                  (stock engine, see below)
     splits   = graph splits × seconds per split (a sync and a small copy each)
-    fixed    = TOKEN_OVERHEAD_S (graph build, scheduling, sampling: what a tiny model is made of)
+    fixed    = a token's fixed cost (graph build, scheduling, sampling, the server's bookkeeping: what a
+               tiny model is made of; ``SpeedFigures.token_overhead``, measured by the host's engine run)
 
 prefill, per token of a ubatch of ``n_ubatch`` tokens (compute-bound)::
 
@@ -18,7 +19,7 @@ prefill, per token of a ubatch of ``n_ubatch`` tokens (compute-bound)::
                                                   the two, so the larger and 1/k of the smaller)
     stream   = (host weights copied for the device's matmuls + host KV the device attends over)
                / link bandwidth / n_ubatch
-    splits   = (graph splits × seconds per split + TOKEN_OVERHEAD_S) / n_ubatch
+    splits   = (graph splits × seconds per split + a token's fixed cost) / n_ubatch
 
 Where each side runs (llama.cpp 0c1e57098, ggml-backend's scheduler; docs/domain.md §4, §8):
 - a layer left on the CPU (``-ngl``) runs there: its weights and KV read at host bandwidth; for a
@@ -83,9 +84,11 @@ SPLIT_S_GPU = 30e-6
 #: The same across an RPC worker's network: a round trip (loopback ~0.1 ms, a LAN more).
 SPLIT_S_RPC = 300e-6
 #: Seconds of fixed cost per decoded token, whatever the model's size: building and scheduling the
-#: graph, sampling, the server's bookkeeping. Seen on this project's CPU machine with a tiny model
-#: (the weights and KV take microseconds): 903 tokens/s, ~1.1 ms a token (a newcomer's walkthrough,
-#: issue 29, where the model without it predicted 58,654 tokens/s).
+#: graph, sampling, the server's bookkeeping, waking its threads. The default where the host's engine
+#: run did not measure it (app/engine/cpu_attention.py ``server_token``). Seen on this project's 2-core
+#: VM with a tiny model: ~1.1 ms a token with a thread on every core (a newcomer's walkthrough, issue
+#: 29, where the model without it predicted 58,654 tokens/s); measured by that run, 0.1–0.25 ms with a
+#: core to spare and 0.5–0.8 with none.
 TOKEN_OVERHEAD_S = 1e-3
 #: What llama.cpp's decode reaches of a GPU's nominal memory bandwidth, and its prefill of the
 #: nominal dense FP16 tensor throughput (quantized matmuls, attention, small kernels).
@@ -282,6 +285,9 @@ class SpeedFigures:
     host_attention: bool = False
     #: The host CPU's flash attention, measured (empty: priced at host bandwidth and flop/s).
     host_cpu_attention: tuple[CpuAttention, ...] = ()
+    #: Seconds every decoded token and prefill ubatch costs whatever the model (``TOKEN_OVERHEAD_S``).
+    token_overhead: Figure = field(default_factory=lambda: default(
+        TOKEN_OVERHEAD_S, "a tiny model's token with a thread on every core of a 2-core VM"))
 
     @property
     def calibrated(self) -> bool:
@@ -294,7 +300,7 @@ class SpeedFigures:
         return {"host_bandwidth": self.host_bandwidth.to_json(), "host_flops": self.host_flops.to_json(),
                 "devices": [d.to_json() for d in self.devices], "decode_scale": self.decode_scale.to_json(),
                 "prefill_scale": self.prefill_scale.to_json(), "host_attention": self.host_attention,
-                "calibrated": self.calibrated} | ({"host_cpu_attention": [a.to_json() for a in self.host_cpu_attention]}
+                "token_overhead": self.token_overhead.to_json(), "calibrated": self.calibrated} | ({"host_cpu_attention": [a.to_json() for a in self.host_cpu_attention]}
                                                   if self.host_cpu_attention else {})
 
 
@@ -480,7 +486,7 @@ def decode_seconds(w: Workload, fig: SpeedFigures, fill: float) -> float:
     host = fig.host_cpu_attention
     if w.cpu_only or not fig.devices:
         kv = (w.kv_host_cpu_cell + w.kv_host_tail_cell + sum(w.kv_device_cell)) * cells
-        return TOKEN_OVERHEAD_S + (w.host_weights + sum(w.device_weights)) / host_bw + _attend(
+        return fig.token_overhead.value + (w.host_weights + sum(w.device_weights)) / host_bw + _attend(
             kv / host_bw, w.attn_flops_cell * cells, host, w, decode=True)
     attn_dev = w.attn_device_cell or (0.0,) * len(w.kv_device_cell)
     t = sum(wt / d.bandwidth.value + _attend(kv * cells / d.bandwidth.value, a * cells, d.attention, w,
@@ -499,7 +505,7 @@ def decode_seconds(w: Workload, fig: SpeedFigures, fill: float) -> float:
     if streamed:
         t += streamed * cells / fig.devices[0].link.value + _attend(0.0, streamed_attn * cells,
                                                                     fig.devices[0].attention, w, decode=True)
-    return TOKEN_OVERHEAD_S + t + _splits(w, fig, decode=True)
+    return fig.token_overhead.value + t + _splits(w, fig, decode=True)
 
 
 def prefill_seconds(w: Workload, fig: SpeedFigures, fill: float) -> float:
@@ -521,7 +527,7 @@ def _prefill(w: Workload, fig: SpeedFigures, fill: float) -> tuple[float, float,
     attn = w.attn_flops_cell * cells
     if w.cpu_only or not fig.devices:
         return (w.flops / fig.host_flops.value
-                + _attend(attn / fig.host_flops.value, attn, fig.host_cpu_attention, w, decode=False)), TOKEN_OVERHEAD_S, 0.0
+                + _attend(attn / fig.host_flops.value, attn, fig.host_cpu_attention, w, decode=False)), fig.token_overhead.value, 0.0
     dev = fig.devices[0]
     offload = w.n_ubatch >= OP_OFFLOAD_MIN_BATCH and dev.op_offload
     host_mm = 0.0 if offload else w.flops * w.host_flop_share
@@ -536,7 +542,7 @@ def _prefill(w: Workload, fig: SpeedFigures, fill: float) -> tuple[float, float,
                                                        fig.host_cpu_attention, w, decode=False)
     hidden = min(on_host, on_device) if _overlaps(w, offload) else 0.0
     streamed = (w.streamed_weights if offload else 0) + (w.kv_host_tail_cell + nkvo_kv) * cells
-    return on_host + on_device - hidden, streamed / dev.link.value + TOKEN_OVERHEAD_S + _splits(w, fig, decode=False), hidden
+    return on_host + on_device - hidden, streamed / dev.link.value + fig.token_overhead.value + _splits(w, fig, decode=False), hidden
 
 
 def _overlaps(w: Workload, offload: bool) -> bool:

@@ -188,7 +188,7 @@ def test_an_earlier_versions_run_is_said_as_such_and_made_again(own_cache: Path,
     store.write_text(json.dumps(old))
     said = host_runs(measure_missing=False)
     assert len(said) == 2 and all(line.startswith(
-        f"stored: this CPU's flash attention, {h}-wide heads: an earlier version's run, without the deep run"
+        f"stored: this CPU's flash attention, {h}-wide heads: an earlier version's run, without the server run"
         ) and line.endswith("; a later plan measures it again") for h, line in zip((64, 128), said, strict=True))
     assert "f16 decode " in said[0]
     made = host_runs(measure_missing=True)

@@ -139,6 +139,27 @@ def test_a_workers_split_cost_is_its_decode_at_no_cells_over_the_hosts(tmp_path:
     assert not old.devices[0].split_s.calibrated
 
 
+def test_a_tokens_fixed_cost_is_the_host_server_runs_and_prices_every_token(tmp_path: Path) -> None:
+    """The host's engine run timed llama-server's tokens on the self-test model at 0.2 and 0.3 ms (two
+    head sizes): a token costs their median, said as calibrated, where the default was 1 ms; a worker's
+    run has none, and a run without it (an older cache) keeps the default."""
+    from app.planner.solve import speed
+
+    def run(device: GpuDevice | None, head_dim: int) -> dict[str, dict[str, float]]:
+        out = {"f16": {"decode": 80e-9, "prefill": 8e-9, "compute": 40e9, "decode_base": 0.1e-3}}
+        return out | ({calibrate.SERVER_RUN: {"token": {64: 0.2e-3, 128: 0.3e-3}[head_dim]}} if device is None else {})
+
+    fig = calibrate.machine_speed(desktop(), path=tmp_path / "c.json", engine_run=run, head_dims=(64, 128))
+    assert fig.token_overhead.value == pytest.approx(0.25e-3) and fig.token_overhead.calibrated
+    assert "llama-server's own timings" in str(fig.token_overhead.source)
+    assert fig.to_json()["token_overhead"]["calibrated"] is True
+    old = calibrate.machine_speed(desktop(), path=tmp_path / "d.json", head_dims=(64,),
+                                  engine_run=lambda d, h: {"f16": {"decode": 80e-9, "prefill": 8e-9}})
+    assert old.token_overhead.value == speed.TOKEN_OVERHEAD_S and not old.token_overhead.calibrated
+    # its figures still read as the KV types' (the server run is not a KV type)
+    assert [a.kv_type for a in fig.host_cpu_attention] == ["f16", "f16"]
+
+
 def test_without_an_engine_run_a_worker_keeps_the_defaults(tmp_path: Path) -> None:
     worker = GpuDevice(0, "RPC worker 10.0.0.2:50052", 8 * GiB, 8 * GiB, kind=DeviceKind.RPC,
                        endpoint="10.0.0.2:50052")
