@@ -43,7 +43,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import IO, NamedTuple, NoReturn
+from typing import IO, NamedTuple, NoReturn, TypeVar
 
 import psutil
 
@@ -79,11 +79,20 @@ STOPPED_EARLY = Failure(FailureKind.STOPPED, "The engine was stopped before it w
 #: The kinds of child a PID file may name (``<kind>-<pid>.json``): engines and pass-1 probes.
 CHILD_KINDS = ("engine", "probe")
 
+T = TypeVar("T")
+
 # One thread spawns every engine, and lives as long as Headroom (see the module docstring).
 _SPAWNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine-spawner")
 _LIVE: set[ServerProcess] = set()
 #: PIDs of the children this process recorded and still runs (engines and probes).
 _OWN: set[int] = set()
+
+
+def spawn_lasting(spawn: Callable[[], T]) -> T:
+    """``spawn()`` on the thread that spawns every engine, which lasts as long as Headroom: a child it
+    starts with ``die_with_parent`` dies with Headroom, not with the thread that asked for it (a
+    pass-1 child started ahead of its request, app/probe/measure.py ``start_ahead``)."""
+    return _SPAWNER.submit(spawn).result()
 
 
 def runtime_dir() -> Path:

@@ -12,6 +12,7 @@ says so when that is the CPU and the plan targets a GPU, and names the alternati
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -21,11 +22,11 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from app.engine.native_build import EngineBuild, find_build
-from app.engine.process import die_with_parent, forget_child, reap_leftovers, record_child
+from app.engine.process import die_with_parent, forget_child, reap_leftovers, record_child, spawn_lasting
 from app.llamacpp.failures import failure_hint, last_lines, up_to_reason
 from app.llamacpp.logs import LogBuffers, is_host_device, parse_log
 from app.planner.devices import Backend
@@ -87,34 +88,124 @@ def _kill_group(proc: subprocess.Popen[str]) -> None:
 CANCEL_POLL_S = 0.05
 
 
-def run_worker(model_path: Path, settings: LaunchSettings, *, timeout: float,
-               worker: Sequence[str] = WORKER, cancel: threading.Event | None = None,
-               lib_dir: str | None = None,
-               meanwhile: Callable[[], object] | None = None) -> tuple[dict[str, object], list[str]]:
-    """Run the child (on ``lib_dir``'s libllama when given); return its result object and its log
-    lines. Raises MeasureError, or MeasureCancelled (the child's process group killed) as soon as
-    ``cancel`` is set. ``meanwhile`` runs once the child has its request, while it measures (the
-    caller's own checks of the file: what it raises is raised, the child killed)."""
-    request = json.dumps({"model": str(model_path), "settings": settings.to_json()})
-    reap_leftovers()  # probes (and engines) a killed Headroom left behind
-    # Tied to this thread, which waits for it: the kernel kills it if Headroom dies (even by
-    # SIGKILL), and its PID file lets the next Headroom reap it where that signal was lost.
-    # The request goes down a pipe of its own, written and closed at once, so the child measures while
-    # ``meanwhile`` runs (``communicate`` would send it only when waiting).
+@dataclass
+class _Child:
+    """A started pass-1 child, its request not sent yet (``request_fd``: its stdin's write end)."""
+
+    proc: subprocess.Popen[str]
+    request_fd: int
+    record: Path | None
+    key: tuple[object, ...]
+
+
+def _key(worker: Sequence[str], env: dict[str, str]) -> tuple[object, ...]:
+    """What a child is started with: a child started ahead serves a request made with the same."""
+    return tuple(worker), tuple(sorted(env.items()))
+
+
+def _spawn(worker: Sequence[str], env: dict[str, str]) -> _Child:
+    """Start a child. Tied to the calling thread: the kernel kills it if Headroom dies (even by
+    SIGKILL), or that thread ends; its PID file lets the next Headroom reap it where that signal was
+    lost. Its request goes down a pipe of its own, written and closed in one go (``_send``), so the
+    child measures while the caller's ``meanwhile`` runs (``communicate`` would send it only when
+    waiting)."""
     request_read, request_write = os.pipe()
     try:
         proc = subprocess.Popen(list(worker), stdin=request_read, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, errors="replace", env=_worker_env(lib_dir),
+                                stderr=subprocess.PIPE, text=True, errors="replace", env=env,
                                 start_new_session=True, preexec_fn=die_with_parent())
     except BaseException:
         os.close(request_write)
         raise
     finally:
         os.close(request_read)
-    record = record_child(proc.pid, list(worker), "probe")
+    return _Child(proc, request_write, record_child(proc.pid, list(worker), "probe"), _key(worker, env))
+
+
+#: The child started ahead of its request (``start_ahead``), if any.
+_AHEAD: _Child | None = None
+_AHEAD_LOCK = threading.Lock()
+
+
+def _discard(child: _Child) -> None:
+    """End a child whose request never came (its stdin closed; killed, as it may be mid-start)."""
+    with contextlib.suppress(OSError):
+        os.close(child.request_fd)
+    if child.proc.poll() is None:
+        _kill_group(child.proc)
+    child.proc.communicate()
+    forget_child(child.record)
+
+
+def start_ahead(lib_dir: str | None = None, worker: Sequence[str] = WORKER) -> None:
+    """Start the next pass-1 child now, for ``lib_dir``'s libllama: the window's (app/ui/measure_bar.py),
+    so that its next pass 1 (``measure(..., ahead=True)``) finds Python's start-up, its imports and the
+    bindings done (about 0.1-0.15 s of the 0.4-0.6 s a fresh child takes on the 2-core VM; bench/
+    bench_fit_params.py). It waits for its request doing nothing, and measures once, as every child
+    does: a crash, or whatever a file left behind, ends with it. Started from the engine spawner's
+    thread, which lasts as long as Headroom, so it dies with Headroom and not with the caller's thread."""
+    global _AHEAD
+    env = _worker_env(lib_dir)
+    key = _key(worker, env)
+    with _AHEAD_LOCK:
+        if _AHEAD is not None and _AHEAD.key == key and _AHEAD.proc.poll() is None:
+            return
+        stale, _AHEAD = _AHEAD, None
+    if stale is not None:
+        _discard(stale)
+    child = spawn_lasting(lambda: _spawn(worker, env))
+    with _AHEAD_LOCK:
+        spare, _AHEAD = (_AHEAD, child) if _AHEAD is None else (child, _AHEAD)
+    if spare is not None:
+        _discard(spare)
+
+
+def waiting_ahead() -> int | None:
+    """The PID of the child started ahead, while it waits (None: none)."""
+    child = _AHEAD
+    return child.proc.pid if child is not None and child.proc.poll() is None else None
+
+
+def stop_ahead() -> None:
+    """End the child started ahead (none: nothing to do)."""
+    global _AHEAD
+    with _AHEAD_LOCK:
+        child, _AHEAD = _AHEAD, None
+    if child is not None:
+        _discard(child)
+
+
+def _take_ahead(key: tuple[object, ...]) -> _Child | None:
+    """The child started ahead for ``key`` (still waiting), taken; None when there is none for it."""
+    global _AHEAD
+    with _AHEAD_LOCK:
+        child = _AHEAD
+        if child is None or child.key != key:
+            return None
+        _AHEAD = None
+    if child.proc.poll() is None:
+        return child
+    _discard(child)  # (it died waiting: a fresh one measures)
+    return None
+
+
+def run_worker(model_path: Path, settings: LaunchSettings, *, timeout: float,
+               worker: Sequence[str] = WORKER, cancel: threading.Event | None = None,
+               lib_dir: str | None = None, meanwhile: Callable[[], object] | None = None,
+               ahead: bool = False) -> tuple[dict[str, object], list[str]]:
+    """Run the child (on ``lib_dir``'s libllama when given); return its result object and its log
+    lines. Raises MeasureError, or MeasureCancelled (the child's process group killed) as soon as
+    ``cancel`` is set. ``meanwhile`` runs once the child has its request, while it measures (the
+    caller's own checks of the file: what it raises is raised, the child killed). ``ahead``: the
+    child ``start_ahead`` started where it has one for these, and the next started ahead after it."""
+    request = json.dumps({"model": str(model_path), "settings": settings.to_json()})
+    reap_leftovers()  # probes (and engines) a killed Headroom left behind
+    env = _worker_env(lib_dir)
+    child = (_take_ahead(_key(worker, env)) if ahead else None) or _spawn(worker, env)
+    proc = child.proc
     try:
         deadline = time.monotonic() + timeout
-        _send(request_write, request)
+        _send(child.request_fd, request)
         if meanwhile is not None:
             meanwhile()
         return _wait_worker(proc, deadline, timeout=timeout, cancel=cancel)
@@ -124,7 +215,9 @@ def run_worker(model_path: Path, settings: LaunchSettings, *, timeout: float,
             proc.communicate()
         raise
     finally:
-        forget_child(record)
+        forget_child(child.record)
+        if ahead:  # (the next one, on a thread of its own: the caller has its result without waiting for it)
+            threading.Thread(target=start_ahead, args=(lib_dir, worker), name="pass-1-ahead", daemon=True).start()
 
 
 def _send(fd: int, request: str) -> None:
@@ -225,16 +318,17 @@ def measurement_from_log(buffers: LogBuffers, *, backend: str, commit: str, seco
 
 def measure(model_path: str | Path, settings: LaunchSettings, *, timeout: float = 60.0,
             worker: Sequence[str] = WORKER, cancel: threading.Event | None = None,
-            lib_dir: str | None = None, meanwhile: Callable[[], object] | None = None) -> Measurement:
+            lib_dir: str | None = None, meanwhile: Callable[[], object] | None = None,
+            ahead: bool = False) -> Measurement:
     """Pass 1 for this exact launch (in ``lib_dir``'s libllama when given). Raises MeasureError (a
     PlannerError) when it cannot, and MeasureCancelled promptly (the child killed) once ``cancel`` is set.
-    ``meanwhile``: as for ``run_worker``."""
+    ``meanwhile``, ``ahead``: as for ``run_worker``."""
     path = Path(model_path)
     if not path.is_file():
         raise MeasureError(f"model file not found: {path}", hint="Check the path.")
     started = time.monotonic()
     result, lines = run_worker(path, settings, timeout=timeout, worker=worker, cancel=cancel, lib_dir=lib_dir,
-                               meanwhile=meanwhile)
+                               meanwhile=meanwhile, ahead=ahead)
     buffers = parse_log("\n".join(lines))
     if not buffers.compute:
         raise MeasureError("pass 1 ran but llama.cpp printed no compute buffer size",
@@ -269,18 +363,18 @@ def _probe_library(lib_dir: str | None = None) -> dict[str, object]:
 def measure_cached(model_path: str | Path, settings: LaunchSettings, *, timeout: float = 60.0,
                    refresh: bool = False, cache: MeasureCache | None = None,
                    cancel: threading.Event | None = None, lib_dir: str | None = None,
-                   meanwhile: Callable[[], object] | None = None) -> tuple[Measurement, bool]:
+                   meanwhile: Callable[[], object] | None = None, ahead: bool = False) -> tuple[Measurement, bool]:
     """``measure`` through the on-disk cache: ``(measurement, from_cache)``. The key includes the
     library the probe loads, so a rebuilt engine or another llama-cpp-python measures again.
     ``lib_dir``: the libllama of the engine that will launch (app/engine/libpath.py ``lib_dir_beside``).
     ``meanwhile`` runs while the child measures (``run_worker``), or after a cache hit: either way
-    before a measurement is returned."""
+    before a measurement is returned. ``ahead``: as for ``run_worker``."""
     path = Path(model_path)
     if not path.is_file():
         raise MeasureError(f"model file not found: {path}", hint="Check the path.")
     m, hit = cached(path, settings, _probe_library(lib_dir),
                     lambda: measure(path, settings, timeout=timeout, cancel=cancel, lib_dir=lib_dir,
-                                    meanwhile=meanwhile), cache=cache, refresh=refresh)
+                                    meanwhile=meanwhile, ahead=ahead), cache=cache, refresh=refresh)
     if hit and meanwhile is not None:
         meanwhile()
     return m, hit

@@ -18,7 +18,7 @@ from app.engine.libpath import lib_dir_beside
 from app.planner.measurement import Measurement
 from app.planner.plan_types import Plan
 from app.planner.settings import LaunchSettings
-from app.probe.measure import gpu_caveat, measure_cached
+from app.probe.measure import gpu_caveat, measure_cached, start_ahead, stop_ahead
 from app.ui.qt import QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget, Signal
 from app.ui.window_state import WindowState, no_engine_yet
 from app.ui.workers import TaskPool
@@ -43,8 +43,9 @@ class MeasureBar(QWidget):
         self._lib_dir: str | None = None
         self._running_for: LaunchSettings | None = None  # the settings pass 1 runs for now
         self._failed_for: LaunchSettings | None = None  # the settings the last pass 1 failed for
+        # (its child started ahead where one waits, and the next one started after it: start_ahead)
         self.probe: Probe = lambda model, settings, cancel: measure_cached(model, settings, cancel=cancel,
-                                                                           lib_dir=self._lib_dir)
+                                                                           lib_dir=self._lib_dir, ahead=True)
         self.button = QPushButton("&Measure (pass 1)")
         self.button.setToolTip("Measure the compute buffer with the engine's own allocator")
         self.cancel_button = QPushButton("Cancel")
@@ -105,6 +106,8 @@ class MeasureBar(QWidget):
             self.cancel()  # pass 1 of the model before is no measurement of this one
             self._failed_for = None
             self._say(NOT_MEASURED)
+            if state.model is not None:
+                self._start_ahead()
 
         self._state = state
         self.button.clicked.connect(measure)
@@ -122,6 +125,20 @@ class MeasureBar(QWidget):
         self.start(state.model.path, launch, targets_gpu=bool(state.inventory.gpus))
         return True
 
+    def _lib_dir_now(self) -> str | None:
+        """The chosen engine's libllama (None: the bindings' own, or no engine)."""
+        engine = self._state.engine if self._state is not None else None
+        return lib_dir_beside(engine.path) if engine is not None and not engine.is_llamafile else None
+
+    def _start_ahead(self) -> None:
+        """A model was opened: a pass-1 child is started now for the engine chosen, in the background,
+        so that Measure (or Launch's pass 1) finds Python's start-up done (app/probe/measure.py
+        ``start_ahead``). Not without an engine: pass 1 then has no libllama to run."""
+        state = self._state
+        if state is None or (state.engine is None and not state.engines):
+            return
+        threading.Thread(target=start_ahead, args=(self._lib_dir_now(),), name="pass-1-ahead", daemon=True).start()
+
     def _say(self, text: str, tip: str = "") -> None:
         self._status.setText(text)
         self._status.setToolTip(tip)
@@ -129,8 +146,7 @@ class MeasureBar(QWidget):
     def start(self, model: Path, settings: LaunchSettings, *, targets_gpu: bool) -> None:
         if self.running:
             return
-        engine = self._state.engine if self._state is not None else None
-        self._lib_dir = lib_dir_beside(engine.path) if engine is not None and not engine.is_llamafile else None
+        self._lib_dir = self._lib_dir_now()
         self._running_for, self._failed_for = settings, None
         probe = self.probe
 
@@ -182,3 +198,4 @@ class MeasureBar(QWidget):
     def shutdown(self) -> None:
         self.cancel()
         self.pool.wait(self)
+        stop_ahead()  # (the child started ahead: it would die with Headroom anyway)

@@ -219,3 +219,42 @@ def test_a_fresh_home_an_engine_file_a_model_measure_launch_and_a_reply(window, 
     outcome = done.args[0]
     assert outcome.error is None and outcome.replies[0].finished and outcome.replies[0].text, outcome
     _stop(window, qtbot)
+
+
+@pytest.mark.engine
+def test_opening_a_model_starts_pass_1_s_child_so_measure_waits_only_for_llama_cpp(window, tiny_model, engine_build,
+                                                                                 qtbot, tmp_path):
+    """Issue 30: pass 1 in the window within 1.2× of llama-fit-params (bench/bench_fit_params.py: 1.05×,
+    where a fresh child's Python start made it 1.9×). Opening a model starts the child; Measure's pass 1
+    is that child's, with the numbers a fresh child gives; the next one waits after it; closing the
+    window ends it."""
+    from app.engine.libpath import lib_dir_beside
+    from app.engine.process import pid_alive
+    from app.probe.measure import measure, waiting_ahead
+
+    def waiting() -> int:
+        return waiting_ahead() or 0
+
+    import shutil
+
+    model = tmp_path / tiny_model.name  # (a file of its own: no pass 1 cached for it by another test or run)
+    shutil.copyfile(tiny_model, model)
+    _engines(window, qtbot)
+    with qtbot.waitSignal(window.planned):
+        assert window.open_model(model)
+    qtbot.waitUntil(lambda: waiting() != 0, timeout=30_000)
+    first = waiting()
+    with qtbot.waitSignal(window.measure.measured, timeout=120_000) as done:
+        qtbot.mouseClick(window.measure.button, LEFT)
+    measured, settings = done.args
+    assert "measured by pass 1" in window.measure.status_text()
+    engine = window.current.engine
+    assert engine is not None
+    fresh = measure(model, settings, lib_dir=lib_dir_beside(engine.path))
+    assert measured.devices == fresh.devices and measured.kv_total == fresh.kv_total
+    qtbot.waitUntil(lambda: not pid_alive(first), timeout=10_000)  # (it measured once, and ended)
+    qtbot.waitUntil(lambda: waiting() not in (0, first), timeout=30_000)
+    after = waiting()
+    window.close()
+    qtbot.waitUntil(lambda: not pid_alive(after), timeout=10_000)
+    assert waiting_ahead() is None

@@ -345,3 +345,79 @@ def test_the_probe_dies_with_a_killed_headroom_measure(engine_build: EngineBuild
             headroom.wait()
         if worker and pid_alive(worker):
             os.kill(worker, signal.SIGKILL)
+
+
+def test_a_child_started_ahead_measures_the_next_pass_1_as_a_fresh_one_and_only_that_one(
+        engine_build: EngineBuild, tiny_model: Path, tmp_path: Path) -> None:
+    """The window's pass 1 (app/probe/measure.py ``start_ahead``): the child started when a model was
+    opened measures the next pass 1, the same numbers a fresh child gives, then ends; the next is
+    started at once; a file that kills a child's load leaves the next one clean; nothing is left when
+    the window goes."""
+    from app.probe.measure import start_ahead, stop_ahead, waiting_ahead
+
+    settings = LaunchSettings(n_ctx=8192)
+    fresh = measure(tiny_model, settings)
+    try:
+        start_ahead()
+        first = _ahead_pid()
+        got = measure(tiny_model, settings, ahead=True)
+        assert got.devices == fresh.devices and got.kv_total == fresh.kv_total
+        assert _gone(first), "the child that measured is still running"
+        second = _ahead_pid(other_than=first)
+        assert pid_alive(second)
+        bad = tmp_path / "model.gguf"
+        bad.write_bytes(b"GGUF" + bytes(100))
+        with pytest.raises(MeasureError, match="could not load"):
+            measure(bad, settings, ahead=True)
+        assert _gone(second)
+        third = _ahead_pid(other_than=second)
+        again = measure(tiny_model, settings, ahead=True)  # (the one started after the failure)
+        assert again.devices == fresh.devices and _gone(third)
+        _ahead_pid(other_than=third)  # (and the one after it, ended below)
+    finally:
+        last = waiting_ahead() or 0
+        stop_ahead()
+    assert waiting_ahead() is None and (not last or _gone(last))
+
+
+def test_a_child_started_ahead_outlives_the_thread_that_asked_for_it_and_waits_for_its_own_library(
+        engine_build: EngineBuild, tiny_model: Path, tmp_path: Path) -> None:
+    """The window asks from a short-lived thread: the child must not die with it (a parent-death signal
+    follows the spawning thread). A child started for another libllama (another engine chosen since)
+    is not used: a fresh one measures with the library asked for, and the old one is ended."""
+    from app.probe.measure import start_ahead, stop_ahead
+
+    try:
+        other = tmp_path / "another-engine" / "bin"  # (the engine chosen before: not this library)
+        other.mkdir(parents=True)
+        asker = threading.Thread(target=start_ahead, args=(str(other),))
+        asker.start()
+        asker.join()
+        time.sleep(0.5)
+        mine = _ahead_pid()
+        assert pid_alive(mine), "the child started ahead died with the thread that asked for it"
+        m = measure(tiny_model, LaunchSettings(n_ctx=4096), ahead=True)  # (the bindings' own library)
+        assert m.devices and m.llama_commit == engine_build.commit  # (the other one has no library at all)
+        assert _gone(mine) and _ahead_pid(other_than=mine)
+    finally:
+        stop_ahead()
+
+
+def _ahead_pid(other_than: int = 0, wait_s: float = 10.0) -> int:
+    """The child waiting ahead (one other than ``other_than``: the next is started on a thread of its
+    own once a pass 1 has its result)."""
+    from app.probe.measure import waiting_ahead
+
+    deadline = time.monotonic() + wait_s
+    while (pid := waiting_ahead()) in (None, other_than):
+        assert time.monotonic() < deadline, "no child was started ahead"
+        time.sleep(0.02)
+    assert pid is not None
+    return pid
+
+
+def _gone(pid: int, wait_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + wait_s
+    while pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not pid_alive(pid)
