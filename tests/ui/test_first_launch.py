@@ -230,6 +230,7 @@ def test_opening_a_model_starts_pass_1_s_child_so_measure_waits_only_for_llama_c
     window ends it."""
     from app.engine.libpath import lib_dir_beside
     from app.engine.process import pid_alive
+    from app.probe import measure as probe_measure
     from app.probe.measure import measure, waiting_ahead
 
     def waiting() -> int:
@@ -244,6 +245,8 @@ def test_opening_a_model_starts_pass_1_s_child_so_measure_waits_only_for_llama_c
         assert window.open_model(model)
     qtbot.waitUntil(lambda: waiting() != 0, timeout=30_000)
     first = waiting()
+    child = probe_measure._AHEAD
+    assert child is not None and child.proc.pid == first
     with qtbot.waitSignal(window.measure.measured, timeout=120_000) as done:
         qtbot.mouseClick(window.measure.button, LEFT)
     measured, settings = done.args
@@ -252,7 +255,8 @@ def test_opening_a_model_starts_pass_1_s_child_so_measure_waits_only_for_llama_c
     assert engine is not None
     fresh = measure(model, settings, lib_dir=lib_dir_beside(engine.path))
     assert measured.devices == fresh.devices and measured.kv_total == fresh.kv_total
-    qtbot.waitUntil(lambda: not pid_alive(first), timeout=10_000)  # (it measured once, and ended)
+    qtbot.waitUntil(lambda: not pid_alive(first), timeout=10_000)
+    assert child.proc.returncode == 0  # (it measured once, and ended: one put aside is killed)
     qtbot.waitUntil(lambda: waiting() not in (0, first), timeout=30_000)
     after = waiting()
     window.close()

@@ -16,7 +16,7 @@ prefill, per token of a ubatch of ``n_ubatch`` tokens (compute-bound)::
 
     device   = flops on the device / device flop/s
     host     = flops on the CPU / host flop/s   (-ngl alone, no op offload: a prompt's ubatches overlap
-                                                  the two, so the larger and 1/k of the smaller)
+                                                  the two, hiding OVERLAP_SHARE of the smaller)
     stream   = (host weights copied for the device's matmuls + host KV the device attends over)
                / link bandwidth / n_ubatch
     splits   = (graph splits × seconds per split + a token's fixed cost) / n_ubatch
@@ -124,6 +124,13 @@ CARD_SPEED: dict[str, tuple[float, float]] = {
 #: ggml's ``GGML_OP_OFFLOAD_MIN_BATCH`` (ggml-cuda.cu ``ggml_backend_cuda_device_offload_op``): a
 #: batch of at least this many tokens runs host weights' matmuls on the device.
 OP_OFFLOAD_MIN_BATCH = 32
+#: Of the shorter side of a prefill ubatch (the CPU's layers, or the device's), the share that hides
+#: behind the other where a prompt's ubatches overlap (``_overlaps``). Measured between a third and a
+#: half: three layers on the CPU of a loopback worker's 8, four ubatches, ran +30 % over fully resident
+#: where no overlap prices +23 % and a whole one +60 % (``llama-batched-bench``); priced whole, the
+#: placement bench's ``-ngl`` prefill rows read ×0.66–0.89 of predicted where the fully resident ones
+#: read ×0.77–1.07 in the same runs (bench/results/placement-cpu-2026-12-02f.md).
+OVERLAP_SHARE = 0.4
 #: Splits of a graph that runs wholly on one device: the token embedding (always on the CPU) in,
 #: the logits out.
 BASE_SPLITS = 2
@@ -540,7 +547,7 @@ def _prefill(w: Workload, fig: SpeedFigures, fill: float) -> tuple[float, float,
                                                           decode=False)
     on_host = host_mm / fig.host_flops.value + _attend(host_attn / fig.host_flops.value, host_attn,
                                                        fig.host_cpu_attention, w, decode=False)
-    hidden = min(on_host, on_device) if _overlaps(w, offload) else 0.0
+    hidden = OVERLAP_SHARE * min(on_host, on_device) if _overlaps(w, offload) else 0.0
     streamed = (w.streamed_weights if offload else 0) + (w.kv_host_tail_cell + nkvo_kv) * cells
     return on_host + on_device - hidden, streamed / dev.link.value + fig.token_overhead.value + _splits(w, fig, decode=False), hidden
 
@@ -554,7 +561,7 @@ def _overlaps(w: Workload, offload: bool) -> bool:
     for it: ggml-backend.cpp syncs its backend before copying the user's inputs). Measured with a
     loopback worker (``llama-batched-bench``, three layers on the host, bench/results/
     placement-cpu-2026-12-02e.md): +10 % over fully resident at one ubatch (the host's faster matmuls),
-    +30 % at four."""
+    +30 % at four: the overlap is partial (``OVERLAP_SHARE``)."""
     return not offload and w.cpu_layers and not (w.host_tail_layers or w.cpu_op_layers or w.kv_nkvo_cell)
 
 

@@ -360,9 +360,11 @@ def test_a_child_started_ahead_measures_the_next_pass_1_as_a_fresh_one_and_only_
     try:
         start_ahead()
         first = _ahead_pid()
+        waited = _ahead_proc()
         got = measure(tiny_model, settings, ahead=True)
         assert got.devices == fresh.devices and got.kv_total == fresh.kv_total
         assert _gone(first), "the child that measured is still running"
+        assert waited.returncode == 0  # (it measured: a child put aside is killed)
         second = _ahead_pid(other_than=first)
         assert pid_alive(second)
         bad = tmp_path / "model.gguf"
@@ -414,6 +416,14 @@ def _ahead_pid(other_than: int = 0, wait_s: float = 10.0) -> int:
         time.sleep(0.02)
     assert pid is not None
     return pid
+
+
+def _ahead_proc() -> subprocess.Popen[str]:
+    from app.probe import measure as probe_measure
+
+    child = probe_measure._AHEAD
+    assert child is not None
+    return child.proc
 
 
 def _gone(pid: int, wait_s: float = 10.0) -> bool:
