@@ -12,24 +12,34 @@ from app.engine import cpu_attention
 LOG = Path(__file__).resolve().parents[2] / "fixtures" / "engine_logs" / "batched-bench-selftest-h32-rpc.log"
 
 
-def test_the_table_is_read_per_prompt_length() -> None:
+#: The recorded table's times, from its rates (``S_PP``, ``S_TG``: tokens/s): its seconds are printed to
+#: the millisecond (0.011 and 0.012 for the first row).
+PP_256, TG_256, PP_2048, TG_2048 = 256 / 22282.18, 16 / 1339.81, 2048 / 5595.00, 16 / 205.57
+
+
+def test_the_table_is_read_per_prompt_length_from_its_rates() -> None:
     # (the decode column is 16 tokens' seconds: per token here)
-    assert cpu_attention.parse_rows(LOG.read_text()) == {256: (0.011, 0.012 / 16), 2048: (0.366, 0.078 / 16)}
+    assert cpu_attention.parse_rows(LOG.read_text()) == {256: pytest.approx((PP_256, TG_256 / 16)),
+                                                         2048: pytest.approx((PP_2048, TG_2048 / 16))}
+    assert (round(PP_256, 6), round(TG_256, 6)) == (0.011489, 0.011942)  # (printed 0.011, 0.012)
+    # a rate of 0 (a row too short to time) falls back to the seconds printed
+    row = "|   256 |     16 |    1 |    272 |    0.011 |     0.00 |    0.012 |     0.00 |    0.023 | 11608.55 |"
+    assert cpu_attention.parse_rows(row) == {256: (0.011, 0.012 / 16)}
 
 
 def test_costs_per_cell_and_head_from_how_the_times_grow_with_the_cells() -> None:
     rows = cpu_attention.parse_rows(LOG.read_text())
     got = cpu_attention.rates(rows, heads=8, flops_token=1e6)  # 2 layers × 4 heads
     assert got is not None
-    # decode: 16 tokens took 12 ms after 256 cells, 78 ms after 2048: 4.125 ms / 16 over 1,792 cells, 8 heads
-    assert got["decode"] == pytest.approx((0.078 - 0.012) / 16 / 1792 / 8)
+    # decode: 16 tokens took 12 ms after 256 cells, 78 ms after 2048: 4.1 ms / 16 over 1,792 cells, 8 heads
+    assert got["decode"] == pytest.approx((TG_2048 - TG_256) / 16 / 1792 / 8)
     # prefill: seconds per prompt token grow with the mean fill (half the prompt)
-    slope = (0.366 / 2048 - 0.011 / 256) / 896
+    slope = (PP_2048 / 2048 - PP_256 / 256) / 896
     assert got["prefill"] == pytest.approx(slope / 8)
     # the rest of a token of the 256-token prompt is its matmuls: 1 MFLOP over it
-    assert got["compute"] == pytest.approx(1e6 / (0.011 / 256 - slope * 128))
+    assert got["compute"] == pytest.approx(1e6 / (PP_256 / 256 - slope * 128))
     # a decoded token at no cells: 0.75 ms at 256 cells less 256 cells of the decode slope
-    assert got["decode_base"] == pytest.approx(0.012 / 16 - (0.078 - 0.012) / 16 / 1792 * 256)
+    assert got["decode_base"] == pytest.approx(TG_256 / 16 - (TG_2048 - TG_256) / 16 / 1792 * 256)
 
 
 def test_rows_that_do_not_grow_with_the_cells_say_nothing() -> None:
@@ -43,7 +53,9 @@ def test_runs_that_disagree_are_not_kept(tmp_path: Path) -> None:
     runs that agree give their median."""
     from app.engine.selftest import selftest_model
 
-    slow = LOG.read_text().replace("|    0.078 |", "|    0.780 |")  # the 2048-cell decode ten times slower
+    # the 2048-cell decode ten times slower (its seconds and its rate, which is what is read)
+    slow = LOG.read_text().replace("|    0.078 |   205.57 |", "|    0.780 |    20.56 |")
+    assert slow != LOG.read_text()
     tables = tmp_path / "tables"
     tables.mkdir()
     (tables / "fast").write_text(LOG.read_text())
@@ -58,7 +70,7 @@ def test_runs_that_disagree_are_not_kept(tmp_path: Path) -> None:
     (tmp_path / "n").unlink()
     bench.write_text(f"#!/bin/sh\ncat {tables}/fast\n")
     got = cpu_attention.measure(bench, model, ["-ngl", "0"])
-    assert set(got) == {"f16", "q8_0"} and got["f16"]["decode"] == pytest.approx((0.078 - 0.012) / 16 / 1792 / 8)
+    assert set(got) == {"f16", "q8_0"} and got["f16"]["decode"] == pytest.approx((TG_2048 - TG_256) / 16 / 1792 / 8)
 
 
 GQA_LOG = LOG.with_name("batched-bench-gqa4-h32-rpc.log")
@@ -79,8 +91,10 @@ def test_the_gqa_run_gives_f16s_decode_a_query_head_with_four_over_a_kv_head(tmp
                      f'*) cat {LOG} ;; esac\n')
     bench.chmod(0o755)
     got = cpu_attention.measure(bench, model, ["-ngl", "0"], gqa)
-    # 64 tokens took 75 ms after 256 cells, 418 ms after 2,048: over 1,792 cells and 2 layers × 16 heads
-    assert got["f16"]["decode_gqa"] == pytest.approx((0.418 - 0.075) / 64 / 1792 / 32) and got["f16"]["gqa"] == 4
+    # 64 tokens took 75 ms after 256 cells, 418 ms after 2,048 (its rates: 855.02 and 153.15 tokens/s):
+    # over 1,792 cells and 2 layers × 16 heads
+    assert got["f16"]["decode_gqa"] == pytest.approx((1 / 153.15 - 1 / 855.02) / 1792 / 32)
+    assert got["f16"]["gqa"] == 4
     assert "decode_gqa" not in got["q8_0"] and got["q8_0"]["decode"] == got["f16"]["decode"]
     argvs = calls.read_text().splitlines()
     assert sum(str(gqa) in a for a in argvs) == cpu_attention.GQA_REPEATS
@@ -94,7 +108,8 @@ def test_a_gqa_run_whose_runs_disagree_gives_no_figure_and_keeps_the_rest(tmp_pa
     model = selftest_model(tmp_path / "models", head_dim=32)
     gqa = deep_attention_model(32, 2, tmp_path / "models", n_head=16, n_head_kv=4)
     slow = tmp_path / "slow.log"
-    slow.write_text(GQA_LOG.read_text().replace("|    0.418 |", "|    4.180 |"))
+    slow.write_text(GQA_LOG.read_text().replace("|    0.418 |   153.15 |", "|    4.180 |    15.31 |"))
+    assert slow.read_text() != GQA_LOG.read_text()
     bench = tmp_path / "llama-batched-bench"
     # the GQA model's runs alternate fast and slow (a counter file): ×10 apart
     bench.write_text(f'#!/bin/sh\ncase "$*" in *-q16-kv4-*) n=$(cat {tmp_path}/n 2>/dev/null || echo 0); '
