@@ -34,9 +34,9 @@ type in ``KV_TYPES``, at two prompt lengths (``PROMPTS``) with ``DECODE`` tokens
 - the host's only: what a token costs ``llama-server`` whatever the model's size (``server_token``:
   the graph, sampling, the server's bookkeeping and its threads' wake-ups): the server beside the
   bench (its ``llama-server``) on the self-test model, with the same threads, its own ``timings`` of
-  a few short answers, less their attention at the f16 run's rate (its 0.4 MiB of weights are a few
-  µs). On this project's 2-core VM: 0.1–0.25 ms with a core to spare, 0.5–0.8 with a thread on
-  every core (bench/results/placement-cpu-2026-12-02f.md); the speed model's default was 1 ms.
+  a few short answers, less their attention at the f16 run's rate and the model's weights read at the
+  host's bandwidth. On this project's 2-core VM: 0.01–0.2 ms (bench/results/placement-cpu-2026-12-02f.md);
+  the speed model's default was 1 ms.
 
 A few seconds in all; app/machine/calibrate.py keeps the result with the device's identity.
 """
@@ -220,12 +220,17 @@ def measure(bench: Path, model: Path, device_args: list[str], gqa_model: Path | 
 
 
 def server_token(server: Path, model: Path, threads: int | None, decode_cell_head: float) -> float | None:
-    """``llama-server``'s seconds a decoded token costs on ``model`` (the self-test model) at no cells:
-    the median of ``SERVER_REPEATS`` answers' own timings (after a first one not counted), less each
-    one's attention over its cells at ``decode_cell_head`` (the f16 run's rate); None when the server
-    did not start, or answered fewer than most of them. (Not held to ``NOISY_SPREAD``: a tenth of a
-    millisecond is timer-sized, and the median of five is what is kept.)"""
+    """``llama-server``'s seconds a decoded token costs on ``model`` (the self-test model) whatever the
+    model: the median of ``SERVER_REPEATS`` answers' own timings (after a first one not counted), less
+    each one's attention over its cells at ``decode_cell_head`` (the f16 run's rate) and the model's
+    weights read at the host's bandwidth (both priced on their own: the 128-wide self-test model's
+    3.3 MiB are 0.1 ms of its 0.16; a walkthrough's tiny model was then priced ×1.45 slow); None when
+    the server did not start, or answered fewer than most of them. (Not held to ``NOISY_SPREAD``: a
+    tenth of a millisecond is timer-sized, and the median of five is what is kept.)"""
+    from app.machine.calibrate import measure_host_bandwidth
+
     heads, _flops = _heads_and_flops(model)
+    weights_s = active_weights(read_shape(model))[0] / measure_host_bandwidth()
     port = free_port()
     argv = [str(server), "-m", str(model), "-c", str(SERVER_CTX), "-np", "1", "-ngl", "0", "-fa", "on",
             "--host", "127.0.0.1", "--port", str(port), *(["-t", str(threads)] if threads else [])]
@@ -239,7 +244,8 @@ def server_token(server: Path, model: Path, threads: int | None, decode_cell_hea
                                         timeout=TIMEOUT_S)
                 if i and isinstance(t, speed_check.Timings) and t.predicted_n > 0 and t.predicted_per_second > 0:
                     cells = t.prompt_n + t.predicted_n / 2  # (the mean cells its tokens attended over)
-                    seconds.append(max(0.0, 1 / t.predicted_per_second - cells * heads * decode_cell_head))
+                    seconds.append(max(0.0, 1 / t.predicted_per_second - cells * heads * decode_cell_head
+                                       - weights_s))
     except EngineFailed:
         return None
     if len(seconds) * 2 <= SERVER_REPEATS:

@@ -10,6 +10,7 @@ when the plan launches otherwise than asked) is made here too, from the plan's f
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from app.planner.measurement import Measurement, gpu_caveat
@@ -610,10 +611,12 @@ def seconds_text(s: float) -> str:
 
 def speed_sentence(row: SpeedRow) -> str:
     """The expected speed in words: "~38 tokens/s when you start, ~34 half-way, ~31 at a full context;
-    reads a 2k prompt in ~2 s" (decode with the context empty, half and full, a typical prompt read at
-    an empty one). Half-way is the figure the verdict, the buttons and the options quote."""
+    reads a 2k prompt in ~2 s" (decode with the context empty, half and full, a typical prompt read into
+    an empty one: ``SpeedRow.prompt_s``). Half-way is the figure the verdict, the buttons and the options
+    quote."""
     empty, half, full = row.at_fill(0.0), row.at_fill(0.5), row.at_fill(1.0)
-    read = seconds_text(TURN_PROMPT / empty.prefill) if empty.prefill > 0 else "an unknown time"
+    took = row.prompt_s(TURN_PROMPT)
+    read = seconds_text(took) if math.isfinite(took) else "an unknown time"
     return (f"~{tokens_per_s(empty.decode)} tokens/s when you start, ~{tokens_per_s(half.decode)} half-way, "
             f"~{tokens_per_s(full.decode)} at a full context; reads a {round_tokens(TURN_PROMPT)} prompt in {read}")
 

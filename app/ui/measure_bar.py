@@ -18,7 +18,7 @@ from app.engine.libpath import lib_dir_beside
 from app.planner.measurement import Measurement
 from app.planner.plan_types import Plan
 from app.planner.settings import LaunchSettings
-from app.probe.measure import gpu_caveat, measure_cached, start_ahead, stop_ahead
+from app.probe.measure import gpu_caveat, measure_cached, start_ahead, stop_ahead, waiting_ahead
 from app.ui.qt import QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget, Signal
 from app.ui.window_state import WindowState, no_engine_yet
 from app.ui.workers import TaskPool
@@ -101,6 +101,10 @@ class MeasureBar(QWidget):
             if state.measurement is not None and not self.running and \
                     state.measurement_for(state.settings.launch) is None and state.measurement_for(plan.launch) is None:
                 self._status.setText(STALE)
+            if state.model is not None and waiting_ahead() is None and not self.running:
+                # (a model given on the command line, or restored, opened before any engine was found: no
+                # model change came after the engine, so the first plan with both starts it)
+                self._start_ahead()
 
         def another_model(_model: object) -> None:
             self.cancel()  # pass 1 of the model before is no measurement of this one

@@ -49,7 +49,7 @@ def test_plan_measures_this_cpus_attention_once_and_prices_with_it(engine_build:
     token = figures["token_overhead"]
     if server := stored.pop(SERVER_RUN, None):
         assert token["calibrated"] and token["value"] == pytest.approx(server["token"])
-        assert 0 < token["value"] < 0.05  # (0.1–0.8 ms on the 2-core VM: a figure, not a timeout)
+        assert 0 <= token["value"] < 0.05  # (0.01–0.2 ms on the 2-core VM: a figure, not a timeout)
         assert f"a token's fixed cost in llama-server {server['token'] * 1e3:.2f} ms" in said[1]
     else:
         assert not token["calibrated"] and token["value"] == TOKEN_OVERHEAD_S

@@ -262,3 +262,25 @@ def test_opening_a_model_starts_pass_1_s_child_so_measure_waits_only_for_llama_c
     window.close()
     qtbot.waitUntil(lambda: not pid_alive(after), timeout=10_000)
     assert waiting_ahead() is None
+
+
+@pytest.mark.engine
+def test_a_model_opened_before_the_engine_was_found_gets_pass_1_s_child_once_it_is(window, tiny_model,
+                                                                                  engine_build, qtbot):
+    """`headroom gui MODEL` (or a restored model) opens it before engine discovery finishes: a
+    walkthrough found no child waiting then, only after a model opened from the window. The first plan
+    with both a model and an engine starts it; closing the window ends it."""
+    from app.engine.process import pid_alive
+    from app.probe.measure import stop_ahead, waiting_ahead
+
+    stop_ahead()  # (one an earlier test's window left waiting: this process's, not this window's)
+    window.launch.set_engines([])  # (none found yet)
+    with qtbot.waitSignal(window.planned):
+        assert window.open_model(tiny_model)
+    assert waiting_ahead() is None  # (no engine: pass 1 has no libllama to run)
+    _engines(window, qtbot)  # discovery lands: the plan is made again with the engine
+    qtbot.waitUntil(lambda: waiting_ahead() is not None, timeout=30_000)
+    child = waiting_ahead()
+    assert child is not None
+    window.close()
+    qtbot.waitUntil(lambda: not pid_alive(child), timeout=10_000)

@@ -441,6 +441,17 @@ class SpeedRow:
     at: tuple[Speed, ...]
     turn_s: float
     calibrated: bool
+    #: Cells one sequence fills at a full context (0: not known; ``prompt_s`` then reads an empty one).
+    n_ctx_seq: int = 0
+
+    def prompt_s(self, tokens: int) -> float:
+        """Seconds a prompt of ``tokens`` takes into an empty context: its tokens attend over half of it
+        on average (the rate ``between`` there), as the ubatches it runs as (``Speed.prefill_for``).
+        The empty context's own rate leaves its attention out: a tiny model's 2k prompt read "~0.001 s"
+        where it took 0.025 s (a newcomer's walkthrough)."""
+        fill = min(1.0, tokens / 2 / self.n_ctx_seq) if self.n_ctx_seq > 0 else 0.0
+        rate = self.between(fill).prefill_for(tokens)
+        return tokens / rate if rate > 0 else math.inf
 
     def at_fill(self, fill: float) -> Speed:
         return min(self.at, key=lambda s: abs(s.fill - fill))
@@ -579,7 +590,7 @@ def speed_row(w: Workload, fig: SpeedFigures) -> SpeedRow:
     ``TURN_REPLY`` decoded at ``TURN_FILL``): what the plan chooses by."""
     turn = predict(w, fig, TURN_FILL)
     return SpeedRow(tuple(predict(w, fig, f) for f in FILLS),
-                    TURN_PROMPT / turn.prefill + TURN_REPLY / turn.decode, fig.calibrated)
+                    TURN_PROMPT / turn.prefill + TURN_REPLY / turn.decode, fig.calibrated, w.n_ctx_seq)
 
 
 def active_weights(shape: ModelShape) -> tuple[int, float]:

@@ -82,3 +82,11 @@ def test_the_expected_speed_in_words() -> None:
     assert words.speed_sentence(slow) == ("~2.1 tokens/s when you start, ~1.5 half-way, ~0.90 at a full "
                                           "context; reads a 2k prompt in ~2 min")
     assert words.seconds_text(0.42) == "~0.4 s"
+    # a prompt's tokens attend over the prompt before them: a 2k prompt into an empty 4k context reads
+    # at the rate a quarter full, not the empty context's (a tiny model's walkthrough: 1.5M tokens/s
+    # empty, 54,906 half-way; "~0.001 s" said where it took 0.025 s)
+    tiny = SpeedRow((Speed(0.0, 1.5e6, 10_132.0), Speed(0.5, 54_906.0, 2_903.0), Speed(1.0, 27_953.0, 1_694.0)),
+                    0.1, True, n_ctx_seq=4096)
+    quarter = 1 / ((1 / 1.5e6 + 1 / 54_906.0) / 2)
+    assert tiny.prompt_s(2048) == pytest.approx(2048 / quarter)
+    assert words.speed_sentence(tiny).endswith("reads a 2k prompt in ~0.02 s")
