@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from app.engine.advisories import HOST_KV_ATTENTION
-from app.engine.cpu_attention import KV_TYPES, batched_bench, bench_run
+from app.engine.cpu_attention import batched_bench, bench_run, kv_types_for
 from app.engine.discover import EngineInfo
 from app.machine import calibrate
 from app.planner.devices import GpuDevice, Inventory
@@ -110,7 +110,7 @@ def run_lines(runs: dict[str, Any], pairs: list[tuple[GpuDevice | None, int]], *
                  + f", prefill {_ns(a.prefill.value)}" for a in figs]
         # a KV type whose runs failed or disagreed is said, not silently left out (app/planner/solve/
         # speed.py ``attention_cost`` prices it from another head size's figure, or at memory bandwidth)
-        missing = [kv for kv in KV_TYPES if kv not in {a.kv_type for a in figs}]
+        missing = [kv for kv in kv_types_for(head) if kv not in {a.kv_type for a in figs}]
         tail = f"; {' and '.join(missing)}: no figure (its runs failed or disagreed)" if parts and missing else ""
         figures = f"{'; '.join(parts)} per KV cell and head{tail}"
         if isinstance(srv := run.get(calibrate.SERVER_RUN), dict) and isinstance(t := srv.get("token"), (int, float)):

@@ -169,6 +169,18 @@ def _agree(runs: list[dict[str, float]], repeats: int) -> bool:
     return len(runs) * 2 > repeats and decode[-1] <= NOISY_SPREAD * decode[0]
 
 
+def kv_types_for(head_dim: int) -> tuple[str, ...]:
+    """The ``KV_TYPES`` a K cache of ``head_dim``-wide heads can be: a quantized type's block must divide
+    the head size (src/llama-context.cpp refuses the context otherwise: a 16-wide model's q8_0 run had
+    been said as "failed or disagreed")."""
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    from app.planner.settings import GGML_TYPE_IDS
+
+    return tuple(kv for kv in KV_TYPES
+                 if head_dim % GGML_QUANT_SIZES[GGMLQuantizationType(GGML_TYPE_IDS[kv])][0] == 0)
+
+
 def _heads_and_flops(model: Path) -> tuple[int, float]:
     """A model's heads over its attention layers, and its matmul flops a token."""
     shape = read_shape(model)
@@ -201,7 +213,7 @@ def measure(bench: Path, model: Path, device_args: list[str], gqa_model: Path | 
     g_heads, g_flops = _heads_and_flops(gqa_model) if gqa_model is not None else (0, 0.0)
     d_heads, d_flops = _heads_and_flops(deep_model) if deep_model is not None else (0, 0.0)
     out: dict[str, dict[str, float]] = {}
-    for kv in KV_TYPES:
+    for kv in kv_types_for(read_shape(model).head_dim_k):
         for _attempt in range(ATTEMPTS):
             runs = _runs(_argv(bench, model, kv, device_args), REPEATS, heads, flops)
             if _agree(runs, REPEATS):

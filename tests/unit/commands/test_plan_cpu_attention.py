@@ -58,7 +58,8 @@ def test_a_head_size_not_run_yet_is_measured_once_and_said(engine_build: EngineB
     # the deep run (the recorded table of a 265-layer model): the decode over KV read from memory, said too
     assert f"{stored_f16['decode_deep'] * 1e9:.3g} ns over more KV than the caches hold" in lines[1]
     rates = plan["speed_figures"]["host_cpu_attention"]  # type: ignore[index]
-    assert {(r["kv_type"], r["head_dim"]) for r in rates} == {("f16", 16), ("q8_0", 16)}
+    # (f16 alone: a q8_0 K cache cannot be made at 16-wide heads, so it is not run: cpu_attention.kv_types_for)
+    assert {(r["kv_type"], r["head_dim"]) for r in rates} == {("f16", 16)}
     assert all(r["decode"]["calibrated"] and "llama-batched-bench on the self-test model" in r["decode"]["source"]
                for r in rates)
     stored = json.loads((own_cache / "speed-calibration.json").read_text())

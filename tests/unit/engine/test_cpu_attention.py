@@ -140,3 +140,22 @@ def test_a_gqa_run_whose_runs_disagree_gives_no_figure_and_keeps_the_rest(tmp_pa
     bench.chmod(0o755)
     got = cpu_attention.measure(bench, model, ["-ngl", "0"], gqa)
     assert "decode_gqa" not in got["f16"] and got["f16"]["decode"] > 0
+
+
+def test_a_kv_type_that_cannot_be_made_at_a_head_size_is_not_run_nor_said_to_have_failed(tmp_path: Path) -> None:
+    """A q8_0 K cache needs heads a multiple of its block of 32 (the engine refuses the context): a
+    16-wide model's walkthrough read "q8_0: no figure (its runs failed or disagreed)" as a flaky run."""
+    from app.engine.attention_runs import run_lines
+    from app.engine.selftest import selftest_model
+    from app.machine import calibrate
+
+    bench = tmp_path / "llama-batched-bench"
+    calls = tmp_path / "calls"
+    bench.write_text(f'#!/bin/sh\necho "$*" >> {calls}\ncat {LOG}\n')
+    bench.chmod(0o755)
+    assert cpu_attention.kv_types_for(16) == ("f16",) and cpu_attention.kv_types_for(128) == cpu_attention.KV_TYPES
+    got = cpu_attention.measure(bench, selftest_model(tmp_path / "models", head_dim=16), ["-ngl", "0"])
+    assert set(got) == {"f16"} and all("-ctk f16" in a for a in calls.read_text().splitlines())
+    runs = {calibrate.HOST_RUN: {"16": {**got, calibrate.RUN_VERSION_KEY: calibrate.ENGINE_RUN_VERSION}}}
+    (line,) = run_lines(runs, [(None, 16)])
+    assert line.startswith("measured: this CPU's flash attention, 16-wide heads: f16 decode") and "q8_0" not in line
