@@ -57,6 +57,7 @@ from app.machine.calibrate import SERVER_RUN
 from app.planner.devices import GpuDevice
 from app.planner.gguf.checks import LLAMA_MAX_LAYERS
 from app.planner.gguf.model import read_shape
+from app.planner.memory.kv import cache_block
 from app.planner.solve.speed import active_weights
 
 #: Prompt lengths (tokens) and tokens decoded after each; the context they need.
@@ -173,12 +174,7 @@ def kv_types_for(head_dim: int) -> tuple[str, ...]:
     """The ``KV_TYPES`` a K cache of ``head_dim``-wide heads can be: a quantized type's block must divide
     the head size (src/llama-context.cpp refuses the context otherwise: a 16-wide model's q8_0 run had
     been said as "failed or disagreed")."""
-    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
-
-    from app.planner.settings import GGML_TYPE_IDS
-
-    return tuple(kv for kv in KV_TYPES
-                 if head_dim % GGML_QUANT_SIZES[GGMLQuantizationType(GGML_TYPE_IDS[kv])][0] == 0)
+    return tuple(kv for kv in KV_TYPES if head_dim % cache_block(kv)[0] == 0)
 
 
 def _heads_and_flops(model: Path) -> tuple[int, float]:

@@ -122,9 +122,10 @@ def _spawn(worker: Sequence[str], env: dict[str, str]) -> _Child:
     return _Child(proc, request_write, record_child(proc.pid, list(worker), "probe"), _key(worker, env))
 
 
-#: The child started ahead of its request (``start_ahead``), if any.
+#: The child started ahead of its request (``start_ahead``), if any; held while one is being started.
 _AHEAD: _Child | None = None
 _AHEAD_LOCK = threading.Lock()
+_STARTING = threading.Lock()
 
 
 def _discard(child: _Child) -> None:
@@ -143,21 +144,32 @@ def start_ahead(lib_dir: str | None = None, worker: Sequence[str] = WORKER) -> N
     bindings done (about 0.1-0.15 s of the 0.4-0.6 s a fresh child takes on the 2-core VM; bench/
     bench_fit_params.py). It waits for its request doing nothing, and measures once, as every child
     does: a crash, or whatever a file left behind, ends with it. Started from the engine spawner's
-    thread, which lasts as long as Headroom, so it dies with Headroom and not with the caller's thread."""
+    thread, which lasts as long as Headroom, so it dies with Headroom and not with the caller's thread.
+    Nothing when another is being started (the window asks on every re-plan with none waiting)."""
     global _AHEAD
-    env = _worker_env(lib_dir)
-    key = _key(worker, env)
-    with _AHEAD_LOCK:
-        if _AHEAD is not None and _AHEAD.key == key and _AHEAD.proc.poll() is None:
-            return
-        stale, _AHEAD = _AHEAD, None
-    if stale is not None:
-        _discard(stale)
-    child = spawn_lasting(lambda: _spawn(worker, env))
-    with _AHEAD_LOCK:
-        spare, _AHEAD = (_AHEAD, child) if _AHEAD is None else (child, _AHEAD)
-    if spare is not None:
-        _discard(spare)
+    if not _STARTING.acquire(blocking=False):
+        return
+    try:
+        env = _worker_env(lib_dir)
+        key = _key(worker, env)
+        with _AHEAD_LOCK:
+            if _AHEAD is not None and _AHEAD.key == key and _AHEAD.proc.poll() is None:
+                return
+            stale, _AHEAD = _AHEAD, None
+        if stale is not None:
+            _discard(stale)
+        child = spawn_lasting(lambda: _spawn(worker, env))
+        with _AHEAD_LOCK:
+            _AHEAD = child
+    finally:
+        _STARTING.release()
+
+
+def start_ahead_soon(lib_dir: str | None = None, worker: Sequence[str] = WORKER) -> None:
+    """``start_ahead`` on a thread of its own, for a caller that must not wait (the GUI thread, a pass 1
+    with its result); nothing when one is being started already."""
+    if not _STARTING.locked():
+        threading.Thread(target=start_ahead, args=(lib_dir, worker), name="pass-1-ahead", daemon=True).start()
 
 
 def waiting_ahead() -> int | None:
@@ -216,8 +228,8 @@ def run_worker(model_path: Path, settings: LaunchSettings, *, timeout: float,
         raise
     finally:
         forget_child(child.record)
-        if ahead:  # (the next one, on a thread of its own: the caller has its result without waiting for it)
-            threading.Thread(target=start_ahead, args=(lib_dir, worker), name="pass-1-ahead", daemon=True).start()
+        if ahead:  # (the next one: the caller has its result without waiting for it)
+            start_ahead_soon(lib_dir, worker)
 
 
 def _send(fd: int, request: str) -> None:

@@ -18,7 +18,7 @@ from app.engine.libpath import lib_dir_beside
 from app.planner.measurement import Measurement
 from app.planner.plan_types import Plan
 from app.planner.settings import LaunchSettings
-from app.probe.measure import gpu_caveat, measure_cached, start_ahead, stop_ahead, waiting_ahead
+from app.probe.measure import gpu_caveat, measure_cached, start_ahead_soon, stop_ahead, waiting_ahead
 from app.ui.qt import QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget, Signal
 from app.ui.window_state import WindowState, no_engine_yet
 from app.ui.workers import TaskPool
@@ -141,7 +141,7 @@ class MeasureBar(QWidget):
         state = self._state
         if state is None or (state.engine is None and not state.engines):
             return
-        threading.Thread(target=start_ahead, args=(self._lib_dir_now(),), name="pass-1-ahead", daemon=True).start()
+        start_ahead_soon(self._lib_dir_now())
 
     def _say(self, text: str, tip: str = "") -> None:
         self._status.setText(text)

@@ -37,10 +37,15 @@ def pad(n: int, to: int = CTX_PAD) -> int:
     return -(-n // to) * to
 
 
+def cache_block(cache_type: str) -> tuple[int, int]:
+    """A cache type's block: (elements, bytes) (gguf's ``GGML_QUANT_SIZES``; f16: (1, 2), q8_0: (32, 34))."""
+    return GGML_QUANT_SIZES[GGMLQuantizationType(GGML_TYPE_IDS[cache_type])]
+
+
 @lru_cache(maxsize=1024)  # a plan asks for every layer's rows; the context chart for dozens of plans
 def row_bytes(cache_type: str, n: int) -> int:
     """ggml_row_size(type, n): bytes of ``n`` elements of a cache type (block sizes from gguf)."""
-    block, size = GGML_QUANT_SIZES[GGMLQuantizationType(GGML_TYPE_IDS[cache_type])]
+    block, size = cache_block(cache_type)
     if n % block:
         raise PlannerError(f"a {cache_type} KV cache needs rows that are a multiple of {block}; this model's are {n}")
     return n // block * size
@@ -150,7 +155,7 @@ def check_supported(shape: ModelShape, settings: LaunchSettings) -> None:
         for which, cache_type, heads in (
                 ("K", settings.type_k, {shape.head_dim_k} | ({shape.head_dim_k_swa} if swa else set())),
                 ("V", settings.type_v, {shape.head_dim_v} | ({shape.head_dim_v_swa} if swa else set()))):
-            block = GGML_QUANT_SIZES[GGMLQuantizationType(GGML_TYPE_IDS[cache_type])][0]
+            block = cache_block(cache_type)[0]
             bad = sorted(h for h in heads if h % block)
             if block > 1 and bad:
                 raise PlannerError(f"a {cache_type} {which} cache needs a head size that is a multiple of {block}; "
