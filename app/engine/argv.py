@@ -93,8 +93,9 @@ def build_argv(engine: EngineInfo, settings: LaunchSettings, mode: PlanMode, mod
     if mode == PlanMode.WINDOW:
         argv += ["--kv-residency-mode", "window", "--vram-target", str((vram_target or 0) // MiB)]
     if engine.uses_amx and _optional(engine, "-nr"):
-        # no AMX weight buffer (nor CPU_REPACK): its tile instructions trap on some Intel machines
-        # (docs/domain.md §11); the plan prices this engine's host weights without repacking too
+        # no AMX weight buffer (nor CPU_REPACK): ggml's AMX code crashes where its compiler left the tile
+        # configuration partly unwritten (docs/domain.md §11); the plan prices this engine's host weights
+        # without repacking too
         argv.append("-nr")
     if _optional(engine, "--cache-ram") and settings.cache_ram_mib is not None:
         # explicit, so the limit the plan holds back is the engine's (argv_for_plan sizes auto)

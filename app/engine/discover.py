@@ -107,8 +107,8 @@ class EngineInfo:
     @property
     def uses_amx(self) -> bool:
         """The engine's CPU code has ggml's AMX kernels (``AMX_INT8 = 1``): Headroom launches it with
-        ``-nr`` (app/engine/argv.py), since the tile instructions trap on some Intel machines that
-        report them (docs/domain.md §11). Headroom's own builds never have them."""
+        ``-nr`` (app/engine/argv.py), since ggml's AMX code crashes at warm-up where the compiler left its
+        tile configuration partly unwritten (docs/domain.md §11). Headroom's own builds never have them."""
         return re.search(r"\bAMX_INT8 = 1\b", self.system_info) is not None
 
     @property

@@ -14,8 +14,8 @@ digest, so a changed patch builds again::
 Two kinds of CPU code (docs/domain.md §11, README "Which CPUs"):
 
 - **native** (the default, ``./dev``): ``-march=native`` for this machine's CPU, but never ggml's AMX
-  code (``NO_AMX_FLAGS``): its tile instructions trap on Intel virtual machines that grant the tile
-  state. Keyed by a digest of this CPU's flags (``cpu_key``), so a cache moved to another machine is
+  code (``NO_AMX_FLAGS``): built with GCC 12 it crashes at its first matrix product (docs/domain.md
+  §11). Keyed by a digest of this CPU's flags (``cpu_key``), so a cache moved to another machine is
   never used there: ``llama.cpp-<commit9>-<backend>-native-<cpu8>-p<series8>``.
 - **portable** (``--portable``, what a bundle ships): ``GGML_NATIVE=OFF`` with ``GGML_BACKEND_DL`` and one
   ``libggml-cpu-<variant>.so`` per instruction set in ``PORTABLE_CPU_VARIANTS`` (patch 0004), chosen at
@@ -76,8 +76,8 @@ SDIST_BUILD_NUMBER = 1
 #: The folder of a bundle that holds its copy of the engine (packaging/build_bundle.py).
 BUNDLE_ENGINE_DIR = "engine"
 #: What a native x86 build leaves out of ``-march=native``: ggml's AMX code (``ggml-cpu/amx``, the ``AMX``
-#: weight buffer) compiles only with ``__AMX_INT8__``, and on some Intel virtual machines the tile
-#: instructions trap although the kernel grants the tile state (docs/domain.md §11). GCC lets an explicit
+#: weight buffer) compiles only with ``__AMX_INT8__``, and built with GCC 12 it loads a tile configuration
+#: the compiler left partly unwritten: SIGSEGV or SIGILL at warm-up (docs/domain.md §11). GCC lets an explicit
 #: ``-mno-*`` win over ``-march=native`` whatever their order.
 NO_AMX_FLAGS = ("-mno-amx-tile", "-mno-amx-int8", "-mno-amx-bf16")
 #: The CPU variants a portable build carries (ggml/src/CMakeLists.txt's x86 list, patch 0004), from the

@@ -1,6 +1,6 @@
 """Does an engine serve on this CPU? Run it once on a tiny quantized model (``headroom doctor``).
 
-An engine built for another CPU, or one whose AMX code traps on this machine, dies when it first runs
+An engine built for another CPU, or one whose AMX code crashes on this machine, dies when it first runs
 its CPU kernels: at warm-up, before it is ready (docs/domain.md §11). Flags and ``--version`` never
 reach those kernels, so the only true answer is a real load of a real quantized model: Headroom writes
 one of about 1 MiB (``selftest_model``: a 2-layer llama with Q4_0 matrices, the type every CPU code

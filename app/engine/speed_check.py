@@ -19,7 +19,7 @@ from typing import Any
 
 from app.planner import words
 from app.planner.plan_types import Plan
-from app.planner.solve.speed import OP_OFFLOAD_MIN_BATCH, plausible_ratio
+from app.planner.solve.speed import OP_OFFLOAD_MIN_BATCH, PLAUSIBLE_RATIO, plausible_ratio
 from app.text import printable
 
 #: The completion's prompt: about this many words (one prefill ubatch on any launch), cut to a slot's
@@ -77,20 +77,45 @@ class SpeedCheck:
         return self.measured.prompt_n >= max(2, self.prefill_min_tokens) and self.measured.prompt_per_second > 0
 
     @property
-    def decode_ratio(self) -> float | None:
-        """Measured ÷ unscaled predicted decode (None: nothing decoded, or outside ``PLAUSIBLE_RATIO``)."""
+    def decode_measured_ratio(self) -> float | None:
+        """Measured ÷ unscaled predicted decode, however far off (None: nothing decoded)."""
         if self.measured.predicted_n < 2 or self.decode_predicted <= 0:
             return None
-        ratio = self.measured.predicted_per_second / (self.decode_predicted / self.decode_scale)
+        return self.measured.predicted_per_second / (self.decode_predicted / self.decode_scale)
+
+    @property
+    def prefill_measured_ratio(self) -> float | None:
+        """Measured ÷ unscaled predicted prefill, however far off (None: not ``prefill_compared``)."""
+        if not self.prefill_compared or self.prefill_predicted <= 0:
+            return None
+        return self.measured.prompt_per_second / (self.prefill_predicted / self.prefill_scale)
+
+    @property
+    def decode_ratio(self) -> float | None:
+        """What the calibration learns of decode: ``decode_measured_ratio`` within ``PLAUSIBLE_RATIO``."""
+        ratio = self.decode_measured_ratio
         return ratio if plausible_ratio(ratio) else None
 
     @property
     def prefill_ratio(self) -> float | None:
-        """Measured ÷ unscaled predicted prefill (None: not ``prefill_compared``)."""
-        if not self.prefill_compared or self.prefill_predicted <= 0:
-            return None
-        ratio = self.measured.prompt_per_second / (self.prefill_predicted / self.prefill_scale)
+        """What the calibration learns of prefill: ``prefill_measured_ratio`` within ``PLAUSIBLE_RATIO``."""
+        ratio = self.prefill_measured_ratio
         return ratio if plausible_ratio(ratio) else None
+
+    def not_learned(self, busy: str | None = None) -> str | None:
+        """Why a measured side teaches the calibration nothing (its ratio is outside ``PLAUSIBLE_RATIO``),
+        with ``busy`` (app/machine/calibrate.py ``busy``: "load 2.6 on 2 cores") when the machine was; None
+        when every measured side was learned. A decode timed beside other work on every core ran 6 tok/s
+        where 919 were predicted: a figure of that moment, not of the machine."""
+        off = [f"{side} ×{ratio:.2g}" for side, ratio in (("decode", self.decode_measured_ratio),
+                                                            ("prefill", self.prefill_measured_ratio))
+               if ratio is not None and not plausible_ratio(ratio)]
+        if not off:
+            return None
+        low, high = PLAUSIBLE_RATIO
+        why = f"the machine was busy ({busy})" if busy else "a measurement's fault, not the machine's"
+        return (f"speed: not learned: measured ÷ predicted {' and '.join(off)}, outside ×{low:g}–{high:g}: "
+                f"{why}; the next launch measures again")
 
     def line(self) -> str:
         """"speed: decode 41 tok/s measured, 38 predicted; prefill …" (the engine's own timings)."""

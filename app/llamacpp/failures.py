@@ -181,6 +181,9 @@ _SIGNAL_HINTS = {
 # common/common.cpp common_init_from_params, the empty run before the server is ready:
 # common_init_: warming up the model with an empty run - please wait ... (--no-warmup to disable)
 _WARMUP = re.compile(r"warming up the model")
+# src/llama-model.cpp load_tensors, quantized weights in ggml's AMX buffer (an engine with AMX code):
+# load_tensors:          AMX model buffer size =     0.70 MiB
+_AMX_BUFFER = re.compile(r"\bAMX model buffer size\b")
 # ggml/src/ggml-backend-reg.cpp load_backend (a portable build, GGML_BACKEND_DL: the variant CPUID chose):
 # load_backend: loaded CPU backend from /opt/headroom/engine/build/bin/libggml-cpu-haswell.so
 _CPU_VARIANT = re.compile(r"loaded CPU backend from \S*libggml-cpu-(?P<variant>[\w.]+)\.so")
@@ -233,12 +236,16 @@ def _cpu_crash(seq: Sequence[str], name: str) -> str | None:
         return None
     warming = any(_WARMUP.search(line) for line in seq)
     when = " while warming up the model" if warming else ""
-    if cpu.amx and (name == "SIGILL" or warming):
+    # (the log is written by a thread of its own: an engine killed at warm-up may not have written that
+    # line yet, and its last is the load; the AMX buffer it loaded into says where it was going)
+    amx_loaded = any(_AMX_BUFFER.search(line) for line in seq)
+    if cpu.amx and (name == "SIGILL" or warming or amx_loaded):
         return (f"The engine was killed by {name}{when}, running CPU code with {cpu}. Its AMX code (Intel's "
-                "tile instructions, 'AMX_INT8 = 1' in its system_info line) traps on this machine, as it does "
-                "on some Intel virtual machines. Headroom's own engine is built without AMX: use it (headroom "
-                "engine build, or the bundle's), or start this engine with --no-repack (-nr), which keeps the "
-                "weights out of its AMX buffer.")
+                "tile instructions, 'AMX_INT8 = 1' in its system_info line) crashes on this machine: ggml's "
+                "AMX matrix product loads a tile configuration that some compilers leave partly unwritten "
+                "(GCC 12; llama.cpp pull request 26954), and the tile instructions then fault. Headroom's own "
+                "engine is built without AMX: use it (headroom engine build, or the bundle's), or start this "
+                "engine with --no-repack (-nr), which keeps the weights out of its AMX buffer.")
     if name != "SIGILL":
         return None
     fix = ("its portable build did not choose it well: report it, and start the engine with -nr meanwhile"
