@@ -130,3 +130,21 @@ def test_a_ratio_too_far_off_to_be_the_machine_is_neither_shown_as_learned_nor_k
     check = check_speed(plan, Timings(400, 1.0, 12, 850.4))  # prefill 1 tok/s: a stalled machine, not a model
     assert check is not None and check.prefill_ratio is None and check.decode_ratio is not None
     assert "prefill ×" not in ReplySpeed(check.measured, check, None, learned=True).text()
+
+
+def test_a_side_measured_too_far_off_is_said_not_learned_and_why() -> None:
+    """Timed under two busy loops on 2 cores, serve's check decoded 6.2 tok/s where about 919 were
+    predicted: the calibration keeps nothing of it, and serve says which side and why."""
+    plan = _plan()
+    first = check_speed(plan, Timings(1760, 1.0, 32, 6.2))
+    assert first is not None  # (prefill measured at 0.3 of its prediction, as the busy run's was)
+    check = check_speed(plan, Timings(1760, 0.3 * first.prefill_predicted, 32, 6.2))
+    assert check is not None and check.decode_ratio is None and check.prefill_ratio is not None
+    ratio = check.decode_measured_ratio
+    assert ratio is not None and ratio < 0.05
+    said = check.not_learned("load 2.6 on 2 cores")
+    assert said == (f"speed: not learned: measured ÷ predicted decode ×{ratio:.2g}, outside ×0.05–20: the machine "
+                    "was busy (load 2.6 on 2 cores); the next launch measures again")
+    assert "a measurement's fault" in (check.not_learned() or "")
+    fine = check_speed(plan, Timings(1760, 0.3 * first.prefill_predicted, 32, check.decode_predicted))
+    assert fine is not None and fine.not_learned("load 2.6 on 2 cores") is None
