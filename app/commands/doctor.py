@@ -7,9 +7,11 @@ import argparse
 import json
 import platform
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from app import __version__, paths
+from app.commands.common import add_engine_arg
 from app.engine import native_build
 from app.engine.libpath import ensure_llama_cpp_lib, gpu_backends, load_backends
 from app.planner.units import Bytes
@@ -24,8 +26,9 @@ def register(sub: Any) -> None:
                        epilog="Exit status: 0 the report was printed and the engine Headroom would launch serves "
                               "(any other problem is in the report); 1 no engine can serve on this CPU: none found "
                               "or chosen, or its self-test failed (or --recalibrate could not forget the stored "
-                              "figures); 2 bad flags.",
+                              "figures); 2 bad flags, or an --engine that is not an engine.",
                        help="report Python, Qt, llama-cpp-python, NVML, engines, cache; test the engine on this CPU")
+    add_engine_arg(p, "to report on and self-test")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--no-selftest", action="store_true",
                    help="do not start the engine on a tiny model (the report only; exit 0 unless --recalibrate "
@@ -166,9 +169,11 @@ def _selftest(engine: EngineInfo | None) -> dict[str, Any] | None:
             "log_tail": [] if result.failure is None else list(result.failure.tail)}
 
 
-def collect(selftest: bool = False, recalibrate: bool = False) -> dict[str, Any]:
+def collect(selftest: bool = False, recalibrate: bool = False, engine: Path | None = None) -> dict[str, Any]:
     """The report; ``recalibrate``: the stored speed figures forgotten first and the CPU's measured again
-    (``recalibrated``: where they were kept, or why they could not be forgotten)."""
+    (``recalibrated``: where they were kept, or why they could not be forgotten); ``engine``: the file
+    ``--engine`` gave, reported and self-tested in place of the chosen one (``given_engine``: why it
+    cannot be, or None)."""
     report: dict[str, Any] = {
         "headroom": __version__,
         "python": f"{platform.python_version()} ({sys.executable})",
@@ -187,7 +192,13 @@ def collect(selftest: bool = False, recalibrate: bool = False) -> dict[str, Any]
     try:
         from app.engine.discover import discover_engines
 
-        found = discover_engines()
+        found = discover_engines(engine)
+        if engine is not None:
+            from app.commands.common import given_engine_problem
+            from app.engine.discover import EngineOrigin
+
+            report["given_engine"] = given_engine_problem(engine, found)
+            found = [e for e in found if e.source == EngineOrigin.SETTINGS]  # that engine, never another
         report["engines"] = _engines(found)
     except ImportError:
         build = native_build.find_build()
@@ -249,7 +260,10 @@ def _line(label: str, value: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    report = collect(selftest=not args.no_selftest, recalibrate=args.recalibrate)
+    report = collect(selftest=not args.no_selftest, recalibrate=args.recalibrate, engine=args.engine)
+    if report.get("given_engine"):
+        print(f"headroom doctor: {report['given_engine']}", file=sys.stderr)
+        return 2
     test = report.get("selftest")
     status = 1 if not args.no_selftest and (test is None or not test["ok"]) else 0  # no engine serves
     if not (report.get("recalibrated") or {"ok": True})["ok"]:

@@ -71,6 +71,32 @@ def test_doctor_exits_1_and_says_why_when_the_engine_cannot_run_on_this_cpu(engi
     assert report_only.returncode == 0 and "Engine self-test" not in report_only.stdout
 
 
+def test_doctor_tests_the_engine_given_with_engine_and_no_other(engine_build: EngineBuild, tmp_path: Path) -> None:
+    """``doctor --engine FILE`` reports and self-tests that file, as ``serve --engine`` would launch it: the
+    engine that cannot run here fails though a good one is found beside it; a file that is no engine is
+    refused (exit 2), not replaced by another."""
+    wrapper = _older_cpu_engine(engine_build, tmp_path / "bin")
+    env = {k: v for k, v in os.environ.items() if k != "LLAMA_CPP_LIB_PATH"} | {"HEADROOM_CACHE_DIR": str(tmp_path / "c"),
+                                                                              "HEADROOM_CONFIG_DIR": str(tmp_path / "k")}
+
+    def doctor(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "app", "doctor", *args], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=300)
+
+    bad = doctor("--engine", str(wrapper))
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    engines = [ln for ln in bad.stdout.splitlines() if ln.startswith("Engine  ")]
+    assert len(engines) == 1 and f"at {wrapper} " in engines[0], bad.stdout  # that one, not the build beside it
+    assert f"{wrapper} cannot serve on this CPU: The engine was killed by SIGILL" in bad.stdout
+    good = doctor("--engine", str(engine_build.server))
+    assert good.returncode == 0 and f"{engine_build.server} serves on this CPU" in good.stdout, good.stdout
+    (tmp_path / "notes.txt").write_text("not an engine\n")
+    (tmp_path / "notes.txt").chmod(0o755)
+    refused = doctor("--engine", str(tmp_path / "notes.txt"))
+    assert refused.returncode == 2 and "is not an engine Headroom can run" in refused.stderr
+    assert "Engine self-test" not in refused.stdout
+
+
 def test_probes_started_together_never_race_for_a_port(engine_build: EngineBuild) -> None:
     """Issue 31: 50 cold `headroom plan`s showed a capability as "unknown" when two probes got the same
     released port; each engine now binds a free port itself (--port 0). Eight probe rounds at once."""
