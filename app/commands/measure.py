@@ -163,9 +163,29 @@ def run(args: argparse.Namespace) -> int:
         return 2
     finally:
         signal.signal(signal.SIGTERM, previous)
+    warnings = [w] if (w := _over_training(args.model, settings)) else []
     if args.json:
         print(json.dumps({"settings": settings.to_json(), "measurement": m.to_json(), "cached": hit,
-                          "caveat": caveat}, indent=2))
+                          "caveat": caveat, "warnings": warnings}, indent=2))
     else:
         print(render(m, settings, cached=hit, caveat=caveat))
+        for w in warnings:
+            print(f"  warning: {w}")
     return 0
+
+
+def _over_training(model: str, settings: LaunchSettings) -> str | None:
+    """``plan``'s warning for a context per sequence past the model's training context (a walkthrough
+    measured 16k on a 4k model and was told nothing), or None (also for a model the planner cannot read:
+    the probe measured it anyway)."""
+    from app.planner import words
+    from app.planner.errors import PlannerError
+    from app.planner.gguf.model import read_shape
+    from app.planner.solve.stack import kv_per_layer
+
+    try:
+        shape = read_shape(model)
+        n_ctx_seq = kv_per_layer(shape, settings).layout.ctx.n_ctx_seq
+    except (PlannerError, ValueError, OSError):
+        return None
+    return words.over_training_context(n_ctx_seq, shape.n_ctx_train) if n_ctx_seq > shape.n_ctx_train else None

@@ -29,6 +29,8 @@ def test_measure_json_carries_the_launch_and_the_numbers(engine_build: EngineBui
     assert dev["name"] == "CPU" and dev["compute"] > 0
     assert "16384 cells" in out["measurement"]["kv_lines"][0]
     assert out["cached"] is False
+    # 16k over 4 slots in one pool: each sequence may reach 16,384, past the tiny model's 4,096
+    assert out["warnings"] == ["context per sequence 16,384 exceeds the model's training context 4,096"]
 
 
 @pytest.mark.parametrize("gpus", [(), ("H200",)], ids=["cpu-only", "with-a-gpu"])
@@ -44,8 +46,10 @@ def test_the_cuda_caveat_only_where_the_launch_has_a_gpu(gpus: tuple[str, ...], 
     monkeypatch.setattr(devices, "resolve_gpus", lambda specs, nvml=None: real(list(gpus)) if gpus else
                         Inventory(gpus=(), host=devices.host_memory()))
     assert cli.main(["measure", str(tiny_model), "--ctx", "4096", "--json"]) == 0
-    caveat = json.loads(capsys.readouterr().out)["caveat"]
+    out = json.loads(capsys.readouterr().out)
+    caveat = out["caveat"]
     assert (caveat is not None and "CMAKE_ARGS" in caveat) if gpus else caveat is None
+    assert out["warnings"] == []  # 4,096 is the model's own training context
     assert cli.main(["measure", str(tiny_model), "--ctx", "4096"]) == 0
     assert ("caveat: Pass 1 measured with the CPU backend" in capsys.readouterr().out) == bool(gpus)
 
@@ -57,6 +61,7 @@ def test_measure_text_says_cached_the_second_time(engine_build: EngineBuild, tin
     assert cli.main(["measure", str(tiny_model), "--ctx", "8192"]) == 0
     second = capsys.readouterr().out
     assert "compute" in first and "[cached]" not in first
+    assert "  warning: context per sequence 8,192 exceeds the model's training context 4,096" in first.splitlines()
     assert "[cached]" in second.splitlines()[1]
 
 
