@@ -18,8 +18,15 @@ from app.engine.libpath import lib_dir_beside
 from app.planner.measurement import Measurement
 from app.planner.plan_types import Plan
 from app.planner.settings import LaunchSettings
-from app.probe.measure import gpu_caveat, measure_cached, start_ahead_soon, stop_ahead, waiting_ahead
-from app.ui.qt import QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget, Signal
+from app.probe.measure import (
+    cached_measurement,
+    gpu_caveat,
+    measure_cached,
+    start_ahead_soon,
+    stop_ahead,
+    waiting_ahead,
+)
+from app.ui.qt import QHBoxLayout, QLabel, QObject, QProgressBar, QPushButton, QVBoxLayout, QWidget, Signal
 from app.ui.window_state import WindowState, no_engine_yet
 from app.ui.workers import TaskPool
 
@@ -46,6 +53,13 @@ class MeasureBar(QWidget):
         # (its child started ahead where one waits, and the next one started after it: start_ahead)
         self.probe: Probe = lambda model, settings, cancel: measure_cached(model, settings, cancel=cancel,
                                                                            lib_dir=self._lib_dir, ahead=True)
+        #: The stored pass 1 of a model and launch (runs nothing): looked up when a model opens and when
+        #: the settings change, so a pass 1 that ``headroom measure`` or an earlier session made is used
+        #: without a click (a walkthrough opened a measured model and was shown estimates).
+        self.lookup: Callable[[Path, LaunchSettings, str | None], Measurement | None] = \
+            lambda model, settings, lib_dir: cached_measurement(model, settings, lib_dir=lib_dir)
+        self._looked_up: tuple[str, LaunchSettings, str | None] | None = None
+        self._lookups = QObject(self)  # their owner in the pool: a lookup is no pass 1 being stopped
         self.button = QPushButton("&Measure (pass 1)")
         self.button.setToolTip("Measure the compute buffer with the engine's own allocator")
         self.cancel_button = QPushButton("Cancel")
@@ -101,6 +115,7 @@ class MeasureBar(QWidget):
             if state.measurement is not None and not self.running and \
                     state.measurement_for(state.settings.launch) is None and state.measurement_for(plan.launch) is None:
                 self._status.setText(STALE)
+            self._look_up_stored()
             if state.model is not None and waiting_ahead() is None and not self.running:
                 # (a model given on the command line, or restored, opened before any engine was found: no
                 # model change came after the engine, so the first plan with both starts it)
@@ -128,6 +143,30 @@ class MeasureBar(QWidget):
             return False
         self.start(state.model.path, launch, targets_gpu=bool(state.inventory.gpus))
         return True
+
+    def _look_up_stored(self) -> None:
+        """The stored pass 1 of the bound state's model and launch, in the background, shown as measured
+        when there is one; once per model, launch and library, and never over a pass 1 running or done."""
+        state = self._state
+        if state is None or state.model is None or self.running:
+            return
+        launch = state.settings.launch
+        if state.measurement_for(launch) is not None:
+            return
+        model, lib_dir = state.model.path, self._lib_dir_now()
+        wanted = (str(model), launch, lib_dir)
+        if wanted == self._looked_up:
+            return
+        self._looked_up = wanted
+        lookup, targets_gpu = self.lookup, bool(state.inventory.gpus)
+
+        def found(m: object) -> None:
+            current = state.model is not None and str(state.model.path) == wanted[0] and state.settings.launch == launch
+            if isinstance(m, Measurement) and current and not self.running and state.measurement_for(launch) is None:
+                self._done((m, True), launch, targets_gpu)
+
+        self.pool.run(lambda _cancel: lookup(model, launch, lib_dir), found, lambda _message: None,
+                      owner=self._lookups, key="stored pass 1")
 
     def _lib_dir_now(self) -> str | None:
         """The chosen engine's libllama (None: the bindings' own, or no engine)."""

@@ -32,6 +32,17 @@ def own_config_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return folder
 
 
+@pytest.fixture(autouse=True)
+def own_measurements(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The stored pass 1s a window finds by itself when a model opens (app/ui/measure_bar.py): this test's,
+    never what another test (or ``headroom measure``) left in the shared cache."""
+    from app.probe import cache
+
+    folder = tmp_path / "measurements"
+    monkeypatch.setattr(cache, "measurements_dir", lambda: folder)
+    return folder
+
+
 @pytest.fixture
 def window(qtbot, tmp_path: Path) -> Iterator[MainWindow]:
     # Host RAM held still: on a shared box psutil's reading moves by GiBs between polls, and a live
