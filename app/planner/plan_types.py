@@ -345,6 +345,9 @@ class ContextFit:
     #: The largest context the search tried (the larger of the trained and the asked context, padded);
     #: a result equal to it means the search stopped there, not the memory. 0: not known.
     searched_to: int = 0
+    #: The predicted speed of ``resident`` with the settings as given (None: not priced). A plan that fits
+    #: as set prices no alternative, so the window's "Largest context" row had none to show.
+    resident_speed: SpeedRow | None = field(default=None, compare=False)
 
     @property
     def resident_capped(self) -> bool:

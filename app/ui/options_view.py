@@ -68,7 +68,7 @@ def options(plan: Plan, fit: ContextFit | None, engine_window: bool) -> list[Opt
             if fit.resident_capped:
                 note += f"; {cap_text(fit)}"
             launch = as_set.with_(n_ctx=fit.resident)
-            speed = _speed(plan, launch)
+            speed = _speed(plan, launch) or fit.resident_speed
             rows.append(Option(f"Largest context {where}: {tokens_text(fit.resident)}", True,
                                words.row_short_speed(speed), note, launch,
                                fit.resident == n_ctx and as_set == plan.launch, _priced(plan, launch), speed))

@@ -19,6 +19,7 @@ from app.ui.settings_panel import KV_MODES
 from app.ui.window_layout import PLAN_HEIGHT
 
 LLAMA8B = "llama-3.1-8b-instruct-q4_k_m"
+QWEN14B_1M = "qwen2.5-14b-instruct-1m-q8_0"
 K = 1024
 STOCK = EngineInfo(EngineKind.LLAMA_SERVER, "/opt/llama.cpp/bin/llama-server", "0.5.0-dev", "0c1e570",
                    EngineOrigin.PATH)
@@ -277,3 +278,25 @@ def test_a_plan_the_chosen_engine_cannot_run_is_said_before_launch(window, tiny_
     assert panel.advice_label.isVisible() and "-ctk bf16" in shown_text(panel.advice_label)
     window.settings.type_k.setCurrentText("f16")
     assert panel.launch_button.isEnabled() and panel.launch_button.toolTip() == ""
+
+
+def test_the_largest_context_row_is_priced_when_the_plan_fits_as_set(window, shape_model, qtbot):
+    """Walkthrough finding: at 128k the "Largest context fully on GPU" row read ~37 tok/s (the plan priced
+    that context as an alternative); at 32k, which fits as set and prices no alternative, the same row
+    read "not predicted". It is priced with the settings as given either way."""
+    window.devices.choose_simulated("RTX 4090")
+    window.settings.set_context(128 * K)
+    with qtbot.waitSignal(window.planned):
+        assert window.open_model(shape_model(QWEN14B_1M))
+
+    def largest() -> str:
+        view = window.budget.options
+        return next(w.cost.text() for r, w in zip(view.rows, view._widgets, strict=False)
+                    if r.label.startswith("Largest context fully on GPU"))
+
+    at_128k = largest()
+    assert at_128k.startswith("~") and at_128k.endswith(" tok/s")
+    with qtbot.waitSignal(window.planned):
+        window.settings.set_context(32 * K)
+    assert window.current.plan is not None and window.current.plan.feasible  # fits as set: no alternatives
+    assert largest() == at_128k

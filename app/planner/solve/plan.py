@@ -574,7 +574,13 @@ def max_context(shape: ModelShape, inventory: Inventory, settings: LaunchSetting
     else:
         pass1 = Pass1(measurement, speed=speed)
         longest = max(fits, _longest_placed(shape, inventory, settings, cap, pass1, safety, vram_target, overhead))
-    return ContextFit(fits, longest, shape.n_ctx_train, cap)
+    resident_speed = None
+    if fits > 0:
+        resident_speed = price_as_set(shape, inventory, settings.with_(n_ctx=fits),
+                                      measurement=grown_measurement(shape, settings, measurement, fits),
+                                      safety=safety, vram_target=vram_target, overhead=overhead,
+                                      speed=speed).alternative.speed
+    return ContextFit(fits, longest, shape.n_ctx_train, cap, resident_speed)
 
 
 def grown_measurement(shape: ModelShape, settings: LaunchSettings, measurement: Measurement | None,
