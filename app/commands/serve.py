@@ -388,8 +388,8 @@ def _speed_row(plan: Plan, inventory: Inventory | None, base_url: str, api_key: 
         print("speed: not predicted for this engine's placement (the window engine)", flush=True)
         return
     print(check.line(), flush=True)
-    if (why := check.not_learned(busy())) is not None:
-        print(why, flush=True)
+    if check.not_learned() is not None:  # (busy() samples the CPU for half a second: only then)
+        print(check.not_learned(busy()), flush=True)
     if inventory is not None and not learn(inventory, check.decode_ratio, check.prefill_ratio, model=model):
         print("speed: the calibration could not be stored (the cache is not writable)", flush=True)
 

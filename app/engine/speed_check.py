@@ -107,13 +107,13 @@ class SpeedCheck:
         with ``busy`` (app/machine/calibrate.py ``busy``: "load 2.6 on 2 cores") when the machine was; None
         when every measured side was learned. A decode timed beside other work on every core ran 6 tok/s
         where 919 were predicted: a figure of that moment, not of the machine."""
-        off = [f"{side} ×{ratio:.2g}" for side, ratio in (("decode", self.decode_measured_ratio),
-                                                            ("prefill", self.prefill_measured_ratio))
+        off = [f"{side} ×{_ratio(ratio)}" for side, ratio in (("decode", self.decode_measured_ratio),
+                                                                ("prefill", self.prefill_measured_ratio))
                if ratio is not None and not plausible_ratio(ratio)]
         if not off:
             return None
         low, high = PLAUSIBLE_RATIO
-        why = f"the machine was busy ({busy})" if busy else "a measurement's fault, not the machine's"
+        why = f"the machine was busy ({busy})" if busy else "the timing or the prediction is off"
         return (f"speed: not learned: measured ÷ predicted {' and '.join(off)}, outside ×{low:g}–{high:g}: "
                 f"{why}; the next launch measures again")
 
@@ -136,6 +136,11 @@ class SpeedCheck:
         return {"predicted": {"prefill": self.prefill_predicted, "decode": self.decode_predicted},
                 "measured": vars(self.measured), "decode_ratio": self.decode_ratio,
                 "prefill_ratio": self.prefill_ratio}
+
+
+def _ratio(r: float) -> str:
+    """A ratio in plain digits: "0.0067", "0.31", "150" (never "1.5e+02")."""
+    return f"{r:,.0f}" if r >= 10 else f"{r:.2f}" if r >= 0.01 else f"{r:.2g}"
 
 
 def check_speed(plan: Plan, timings: Timings) -> SpeedCheck | None:

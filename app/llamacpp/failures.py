@@ -211,7 +211,7 @@ class EngineCpu:
 
 def is_cpu_line(line: str) -> bool:
     """A line ``engine_cpu`` reads (a supervisor keeps these past its bounded tail)."""
-    return SYSTEM_INFO.search(line) is not None or _CPU_VARIANT.search(line) is not None
+    return any(p.search(line) is not None for p in (SYSTEM_INFO, _CPU_VARIANT, _AMX_BUFFER))
 
 
 def engine_cpu(lines: Iterable[str]) -> EngineCpu | None:
@@ -229,23 +229,24 @@ def engine_cpu(lines: Iterable[str]) -> EngineCpu | None:
 
 
 def _cpu_crash(seq: Sequence[str], name: str) -> str | None:
-    """The sentence for an engine killed by SIGILL, or by SIGSEGV while warming up on a CPU build that
-    uses AMX: which CPU code ran, and what to do. None when the log says nothing about the CPU code."""
+    """The sentence for an engine killed by SIGILL, or by SIGSEGV or SIGILL after loading weights into
+    ggml's AMX buffer: which CPU code ran, and what to do. None when the log says nothing about the CPU
+    code (and for any other signal: SIGKILL, SIGBUS, SIGABRT keep their own words)."""
     cpu = engine_cpu(seq)
     if cpu is None:
         return None
     warming = any(_WARMUP.search(line) for line in seq)
     when = " while warming up the model" if warming else ""
-    # (the log is written by a thread of its own: an engine killed at warm-up may not have written that
-    # line yet, and its last is the load; the AMX buffer it loaded into says where it was going)
-    amx_loaded = any(_AMX_BUFFER.search(line) for line in seq)
-    if cpu.amx and (name == "SIGILL" or warming or amx_loaded):
-        return (f"The engine was killed by {name}{when}, running CPU code with {cpu}. Its AMX code (Intel's "
-                "tile instructions, 'AMX_INT8 = 1' in its system_info line) crashes on this machine: ggml's "
-                "AMX matrix product loads a tile configuration that some compilers leave partly unwritten "
-                "(GCC 12; llama.cpp pull request 26954), and the tile instructions then fault. Headroom's own "
-                "engine is built without AMX: use it (headroom engine build, or the bundle's), or start this "
-                "engine with --no-repack (-nr), which keeps the weights out of its AMX buffer.")
+    # Only where the AMX code ran: weights in its buffer (an engine launched with -nr has none). The log
+    # is written by a thread of its own, so one killed at warm-up may not have written that line yet.
+    amx_loaded = cpu.amx and any(_AMX_BUFFER.search(line) for line in seq)
+    if amx_loaded and name in ("SIGSEGV", "SIGILL"):
+        return (f"The engine was killed by {name}{when}, running CPU code with {cpu}, its weights in ggml's AMX "
+                "buffer (Intel's tile instructions, 'AMX_INT8 = 1' in its system_info line). Most likely its AMX "
+                "matrix product loaded a tile configuration the compiler left partly unwritten (seen with GCC "
+                "12; llama.cpp pull request 26954), and the tile instructions faulted. Headroom's own engine is "
+                "built without AMX: use it (headroom engine build, or the bundle's), or start this engine with "
+                "--no-repack (-nr), which keeps the weights out of its AMX buffer.")
     if name != "SIGILL":
         return None
     fix = ("its portable build did not choose it well: report it, and start the engine with -nr meanwhile"

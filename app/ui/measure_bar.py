@@ -123,7 +123,7 @@ class MeasureBar(QWidget):
 
         def another_model(_model: object) -> None:
             self.cancel()  # pass 1 of the model before is no measurement of this one
-            self._failed_for = None
+            self._failed_for, self._looked_up = None, None  # (the same file again: its stored pass 1 too)
             self._say(NOT_MEASURED)
             if state.model is not None:
                 self._start_ahead()
@@ -161,9 +161,15 @@ class MeasureBar(QWidget):
         lookup, targets_gpu = self.lookup, bool(state.inventory.gpus)
 
         def found(m: object) -> None:
-            current = state.model is not None and str(state.model.path) == wanted[0] and state.settings.launch == launch
-            if isinstance(m, Measurement) and current and not self.running and state.measurement_for(launch) is None:
-                self._done((m, True), launch, targets_gpu)
+            # (the model, its settings or the engine may have changed while it looked)
+            current = (state.model is not None and str(state.model.path) == wanted[0]
+                       and state.settings.launch == launch and self._lib_dir_now() == lib_dir)
+            if not isinstance(m, Measurement) or not current or state.measurement_for(launch) is not None:
+                return
+            if self.running:
+                self._looked_up = None  # pass 1 runs for these settings: if it is cancelled, look again
+                return
+            self._done((m, True), launch, targets_gpu)
 
         self.pool.run(lambda _cancel: lookup(model, launch, lib_dir), found, lambda _message: None,
                       owner=self._lookups, key="stored pass 1")
@@ -204,6 +210,7 @@ class MeasureBar(QWidget):
         """Stop pass 1 (its child is killed in the background); the bar is free again at once."""
         if self.running:
             self.pool.cancel(self, "pass 1")  # measure() kills the child's process group and returns
+            self._looked_up = None  # (a lookup that answered while it ran was not used: the next plan asks again)
             self._status.setText(CANCELLED)
             self._set_busy(False)
             self.cancelled.emit()
@@ -241,4 +248,5 @@ class MeasureBar(QWidget):
     def shutdown(self) -> None:
         self.cancel()
         self.pool.wait(self)
+        self.pool.wait(self._lookups)
         stop_ahead()  # (the child started ahead: it would die with Headroom anyway)

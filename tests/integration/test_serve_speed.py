@@ -42,7 +42,8 @@ def test_serve_prints_measured_beside_predicted_and_the_calibration_learns(engin
     for side in ("decode", "prefill"):
         assert (f"{side} ×" in why) == (f"{side}_scale" not in learned), (served.stdout, learned)
         assert learned.get(f"{side}_scale", 1.0) > 0
-    assert not why or why.endswith("the next launch measures again")
+    # (only a busy machine explains it: a prediction ×20 off on an idle one is a bug this test must catch)
+    assert not why or ("the machine was busy" in why and why.endswith("the next launch measures again")), why
     # The next plan on this machine is scaled by what the launch measured, and says so.
     planned = subprocess.run([sys.executable, "-m", "app", "plan", str(tiny_model), "-c", "4k", "--json"], cwd=ROOT,
                              env=env, capture_output=True, text=True, timeout=120)

@@ -5,9 +5,12 @@ shown estimates until it clicked Measure again."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 from app.engine.native_build import EngineBuild
+from app.planner.measurement import Measurement
+from app.planner.settings import LaunchSettings
 from app.probe.measure import measure_cached
 from app.ui import measure_bar
 
@@ -36,9 +39,37 @@ def test_a_model_measured_before_opens_measured_and_other_settings_do_not(window
     # the plan's compute buffer is pass 1's now, not an estimate
     qtbot.waitUntil(lambda: window.current.plan is not None
                     and str(window.current.plan.host.sources["compute_pinned"]) == "measured by pass 1", timeout=10_000)
-    # other settings have no stored pass 1: not measured, and nothing is said to be
+    # the same file opened again (the window forgets its measurement): found again
+    with qtbot.waitSignal(window.measure.measured, timeout=30_000):
+        assert window.open_model(tiny_model)
+    assert window.current.measurement_for(launch) == stored
+
+
+def test_a_stored_pass_1_that_answers_after_the_settings_changed_is_not_used(window, qtbot, tiny_model: Path,
+                                                                            engine_build: EngineBuild) -> None:
+    """The lookup runs in the background: its answer for settings no longer shown is dropped, and the
+    settings shown now are looked up for themselves."""
+    with qtbot.waitSignal(window.launch.enginesFound, timeout=ENGINES_S):
+        window.launch.discover()
+    release = threading.Event()
+    asked: list[LaunchSettings] = []
+
+    def slow(model: Path, settings: LaunchSettings, lib_dir: str | None) -> Measurement | None:
+        asked.append(settings)
+        release.wait(10)
+        return measure_cached(model, settings, lib_dir=lib_dir)[0] if len(asked) == 1 else None
+
+    window.measure.lookup = slow
     with qtbot.waitSignal(window.planned):
+        assert window.open_model(tiny_model)
+    first = window.current.settings.launch
+    qtbot.waitUntil(lambda: len(asked) == 1, timeout=10_000)
+    with qtbot.waitSignal(window.planned):  # other settings while the first lookup is still out
         window.settings.n_parallel.setValue(window.settings.n_parallel.value() + 1)
-    qtbot.wait(500)
+    qtbot.waitUntil(lambda: len(asked) == 2, timeout=10_000)
+    assert asked == [first, window.current.settings.launch] and asked[1] != first
+    with qtbot.assertNotEmitted(window.measure.measured, wait=1500):
+        release.set()  # the first answers with a measurement: of settings no longer shown
     assert window.current.measurement_for(window.current.settings.launch) is None
-    assert window.measure.status_text() != "Compute buffer measured by pass 1 (CPU, from the measurement cache)"
+    assert window.current.measurement_for(first) is None
+    assert window.measure.status_text() == measure_bar.NOT_MEASURED

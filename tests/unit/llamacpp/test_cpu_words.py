@@ -35,6 +35,7 @@ def test_an_amx_crash_at_warm_up_names_amx_and_what_to_do() -> None:
     assert f.message.startswith("The engine was killed by SIGSEGV while warming up the model, running CPU code "
                                 "with AMX_INT8, AVX512_BF16, AVX512_VNNI, AVX512_VBMI, AVX512")
     assert "'AMX_INT8 = 1' in its system_info line" in f.message and "pull request 26954" in f.message
+    assert "its weights in ggml's AMX buffer" in f.message
     assert "Headroom's own engine is built without AMX" in f.message and "--no-repack (-nr)" in f.message
     assert "damaged model file" not in f.message  # not blamed on the user's file
     sigill = classify(_lines("amx-warmup-sigill-xeon-vm.log"), SIGILL)  # the same build, another start: #UD
@@ -49,6 +50,20 @@ def test_an_amx_crash_before_its_warm_up_line_was_written_still_names_amx() -> N
     f = classify(lines, SIGSEGV)
     assert f.kind == "cpu_code" and f.message.startswith("The engine was killed by SIGSEGV, running CPU code with AMX_INT8")
     assert "damaged model file" not in f.message
+
+
+def test_other_signals_and_an_engine_launched_with_nr_are_not_blamed_on_amx() -> None:
+    """The out-of-memory killer (SIGKILL), a truncated mapped file (SIGBUS) and an abort keep their own
+    words on an AMX engine; without weights in the AMX buffer (-nr, as Headroom launches it) its AMX code
+    did not run, and a SIGILL there is the CPU's (built for another)."""
+    lines = _lines(AMX_SEGV)
+    for signal in (-9, -7, -6):
+        assert classify(lines, signal).kind != "cpu_code", signal
+    no_buffer = [ln for ln in lines if "AMX model buffer" not in ln]
+    assert classify(no_buffer, SIGSEGV).kind == "killed"
+    sigill = classify(no_buffer, SIGILL)
+    assert sigill.kind == "cpu_code" and "AMX" not in sigill.message.split("running CPU code with")[0]
+    assert "built for another CPU" in sigill.message
 
 
 def test_a_segfault_without_amx_is_not_blamed_on_the_cpu() -> None:
