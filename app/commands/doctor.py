@@ -263,6 +263,8 @@ def run(args: argparse.Namespace) -> int:
     report = collect(selftest=not args.no_selftest, recalibrate=args.recalibrate, engine=args.engine)
     if report.get("given_engine"):
         print(f"headroom doctor: {report['given_engine']}", file=sys.stderr)
+        if args.json:  # (fails in JSON too, as measure --json does)
+            print(json.dumps({"ok": False, "error": report["given_engine"]}, indent=2))
         return 2
     test = report.get("selftest")
     status = 1 if not args.no_selftest and (test is None or not test["ok"]) else 0  # no engine serves

@@ -95,6 +95,10 @@ def test_doctor_tests_the_engine_given_with_engine_and_no_other(engine_build: En
     refused = doctor("--engine", str(tmp_path / "notes.txt"))
     assert refused.returncode == 2 and "is not an engine Headroom can run" in refused.stderr
     assert "Engine self-test" not in refused.stdout
+    as_json = doctor("--engine", str(tmp_path / "notes.txt"), "--json")
+    assert as_json.returncode == 2
+    assert json.loads(as_json.stdout) == {"ok": False, "error": f"{tmp_path / 'notes.txt'} is not an engine Headroom "
+                                                                 f"can run: `{tmp_path / 'notes.txt'} --version` failed"}
 
 
 def test_probes_started_together_never_race_for_a_port(engine_build: EngineBuild) -> None:
