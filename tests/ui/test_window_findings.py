@@ -291,7 +291,7 @@ def test_the_largest_context_row_is_priced_when_the_plan_fits_as_set(window, sha
 
     def largest() -> str:
         view = window.budget.options
-        return next(w.cost.text() for r, w in zip(view.rows, view._widgets, strict=False)
+        return next(str(w.cost.text()) for r, w in zip(view.rows, view._widgets, strict=False)
                     if r.label.startswith("Largest context fully on GPU"))
 
     at_128k = largest()
