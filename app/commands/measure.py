@@ -178,14 +178,11 @@ def _over_training(model: str, settings: LaunchSettings) -> str | None:
     """``plan``'s warning for a context per sequence past the model's training context (a walkthrough
     measured 16k on a 4k model and was told nothing), or None (also for a model the planner cannot read:
     the probe measured it anyway)."""
-    from app.planner import words
     from app.planner.errors import PlannerError
     from app.planner.gguf.model import read_shape
-    from app.planner.solve.stack import kv_per_layer
+    from app.planner.solve.plan import over_training
 
     try:
-        shape = read_shape(model)
-        n_ctx_seq = kv_per_layer(shape, settings).layout.ctx.n_ctx_seq
+        return over_training(read_shape(model), settings)
     except (PlannerError, ValueError, OSError):
         return None
-    return words.over_training_context(n_ctx_seq, shape.n_ctx_train) if n_ctx_seq > shape.n_ctx_train else None

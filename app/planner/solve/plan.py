@@ -63,7 +63,7 @@ from app.planner.solve.workload import workload
 from app.planner.units import MiB
 
 __all__ = ["Alternative", "AlternativeKind", "ContextFit", "DevicePlan", "HostPlan", "KvSummary",
-           "Plan", "PlanMode", "grown_measurement", "make_plan", "max_context", "price_as_set"]
+           "Plan", "PlanMode", "grown_measurement", "make_plan", "max_context", "over_training", "price_as_set"]
 
 #: Above this context, flash attention off means a KQ matrix of gigabytes (docs/domain.md §2).
 LONG_CONTEXT_FA = 32768
@@ -110,9 +110,16 @@ def _common_warnings(shape: ModelShape, settings: LaunchSettings, compute: Compu
         w.append(words.UNLIMITED_PROMPT_CACHE)
     if settings.n_parallel > 1 and n_ctx_seq < SHORT_SLOT:
         w.append(words.short_slots(settings, n_ctx_seq))
-    if n_ctx_seq > shape.n_ctx_train:
-        w.append(words.over_training_context(n_ctx_seq, shape.n_ctx_train))
+    if (past := over_training(shape, settings)) is not None:
+        w.append(past)
     return w
+
+
+def over_training(shape: ModelShape, settings: LaunchSettings) -> str | None:
+    """The warning for a context per sequence past the model's training context, or None (``plan``'s
+    warnings and ``measure``'s)."""
+    n_ctx_seq = kv_per_layer(shape, settings).layout.ctx.n_ctx_seq
+    return words.over_training_context(n_ctx_seq, shape.n_ctx_train) if n_ctx_seq > shape.n_ctx_train else None
 
 
 def _host_short(host: HostPlan, *, kv_tail: bool = False) -> list[str]:
@@ -575,7 +582,7 @@ def max_context(shape: ModelShape, inventory: Inventory, settings: LaunchSetting
         pass1 = Pass1(measurement, speed=speed)
         longest = max(fits, _longest_placed(shape, inventory, settings, cap, pass1, safety, vram_target, overhead))
     resident_speed = None
-    if fits > 0:
+    if fits > 0 and tail:  # (the whole fit, as the window shows it; the plan's own search needs no speed)
         resident_speed = price_as_set(shape, inventory, settings.with_(n_ctx=fits),
                                       measurement=grown_measurement(shape, settings, measurement, fits),
                                       safety=safety, vram_target=vram_target, overhead=overhead,
