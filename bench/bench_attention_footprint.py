@@ -4,6 +4,7 @@ caches, and with query heads sharing a KV head (GQA), against what the speed mod
 of KV: its decode with one query head a KV head, and its GQA run's with four).
 
     .venv/bin/python -m bench.bench_attention_footprint [--head 128] [--threads 1] [--repeat 3] [--kv f16]
+        [--footprints 1,2,4,8,16,32,64]
 
 Each row is ``llama-batched-bench`` of Headroom's build on the host CPU, on a model written for it
 (app/engine/selftest.py ``deep_attention_model``: narrow matrices, heads of ``--head``, as many layers
@@ -49,7 +50,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--kv", default="f16")
+    p.add_argument("--footprints", help="MiB a decoded token reads, comma-separated: one-over-one rows at "
+                   "these instead of ROWS (where the cost of a cell turns, on this machine)")
     args = p.parse_args(argv)
+    rows_ = ROWS if not args.footprints else tuple((4, 4, int(float(m) * MiB)) for m in args.footprints.split(","))
     build = find_build()
     bench = batched_bench(build.server) if build is not None else None
     if build is None or bench is None:
@@ -72,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     head = ("query / KV heads", "layers", "KV a token reads", "ns a cell and query head", "runs", "priced",
             "measured ÷ priced")
     rows = [head]
-    for n_head, n_kv, want in ROWS:
+    for n_head, n_kv, want in rows_:
         n_layer = layers(args.kv, args.head, n_kv, want)
         model = deep_attention_model(args.head, n_layer, n_head=n_head, n_head_kv=n_kv)
         read = (PROMPTS[1] + DECODE / 2) * n_layer * n_kv * 2 * row_bytes(args.kv, args.head)

@@ -157,7 +157,8 @@ def _figures_line(fig: SpeedFigures) -> str:
                   one("link", d.link, 1e9, "GB/s"), one("split", d.split_s, 1e-6, "µs")]
     for who, rates in (("host", fig.host_cpu_attention), *((d.name, d.attention) for d in fig.devices)):
         parts += [f"{who} CPU attention {a.kv_type} h{a.head_dim}: decode {a.decode.value * 1e9:.3g} ns"
-                  + (f" ({a.decode_deep.value * 1e9:.3g} over KV past the caches)" if a.decode_deep else "")
+                  + (f" ({a.curve_words()})" if a.decode_curve else
+                     f" ({a.decode_deep.value * 1e9:.3g} over KV past the caches)" if a.decode_deep else "")
                   + f", prefill {a.prefill.value * 1e9:.3g} ns a cell and head" for a in rates]
     parts += [f"decode × {fig.decode_scale.value:.3g}, prefill × {fig.prefill_scale.value:.3g} (learned)",
               f"host attention {'patched' if fig.host_attention else 'stock'}"]

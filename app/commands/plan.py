@@ -325,9 +325,11 @@ def _figures_line(plan: Plan) -> str:
     if f16 := [a for a in fig.host_cpu_attention if a.kv_type == "f16"]:
         # (and a query head's where query heads share a KV head: a GQA model is priced between the two)
         # (over KV read from memory where the deep run measured it: what a decode is priced at)
-        each = ", ".join(f"{a.decode_read * 1e9:.3g} ns ({a.head_dim}-wide heads"
+        # (by the KV a token reads where the engine run measured a curve: a decode is priced between
+        # the two footprints around the model's)
+        each = ", ".join(f"{a.curve_words() or f'{a.decode_read * 1e9:.3g} ns'} ({a.head_dim}-wide heads"
                          + (f"; {a.decode.value * 1e9:.3g} ns over KV the caches hold"
-                            if a.decode_read > a.decode.value else "")
+                            if a.decode_read > a.decode.value and not a.decode_curve else "")
                          + (f"; {a.decode_gqa.value * 1e9:.3g} ns a query head, {a.gqa:g} over a KV head"
                             if a.decode_gqa is not None else "") + ")" for a in f16)
         parts.append(f"host CPU attention (f16 decode) {each} a KV cell and head (calibrated)")

@@ -104,9 +104,10 @@ def run_lines(runs: dict[str, Any], pairs: list[tuple[GpuDevice | None, int]], *
             continue
         # (read as the speed model reads them: a figure of any other shape is none)
         figs = calibrate.attention_figures({str(head): run})
-        parts = [f"{a.kv_type} decode {_ns(a.decode.value)}"
+        parts = [f"{a.kv_type} decode {a.curve_words() or _ns(a.decode.value)}"
                  + (f" ({_ns(a.decode_gqa.value)} a query head, {a.gqa:g} over a KV head)" if a.decode_gqa else "")
-                 + (f", {_ns(a.decode_deep.value)} over more KV than the caches hold" if a.decode_deep else "")
+                 + (f", {_ns(a.decode_deep.value)} over more KV than the caches hold"
+                    if a.decode_deep and not a.decode_curve else "")
                  + f", prefill {_ns(a.prefill.value)}" for a in figs]
         # a KV type whose runs failed or disagreed is said, not silently left out (app/planner/solve/
         # speed.py ``attention_cost`` prices it from another head size's figure, or at memory bandwidth)

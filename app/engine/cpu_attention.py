@@ -19,12 +19,14 @@ type in ``KV_TYPES``, at two prompt lengths (``PROMPTS``) with ``DECODE`` tokens
   speed model prices a model's own ratio between the two (app/planner/solve/speed.py ``attention_cost``;
   bench/results/attention-footprint-cpu-2026-12-02.md). Not for a quantized KV: its prefill, not tiled,
   takes seconds a run with four times the query heads, and that KV is priced at the whole cost;
-- the decode over more KV than the caches hold (``decode_deep``): the self-test model's KV is a few
-  MiB a token, which a CPU's caches hold, while a real model's is hundreds of MiB and more, read from
-  memory. The deep run's model (``deep_attention_model``: the same 4 heads, as many layers as make
-  ``DEEP_BYTES`` of f16 KV at its long prompt) times that decode; 32-wide heads on this project's VM:
-  53 ns a cell and head in cache, 110–130 from 4 MiB to 64 (bench/results/placement-cpu-2026-12-02e.md).
-  The speed model prices a decode with it (app/planner/solve/speed.py ``attention_cost``);
+- the decode by the KV a token reads (``decode_curve``, the largest's ``decode_deep``): the self-test
+  model's KV is a few MiB a token, which a CPU's caches hold, while a real model's is hundreds of MiB and
+  more, read from memory. The deep runs' models (``deep_attention_model``: the same 4 heads, as many
+  layers as make each of ``DEEP_FOOTPRINTS`` of f16 KV at the long prompt) time that decode; 32-wide
+  heads on this project's AMD VM: 53 ns a cell and head in cache, 110–130 from 4 MiB to 64
+  (bench/results/placement-cpu-2026-12-02e.md); on a Xeon VM 77–94 up to 12 MiB, 155–183 past 32 at
+  496 cells. The speed model prices a decode between the two around its KV (app/planner/solve/speed.py
+  ``attention_cost``, ``CpuAttention.decode_over``);
 - prefill: seconds per prompt token grow with the mean fill (half the prompt); the same ratio is the
   prefill cost per cell and head; the seconds per token at no fill are the model's matmuls, whose
   flops over them give the device's matmul rate (Q4_0 weights: a quantized model's);
@@ -46,8 +48,9 @@ from __future__ import annotations
 import re
 import statistics
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from app.engine import speed_check
 from app.engine.capabilities import free_port
@@ -57,8 +60,8 @@ from app.machine.calibrate import SERVER_RUN
 from app.planner.devices import GpuDevice
 from app.planner.gguf.checks import LLAMA_MAX_LAYERS
 from app.planner.gguf.model import read_shape
-from app.planner.memory.kv import cache_block
-from app.planner.solve.speed import active_weights
+from app.planner.memory.kv import cache_block, row_bytes
+from app.planner.solve.speed import FLOAT_KV, active_weights
 
 #: Prompt lengths (tokens) and tokens decoded after each; the context they need.
 PROMPTS = (256, 2048)
@@ -79,10 +82,21 @@ ATTEMPTS = 2
 #: Their median is what is kept.
 NOISY_SPREAD = 4.0
 TIMEOUT_S = 120.0
-#: The deep run: the f16 KV a decoded token reads at its long prompt (past a desktop's last-level
-#: cache), its prompts and tokens decoded (240 + 16 and 496 + 16 fill 256-cell blocks), how many runs.
-DEEP_BYTES = 64 * 1024 * 1024
-DEEP_PROMPTS = (240, 496)
+#: The deep runs: the f16 KV a decoded token reads at their long prompt, from what a desktop's L2 and
+#: a small L3 hold to past a large desktop's last-level cache (the largest is ``decode_deep``); their
+#: prompts and tokens decoded, how many runs each. Where the cost of a cell turns differs between CPUs:
+#: a 2-core AMD EPYC VM's by 4 MiB, a 2-core Xeon VM's between 24 and 32 (32-wide heads), and the speed
+#: model prices a decode between the two runs around its KV (app/planner/solve/speed.py
+#: ``CpuAttention.decode_over``). A float KV's runs fill 2,048 cells (1,008 + 16 and 2,032 + 16 fill
+#: 256-cell blocks): past the caches a cell costs less over a longer context at the same bytes (64 MiB
+#: on that Xeon: 168 ns a cell and head at 496 cells, 130–143 at 1,024, 104–126 at 2,048, 110–126 at
+#: 4,096; a model's context is thousands of cells), and a prompt that long costs seconds, not more. A
+#: quantized KV's stay at 496 (its prefill, not tiled, takes four times as long; its cost moves little
+#: with the bytes: 18–20 ns on the Xeon from 1 to 26 MiB).
+DEEP_FOOTPRINTS = (4 * 1024 * 1024, 16 * 1024 * 1024, 64 * 1024 * 1024)
+DEEP_BYTES = DEEP_FOOTPRINTS[-1]
+DEEP_PROMPTS = (1008, 2032)
+DEEP_PROMPTS_QUANTIZED = (240, 496)
 DEEP_DECODE = 16
 DEEP_REPEATS = 3
 #: The GQA run: query heads over each KV head, the KV types it is made for, how many runs.
@@ -191,24 +205,47 @@ def _argv(bench: Path, model: Path, kv: str, device_args: list[str], prompts: tu
             *device_args]
 
 
-def deep_layers(head_dim: int) -> int:
-    """Layers of the deep run's model: its 4 heads' f16 KV at the long prompt make ``DEEP_BYTES``, at most
-    llama.cpp's ``LLAMA_MAX_LAYERS`` (heads narrower than 32 read less)."""
-    per_layer = DEEP_PROMPTS[-1] * 4 * head_dim * 2 * 2  # cells × heads × K and V × f16
-    return min(LLAMA_MAX_LAYERS, -(-DEEP_BYTES // per_layer))
+def deep_prompts(kv: str) -> tuple[int, int]:
+    """A deep run's two prompts for a ``kv`` cache (``DEEP_PROMPTS`` for a float type)."""
+    return DEEP_PROMPTS if kv in FLOAT_KV else DEEP_PROMPTS_QUANTIZED
+
+
+def deep_layers(head_dim: int, footprint: int = DEEP_BYTES, prompts: tuple[int, int] = DEEP_PROMPTS) -> int:
+    """Layers of a deep run's model: its 4 heads' f16 KV at the long prompt make ``footprint`` bytes, at
+    most llama.cpp's ``LLAMA_MAX_LAYERS`` (heads narrower than 32 read less)."""
+    per_layer = prompts[-1] * 4 * head_dim * 2 * 2  # cells × heads × K and V × f16
+    return min(LLAMA_MAX_LAYERS, -(-footprint // per_layer))
+
+
+def deep_models(head_dim: int, kv: str) -> list[Path]:
+    """The deep runs' models for a ``kv`` cache, one a footprint (``DEEP_FOOTPRINTS``), written once."""
+    return [deep_attention_model(head_dim, deep_layers(head_dim, b, deep_prompts(kv))) for b in DEEP_FOOTPRINTS]
+
+
+def kv_read(model: Path, kv: str, cells: float) -> float:
+    """Bytes of ``kv`` KV a decoded token of ``model`` reads over ``cells`` cells (K and V, every layer
+    with KV): the x of a run's point on the decode curve (``CpuAttention.decode_curve``; a 64 MiB deep
+    run's point is at 48 MiB, the middle of the cells its slope spans)."""
+    shape = read_shape(model)
+    per_cell = sum(shape.n_head_kv[il] * (row_bytes(kv, shape.head_dim_k) + row_bytes(kv, shape.head_dim_v))
+                   for il in range(shape.n_layer) if shape.n_head_kv[il] > 0)
+    return per_cell * cells
 
 
 def measure(bench: Path, model: Path, device_args: list[str], gqa_model: Path | None = None,
-            deep_model: Path | None = None) -> dict[str, dict[str, float]]:
+            deep_model: Path | Sequence[Path] | Callable[[str], Sequence[Path]] | None = None,
+            ) -> dict[str, dict[str, Any]]:
     """Per KV type, ``rates`` on the device ``device_args`` selects (``-ngl 0``: the host CPU;
     ``-ngl 99 --rpc ENDPOINT``: a worker's), the median of the runs; with ``gqa_model`` (``GQA_RUN``
     query heads a KV head), for ``GQA_KV_TYPES`` its decode a query head too (``decode_gqa``, with ``gqa``);
-    with ``deep_model``, its decode over KV past the caches (``decode_deep``); a type whose runs failed
-    or disagreed is left out (its GQA or deep run alone: that figure is)."""
+    with ``deep_model`` (one, several from the smallest KV to the largest, or those for a KV type: its
+    prompts are ``deep_prompts``), each one's decode over its
+    KV (``decode_curve``: [bytes a token reads, seconds a cell and head], the in-cache run's first) and the
+    largest's as ``decode_deep``, over KV past the caches; a type whose runs failed or disagreed is left
+    out (a GQA or deep run alone: that figure is)."""
     heads, flops = _heads_and_flops(model)
     g_heads, g_flops = _heads_and_flops(gqa_model) if gqa_model is not None else (0, 0.0)
-    d_heads, d_flops = _heads_and_flops(deep_model) if deep_model is not None else (0, 0.0)
-    out: dict[str, dict[str, float]] = {}
+    out: dict[str, dict[str, Any]] = {}
     for kv in kv_types_for(read_shape(model).head_dim_k):
         for _attempt in range(ATTEMPTS):
             runs = _runs(_argv(bench, model, kv, device_args), REPEATS, heads, flops)
@@ -220,10 +257,21 @@ def measure(bench: Path, model: Path, device_args: list[str], gqa_model: Path | 
         if gqa_model is not None and kv in GQA_KV_TYPES and _agree(
                 g_runs := _runs(_argv(bench, gqa_model, kv, device_args), GQA_REPEATS, g_heads, g_flops), GQA_REPEATS):
             out[kv] |= {"decode_gqa": statistics.median(r["decode"] for r in g_runs), "gqa": float(GQA_RUN)}
-        if deep_model is not None:
-            deep = _argv(bench, deep_model, kv, device_args, DEEP_PROMPTS, DEEP_DECODE, DEEP_PROMPTS[-1] + DEEP_DECODE)
+        # (each point at the cells its slope spans the middle of: between the two prompts, and half the
+        # tokens decoded after them)
+        curve = [[kv_read(model, kv, sum(PROMPTS[::len(PROMPTS) - 1]) / 2 + DECODE / 2), out[kv]["decode"]]]
+        paths = ([deep_model] if isinstance(deep_model, Path) else list(deep_model(kv)) if callable(deep_model)
+                 else list(deep_model or ()))
+        prompts = deep_prompts(kv)
+        for i, deep_path in enumerate(paths):
+            d_heads, d_flops = _heads_and_flops(deep_path)
+            deep = _argv(bench, deep_path, kv, device_args, prompts, DEEP_DECODE, prompts[-1] + DEEP_DECODE)
             if _agree(d_runs := _runs(deep, DEEP_REPEATS, d_heads, d_flops, decode_only=True), DEEP_REPEATS):
-                out[kv] |= {"decode_deep": statistics.median(r["decode"] for r in d_runs)}
+                cost = statistics.median(r["decode"] for r in d_runs)
+                curve.append([kv_read(deep_path, kv, sum(prompts) / 2 + DEEP_DECODE / 2), cost])
+                out[kv] |= {"decode_deep": cost} if i == len(paths) - 1 else {}
+        if len(curve) > 1:
+            out[kv]["decode_curve"] = curve
     return out
 
 
@@ -261,18 +309,18 @@ def server_token(server: Path, model: Path, threads: int | None, decode_cell_hea
     return statistics.median(seconds)
 
 
-def bench_run(bench: Path, threads: int | None = None) -> Callable[[GpuDevice | None, int], dict[str, dict[str, float]]]:
+def bench_run(bench: Path, threads: int | None = None) -> Callable[[GpuDevice | None, int], dict[str, dict[str, Any]]]:
     """``measure`` with ``bench`` on the host CPU (None) or an RPC worker's device, with the self-test
     model's heads as wide as a model's (``head_dim``): what app/machine/calibrate.py calls for a device
     and head size it has no engine run for. ``threads``: the host's (``-t``; None: the engine's
     default), as the launches it predicts for will run."""
 
-    def run(device: GpuDevice | None, head_dim: int) -> dict[str, dict[str, float]]:
+    def run(device: GpuDevice | None, head_dim: int) -> dict[str, dict[str, Any]]:
         args = ["-ngl", "0"] if device is None else ["-ngl", "99", "--rpc", device.endpoint]
         args += ["-t", str(threads)] if threads else []
         model = selftest_model(head_dim=head_dim)
         out = measure(bench, model, args, deep_attention_model(head_dim, 2, n_head=4 * GQA_RUN, n_head_kv=4),
-                      deep_attention_model(head_dim, deep_layers(head_dim)))
+                      lambda kv: deep_models(head_dim, kv))
         server = bench.with_name("llama-server")
         if device is None and "f16" in out and server.is_file() and (
                 token := server_token(server, model, threads, out["f16"]["decode"])) is not None:
@@ -282,7 +330,7 @@ def bench_run(bench: Path, threads: int | None = None) -> Callable[[GpuDevice | 
     return run
 
 
-def engine_run(server: Path, threads: int | None = None) -> Callable[[GpuDevice | None, int], dict[str, dict[str, float]]]:
+def engine_run(server: Path, threads: int | None = None) -> Callable[[GpuDevice | None, int], dict[str, dict[str, Any]]]:
     """``bench_run`` with the ``llama-batched-bench`` of ``server``'s build (runs nothing, every figure
     empty, when the build has none)."""
     bench = batched_bench(server)

@@ -53,7 +53,7 @@ REPEATS = 3
 #: A timed engine run on one device (None: the host CPU; else an RPC worker's device) with heads of
 #: a size: per KV type ``{"decode": s, "prefill": s, "compute": flop/s}`` (app/engine/cpu_attention.py);
 #: empty when it could not run.
-EngineRun = Callable[[GpuDevice | None, int], dict[str, dict[str, float]]]
+EngineRun = Callable[[GpuDevice | None, int], dict[str, dict[str, Any]]]
 #: A CPU-attention engine run is kept for good, so it is not made while the machine is busy: a
 #: 1-minute load average over this many per core (two busy loops on the 2-core CI machine measured
 #: this CPU's attention ×4–8 slower than when idle, and one KV type not at all).
@@ -90,8 +90,9 @@ def busy() -> str | None:
 HOST_RUN = "host"
 #: What a kept engine run carries: runs of an older version are made again, once (2: the GQA run,
 #: which prices a GQA model's CPU attention; 3: the deep run, its decode over KV read from memory; 4:
-#: the host's server run, a token's fixed cost).
-ENGINE_RUN_VERSION = 4
+#: the host's server run, a token's fixed cost; 5: deep runs at three footprints, the decode's cost by
+#: the KV a token reads, ``decode_curve``).
+ENGINE_RUN_VERSION = 5
 RUN_VERSION_KEY = "run_version"
 #: The host's server run in its engine run, beside the KV types' figures: ``{"token": seconds}``
 #: (app/engine/cpu_attention.py ``server_token``).
@@ -342,9 +343,17 @@ def attention_figures(by_head: Any, detail: str = ENGINE_RUN_DETAIL) -> tuple[Cp
             return _calibrated(float(d), f"{detail}, {head}-wide heads, over more KV than the caches hold")
         return None
 
+    def curve(r: dict[str, Any]) -> tuple[tuple[float, float], ...]:
+        pts = r.get("decode_curve")
+        if not isinstance(pts, list):
+            return ()
+        ok = [(float(p[0]), float(p[1])) for p in pts if isinstance(p, list) and len(p) == 2
+              and all(isinstance(x, (int, float)) and not isinstance(x, bool) and 0 < x < float("inf") for x in p)]
+        return tuple(sorted(ok)) if len(ok) == len(pts) and len(ok) > 1 else ()
+
     return tuple(CpuAttention(kv, head, _calibrated(float(r["decode"]), f"{detail}, {head}-wide heads"),
                               _calibrated(float(r["prefill"]), f"{detail}, {head}-wide heads"), *shared(r, head),
-                              deep(r, head))
+                              deep(r, head), curve(r))
                  for head, kv, r in _runs(by_head))
 
 

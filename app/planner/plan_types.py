@@ -22,9 +22,10 @@ JSON form (``PLAN_JSON_VERSION`` = 1)::
 "prefill": [tok/s…], "decode": [tok/s…], "turn_s", "calibrated"}`` (app/planner/solve/speed.py);
 ``speed_figures`` the machine's terms it was predicted with, each ``{"value", "source", "calibrated"}``;
 a device (``attention``) or the host (``host_cpu_attention``) whose CPU attention an engine run measured
-adds ``[{"kv_type", "head_dim", "decode", "prefill", "decode_gqa"?, "gqa"?, "decode_deep"?}]`` (seconds a cell and
-head; ``decode_gqa``: a query head's with ``gqa`` query heads over each KV head, where measured; ``decode_deep``:
-the decode over more KV than the caches hold, where measured; absent: not measured).
+adds ``[{"kv_type", "head_dim", "decode", "prefill", "decode_gqa"?, "gqa"?, "decode_deep"?, "decode_curve"?}]``
+(seconds a cell and head; ``decode_gqa``: a query head's with ``gqa`` query heads over each KV head, where
+measured; ``decode_deep``: the decode over more KV than the caches hold, where measured; ``decode_curve``:
+``[[bytes of KV a token reads, seconds], …]``, the decode by its KV, where measured; absent: not measured).
 
 All sizes are bytes. A ``sources`` value is a :class:`~app.planner.sources.Source` in Python and its
 words in JSON (``str(source)``; ``Source.from_json`` reads it back). ``mode`` is a :class:`PlanMode`

@@ -68,6 +68,13 @@ def test_plan_measures_this_cpus_attention_once_and_prices_with_it(engine_build:
         # the deep run's decode over more KV than the caches hold, where its runs agreed
         deep = stored[r["kv_type"]].get("decode_deep")
         assert r["decode_deep"]["value"] == pytest.approx(deep) if deep else "decode_deep" not in r
+        # the decode by the KV a token reads: the in-cache run's point, then each deep run's that agreed
+        # (4, 16, 64 MiB of f16 KV at 64-wide heads; a q8_0 KV reads about half), the largest the deep one
+        curve = stored[r["kv_type"]].get("decode_curve")
+        assert r["decode_curve"] == curve if curve else "decode_curve" not in r
+        if curve:
+            assert curve[0][1] == stored[r["kv_type"]]["decode"] and curve[0][0] < 2**20 * 4
+            assert [b for b, _ in curve] == sorted(b for b, _ in curve) and (not deep or curve[-1][1] == deep)
     again = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert again.returncode == 0 and again.stderr == ""
     assert json.loads(again.stdout)["speed_figures"] == json.loads(first.stdout)["speed_figures"]

@@ -213,6 +213,11 @@ class CpuAttention:
     #: The decode's cost over more KV than the CPU's caches hold (None: not measured): ``decode`` is timed
     #: over a few MiB of KV a token, a real model's decode reads hundreds of MiB and more from memory.
     decode_deep: Figure | None = None
+    #: The decode's cost a cell and head by the KV bytes a decoded token reads, (bytes, seconds) from the
+    #: smallest (the in-cache run's) to the largest (the deep run's): where the cost turns differs between
+    #: CPUs (a 2-core AMD EPYC VM: past ~2 MiB; a 2-core Xeon VM: between 24 and 32 MiB,
+    #: bench/results/placement-cpu-intel-2026-12-02.md). Empty: not measured (``decode_deep`` alone).
+    decode_curve: tuple[tuple[float, float], ...] = ()
 
     @property
     def decode_read(self) -> float:
@@ -220,15 +225,41 @@ class CpuAttention:
         where it measured more than the in-cache run (a model's KV is read from memory)."""
         return max(self.decode.value, self.decode_deep.value) if self.decode_deep is not None else self.decode.value
 
+    def decode_over(self, kv_bytes: float | None) -> float:
+        """A decode's cost a cell and head (one query head a KV head) where a token reads ``kv_bytes`` of
+        KV: between the two measured footprints around it, linear in the bytes' logarithm; the smallest's
+        below them, the largest's above; a footprint never costs less than a smaller one did (a run's noise
+        under a smaller one's is not a cache getting faster). Without a curve or bytes: ``decode_read``."""
+        pts = sorted(self.decode_curve)
+        if len(pts) < 2 or kv_bytes is None:
+            return self.decode_read
+        costs = [max(c for _, c in pts[:i + 1]) for i in range(len(pts))]
+        if kv_bytes <= pts[0][0]:
+            return costs[0]
+        for (b0, _), (b1, _), c0, c1 in zip(pts, pts[1:], costs, costs[1:], strict=False):
+            if kv_bytes <= b1:
+                k = math.log(kv_bytes / b0) / math.log(b1 / b0) if b1 > b0 else 1.0
+                return c0 + (c1 - c0) * k
+        return costs[-1]
+
+    def curve_words(self) -> str:
+        """The decode curve said: "79 ns over 1.1 MiB of KV a token, 85 ns over 4.1 MiB, 104 ns over 16 MiB,
+        170 ns over 64 MiB" (a cell and head; empty: no curve)."""
+        if len(self.decode_curve) < 2:
+            return ""
+        return ", ".join(f"{c * 1e9:.3g} ns over {b / 2**20:.2g} MiB" + (" of KV a token" if i == 0 else "")
+                         for i, (b, c) in enumerate(sorted(self.decode_curve)))
+
     def to_json(self) -> dict[str, Any]:
         return {"kv_type": self.kv_type, "head_dim": self.head_dim, "decode": self.decode.to_json(),
                 "prefill": self.prefill.to_json()} | (
                     {"decode_gqa": self.decode_gqa.to_json(), "gqa": self.gqa} if self.decode_gqa is not None else {}) | (
-                    {"decode_deep": self.decode_deep.to_json()} if self.decode_deep is not None else {})
+                    {"decode_deep": self.decode_deep.to_json()} if self.decode_deep is not None else {}) | (
+                    {"decode_curve": [[b, c] for b, c in self.decode_curve]} if self.decode_curve else {})
 
 
 def attention_cost(rates: tuple[CpuAttention, ...], kv_type: str, head_dim: int, *, decode: bool,
-                   gqa: float = 1.0) -> float | None:
+                   gqa: float = 1.0, kv_bytes: float | None = None) -> float | None:
     """The measured seconds per cell and query head for ``kv_type`` (a type not measured: f16's for a
     float type, ``QUANTIZED_KV_PROXY``'s for a quantized one) at the nearest measured head size; None
     when nothing was measured. A decode with ``gqa`` query heads over each KV head, where a GQA run
@@ -238,7 +269,8 @@ def attention_cost(rates: tuple[CpuAttention, ...], kv_type: str, head_dim: int,
     one; bench/results/attention-footprint-cpu-2026-12-02.md). A decode is priced over KV read from
     memory (``decode_deep``, where measured): a model's KV a token is far more than a CPU's caches hold
     (32-wide heads on the VM: 53 ns a cell and head over a few MiB, 110–130 over 4–64 MiB;
-    bench/results/placement-cpu-2026-12-02e.md)."""
+    bench/results/placement-cpu-2026-12-02e.md), at the KV a token reads there (``kv_bytes``, where the
+    engine run measured a curve: ``CpuAttention.decode_over``)."""
     want = kv_type if any(r.kv_type == kv_type for r in rates) else "f16" if kv_type in FLOAT_KV else QUANTIZED_KV_PROXY
     found = [r for r in rates if r.kv_type == want]
     if not found:
@@ -246,7 +278,7 @@ def attention_cost(rates: tuple[CpuAttention, ...], kv_type: str, head_dim: int,
     r = min(found, key=lambda r: abs(r.head_dim - head_dim))
     if not decode:
         return r.prefill.value
-    one = r.decode_read
+    one = r.decode_over(kv_bytes)
     if gqa <= 1 or r.decode_gqa is None or r.gqa <= 1 or r.decode_gqa.value >= r.decode.value:
         return one  # (a GQA run no cheaper than one a KV head: no sharing seen)
     # a query head's own work from the two in-cache runs; the rest of a decode over memory is the KV
@@ -490,10 +522,11 @@ def _splits(w: Workload, fig: SpeedFigures, *, decode: bool) -> float:
 
 
 def _attend(kv_bytes_s: float, flops: float, rates: tuple[CpuAttention, ...], w: Workload, *,
-            decode: bool) -> float:
+            decode: bool, kv_bytes: float | None = None) -> float:
     """Seconds one side's attention takes: its KV read (``kv_bytes_s``, at its bandwidth), or on a CPU
-    whose flash attention was measured, that kernel's time (cell-heads × its cost) when it is the longer."""
-    cost = attention_cost(rates, w.kv_type, w.head_dim, decode=decode, gqa=w.gqa)
+    whose flash attention was measured, that kernel's time (cell-heads × its cost, a decode's at the
+    ``kv_bytes`` a token reads there) when it is the longer."""
+    cost = attention_cost(rates, w.kv_type, w.head_dim, decode=decode, gqa=w.gqa, kv_bytes=kv_bytes)
     return max(kv_bytes_s, flops / w.attn_head_flops * cost) if cost and w.attn_head_flops else kv_bytes_s
 
 
@@ -505,10 +538,10 @@ def decode_seconds(w: Workload, fig: SpeedFigures, fill: float) -> float:
     if w.cpu_only or not fig.devices:
         kv = (w.kv_host_cpu_cell + w.kv_host_tail_cell + sum(w.kv_device_cell)) * cells
         return fig.token_overhead.value + (w.host_weights + sum(w.device_weights)) / host_bw + _attend(
-            kv / host_bw, w.attn_flops_cell * cells, host, w, decode=True)
+            kv / host_bw, w.attn_flops_cell * cells, host, w, decode=True, kv_bytes=kv)
     attn_dev = w.attn_device_cell or (0.0,) * len(w.kv_device_cell)
     t = sum(wt / d.bandwidth.value + _attend(kv * cells / d.bandwidth.value, a * cells, d.attention, w,
-                                             decode=True)
+                                             decode=True, kv_bytes=kv * cells)
             for wt, kv, a, d in zip(w.device_weights, w.kv_device_cell, attn_dev, fig.devices, strict=False))
     # the KV in host RAM whose attention the device runs: the host tail's and -nkvo's (stock engine)
     streamed, streamed_attn = w.kv_host_tail_cell, w.attn_tail_cell
@@ -519,10 +552,12 @@ def decode_seconds(w: Workload, fig: SpeedFigures, fill: float) -> float:
     else:
         cpu_kv, cpu_attn = cpu_kv - w.kv_nkvo_cell, cpu_attn - w.attn_nkvo_cell
         streamed, streamed_attn = streamed + w.kv_nkvo_cell, streamed_attn + w.attn_nkvo_cell
-    t += w.host_weights / host_bw + _attend(cpu_kv * cells / host_bw, cpu_attn * cells, host, w, decode=True)
+    t += w.host_weights / host_bw + _attend(cpu_kv * cells / host_bw, cpu_attn * cells, host, w, decode=True,
+                                            kv_bytes=cpu_kv * cells)
     if streamed:
         t += streamed * cells / fig.devices[0].link.value + _attend(0.0, streamed_attn * cells,
-                                                                    fig.devices[0].attention, w, decode=True)
+                                                                    fig.devices[0].attention, w, decode=True,
+                                                                    kv_bytes=streamed * cells)
     return fig.token_overhead.value + t + _splits(w, fig, decode=True)
 
 

@@ -53,10 +53,16 @@ def test_a_head_size_not_run_yet_is_measured_once_and_said(engine_build: EngineB
     assert lines[1].endswith(" per KV cell and head")
     # the GQA run (the recorded table of 16 query heads over 4 KV heads): a query head's decode, said beside
     stored_f16 = json.loads((own_cache / "speed-calibration.json").read_text())["engine_runs"]["host"]["16"]["f16"]
-    assert (f"f16 decode {stored_f16['decode'] * 1e9:.3g} ns ({stored_f16['decode_gqa'] * 1e9:.3g} ns a query head, 4 "
-            "over a KV head)") in lines[1]
-    # the deep run (the recorded table of a 265-layer model): the decode over KV read from memory, said too
-    assert f"{stored_f16['decode_deep'] * 1e9:.3g} ns over more KV than the caches hold" in lines[1]
+    # the deep runs (the recorded tables of 5, 17 and 65 layers, 32-wide): the decode by the KV a token reads,
+    # from the in-cache run's to the deepest (4, 16 and 64 MiB at their long prompt of 2,032 cells:
+    # each point at the middle of the cells its slope spans)
+    curve = stored_f16["decode_curve"]
+    assert curve[0][1] == stored_f16["decode"] and curve[-1][1] == stored_f16["decode_deep"]
+    assert [round(b / 2**20, 1) for b, _ in curve] == [0.6, 3.4, 12.3, 48.5]
+    words = ", ".join(f"{c * 1e9:.3g} ns over {b / 2**20:.2g} MiB" + (" of KV a token" if i == 0 else "")
+                      for i, (b, c) in enumerate(curve))
+    assert (f"f16 decode {words} ({stored_f16['decode_gqa'] * 1e9:.3g} ns a query head, 4 over a KV head)"
+            ) in lines[1]
     rates = plan["speed_figures"]["host_cpu_attention"]  # type: ignore[index]
     # (f16 alone: a q8_0 K cache cannot be made at 16-wide heads, so it is not run: cpu_attention.kv_types_for)
     assert {(r["kv_type"], r["head_dim"]) for r in rates} == {("f16", 16)}
@@ -70,10 +76,9 @@ def test_a_head_size_not_run_yet_is_measured_once_and_said(engine_build: EngineB
     # the text names the figure a host tail's decode rests on
     f16 = next(r for r in rates if r["kv_type"] == "f16")
     assert cli.main(["plan", str(tiny_model), "-c", "4k", "--engine", str(engine_build.server)]) == 0
-    # (a decode's over KV read from memory: the deep run's where it is the larger, the in-cache one's here,
-    # where the recorded 32-wide deep table read as 16-wide heads over 512 layers comes out smaller)
-    assert f16["decode_deep"]["value"] < f16["decode"]["value"]
-    assert (f"host CPU attention (f16 decode) {f16['decode']['value'] * 1e9:.3g} ns (16-wide heads; "
+    # (a decode's by the KV a token reads: the curve the runs measured)
+    assert f16["decode_curve"] == curve
+    assert (f"host CPU attention (f16 decode) {words} (16-wide heads; "
             f"{f16['decode_gqa']['value'] * 1e9:.3g} ns a query head, 4 over a KV head) a KV cell and head (calibrated)"
             ) in capsys.readouterr().out
 

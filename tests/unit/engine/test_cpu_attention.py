@@ -124,6 +124,60 @@ def test_the_gqa_run_gives_f16s_decode_a_query_head_with_four_over_a_kv_head(tmp
     assert len(argvs) == 2 * cpu_attention.REPEATS + cpu_attention.GQA_REPEATS
 
 
+DEEP_LOGS = {n: LOG.with_name(f"batched-bench-{name}-h32-rpc.log") for n, name in ((5, "deep4"), (17, "deep16"),
+                                                                                    (65, "deep"))}
+
+
+def test_the_deep_runs_give_the_decode_by_the_kv_a_token_reads(tmp_path: Path) -> None:
+    """After each KV type's run, one deep run a footprint (4, 16, 64 MiB of f16 KV at the long prompt:
+    5, 17 and 65 layers of 4 32-wide heads at 2,048 cells): each one's decode slope a cell and head is a
+    point of ``decode_curve`` at the KV bytes a token reads in the middle of its slope's cells, after
+    the in-cache run's; the largest is ``decode_deep``. A float KV's runs fill 2,048 cells (past the
+    caches a cell cost less over a longer context: 168 ns at 496 cells, 104–126 at 2,048 on the Xeon
+    VM), a quantized KV's 496 (its prefill is not tiled). A footprint whose runs disagree is left out."""
+    from app.engine.selftest import selftest_model
+
+    model = selftest_model(tmp_path / "models", head_dim=32)
+    f16_models = cpu_attention.deep_models(32, "f16")
+    assert [m.name.split("-l")[1].split("-")[0] for m in f16_models] == ["5", "17", "65"]
+    q8_models = cpu_attention.deep_models(32, "q8_0")
+    assert [m.name.split("-l")[1].split("-")[0] for m in q8_models] == ["17", "67", "265"]
+    bench = tmp_path / "llama-batched-bench"
+    calls = tmp_path / "calls"
+    # (the recorded tables by layers; the 17-layer model's q8_0 runs alternate with a ×10 slower one)
+    slow = tmp_path / "slow.log"
+    slow.write_text(DEEP_LOGS[17].read_text().replace("|    0.189 |    84.72 |", "|    1.890 |     8.47 |"))
+    assert slow.read_text() != DEEP_LOGS[17].read_text()
+    bench.write_text(
+        f'#!/bin/sh\necho "$*" >> {calls}\ncase "$*" in\n'
+        f'  *-l5-*) cat {DEEP_LOGS[5]} ;;\n'
+        f'  *-l17-*q8_0*) n=$(cat {tmp_path}/n 2>/dev/null || echo 0); echo $((n + 1)) > {tmp_path}/n; '
+        f'if [ $((n % 2)) -eq 1 ]; then cat {slow}; else cat {DEEP_LOGS[17]}; fi ;;\n'
+        f'  *-l17-*) cat {DEEP_LOGS[17]} ;;\n  *-l6[57]-*|*-l265-*) cat {DEEP_LOGS[65]} ;;\n  *) cat {LOG} ;;\nesac\n')
+    bench.chmod(0o755)
+    got = cpu_attention.measure(bench, model, ["-ngl", "0"], None, lambda kv: cpu_attention.deep_models(32, kv))
+
+    def slope(log: Path, layers: int) -> float:
+        rows = cpu_attention.parse_rows(log.read_text())
+        (c1, (_, t1)), (c2, (_, t2)) = sorted(rows.items())
+        return (t2 - t1) / (c2 - c1) / (layers * 4)
+
+    f16 = got["f16"]["decode_curve"]
+    # the in-cache run's point: 2 layers × 4 heads × 64-byte K and V rows over (256 + 2,048) / 2 + 32 cells
+    assert f16[0] == [pytest.approx(2 * 4 * 128 * 1184), got["f16"]["decode"]]
+    # each deep run's: its layers × 4 heads × 128 bytes over (1,008 + 2,032) / 2 + 8 cells
+    assert f16[1:] == [[pytest.approx(n * 4 * 128 * 1528), pytest.approx(slope(DEEP_LOGS[n], n))] for n in (5, 17, 65)]
+    assert got["f16"]["decode_deep"] == f16[-1][1]
+    # q8_0: 34 bytes a 32-wide row, at 496 cells' runs ((240 + 496) / 2 + 8); its 17-layer run, whose
+    # runs disagreed, left out
+    q8 = got["q8_0"]["decode_curve"]
+    assert [b for b, _ in q8] == [pytest.approx(2 * 4 * 68 * 1184), pytest.approx(67 * 4 * 68 * 376),
+                                  pytest.approx(265 * 4 * 68 * 376)]
+    argvs = calls.read_text().splitlines()
+    assert all("-npp 1008,2032 " in a for a in argvs if "-ctk f16" in a and "-kv4-l" in a)
+    assert all("-npp 240,496 " in a for a in argvs if "-ctk q8_0" in a and "-kv4-l" in a)
+
+
 def test_a_gqa_run_whose_runs_disagree_gives_no_figure_and_keeps_the_rest(tmp_path: Path) -> None:
     from app.engine.selftest import deep_attention_model, selftest_model
 

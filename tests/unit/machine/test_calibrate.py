@@ -119,6 +119,20 @@ def test_the_gqa_runs_decode_is_kept_beside_the_whole(tmp_path: Path) -> None:
     assert q8.decode_gqa is None and q8.gqa == 1  # (no GQA run for a quantized KV: the whole cost for any model)
 
 
+def test_the_decode_curve_is_kept_as_measured_and_a_malformed_one_is_none(tmp_path: Path) -> None:
+    """The deep runs' points (bytes a token reads, seconds a cell and head) price a decode by its KV
+    (speed.CpuAttention.decode_over); a stored curve of any other shape (a hand-edited or damaged
+    cache) is none, and the decode is priced as a run without one (``decode_deep``)."""
+    curve = [[1.2e6, 80e-9], [4.3e6, 85e-9], [17e6, 104e-9], [67e6, 170e-9]]
+    run = {"f16": {"decode": 80e-9, "prefill": 19e-9, "decode_deep": 170e-9, "decode_curve": curve}}
+    fig = calibrate.machine_speed(desktop(), path=tmp_path / "c.json", engine_run=lambda d, h: run, head_dims=(32,))
+    assert fig.host_cpu_attention[0].decode_curve == tuple(tuple(p) for p in curve)
+    for bad in ([[1.2e6, 80e-9]], [[1.2e6, 80e-9], [4e6, "x"]], [[1.2e6, 80e-9], [-4e6, 90e-9]],
+                [[1.2e6, 80e-9], [4e6, float("nan")]], [[1.2e6, 80e-9, 3], [4e6, 90e-9]], "curve", [[True, 1.0], [2, 3]]):
+        got = calibrate.attention_figures({"32": {"f16": run["f16"] | {"decode_curve": bad}}})
+        assert got[0].decode_curve == () and got[0].decode_deep is not None
+
+
 def test_a_workers_split_cost_is_its_decode_at_no_cells_over_the_hosts(tmp_path: Path) -> None:
     """The same self-test model decodes in 0.5 ms a token at no cells on the host and 1.7 ms through the
     worker: its two graph splits (the embeddings in, the logits out) cost 0.6 ms each."""

@@ -4,6 +4,7 @@ speeds (issue 30's case: a 14B at 512k on a 24 GB card with 23.5 GB of RAM)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import pytest
@@ -244,6 +245,40 @@ def test_a_decode_is_priced_over_kv_read_from_memory_where_the_deep_run_measured
     assert attention_cost((replace(cached, decode_deep=default(40e-9, "t")),), "f16", 32, decode=True) == pytest.approx(
         53e-9)
     assert deep.to_json()["decode_deep"]["value"] == 110e-9 and "decode_deep" not in cached.to_json()
+
+
+def test_a_decode_is_priced_by_the_kv_a_token_reads_between_the_footprints_measured() -> None:
+    """Where a cell's cost turns differs between CPUs: on a 2-core Xeon VM (32-wide heads, f16) 77–94 ns
+    a cell and head from 1 to 12 MiB of KV a token, 101–104 at 16–24, 155–183 from 32 to 64
+    (bench/results/placement-cpu-intel-2026-12-02.md), where the AMD EPYC VM's turned by 4 MiB. Priced
+    at the deep run's alone, the placement bench's 8–17 MiB stand-in decoded ×1.3–1.6 faster than
+    predicted on the Xeon. A decode is priced between the two footprints around its KV, linear in the
+    bytes' logarithm; the smallest's below, the largest's above."""
+    mib = 2**20
+    curve = ((1.2 * mib, 80e-9), (4 * mib, 85e-9), (16 * mib, 104e-9), (64 * mib, 170e-9))
+    xeon = CpuAttention("f16", 32, default(80e-9, "t"), default(3e-9, "t"), decode_deep=default(170e-9, "t"),
+                        decode_curve=curve)
+    assert xeon.decode_over(0.5 * mib) == pytest.approx(80e-9)
+    assert xeon.decode_over(8 * mib) == pytest.approx(94.5e-9)  # halfway (in log) from 4 to 16 MiB
+    assert xeon.decode_over(32 * mib) == pytest.approx(137e-9)
+    assert xeon.decode_over(1024 * mib) == pytest.approx(170e-9)  # a real model's hundreds of MiB: the deepest
+    assert xeon.decode_over(None) == xeon.decode_read == pytest.approx(170e-9)  # (no bytes said: the deep run's)
+    # a footprint's run that came out under a smaller one's (noise) is priced at the smaller's
+    noisy = replace(xeon, decode_curve=((1.2 * mib, 80e-9), (4 * mib, 120e-9), (16 * mib, 100e-9), (64 * mib, 170e-9)))
+    assert noisy.decode_over(16 * mib) == pytest.approx(120e-9)
+    assert noisy.decode_over(8 * mib) == pytest.approx(120e-9)
+    # the decode of the 8-layer model on that CPU: half full (5,000 cells, 19.5 MiB a token) between 16
+    # and 64 MiB, full (39 MiB) further up; a GQA model's query heads share the read off the same curve
+    fig = cpu_device_figures((xeon,))
+    for fill in (0.5, 1.0):
+        kv = 4096 * 10_000 * fill
+        per_cell = 104e-9 + 66e-9 * math.log(kv / (16 * mib)) / math.log(4)
+        assert decode_seconds(small_heads(), fig, fill) == pytest.approx(
+            1e7 / 10e9 + 10_000 * fill * 32 * per_cell + BASE_SPLITS * SPLIT)
+    assert attention_cost((xeon,), "f16", 32, decode=True, kv_bytes=8 * mib) == pytest.approx(94.5e-9)
+    assert xeon.to_json()["decode_curve"] == [list(p) for p in curve]
+    assert xeon.curve_words() == ("80 ns over 1.2 MiB of KV a token, 85 ns over 4 MiB, 104 ns over 16 MiB, "
+                                  "170 ns over 64 MiB")
 
 
 def test_a_gqa_models_query_heads_share_each_kv_rows_read() -> None:
