@@ -490,7 +490,9 @@ class SpeedRow:
 
     def between(self, fill: float) -> Speed:
         """The speed at any ``fill`` in [0, 1]: seconds per token linear between the two ``FILLS``
-        around it (exact for this model, whose seconds per token grow linearly with the cells used)."""
+        around it (exact where seconds per token grow linearly with the cells used; a CPU's attention
+        priced by the KV a token reads grows a little faster, ``CpuAttention.decode_over``, and reads
+        slightly slow between the fills)."""
         pts = sorted(self.at, key=lambda s: s.fill)
         fill = min(max(fill, pts[0].fill), pts[-1].fill)
         hi = next((i for i, s in enumerate(pts) if s.fill >= fill), len(pts) - 1)
