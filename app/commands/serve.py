@@ -131,11 +131,11 @@ class Pass1Failed(Exception):
         super().__init__(str(error))
 
 
-def _plan(args: argparse.Namespace, shape: ModelShape, settings: LaunchSettings,
-          engines: list[EngineInfo]) -> tuple[Plan, Inventory]:
+def serve_plan(args: argparse.Namespace, shape: ModelShape, settings: LaunchSettings,
+               engines: list[EngineInfo]) -> tuple[Plan, Inventory]:
     """The plan, with pass 1 (through the on-disk cache) for the plan's own launch unless --no-measure,
     and the devices it was made for; its speeds for the engine that will launch. Raises Pass1Failed
-    when pass 1 ran and failed."""
+    when pass 1 ran and failed. (bench/h200/placement.py predicts a launch's speeds with it.)"""
     from app.engine.discover import choose
     from app.probe.measure import MeasureError, measure_cached
 
@@ -158,10 +158,11 @@ def _plan(args: argparse.Namespace, shape: ModelShape, settings: LaunchSettings,
 
 
 def chosen_alternative(plan: Plan, text: str) -> Alternative:
-    """The plan's alternative that fits and whose label holds ``text`` (``--alternative``); ValueError
-    naming the ones there are when none or several do."""
+    """The plan's alternative that fits and whose label is ``text``, or else holds it (``--alternative``);
+    ValueError naming the ones there are when none or several do."""
     fits = [a for a in plan.alternatives if a.feasible]
-    found = [a for a in fits if text in a.label]
+    # (a whole label is that one, even when it is part of another's: "KV of 2 layers on host" and "… 12 …")
+    found = [a for a in fits if a.label == text] or [a for a in fits if text in a.label]
     if len(found) == 1:
         return found[0]
     listed = "; ".join(repr(a.label) for a in fits) or "none"
@@ -254,7 +255,7 @@ def run(args: argparse.Namespace) -> int:
         settings = settings_from_args(args)
         modelled = read_shape(args.model)
         shape: ModelShape | None = modelled
-        plan, inventory = _plan(args, modelled, settings, engines)
+        plan, inventory = serve_plan(args, modelled, settings, engines)
     except Pass1Failed as failed:
         return _refuse_failed_pass1(failed)
     except NotModelled as exc:

@@ -5,12 +5,16 @@ whose pass 1 failed, and a key file others can read."""
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from app import cli
+from app.commands.serve import chosen_alternative, unplanned
 from app.engine.native_build import EngineBuild
+from app.planner.plan_types import Alternative, AlternativeKind
+from app.planner.settings import LaunchSettings
 from app.probe import cache as measure_cache
 from tests.fixtures import gguf_factory, shapes
 
@@ -148,3 +152,18 @@ def test_an_api_key_file_others_can_read_is_refused_in_words(
     assert err.startswith("headroom serve: refused: the API key file ") and "readable by other users" in err
     assert f"chmod 600 {key}" in err and len(err.splitlines()) == 1
     assert "engine: starting" not in out and "a-key-the-user-wrote" not in out + err
+
+
+
+def test_alternative_names_a_whole_label_even_when_another_label_holds_it() -> None:
+    def alt(label: str) -> Alternative:
+        return Alternative(kind=AlternativeKind.KV_HOST_LAYERS, label=label, launch=LaunchSettings(n_ctx=4096),
+                           feasible=True, host_bytes_per_token=0, note="")
+
+    two, twelve = alt("KV of 2 layers on host"), alt("KV of 12 layers on host")
+    args = cli.build_parser("serve").parse_args(["serve", "m.gguf"])
+    plan = replace(unplanned(LaunchSettings(n_ctx=4096), args, "a test"), alternatives=(twelve, two))
+    assert chosen_alternative(plan, "KV of 2 layers on host") is two  # (also part of "KV of 12 …")
+    assert chosen_alternative(plan, "12 layers") is twelve
+    with pytest.raises(ValueError, match="matches 2 of the ways that fit"):
+        chosen_alternative(plan, "layers on host")
