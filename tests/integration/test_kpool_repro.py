@@ -4,7 +4,9 @@ the unpatched engine now runs to the end.
 
 The aborts need two scheduler backends (tests/fixtures/kpool.py says why, from the source): a CPU
 launch has one and re-reserves silently, so these tests give the same CPU engine a real second
-device, a local ``ggml-rpc-server``, as a GPU launch has CUDA0 beside the CPU.
+device, a local ``ggml-rpc-server``, as a GPU launch has CUDA0 beside the CPU. On a GPU machine
+``HEADROOM_KPOOL_DEVICE=cuda`` runs them on the CUDA build with CUDA0 as that device
+(bench/h200/run.sh).
 
 ``HEADROOM_KPOOL_ENGINE=unpatched`` runs the same tests against the vendored tree as it is (build it
 with ``python native/build.py --unpatched``): each one then fails, which docs/engine-patches.md
@@ -42,10 +44,9 @@ from tests.fixtures.kpool import (
     kpool_pad,
     n_kv_padded,
     n_pool_padded,
-    rpc_backend,
     run_bench,
     run_shared_seq,
-    second_backend_args,
+    second_backend,
 )
 from tests.fixtures.server_proc import free_port
 from tests.fixtures.shapes import TINY_GLM5_NEXT
@@ -119,7 +120,8 @@ def test_the_engine_reserves_one_graph_shape_for_prompt_and_generation(
         kpool_engine: EngineBuild, tiny_glm5_next_model: Path, tmp_path: Path) -> None:
     """b11412's point, in the engine's own reserve log: the prompt and the generation graph are one
     shape (unpatched: ``graph (pp bs=512, tg bs=2): nodes = 321 / 300``)."""
-    with _engine(kpool_engine, tiny_glm5_next_model, tmp_path / "server.log") as server:
+    # (-ngl 0: a GPU build's default puts the layers on its GPU; this launch is the CPU's alone)
+    with _engine(kpool_engine, tiny_glm5_next_model, tmp_path / "server.log", ("-ngl", "0")) as server:
         assert _devices(server) == ["CPU"], "a CPU launch: one scheduler backend"
         shapes = [m for line in server.log_lines() if (m := _GRAPH_RE.search(line))]
         assert shapes, "the engine printed no sched_reserve graph line"
@@ -135,8 +137,8 @@ def test_upstream_repro_finishes_both_rows_on_a_second_backend(
     """``GGML_SCHED_DEBUG_REALLOC=1 llama-batched-bench -npp 2500 -ntg 32 -npl 1,2 -c 32768 -pps -kvu``
     with a second backend: the shared pair used to abort after the single-sequence row."""
     model = gguf_factory.ensure(spec)
-    with rpc_backend(kpool_engine, tmp_path / "rpc.log") as rpc:
-        out = run_bench(kpool_engine, model, (*REPRO_BENCH, *second_backend_args(rpc)), diagnostic=True)
+    with second_backend(kpool_engine, tmp_path / "rpc.log") as device:
+        out = run_bench(kpool_engine, model, (*REPRO_BENCH, *device.engine_args), diagnostic=True)
     text = out.stdout + out.stderr
     assert out.returncode == 0 and REALLOC_MARK not in text, _why(text)
     assert bench_rows(out.stdout) == [(2500, 32, 1), (2500, 32, 2)], out.stdout
@@ -153,8 +155,8 @@ def test_two_sequences_sharing_a_prompt_decode_past_several_pool_count_steps(
     assert (kpool_pad(2 * (last // kpool)) - kpool_pad(2 * (first // kpool))) // 64 >= 3
     assert (n_kv_padded(2 * last - n_prompt) - n_kv_padded(n_prompt)) // 256 >= 3
     model = gguf_factory.ensure(spec)
-    with rpc_backend(kpool_engine, tmp_path / "rpc.log") as rpc:
-        out = run_shared_seq(kpool_engine, model, (*SHARED_SEQ, "--rpc", rpc), env=DIAGNOSTIC_ENV)
+    with second_backend(kpool_engine, tmp_path / "rpc.log") as device:
+        out = run_shared_seq(kpool_engine, model, (*SHARED_SEQ, *device.program_args), env=DIAGNOSTIC_ENV)
     text = out.stdout + out.stderr
     assert out.returncode == 0 and REALLOC_MARK not in text, _why(text)
     assert f"shared-seq decode ok: {n_continue} tokens per sequence after seq_cp" in out.stdout
@@ -176,9 +178,9 @@ def test_every_pooled_row_a_shared_decode_scatters_is_written_once(
 
 def test_diagnostic_smoke_passes_on_a_second_backend(
         kpool_engine: EngineBuild, tiny_glm5_next_model: Path, tmp_path: Path) -> None:
-    with rpc_backend(kpool_engine, tmp_path / "rpc.log") as rpc, \
-            _engine(kpool_engine, tiny_glm5_next_model, tmp_path / "server.log", second_backend_args(rpc)) as server:
-        assert _devices(server) == [f"RPC0[{rpc}]", "CPU"], "two scheduler backends, as on a GPU"
+    with second_backend(kpool_engine, tmp_path / "rpc.log") as device, \
+            _engine(kpool_engine, tiny_glm5_next_model, tmp_path / "server.log", device.engine_args) as server:
+        assert _devices(server) == [device.device_name, "CPU"], "two scheduler backends, as on a GPU"
         result = run_smoke(server.base_url, None, server.tail, diagnostic=True, n_predict=N_PREDICT, backends=2)
         assert result.kind == "ok", str(result)
         assert result.sharing.startswith("prompt evaluated once, shared by 2"), result.sharing
@@ -190,9 +192,9 @@ def test_one_session_serves_two_long_prompts_in_a_row(
         kpool_engine: EngineBuild, tiny_glm5_next_model: Path, tmp_path: Path) -> None:
     """With -np 1: a prompt of several ubatches after a generation used to re-reserve its first
     ubatch's graph at that size and abort on the next, bigger one."""
-    with rpc_backend(kpool_engine, tmp_path / "rpc.log") as rpc, \
+    with second_backend(kpool_engine, tmp_path / "rpc.log") as device, \
             _engine(kpool_engine, tiny_glm5_next_model, tmp_path / "server.log",
-                    (*second_backend_args(rpc), "-np", "1")) as server:
+                    (*device.engine_args, "-np", "1")) as server:
         client = EngineClient(server.base_url)
         for name, word in (("first", "alpha "), ("second", "bravo ")):
             turn = send(client, None, name, _prompt(client, word, 2400), Sampling(N_PREDICT, 0.8, 1, ignore_eos=True))
@@ -211,10 +213,9 @@ def test_one_sequence_crosses_the_pool_count_step(kpool_engine: EngineBuild, tmp
     assert n_pool_padded(kv_only, KPOOL8) == n_pool_padded(kv_only + n_gen, KPOOL8)
     assert n_pool_padded(pools, KPOOL8) != n_pool_padded(pools + n_gen, KPOOL8)
     assert kpool_of(KPOOL8_GLM5_NEXT) == KPOOL8
-    with rpc_backend(kpool_engine, tmp_path / "rpc.log") as rpc:
+    with second_backend(kpool_engine, tmp_path / "rpc.log") as device:
         for npp in (kv_only, pools):
-            args = ("-npp", str(npp), "-ntg", str(n_gen), "-npl", "1", "-c", "32768", "-kvu",
-                    *second_backend_args(rpc))
+            args = ("-npp", str(npp), "-ntg", str(n_gen), "-npl", "1", "-c", "32768", "-kvu", *device.engine_args)
             out = run_bench(kpool_engine, model, args, diagnostic=True)
             text = out.stdout + out.stderr
             assert REALLOC_MARK not in text, f"npp {npp}: {_why(text)}"

@@ -21,7 +21,7 @@ import pytest
 from app.engine.native_build import EngineBuild
 from app.sessions.client import EngineClient
 from app.sessions.fork import Sampling, fork, send
-from tests.fixtures.kpool import kpool_engine_for_tests, rpc_backend, second_backend_args
+from tests.fixtures.kpool import kpool_engine_for_tests, second_backend
 from tests.fixtures.server_proc import headroom_serve, headroom_serving
 
 pytestmark = pytest.mark.engine
@@ -67,8 +67,8 @@ def test_one_backend_diagnostic_smoke_is_inconclusive(tiny_glm5_next_model: Path
 
 def test_with_a_second_backend_the_diagnostic_smoke_passes(
         tiny_glm5_next_model: Path, kpool_engine: EngineBuild, tmp_path: Path) -> None:
-    with rpc_backend(kpool_engine, tmp_path / "rpc.log") as endpoint:
-        extra = [f"--engine-arg={a}" for a in second_backend_args(endpoint)]
+    with second_backend(kpool_engine, tmp_path / "rpc.log") as device:
+        extra = [f"--engine-arg={a}" for a in device.engine_args]
         rc, out = _serve(tiny_glm5_next_model, kpool_engine, extra)
     assert rc == 0, out
     smoke = next((line for line in out.splitlines() if line.startswith("smoke:")), "")
@@ -83,8 +83,8 @@ def test_two_sessions_forked_from_one_prompt_both_generate_past_512_tokens(
     backends; one prompt forked into two shared sessions, both continued past 512 generated tokens —
     past two steps of the padded pool count (64 pools of 4 tokens, both sequences counted)."""
     n_fork, n_more = 520, 24
-    with rpc_backend(kpool_engine, tmp_path / "rpc.log") as endpoint:
-        extra = [f"--engine-arg={a}" for a in second_backend_args(endpoint)]
+    with second_backend(kpool_engine, tmp_path / "rpc.log") as device:
+        extra = [f"--engine-arg={a}" for a in device.engine_args]
         with headroom_serving(_args(tiny_glm5_next_model, kpool_engine, extra, smoke=False)) as (url, lines):
             client = EngineClient(url, timeout=600)
             prompt = "One prompt, decoded once, shared by two sessions. " * 40

@@ -6,9 +6,10 @@
 // Decode a prompt into seq 0, share its cells with seq 1 (llama_memory_seq_cp, as llama-batched-bench -pps
 // and llama-server's n_cmpl do), then keep decoding both sequences one token each per step, checking every
 // logit is finite. Run it under GGML_SCHED_DEBUG_REALLOC=1 with two scheduler backends (--rpc puts every
-// layer on a ggml-rpc-server device): an engine whose decode graph differs from the reserved one aborts.
+// layer on a ggml-rpc-server device, --gpu on a GPU build's own device): an engine whose decode graph
+// differs from the reserved one aborts.
 //
-//   kpool_shared_seq MODEL [--rpc HOST:PORT] [--n-prompt N] [--n-continue N] [--ctx N] [--batch N]
+//   kpool_shared_seq MODEL [--rpc HOST:PORT | --gpu] [--n-prompt N] [--n-continue N] [--ctx N] [--batch N]
 //                    [--ubatch N] [--threads N]
 //
 // Prints "step <i> pos <p>" every 32 steps and, when every step decoded, "shared-seq decode ok: ...".
@@ -30,6 +31,7 @@ namespace {
 struct options {
     std::string model;
     std::string rpc;
+    bool gpu       = false;  // --gpu: every layer on the build's own device (CUDA0 on a CUDA build)
     int n_prompt   = 128;
     int n_continue = 400;
     int n_ctx      = 4096;
@@ -51,6 +53,8 @@ bool parse(int argc, char ** argv, options & o) {
         bool ok = true;
         if (a == "--rpc" && i + 1 < argc) {
             o.rpc = argv[++i];
+        } else if (a == "--gpu") {
+            o.gpu = true;
         } else if (a == "--n-prompt") {
             ok = next_int(o.n_prompt);
         } else if (a == "--n-continue") {
@@ -112,7 +116,7 @@ void batch_add(llama_batch & b, llama_token t, llama_pos pos, llama_seq_id seq, 
 int main(int argc, char ** argv) {
     options o;
     if (!parse(argc, argv, o)) {
-        std::fprintf(stderr, "usage: %s MODEL [--rpc HOST:PORT] [--n-prompt N] [--n-continue N] [--ctx N] "
+        std::fprintf(stderr, "usage: %s MODEL [--rpc HOST:PORT | --gpu] [--n-prompt N] [--n-continue N] [--ctx N] "
                              "[--batch N] [--ubatch N] [--threads N]\n", argv[0]);
         return 2;
     }
@@ -123,7 +127,7 @@ int main(int argc, char ** argv) {
     }
 
     llama_model_params mparams = llama_model_default_params();
-    mparams.n_gpu_layers = o.rpc.empty() ? 0 : 99;
+    mparams.n_gpu_layers = o.rpc.empty() && !o.gpu ? 0 : 99;
     llama_model * model = llama_model_load_from_file(o.model.c_str(), mparams);
     if (model == nullptr) {
         std::fprintf(stderr, "failed to load %s\n", o.model.c_str());
