@@ -8,11 +8,11 @@ then the rest); a row starts only when ``--min-row`` seconds are left before the
 are kept in ``<cache>/bench-h200/<date>/`` and copied to ``--out`` after every row, so a timeout
 still returns them and a second call on the same (warm) machine resumes where the first stopped.
 ``--cpu`` is the dry run for a machine without a GPU: the tiny loadable model, two small rows.
+``--rows extras`` runs issue 32's projector and draft rows instead (tiny models: on the CPU too).
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import json
 import shutil
@@ -27,7 +27,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from app.paths import cache_dir  # noqa: E402
-from bench.h200.serve_row import MiB, Result, Row, run_row, wait_gpu_idle  # noqa: E402
+from bench.h200.serve_row import MiB, Result, Row, run_row, step_parser, wait_gpu_idle  # noqa: E402
 
 #: Issue 9's bar: the plan within 1 % or 64 MiB (whichever is larger) of NVML's engine process.
 TOLERANCE_SHARE = 0.01
@@ -60,12 +60,23 @@ def cpu_rows() -> list[Row]:
     return [Row("tiny-llama-chat", "4096", "f16"), Row("tiny-llama-chat", "4096", "f16", 2, True, smoke=True)]
 
 
+def extras_rows() -> list[Row]:
+    """Issue 32's step 3: a vision projector and a draft model on CUDA (the test fixtures' tiny ones, as
+    tests/integration/test_mmproj.py and test_extras.py launch them on the CPU), planned vs NVML."""
+    from tests.fixtures import adapters, gguf_factory, shapes
+
+    mmproj = str(gguf_factory.ensure(shapes.TINY_MMPROJ))
+    draft = str(adapters.draft_model())
+    return [Row(shapes.TINY_CHAT.name, "4096", "f16", extra=("--mmproj", mmproj), tag="mmproj"),
+            Row(shapes.TINY_DEEP.name, "32768", "f16", extra=("-md", draft, "-ctkd", "q8_0"), tag="draft")]
+
+
 def model_path(name: str) -> Path:
     """The generated GGUF (sparse for shape-only models), written on first use."""
     from tests.fixtures import gguf_factory, shapes
 
-    spec = shapes.TINY_CHAT if name == "tiny-llama-chat" else shapes.BY_NAME[name]
-    return gguf_factory.ensure(spec)
+    tiny = {s.name: s for s in (shapes.TINY_CHAT, shapes.TINY_DEEP)}
+    return gguf_factory.ensure(tiny[name] if name in tiny else shapes.BY_NAME[name])
 
 
 def _planned_gpu_mib(result: Result, device: str) -> float | None:
@@ -218,18 +229,17 @@ class Report:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--deadline", type=float, required=True, help="epoch seconds by which to stop")
-    p.add_argument("--min-row", type=float, default=45.0, help="seconds a row needs to start")
-    p.add_argument("--row-cap", type=float, default=240.0, help="most seconds one row may take")
-    p.add_argument("--cpu", action="store_true", help="dry run without a GPU: the tiny model")
-    p.add_argument("--first", type=int, default=1, help="start at this row (a later session resuming)")
-    p.add_argument("--title", default="Headroom on an NVIDIA H200: plan vs actual (issue 9)")
+    p = step_parser(__doc__.splitlines()[0], unit="row", row_cap=240.0, dry_run="the tiny model")
+    p.add_argument("--rows", choices=("memory", "extras"), default="memory",
+                   help="issue 9's memory matrix, or issue 32's projector and draft rows (on the CPU too)")
+    p.add_argument("--title", default=None)
     args = p.parse_args(argv)
-    rows = cpu_rows() if args.cpu else h200_rows()
+    rows = extras_rows() if args.rows == "extras" else cpu_rows() if args.cpu else h200_rows()
+    title = args.title or ("Headroom on an NVIDIA H200: a projector and a draft model, plan vs actual (issue 32)"
+                           if args.rows == "extras" else "Headroom on an NVIDIA H200: plan vs actual (issue 9)")
     date = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
-    report = Report(cache_dir() / "bench-h200" / (date + ("-cpu" if args.cpu else "")), args.out, args.title)
+    name = date + ("-extras" if args.rows == "extras" else "") + ("-cpu" if args.cpu else "")
+    report = Report(cache_dir() / "bench-h200" / name, args.out, title)
     done = report.done()
     for n, row in enumerate(rows, 1):
         left = args.deadline - time.time()

@@ -2,7 +2,8 @@
 # Runs HERE (with internet), before the device call: fills .device/ (git-ignored) with what the H200
 # machine lacks and cannot download. bench/h200/README.md says how to call the device afterwards.
 #   .device/llama.cpp-src.tar.gz  trimmed llama.cpp 0c1e57098 + its commit (bench/h200/pack_source.py)
-#   .device/whl/*.whl             gguf, diskcache (cp312 manylinux / pure; the device has the rest)
+#   .device/whl/*.whl             gguf, diskcache, pytest and its needs (cp312 manylinux / pure; the
+#                                 device has the rest)
 #   .device/site/llama_cpp/       llama-cpp-python's Python code (no library: it loads the engine
 #                                 build's libllama through LLAMA_CPP_LIB_PATH, app/engine/libpath.py)
 #   .device/HEADROOM_GIT          the commit this tree was copied from (no .git travels)
@@ -28,11 +29,15 @@ say() { printf '[prepare] %s\n' "$*"; }
 #    Versions pinned to what this venv runs, so the device runs the same code as the tests.
 GGUF=$("$PY" -c 'import importlib.metadata as m; print(m.version("gguf"))')
 DISKCACHE=$("$PY" -c 'import importlib.metadata as m; print(m.version("diskcache"))')
+# pytest and what it needs, for the k-pool tests there (pure-Python wheels; the device has none of them
+# that we rely on, so all travel: a pip without --upgrade would keep an older packaging)
+PYTEST_PINS=$("$PY" -c 'import importlib.metadata as m
+print(" ".join(f"{p}=={m.version(p)}" for p in ("pytest", "pluggy", "iniconfig", "packaging", "pygments")))')
 rm -f "$DEV"/whl/*.whl
 "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
   --platform manylinux2014_x86_64 --platform manylinux1_x86_64 -d "$DEV/whl" \
-  "gguf==$GGUF" "diskcache==$DISKCACHE" 2>&1 | grep -v "is ignored: it is neither" || true
+  "gguf==$GGUF" "diskcache==$DISKCACHE" $PYTEST_PINS 2>&1 | grep -v "is ignored: it is neither" || true
 for w in "$DEV"/whl/*.whl; do
   { unzip -p "$w" '*/METADATA' | grep '^Requires-Dist' | grep -v extra || true; } | sed "s|^|[prepare] $(basename "$w") needs |"
 done

@@ -45,6 +45,9 @@ def sweep_records(path: Path) -> list[dict[str, Any]]:
         except ValueError:
             print(f"[record] skipped (no JSON): {head}", file=sys.stderr)
             continue
+        if "measurement" not in doc:  # (a launch pass 1 refused: its error, not a record)
+            print(f"[record] skipped (no measurement: {str(doc.get('error', ''))[:120]}): {head}", file=sys.stderr)
+            continue
         out.append(_pass1_record(_HASHED.sub("", head.split()[0]), doc))
     return out
 

@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
 # Runs THERE, on the H200 machine, in one device call (bench/h200/README.md has the call):
 # installs the carried wheels, builds the CUDA engine (sm_90) from the carried llama.cpp tree, then
-# runs issue 9's matrix (bench/h200/matrix.py) until its time is up, writing results as it goes.
+# runs the steps until its time is up, writing results as it goes. Issue 32's steps, in its order:
+#   kpool      the k-pool regression tests on CUDA0 + CPU (tests/integration/test_kpool_repro.py)
+#   placement  the desktop card's ways at 128k/512k, memory vs NVML and speed (bench/h200/placement.py)
+#   extras     a vision projector and a draft model, planned vs NVML (bench/h200/matrix.py --rows extras)
+#   sweep      CUDA pass 1 where the compute estimate was not fitted (bench/h200/sweep.py)
+# and issue 9's memory matrix as the step `memory` (bench/h200/matrix.py).
 #   bench/h200/run.sh            on the H200 (OUT set by the device tool)
-#   bench/h200/run.sh --cpu      the dry run here: CPU engine, the tiny model, two rows
+#   bench/h200/run.sh --cpu      the dry run here: CPU engine, tiny models, a loopback RPC device
 # Environment: HEADROOM_BENCH_BUDGET seconds for the whole script (default 560: the call's
-# timeout_s is 600), HEADROOM_BENCH_FIRST the matrix row to start at (default 1), PYTHON (default
+# timeout_s is 600), HEADROOM_BENCH_STEPS (default "kpool placement extras sweep"),
+# HEADROOM_BENCH_FIRST the matrix row or placement case to start at (default 1), PYTHON (default
 # python3), HEADROOM_CACHE_DIR (default .device-cache, or the first folder not on tmpfs).
 set -uo pipefail
 T0=$(date +%s)
@@ -59,6 +65,7 @@ SITE=$HEADROOM_CACHE_DIR/site
   || die "wheels did not install"
 export PYTHONPATH=$ROOT:$SITE:$ROOT/.device/site${PYTHONPATH:+:$PYTHONPATH}
 "$PY" -c 'import gguf, numpy, psutil, pynvml' || die "a Python package is missing"
+"$PY" -c 'import pytest' 2>/dev/null || say "no pytest here: the kpool step cannot run (prepare.sh carries its wheels)"
 
 # Know before compiling that the build will be CUDA (a CPU build there would waste the lease).
 if [ "$CPU" = 0 ]; then
@@ -95,10 +102,39 @@ chmod +x "$HEADROOM_CACHE_DIR/bin/headroom"
 export PATH=$HEADROOM_CACHE_DIR/bin:$PATH
 headroom doctor 2>&1 | tail -15
 
-# 4. The matrix, until the budget is spent (results land in $OUT after every row).
-say "matrix: $(( BUDGET - ($(date +%s) - T0) )) s left"
-"$PY" bench/h200/matrix.py --out "$OUT" --deadline $((T0 + BUDGET)) --first "${HEADROOM_BENCH_FIRST:-1}" \
-  $( [ "$CPU" = 1 ] && echo --cpu )
-RC=$?
-say "done (matrix exit $RC); results: $(ls "$OUT" | tr '\n' ' ')"
+# 4. The steps, until the budget is spent (results land in $OUT as they come). The later steps keep
+#    their seconds (RESERVE) from the ones before, so a slow placement row cannot starve them.
+STEPS=${HEADROOM_BENCH_STEPS:-kpool placement extras sweep}
+CPUFLAG=$( [ "$CPU" = 1 ] && echo --cpu )
+reserve() {  # the seconds the steps after $1 keep for themselves
+  local after=0 r=0 s
+  for s in $STEPS; do
+    if [ $after = 1 ]; then case $s in extras) r=$((r + 35)) ;; sweep) r=$((r + 45)) ;; *) r=$((r + 60)) ;; esac; fi
+    [ "$s" = "$1" ] && after=1
+  done
+  echo $r
+}
+RC=0
+for STEP in $STEPS; do
+  END=$((T0 + BUDGET - $(reserve "$STEP")))
+  say "step $STEP: until $((END - $(date +%s))) s from now"
+  case $STEP in
+    kpool)
+      KPOOL_ENV=(); [ "$CPU" = 1 ] || KPOOL_ENV=(HEADROOM_KPOOL_DEVICE=cuda)
+      env "${KPOOL_ENV[@]}" timeout $((END - $(date +%s))) "$PY" -m pytest -q -p no:cacheprovider \
+        tests/integration/test_kpool_repro.py 2>&1 | tee "$OUT/kpool.txt" | tail -15 ;;
+    placement)
+      "$PY" bench/h200/placement.py --out "$OUT" --deadline "$END" --first "${HEADROOM_BENCH_FIRST:-1}" $CPUFLAG ;;
+    extras)
+      "$PY" bench/h200/matrix.py --rows extras --out "$OUT" --deadline "$END" $CPUFLAG ;;
+    sweep)
+      "$PY" bench/h200/sweep.py --out "$OUT" --deadline "$END" $CPUFLAG ;;
+    memory)
+      "$PY" bench/h200/matrix.py --out "$OUT" --deadline "$END" --first "${HEADROOM_BENCH_FIRST:-1}" $CPUFLAG ;;
+    *) say "unknown step: $STEP" ;;
+  esac
+  R=$?; [ $R = 0 ] || RC=$R
+  say "step $STEP: exit $R"
+done
+say "done (exit $RC); results: $(ls "$OUT" | tr '\n' ' ')"
 exit $RC

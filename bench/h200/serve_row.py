@@ -5,6 +5,7 @@ while the engine is up. Used by bench/h200/matrix.py; standard library + pynvml 
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -15,6 +16,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,27 +45,35 @@ class Row:
     n_parallel: int = 1
     kv_unified: bool = False
     smoke: bool = False
+    #: more settings for plan, measure and serve (``--mmproj FILE``, ``-md FILE``)
+    extra: tuple[str, ...] = ()
+    #: flags for serve alone (``--vram-target 24GiB``, ``--alternative …``, ``--rpc HOST:PORT``)
+    serve_extra: tuple[str, ...] = ()
+    #: what tells this row from another with the same settings (an alternative's label)
+    tag: str = ""
 
     @property
     def key(self) -> str:
         slots = f"np{self.n_parallel}{'-kvu' if self.kv_unified else ''}"
-        return f"{self.model}-c{self.ctx}-{self.kv}-{slots}{'-smoke' if self.smoke else ''}"
+        tag = "-" + "".join(c if c.isalnum() or c in ".=" else "_" for c in self.tag) if self.tag else ""
+        return f"{self.model}-c{self.ctx}-{self.kv}-{slots}{'-smoke' if self.smoke else ''}{tag}"
 
     def plan_argv(self, path: Path) -> list[str]:
         argv = ["headroom", "plan", str(path), "-c", self.ctx, "--ctk", self.kv, "--ctv", self.kv,
                 "--np", str(self.n_parallel), "--fa", "on", "--gpu", "auto", "--json"]
-        return argv + (["--kvu"] if self.kv_unified else [])
+        return argv + (["--kvu"] if self.kv_unified else []) + list(self.extra)
 
     def measure_argv(self, path: Path) -> list[str]:
         argv = ["headroom", "measure", str(path), "-c", self.ctx, "--ctk", self.kv, "--ctv", self.kv,
                 "--np", str(self.n_parallel), "--fa", "on", "--json"]
-        return argv + (["--kvu"] if self.kv_unified else [])
+        return argv + (["--kvu"] if self.kv_unified else []) + list(self.extra)
 
     def serve_argv(self, path: Path, load_timeout: float) -> list[str]:
         argv = ["headroom", "serve", str(path), "-c", self.ctx, "-ctk", self.kv, "-ctv", self.kv,
                 "-np", str(self.n_parallel), "-fa", "on", "--timeout", f"{load_timeout:.0f}"]
         # --then-serve: the row reads NVML while the engine serves, after the smoke test
-        return argv + (["-kvu"] if self.kv_unified else []) + (["--smoke", "--then-serve"] if self.smoke else [])
+        return (argv + (["-kvu"] if self.kv_unified else []) + (["--smoke", "--then-serve"] if self.smoke else [])
+                + list(self.extra) + list(self.serve_extra))
 
 
 @dataclass
@@ -87,6 +97,19 @@ class Result:
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+
+def step_parser(description: str, *, unit: str, row_cap: float, dry_run: str) -> argparse.ArgumentParser:
+    """What a step of run.sh that launches engines takes: where its results go, the deadline, the time
+    box of one ``unit`` (row, way), where to start, and the dry run without a GPU."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--deadline", type=float, required=True, help="epoch seconds by which to stop")
+    p.add_argument("--min-row", type=float, default=45.0, help=f"seconds a {unit} needs to start")
+    p.add_argument("--row-cap", type=float, default=row_cap, help=f"most seconds one {unit} may take")
+    p.add_argument("--cpu", action="store_true", help=f"dry run without a GPU: {dry_run}")
+    p.add_argument("--first", type=int, default=1, help="start here (a later session resuming)")
+    return p
 
 
 def run_cli(argv: list[str], timeout: float) -> tuple[int, str]:
@@ -157,9 +180,11 @@ def parse_check(lines: list[str]) -> list[dict[str, Any]]:
     return rows
 
 
-def serve(row: Row, path: Path, result: Result, *, deadline: float, running_dir: Path) -> None:
+def serve(row: Row, path: Path, result: Result, *, deadline: float, running_dir: Path,
+          while_serving: Callable[[str], None] | None = None) -> None:
     """Run ``headroom serve`` until it says it is serving (or fails, or the row's time is up), read
-    NVML, stop it with SIGTERM (Ctrl-C's path) and keep its output."""
+    NVML, call ``while_serving`` with the engine's address (the placement bench's requests), stop it
+    with SIGTERM (Ctrl-C's path) and keep its output."""
     load_timeout = max(30.0, deadline - time.monotonic() - 20)
     argv = row.serve_argv(path, load_timeout)
     result.commands.append(shlex.join(argv))
@@ -175,7 +200,7 @@ def serve(row: Row, path: Path, result: Result, *, deadline: float, running_dir:
         lines.put(None)
 
     threading.Thread(target=pump, daemon=True).start()
-    serving, engine_pid = False, None
+    serving, engine_pid, address = False, None, ""
     while time.monotonic() < deadline:
         try:
             line = lines.get(timeout=0.25)
@@ -195,9 +220,15 @@ def serve(row: Row, path: Path, result: Result, *, deadline: float, running_dir:
             result.smoke = line.removeprefix("smoke: ")
         elif line.startswith("serving at "):
             serving = True
+            address = line.removeprefix("serving at ").split()[0]
             break
     if serving:
         result.nvml = nvml_reading() | {"engine_pid": engine_pid}
+        if while_serving is not None:
+            try:
+                while_serving(address)
+            except Exception as exc:  # (said in the row; the engine is stopped all the same)
+                result.note += f"while serving: {type(exc).__name__}: {exc}"[:400] + "; "
     else:
         result.status = "timeout" if proc.poll() is None else "failed"
     _stop(proc)
