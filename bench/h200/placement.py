@@ -192,6 +192,13 @@ def plan_for(case: Case, path: Path, devices: tuple[str, ...], alternative: str 
     return plan
 
 
+def asked_ctx(case: Case, path: Path, devices: tuple[str, ...]) -> int:
+    """The context the case asks for, in tokens ("128k": 131,072), as serve reads it."""
+    from app.commands.common import settings_from_args
+
+    return settings_from_args(serve_args(case, path, devices, None)).n_ctx
+
+
 def run_way(case: Case, path: Path, devices: tuple[str, ...], label: str, chosen: bool, n_vocab: int,
             fills: tuple[int, ...], *, deadline: float, running_dir: Path) -> Way:
     """One way: its plan, ``headroom serve`` (the chosen way without ``--alternative``), the answers."""
@@ -273,18 +280,26 @@ def _fmt(v: float | None, sign: str = "") -> str:
     return "" if v is None else f"{v:{sign},.0f}"
 
 
-def verdict_lines(case: Case, ways: list[Way], fills: tuple[int, ...]) -> list[str]:
+def verdict_lines(case: Case, ways: list[Way], fills: tuple[int, ...], asked: int) -> list[str]:
     """Issue 32's two bars for one case: the chosen way the fastest measured on decode (at the 16k fill,
-    among the ways that keep the context and KV type) and every prediction within ±20 %."""
-    longest = max(w.n_ctx for w in ways)
-    at = {w.label: a.decode_tps for w in ways if w.n_ctx == longest and (a := w.decode_at(fills[1])) is not None}
+    among the ways that keep the asked context; issue 30's rule) and every prediction within ±20 %. When
+    no way keeps ``asked``, the plan offers both ends (the fastest shorter context, chosen, and the
+    longest with a host tail): their decode is said beside each other."""
+    decode = {w.label: a.decode_tps for w in ways if (a := w.decode_at(fills[1])) is not None}
+    chosen = next((w.label for w in ways if w.chosen), None)
+    keep = {w.label: decode[w.label] for w in ways if w.n_ctx >= asked and w.label in decode}
     lines = []
-    if at:
-        fastest = max(at, key=lambda label: at[label])
-        chosen = next((w.label for w in ways if w.chosen), None)
-        said = ("met" if chosen == fastest else "no chosen way measured at that fill" if chosen not in at else
-                f"MISSED ({chosen} {at[chosen]:,.1f} tok/s, {fastest} {at[fastest]:,.1f})")
-        lines.append(f"- {case.key}: the chosen way the fastest measured on decode at {fills[1]:,} tokens ... {said}")
+    if keep:
+        fastest = max(keep, key=lambda label: keep[label])
+        said = ("met" if chosen == fastest else "no chosen way measured at that fill" if chosen not in keep else
+                f"MISSED ({chosen} {keep[chosen]:,.1f} tok/s, {fastest} {keep[fastest]:,.1f})")
+        lines.append(f"- {case.key}: the chosen way the fastest measured on decode at {fills[1]:,} tokens among "
+                     f"those that keep {asked:,} ... {said}")
+    elif decode:
+        ends = sorted(((w.n_ctx, w.label) for w in ways if w.label in decode), reverse=True)
+        lines.append(f"- {case.key}: no way keeps {asked:,}; decode at {fills[1]:,} tokens: "
+                     + ", ".join(f"{label} (-c {n:,}{', chosen' if label == chosen else ''}) {decode[label]:,.1f} tok/s"
+                                 for n, label in ends))
     pairs = [(w.label, side, m, p) for w in ways for a in w.answers
              for side, m, p in (("prefill", a.prefill_tps, a.prefill_pred), ("decode", a.decode_tps, a.decode_pred))
              if p and m > 0 and (side == "decode" or a.prompt_n >= 512)]
@@ -406,15 +421,20 @@ def main(argv: list[str] | None = None) -> int:
                     shutil.copy(snapshot, calibration_path())
                 left = args.deadline - time.time() - 5
                 print(f"[placement] {case.key}: {alt.label} ({left:.0f} s left)", flush=True)
-                way = run_way(case, path, devices, alt.label, alt.chosen, n_vocab, fills,
-                              deadline=time.monotonic() + min(left, args.row_cap), running_dir=running)
+                try:
+                    way = run_way(case, path, devices, alt.label, alt.chosen, n_vocab, fills,
+                                  deadline=time.monotonic() + min(left, args.row_cap), running_dir=running)
+                except Exception as exc:  # (its plan failed here, pass 1 say: the row says so, the next way runs)
+                    failed = Result(case.row(alt.label, ()).key, status="failed",
+                                    note=f"not planned: {type(exc).__name__}: {exc}"[:400])
+                    way = Way(alt.label, alt.chosen, alt.launch.n_ctx, failed)
                 verdict = judge(way.result)
                 report.add(case, way, verdict, fills)
                 ways.append(way)
                 print(f"[placement] {alt.label}: {way.result.status} in {way.result.seconds:.0f} s "
                       f"{json.dumps(verdict)}", flush=True)
             if ways:
-                lines = verdict_lines(case, ways, fills)
+                lines = verdict_lines(case, ways, fills, asked_ctx(case, path, devices))
                 print("\n".join(lines), flush=True)
                 report.close_case(lines)
     print(f"[placement] results: {report.md}", flush=True)
