@@ -262,9 +262,7 @@ def render(plan: Plan, title: str, fit: ContextFit, asked: LaunchSettings | None
     if plan.alternatives and len(plan.alternatives) > 1:
         width = max(14, *(len(a.label) + 2 for a in plan.alternatives))
         out.append("  alternatives (predicted tokens/s, app/planner/solve/speed.py: prefill with the context half "
-                   f"full, then decode with it empty / half / full; chosen: the shortest typical turn, a "
-                   f"{round_tokens(TURN_PROMPT)} prompt read and {TURN_REPLY} tokens written half-way, that "
-                   "keeps the asked context and KV type):")
+                   f"full, then decode with it empty / half / full; {_choice_words(plan)}):")
         out.append(f"   {words.ALTERNATIVES_LEGEND}")
         for a in plan.alternatives:
             # (an infeasible "chosen" is only where the plan stands when nothing fits: not starred)
@@ -280,6 +278,21 @@ def render(plan: Plan, title: str, fit: ContextFit, asked: LaunchSettings | None
                                                 sum(net.load.values()), len(net.boundaries)))
     out += [f"  warning: {w}" for w in plan.warnings]
     return "\n".join(out)
+
+
+def _choice_words(plan: Plan) -> str:
+    """Why the starred alternative is the one: the fastest typical turn among those that keep the asked
+    context and KV type, or, when none keeps them, what was given up (app/planner/solve/plan.py)."""
+    turn = (f"the fastest typical turn (a {round_tokens(TURN_PROMPT)} prompt read and {TURN_REPLY} tokens "
+            "written half-way)")
+    asked = words.as_set_launch(plan)
+    chosen = next((a.launch for a in plan.alternatives if a.chosen and a.feasible), None)
+    if chosen is None or (chosen.n_ctx, chosen.type_k, chosen.type_v) == (asked.n_ctx, asked.type_k, asked.type_v):
+        return f"chosen: {turn} of those that keep the asked context and KV type"
+    if chosen.n_ctx == asked.n_ctx:
+        return f"none keeps the asked KV type at this context: chosen: {turn} with a smaller one"
+    return ("none keeps the asked context: chosen: a shorter one, the other end beside it on the "
+            "\"largest context\" line")
 
 
 def _largest_lines(plan: Plan, fit: ContextFit) -> list[str]:

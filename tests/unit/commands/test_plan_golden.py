@@ -8,7 +8,8 @@ issue 29 another: the heading names the model's file, as the window does, not it
 issue 30 a third: the alternatives show predicted tokens/s (app/planner/solve/speed.py, with its default
 figures here) instead of a turn's host-side seconds, a shorter context is offered at both ends
 (fastest and longest), and the speed figures are named; and later a token's fixed cost among them
-(its default here; the host's engine run measures it: app/engine/cpu_attention.py ``server_token``)."""
+(its default here; the host's engine run measures it: app/engine/cpu_attention.py ``server_token``); and
+the alternatives' heading says why the starred way is chosen, also when none keeps the asked context."""
 
 from __future__ import annotations
 
