@@ -309,6 +309,8 @@ def run(args: argparse.Namespace) -> int:
     if spec.advisories:
         print("\n".join(advisory_lines(spec.advisories)), flush=True)
     print(f"plan: {plan.mode}, {format_tokens(plan.launch.n_ctx)} tokens — {plan.reason}")
+    if plan.speed is not None:  # (what the launch is expected to do, before it loads; checked after)
+        print(f"expected speed: {words.speed_sentence(plan.speed)} (predicted; checked after launch)")
     print(f"engine: {spec.engine.kind} {spec.engine.version}, {spec.engine.llama_cpp} ({spec.engine.path})")
     print(f"command: {spec.shell_line}", flush=True)
     if spec.api_key:

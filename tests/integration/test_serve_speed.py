@@ -32,6 +32,13 @@ def test_serve_prints_measured_beside_predicted_and_the_calibration_learns(engin
                      r"tok/s measured, ([\d.,]+) predicted; prefill ([\d.,]+) tok/s measured, ([\d.,]+) predicted", line)
     assert m is not None, served.stdout
     assert int(m[1]) > 100 and int(m[2]) == 32 and all(float(m[i].replace(",", "")) > 0 for i in range(3, 7))
+    # the speed the launch is expected to have is said before it loads, then checked
+    lines = served.stdout.splitlines()
+    expected = next((i for i, ln in enumerate(lines) if re.fullmatch(
+        r"expected speed: ~[\d.,]+ tokens/s when you start, ~[\d.,]+ half-way, ~[\d.,]+ at a full context; reads a "
+        r"2k prompt in ~.+ \(predicted; checked after launch\)", ln)), None)
+    starting = next(i for i, ln in enumerate(lines) if ln.startswith("engine: starting"))
+    assert expected is not None and expected < starting, served.stdout
     store = json.loads((tmp_path / "cache" / "speed-calibration.json").read_text())
     from app.planner.gguf.model import read_shape
 
