@@ -200,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
     title = f"{printable(shape.path.name)} ({shape.arch}, {shape.n_layer} layers)"
     if origin is not None:
         title += f" — planned from the header of hf:{origin.repo}/{origin.path} (not downloaded)"
-    print(render(plan, title, fit, settings))
+    print(render(plan, title, fit, settings, shape.head_dim_k))
     print(f"  {pass1.describe(measurement)}")
     if engine is not None:
         print(f"  engine: {engine.kind} {engine.version} ({engine.llama_cpp}) {engine.path}")
@@ -227,7 +227,7 @@ def _row(name: str, n: int, source: object) -> str:
     return f"    {name:<16}{Bytes(n)!s:>12}   {source!s}".rstrip()
 
 
-def render(plan: Plan, title: str, fit: ContextFit, asked: LaunchSettings | None = None) -> str:
+def render(plan: Plan, title: str, fit: ContextFit, asked: LaunchSettings | None = None, head_dim: int = 0) -> str:
     """The plan as a readable table; first, when the plan changed the settings as ``asked``, that."""
     from app.planner.units import format_tokens
 
@@ -271,7 +271,7 @@ def render(plan: Plan, title: str, fit: ContextFit, asked: LaunchSettings | None
     elif plan.speed is not None:
         out.append(f"  predicted: {_speed_cells_row(plan.speed)}")
     if plan.speed_figures is not None:
-        out.append(f"  {_figures_line(plan)}")
+        out.append(f"  {_figures_line(plan, head_dim)}")
     if plan.network is not None:
         net = plan.network
         out.append("  " + words.network_summary(net.per_token, net.per_ubatch, launch.effective_n_ubatch,
@@ -324,8 +324,9 @@ def _speed_cells(a: Alternative) -> str:
     return _speed_cells_row(a.speed) if a.speed is not None else f"{'speed not predicted':<30}"
 
 
-def _figures_line(plan: Plan) -> str:
-    """The machine's figures the speeds rest on, and whether they were calibrated here."""
+def _figures_line(plan: Plan, head_dim: int = 0) -> str:
+    """The machine's figures the speeds rest on, and whether they were calibrated here; of the host's
+    attention runs, the one a model of ``head_dim``-wide heads is priced by (0: every run)."""
     fig = plan.speed_figures
     assert fig is not None
     def state(*figs: Figure) -> str:
@@ -335,7 +336,10 @@ def _figures_line(plan: Plan) -> str:
     parts = [f"host {fig.host_bandwidth.value / 1e9:.0f} GB/s, {fig.host_flops.value / 1e12:.2f} TFLOP/s "
              f"({state(fig.host_bandwidth, fig.host_flops)})"]
     # the host CPU's measured attention (what a host tail, -nkvo or -ngl layers decode at)
-    if f16 := [a for a in fig.host_cpu_attention if a.kv_type == "f16"]:
+    f16 = [a for a in fig.host_cpu_attention if a.kv_type == "f16"]
+    if head_dim and f16:  # (the nearest head size is the one priced: speed.attention_cost)
+        f16 = [min(f16, key=lambda a: abs(a.head_dim - head_dim))]
+    if f16:
         # (and a query head's where query heads share a KV head: a GQA model is priced between the two)
         # (over KV read from memory where the deep run measured it: what a decode is priced at)
         # (by the KV a token reads where the engine run measured a curve: a decode is priced between
@@ -345,7 +349,7 @@ def _figures_line(plan: Plan) -> str:
                             if a.decode_read > a.decode.value and not a.decode_curve else "")
                          + (f"; {a.decode_gqa.value * 1e9:.3g} ns a query head, {a.gqa:g} over a KV head"
                             if a.decode_gqa is not None else "") + ")" for a in f16)
-        parts.append(f"host CPU attention (f16 decode) {each} a KV cell and head (calibrated)")
+        parts.append(f"host CPU attention (f16 decode, a KV cell and head) {each} (calibrated)")
     parts.append(f"a token's fixed cost {fig.token_overhead.value * 1e3:.2g} ms "
                  f"({'calibrated' if fig.token_overhead.calibrated else 'not calibrated, default'})")
     parts += [f"{d.name} {d.bandwidth.value / 1e9:.0f} GB/s, {d.flops.value / 1e12:.0f} TFLOP/s, link "

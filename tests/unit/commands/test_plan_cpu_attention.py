@@ -78,8 +78,8 @@ def test_a_head_size_not_run_yet_is_measured_once_and_said(engine_build: EngineB
     assert cli.main(["plan", str(tiny_model), "-c", "4k", "--engine", str(engine_build.server)]) == 0
     # (a decode's by the KV a token reads: the curve the runs measured)
     assert f16["decode_curve"] == curve
-    assert (f"host CPU attention (f16 decode) {words} (16-wide heads; "
-            f"{f16['decode_gqa']['value'] * 1e9:.3g} ns a query head, 4 over a KV head) a KV cell and head (calibrated)"
+    assert (f"host CPU attention (f16 decode, a KV cell and head) {words} (16-wide heads; "
+            f"{f16['decode_gqa']['value'] * 1e9:.3g} ns a query head, 4 over a KV head) (calibrated)"
             ) in capsys.readouterr().out
 
 

@@ -426,4 +426,10 @@ def test_the_plan_text_names_the_decode_cost_it_priced_with_over_memory_beside_t
                         (cached, "14 ns (128-wide heads; 13 ns a query head, 4 over a KV head)")):
         fig = SpeedFigures(default(50e9, "t"), default(1e12, "t"), host_cpu_attention=(rates,))
         line = _figures_line(make_plan(shape, inv, LaunchSettings(n_ctx=4096), speed=fig))
-        assert f"host CPU attention (f16 decode) {said} a KV cell and head" in line
+        assert f"host CPU attention (f16 decode, a KV cell and head) {said}" in line
+    # of several head sizes' runs, a model is told the one its speeds were priced by (the nearest)
+    wide = replace(cached, head_dim=64, decode=default(30e-9, "t"))
+    fig = SpeedFigures(default(50e9, "t"), default(1e12, "t"), host_cpu_attention=(wide, cached))
+    line = _figures_line(make_plan(shape, inv, LaunchSettings(n_ctx=4096), speed=fig), head_dim=128)
+    assert "(128-wide heads" in line and "64-wide" not in line, line
+    assert "64-wide" in _figures_line(make_plan(shape, inv, LaunchSettings(n_ctx=4096), speed=fig)), "0: every run"
