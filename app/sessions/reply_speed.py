@@ -82,7 +82,14 @@ class ReplySpeed:
         if self.learned is not None and c is not None:
             ratios = ", ".join(f"{name} ×{r:.2g}" for name, r in (("decode", c.decode_ratio),
                                                                    ("prefill", c.prefill_ratio)) if r)
-            out += (f". Later plans of this model on these devices scale their predictions by it ({ratios})"
+            # (the ratio is to the speed model's own figure: a prediction already scaled by an earlier
+            # launch's ratio reads differently beside the measured rate, and that is said)
+            carried = ", ".join(f"{name} ×{scale:.2g}" for name, scale, r in (
+                ("decode", c.decode_scale, c.decode_ratio), ("prefill", c.prefill_scale, c.prefill_ratio))
+                if r and abs(scale - 1) > 1e-9)
+            out += (f". Later plans of this model on these devices scale their predictions by it ({ratios}"
+                    + (f": measured ÷ the speed model's own figure; this reply's prediction already carried "
+                       f"the earlier launches' {carried}" if carried else "") + ")"
                     if self.learned else ". Not learned: the calibration cache is not writable")
         return out
 

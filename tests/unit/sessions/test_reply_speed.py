@@ -78,6 +78,22 @@ def test_the_window_s_one_line_says_measured_beside_predicted_and_what_was_learn
     assert cached == f"Last reply: decode 20 tok/s; prefill from the cache — {NOT_PREDICTED}"
 
 
+def test_a_ratio_learned_over_a_prediction_an_earlier_launch_scaled_says_so() -> None:
+    """Walkthrough: the row read "decode 7,682 tok/s, 8,742 predicted" and then "scale their predictions
+    by it (decode ×0.68)", where 7,682 ÷ 8,742 is 0.88: the prediction already carried serve's ×0.78."""
+    plan = _plan()
+    timings = Timings(30, 4321.0, 12, 850.4)
+    unscaled_check = check_speed(plan, timings)
+    assert unscaled_check is not None
+    check = replace(unscaled_check, decode_scale=0.78)
+    assert check.decode_ratio is not None
+    text = ReplySpeed(timings, check, None, learned=True).text()
+    assert (f"(decode ×{check.decode_ratio:.2g}: measured ÷ the speed model's own figure; this reply's prediction "
+            "already carried the earlier launches' decode ×0.78)") in text
+    unscaled = ReplySpeed(timings, unscaled_check, None, learned=True).text()
+    assert "already carried" not in unscaled
+
+
 def test_a_chat_turn_s_few_new_tokens_are_not_compared_nor_learned() -> None:
     """A chat's next turn evaluates only its new tokens: 89 of them measured 466 tok/s where the model,
     which prices whole ubatches (their graph, splits and weights read once), said 127k, and the window
