@@ -27,14 +27,14 @@ rows cached (kv.row_bytes, kv._cell_bytes, stack.kv_per_layer).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from app.planner import words
 from app.planner.errors import PlannerError
 from app.planner.measurement import Measurement
 from app.planner.memory.kv import CTX_PAD
-from app.planner.plan_types import ContextFit, DevicePlan, HostPlan, PlanMode
+from app.planner.plan_types import ContextFit, DevicePlan, HostPlan, Plan, PlanMode
 from app.planner.request import PlanRequest
 from app.planner.settings import LaunchSettings
 from app.planner.solve.plan import grown_measurement, make_plan, price_as_set
@@ -139,6 +139,9 @@ class Reach:
     capped: bool
     #: The figure the plan offers for the settings (``ContextCurve.largest``).
     offered: bool
+    #: The plan's predicted decode tokens/s there with the context full, where the plan priced that end
+    #: (``words.context_reach``: the longest with a host tail is another placement, not on the curve).
+    decode: float | None = None
 
 
 @dataclass(frozen=True)
@@ -226,10 +229,12 @@ def _point(request: PlanRequest, mode: PlanMode, launch: LaunchSettings,
 
 
 def context_curve(request: PlanRequest, settings: LaunchSettings, *, measurement: Measurement | None = None,
-                  fit: ContextFit | None = None, kv_types: Sequence[str] = CHART_KV_TYPES) -> ContextCurve:
+                  fit: ContextFit | None = None, kv_types: Sequence[str] = CHART_KV_TYPES,
+                  plan: Plan | None = None) -> ContextCurve:
     """The chart for ``settings`` planned through ``request`` (the window's plan request: the same
     overhead, safety, VRAM target and engine). ``measurement``: pass 1 for exactly ``settings``, if
-    any. ``fit``: the plan's largest contexts for ``settings`` (the window has them already)."""
+    any. ``fit``: the plan's largest contexts for ``settings`` (the window has them already); ``plan``:
+    the plan for them, whose priced ends give those contexts their speeds."""
     shape, inv = request.shape, request.inventory
     window = request.engine_window and bool(inv.gpus)
     mode = PlanMode.CPU if not inv.gpus else PlanMode.WINDOW if window else PlanMode.STOCK
@@ -240,6 +245,10 @@ def context_curve(request: PlanRequest, settings: LaunchSettings, *, measurement
         largest = n or None
         capped = (fit.tail_capped if tail else fit.resident_capped) and fit.beyond_trained
         reaches = _reaches(fit, bool(inv.gpus), window, settings, largest)
+        if plan is not None:  # (the plan's own ends, priced: the same contexts the window's words name)
+            speeds = {e.n_ctx: e.alternative.speed.at_fill(1.0).decode for e in words.context_reach(plan, fit)
+                      if e.alternative is not None and e.alternative.speed is not None}
+            reaches = [replace(r, decode=speeds.get(r.n_ctx)) for r in reaches]
     marks = [largest] if largest else []
     contexts = context_grid(shape.n_ctx_train, settings.n_ctx, *marks)
     others = context_grid(shape.n_ctx_train, settings.n_ctx, *marks, coarse=True)

@@ -86,8 +86,10 @@ def reach_color(i: int) -> str:
 
 
 def reach_text(r: Reach) -> str:
-    """"largest that fits: 49,664 fully on GPU" — the chart's and the legend's words for one reach."""
-    return f"largest that fits: {'≥ ' if r.capped else ''}{tokens_text(r.n_ctx)} {r.where}"
+    """"largest that fits: 49,664 fully on GPU" — the chart's and the legend's words for one reach (with
+    its predicted decode where the plan priced it: "… (~0.37 tok/s full)")."""
+    speed = f" (~{tokens_per_s(r.decode)} tok/s full)" if r.decode is not None else ""
+    return f"largest that fits: {'≥ ' if r.capped else ''}{tokens_text(r.n_ctx)} {r.where}{speed}"
 
 
 def value_of(kind: str, point: CurvePoint) -> float | None:
@@ -156,7 +158,8 @@ class ChartCanvas(QWidget):
         c = self.curve
         assert c is not None
         if kind == "speed":
-            return max([p.decode or 0.0 for p in speed_points(c)] + [0.1]) * 1.1, 0.0, False
+            ends = [r.decode for r in c.reaches if r.decode is not None]
+            return max([p.decode or 0.0 for p in speed_points(c)] + ends + [0.1]) * 1.1, 0.0, False
         usable = (c.gpu_usable_total if kind == "gpu" else c.host_usable) / GiB
         values = [(p.gpu_total if kind == "gpu" else p.host) / GiB for k in c.curves for p in k.points]
         top = max([usable, *values, 0.1]) * 1.05
@@ -219,6 +222,18 @@ class ChartCanvas(QWidget):
         if c is None or not panels or not c.contexts[0] <= n_ctx <= c.contexts[-1]:
             return None
         return self._x(panels[0][1], n_ctx)
+
+    def reach_speed_pos(self, n_ctx: int) -> QPointF | None:
+        """Where a largest context's own predicted decode is drawn on the speed panel (another
+        placement's end: an open diamond on its line; None: not drawn)."""
+        c = self.curve
+        rect = dict(self._panels()).get("speed") if c is not None else None
+        reach = next((r for r in c.reaches if r.n_ctx == n_ctx), None) if c is not None else None
+        x = self.reach_x(n_ctx)
+        if rect is None or reach is None or reach.decode is None or x is None or (
+                reach.offered and c is not None and c.current is not None and c.current.at(n_ctx) is not None):
+            return None
+        return QPointF(x, self._y(rect, self._scale("speed")[0], reach.decode))
 
     def usable_y(self, kind: str = "gpu") -> float | None:
         """Where the usable line of a panel is drawn (None: no such panel)."""
@@ -393,6 +408,12 @@ class ChartCanvas(QWidget):
                 p.setBrush(colour)
                 p.drawPolygon([QPointF(xl, y - 6), QPointF(xl + 6, y), QPointF(xl, y + 6), QPointF(xl - 6, y)])
                 p.setBrush(Qt.BrushStyle.NoBrush)
+            elif kind == "speed" and (at := self.reach_speed_pos(reach.n_ctx)) is not None:
+                # another placement's end (the longest with a host tail): its own predicted decode, an
+                # open diamond on its line (the curve is the settings as set, which do not reach it)
+                y = at.y()
+                p.setPen(QPen(colour, 2))
+                p.drawPolygon([QPointF(xl, y - 6), QPointF(xl + 6, y), QPointF(xl, y + 6), QPointF(xl - 6, y)])
         # Labels inside the plot, each on a box of the base colour, never over one another nor across the
         # usable line: its own label first (at the left end, over the line: where the curves are lowest).
         if usable > 0:
@@ -519,7 +540,8 @@ class ContextChart(QWidget):
             return
         settings = state.settings.launch
         try:
-            curve = context_curve(request, settings, measurement=state.measurement_for(settings), fit=state.fit)
+            curve = context_curve(request, settings, measurement=state.measurement_for(settings), fit=state.fit,
+                                  plan=state.plan)
         except (PlannerError, ValueError) as exc:
             self.show_no_plan(str(exc))
             return
@@ -562,6 +584,10 @@ class ContextChart(QWidget):
     def reach_x(self, n_ctx: int) -> float | None:
         """Where the line of a largest context is drawn, in the canvas's coordinates."""
         return self.canvas.reach_x(n_ctx)
+
+    def reach_speed_pos(self, n_ctx: int) -> QPointF | None:
+        """Where a largest context's own predicted decode is drawn, in the canvas's coordinates."""
+        return self.canvas.reach_speed_pos(n_ctx)
 
     def panel_kinds(self) -> list[str]:
         """The panels drawn, top to bottom: "gpu", "host", "speed"."""

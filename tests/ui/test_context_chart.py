@@ -157,8 +157,14 @@ def test_the_chart_spans_the_training_context_with_both_largest_contexts_and_dec
     curve, fit = chart.curve, window.current.fit
     assert curve is not None and fit is not None and fit.with_tail > fit.resident
     assert (curve.contexts[0], curve.contexts[-1]) == (4 * K, 1_010_000)
-    resident = f"largest that fits: {fit.resident:,} fully on GPU"
-    tail = f"largest that fits: {fit.with_tail:,} with part of it in host RAM"
+    # each end with the decode its placement is predicted at, the context full (the tail's is another
+    # placement's: an open diamond on its line in the speed panel, under the curve's fastest point)
+    ends = {r.n_ctx: r.decode for r in curve.reaches}
+    assert ends.keys() == {fit.resident, fit.with_tail} and all(d is not None and d > 0 for d in ends.values())
+    tail_decode = ends[fit.with_tail]
+    assert tail_decode is not None
+    resident = f"largest that fits: {fit.resident:,} fully on GPU (~{tokens_per_s(ends[fit.resident] or 0)} tok/s full)"
+    tail = f"largest that fits: {fit.with_tail:,} with part of it in host RAM (~{tokens_per_s(tail_decode)} tok/s full)"
     legend = chart.legend.text()
     assert resident in legend and tail in legend
     assert chart.panel_kinds() == ["gpu", "host", "speed"]
@@ -173,6 +179,12 @@ def test_the_chart_spans_the_training_context_with_both_largest_contexts_and_dec
     fast, slow = chart.point_pos("f16", 8 * K, "speed"), chart.point_pos("f16", fit.resident, "speed")
     assert fast is not None and slow is not None and fast.y() < slow.y()
     assert chart.point_pos("f16", 512 * K, "speed") is None
+    diamond = chart.reach_speed_pos(fit.with_tail)
+    assert diamond is not None and diamond.y() > fast.y() and abs(diamond.x() - x_tail) < 1
+    at = chart.canvas.mapTo(chart, diamond.toPoint())  # (the image is the whole chart's)
+    near = {img.pixelColor(at.x() + dx, at.y() + dy).rgb() for dx in (2, 3, 4) for dy in (-4, -3, -2)}
+    assert QColor(TAIL_COLOR).rgb() in near, [hex(c) for c in near]  # (its upper right edge)
+    assert chart.reach_speed_pos(fit.resident) is None  # (that end is on the curve: its filled diamond)
     f16 = curve.current
     assert f16 is not None
     at_8k = f16.at(8 * K)
