@@ -86,3 +86,35 @@ def test_a_slot_too_small_for_the_speed_check_says_why() -> None:
     why = measure("http://127.0.0.1:9", slot_tokens=40)  # decided before asking any engine
     assert isinstance(why, NotMeasured)
     assert str(why) == "not checked: a slot holds 40 tokens, too few for a 16-token prompt and 32 tokens after it"
+
+
+def test_while_serving_a_clients_reply_is_said_with_its_speed_beside_the_prediction(
+        engine_build: EngineBuild, tiny_model: Path) -> None:
+    """Walkthrough: a client's request to ``headroom serve`` added nothing to its output; the only speed
+    line was serve's own check at start. Now the engine's /metrics is read while it serves, and what it
+    decoded for its clients is said beside the predicted decode."""
+    import time
+    import urllib.request
+
+    from app.commands.serve import SERVING_SPEED_EVERY_S
+    from tests.fixtures.server_proc import headroom_serving
+
+    with headroom_serving([str(tiny_model), "-c", "4096", "--no-measure", "--engine", str(engine_build.server)]) \
+            as (url, lines):
+        body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 24, "ignore_eos": True}
+        req = urllib.request.Request(url + "/v1/chat/completions", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=60) as r:
+            answered = json.loads(r.read())
+        assert answered["usage"]["completion_tokens"] == 24
+        deadline = time.monotonic() + 3 * SERVING_SPEED_EVERY_S
+        said: str | None = None
+        while said is None and time.monotonic() < deadline:
+            said = next((ln for ln in list(lines) if ln.startswith("speed while serving")), None)
+            time.sleep(0.2)
+    assert said is not None, "".join(lines)
+    m = re.fullmatch(r"speed while serving \(the engine's /metrics over the last \d+ s\): (\d+) tokens decoded at "
+                     r"[\d.,]+ tok/s, (\d+) prompt tokens read at [\d.,]+ tok/s; predicted decode [\d.,]+ tok/s with "
+                     r"the context empty, [\d.,]+ full\n", said)
+    assert m is not None, said
+    assert int(m[1]) == 24 and int(m[2]) > 0, said  # the client's reply, not serve's own check before it
