@@ -120,8 +120,9 @@ def test_the_engine_reserves_one_graph_shape_for_prompt_and_generation(
         kpool_engine: EngineBuild, tiny_glm5_next_model: Path, tmp_path: Path) -> None:
     """b11412's point, in the engine's own reserve log: the prompt and the generation graph are one
     shape (unpatched: ``graph (pp bs=512, tg bs=2): nodes = 321 / 300``)."""
-    # (-ngl 0: a GPU build's default puts the layers on its GPU; this launch is the CPU's alone)
-    with _engine(kpool_engine, tiny_glm5_next_model, tmp_path / "server.log", ("-ngl", "0")) as server:
+    # (-dev none: a GPU build would put the layers on its GPU, or with -ngl 0 still reserve it for op
+    # offload; this launch is the CPU's alone)
+    with _engine(kpool_engine, tiny_glm5_next_model, tmp_path / "server.log", ("-dev", "none")) as server:
         assert _devices(server) == ["CPU"], "a CPU launch: one scheduler backend"
         shapes = [m for line in server.log_lines() if (m := _GRAPH_RE.search(line))]
         assert shapes, "the engine printed no sched_reserve graph line"
