@@ -181,7 +181,7 @@ def test_diagnostic_smoke_passes_on_a_second_backend(
         kpool_engine: EngineBuild, tiny_glm5_next_model: Path, tmp_path: Path) -> None:
     with second_backend(kpool_engine, tmp_path / "rpc.log") as device, \
             _engine(kpool_engine, tiny_glm5_next_model, tmp_path / "server.log", device.engine_args) as server:
-        assert _devices(server) == [device.device_name, "CPU"], "two scheduler backends, as on a GPU"
+        assert _devices(server) == [device.device_name, device.host_name], "two scheduler backends, as on a GPU"
         result = run_smoke(server.base_url, None, server.tail, diagnostic=True, n_predict=N_PREDICT, backends=2)
         assert result.kind == "ok", str(result)
         assert result.sharing.startswith("prompt evaluated once, shared by 2"), result.sharing
