@@ -200,14 +200,17 @@ def asked_ctx(case: Case, path: Path, devices: tuple[str, ...]) -> int:
 
 
 def run_way(case: Case, path: Path, devices: tuple[str, ...], label: str, chosen: bool, n_vocab: int,
-            fills: tuple[int, ...], *, deadline: float, running_dir: Path) -> Way:
-    """One way: its plan, ``headroom serve`` (the chosen way without ``--alternative``), the answers."""
+            fills: tuple[int, ...], *, deadline: float, running_dir: Path, expected: Any = None) -> Way:
+    """One way: its plan, ``headroom serve`` (the chosen way without ``--alternative``), the answers.
+    ``expected``: the launch the case's plan listed for it (a row says when serve's plan differs)."""
     plan = plan_for(case, path, devices, None if chosen else label)
     fig = plan.speed_figures
     scales = "" if fig is None else (f"decode ×{fig.decode_scale.value:.3g}, prefill ×{fig.prefill_scale.value:.3g}"
                                      " (learned)")
     extra = (*devices, *(() if chosen else (f"--alternative={label}",)))
     result = Result(case.row(label, extra).key)
+    if expected is not None and plan.launch != expected:  # (pass 1 can move a way: serve launches its plan)
+        result.note += f"serve's plan with pass 1 is another launch: {plan.reason}; "
     way = Way(label, chosen, plan.launch.n_ctx, result, scales=scales)
     cells = plan.kv.n_ctx_seq if plan.kv is not None else plan.launch.n_ctx
 
@@ -423,7 +426,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"[placement] {case.key}: {alt.label} ({left:.0f} s left)", flush=True)
                 try:
                     way = run_way(case, path, devices, alt.label, alt.chosen, n_vocab, fills,
-                                  deadline=time.monotonic() + min(left, args.row_cap), running_dir=running)
+                                  deadline=time.monotonic() + min(left, args.row_cap), running_dir=running,
+                                  expected=alt.launch)
                 except Exception as exc:  # (its plan failed here, pass 1 say: the row says so, the next way runs)
                     failed = Result(case.row(alt.label, ()).key, status="failed",
                                     note=f"not planned: {type(exc).__name__}: {exc}"[:400])
