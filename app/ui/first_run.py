@@ -1,7 +1,7 @@
 """The first run: with nothing configured (no model opened yet, no engine chosen, the guide never
 finished), the window opens with a short guide over it instead of an empty picture: an engine (the
 ones found, a file to choose, or Build engine…), then a model (the library, a file, a Hugging Face
-repo, or the demo).
+repo, a small model to chat with from the Hub, or the demo).
 
 The guide only steers the window: engines come from the window's state (``enginesChanged``: the
 window's own discovery), and every choice goes through the window's methods (``launch.discover``,
@@ -42,6 +42,12 @@ if TYPE_CHECKING:
 MAX_LIBRARY = 20
 #: The parts of a split model after the first (llama.cpp ``llama_split_path``: ``-00002-of-00003``).
 _LATER_PART = re.compile(r"-(?!00001)\d{5}-of-\d{5}\.gguf$", re.IGNORECASE)
+#: A model a newcomer can download and chat with in minutes, offered by the guide ("A small model to chat
+#: with…"): the smallest instruct model of a family the planner models (qwen2), published as GGUF by its
+#: authors (Q4_K_M about 0.4 GB); a first reply on any CPU.
+FIRST_CHAT_REPO = "Qwen/Qwen2.5-0.5B-Instruct-GGUF"
+FIRST_CHAT_WORDS = "Qwen2.5-0.5B-Instruct, about 0.4 GB"
+
 LOOKING = "Looking for engines…"
 NONE_FOUND = ("No engine found. Choose a llama-server or llamafile you have, or build llama-server "
               "here (needs cmake and a C++ compiler; about 6 minutes on 2 cores, once).")
@@ -141,8 +147,10 @@ class FirstRunGuide(QDialog):
             self.library.setItem(row, 1, table_item(str(path.parent)))
         self.library.setVisible(bool(self.models))
         self.library_note = QLabel(f"In your library ({folder}), double-click to open:" if self.models else
-                              f"Your library ({folder}) is empty: open a file, a Hugging Face repo, "
-                              "or try the demo (a 7B model with 1M context on a simulated 24 GB GPU).")
+                              f"Your library ({folder}) is empty: open a file, a Hugging Face repo (for a "
+                              f"first reply in minutes, a small one: {FIRST_CHAT_WORDS}), or try the demo (a "
+                              "7B model with 1M context on a simulated 24 GB GPU; it plans, but has no weights "
+                              "to launch).")
         self.library_note.setWordWrap(True)
         self.model_status = QLabel()
         self.model_status.setObjectName("firstRunModel")
@@ -152,10 +160,14 @@ class FirstRunGuide(QDialog):
         self.open_file_button.clicked.connect(self._pick_model)
         self.hub_button = QPushButton("&Hugging Face repo…")
         self.hub_button.clicked.connect(window.open_hub)
+        self.small_button = QPushButton("A &small model to chat with…")
+        self.small_button.setToolTip(f"Lists {FIRST_CHAT_REPO} on Hugging Face: download one file (Q4_K_M is "
+                                     "about 0.4 GB), then Launch and chat")
+        self.small_button.clicked.connect(lambda: window.open_hub().open_ref(FIRST_CHAT_REPO))
         self.demo_button = QPushButton("Try the &demo")
         self.demo_button.clicked.connect(self.open_demo)
         model_row = QHBoxLayout()
-        for b in (self.open_file_button, self.hub_button, self.demo_button):
+        for b in (self.open_file_button, self.hub_button, self.small_button, self.demo_button):
             model_row.addWidget(b)
         model_row.addStretch(1)
         model_box = QGroupBox("2 · A model")

@@ -16,7 +16,7 @@ from app.ui.application import open_first
 from app.ui.first_run import FirstRunGuide
 from app.ui.main_window import MainWindow
 from app.ui.state import UiState
-from tests.fixtures.fake_hub import own_hf_cache
+from tests.fixtures.fake_hub import FakeHub, fake_hub, own_hf_cache  # noqa: F401 (the fixture)
 from tests.ui.windows import gpus_read
 
 ENGINES_S = 120_000  # discovery probes each engine's flags: generous on 2 busy cores
@@ -64,6 +64,25 @@ def test_nothing_configured_opens_the_guide_with_the_engine_found(window, qtbot,
     assert text.startswith("✓ llama-server") and "llama.cpp 0c1e57098 + 5 Headroom patches" in text
     assert not guide.builder.isVisible()
     assert guide.library.isHidden() and "is empty" in guide.library_note.text()
+
+
+def test_a_small_model_to_chat_with_is_one_click_from_the_guide(fake_hub: FakeHub, window, qtbot,  # noqa: F811
+                                                                  tiny_chat_model: Path) -> None:
+    """Walkthrough: a newcomer had no model that could answer (the demo has no weights) and found none
+    in the guide or the README. The guide names a small one and lists its repo (the Hub's API on
+    loopback here: this machine reaches no Hub)."""
+    name = "qwen2.5-0.5b-instruct-q4_k_m.gguf"
+    fake_hub.add_repo(first_run.FIRST_CHAT_REPO, {name: tiny_chat_model})
+    open_first(window, None, demo=False)
+    guide = _guide(window)
+    assert first_run.FIRST_CHAT_WORDS in guide.library_note.text()
+    assert "no weights" in guide.library_note.text()  # (the demo is not what answers)
+    dialog = window.open_hub()  # (made first, so its listing can be waited on)
+    with qtbot.waitSignal(dialog.listed, timeout=30_000):
+        guide.small_button.click()
+    assert dialog.isVisible() and dialog.repo.text() == first_run.FIRST_CHAT_REPO
+    item = dialog.table.item(0, 0)
+    assert dialog.table.rowCount() == 1 and item is not None and item.text() == name
 
 
 def test_the_demo_closes_the_guide_plans_and_the_guide_is_not_shown_again(window, qtbot, user) -> None:
