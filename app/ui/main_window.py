@@ -76,6 +76,8 @@ from app.ui.workers import PollWorker, TaskPool
 
 #: Where the devices panel goes in the form when it has room: under the model's name and its open row.
 DEVICES_IN_FORM_AT = 2
+#: After the CPU's attention was measured in the background: the plan's speeds change with it.
+REPRICED = "the speeds shown are priced with it now"
 
 
 class MainWindow(QMainWindow):
@@ -651,7 +653,8 @@ class MainWindow(QMainWindow):
     def _attention_measured(self, lines: object) -> None:
         assert isinstance(lines, list)
         self.attention_status = ""
-        self.statusBar().showMessage("; ".join(lines), 15_000)
+        # (the speeds on screen change with it: said, not left for the user to wonder why)
+        self.statusBar().showMessage("; ".join(lines) + f" — {REPRICED}", 15_000)
         self.current.engine_runs_stored()
         self.current.replan()
         self.attentionMeasured.emit(lines)

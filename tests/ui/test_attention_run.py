@@ -11,7 +11,7 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from app.ui.main_window import MainWindow
+from app.ui.main_window import REPRICED, MainWindow
 from app.ui.state import UiState
 from tests.fixtures.fake_nvml import FakeNvml
 from tests.ui.windows import gpus_read
@@ -46,7 +46,8 @@ def test_a_new_head_size_is_measured_in_the_background_and_the_plan_priced_with_
         gate.touch()
     lines = landed.args[0]
     assert [line.split(": f16 decode")[0] for line in lines] == ["measured: this CPU's flash attention, 128-wide heads"]
-    assert w.statusBar().currentMessage() == lines[0] and w.attention_status == ""
+    # (the speeds on screen change: the status says why)
+    assert w.statusBar().currentMessage() == f"{lines[0]} — {REPRICED}" and w.attention_status == ""
     after = w.current.plan
     assert after is not None and after is not before and after.speed_figures is not None
     rates = after.speed_figures.host_cpu_attention
