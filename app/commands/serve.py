@@ -21,8 +21,7 @@ import argparse
 import signal
 import sys
 import threading
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType, ModuleType
 from typing import TYPE_CHECKING, Any
@@ -54,7 +53,6 @@ from app.planner.units import Bytes, format_tokens
 
 if TYPE_CHECKING:
     from app.engine.check import PlanCheck
-    from app.sessions.metrics import Counters
 
 
 def register(sub: Any) -> None:
@@ -347,6 +345,8 @@ def run(args: argparse.Namespace) -> int:
             print("headroom serve: the smoke test failed; stopping the engine", file=sys.stderr)
             return 1
         if not args.smoke or args.then_serve:
+            from app.sessions.reply_speed import ServingSpeed
+
             watch = ServingSpeed(plan, server.base_url, spec.api_key)  # (read before a client is told where)
             print(f"serving at {server.serving_at} — Ctrl-C to stop", flush=True)
             while not stop.wait(1.0):
@@ -366,65 +366,6 @@ def run(args: argparse.Namespace) -> int:
             signal.signal(sig, handler)
     print(f"engine stopped ({stopped_how(code)})")
     return 0
-
-
-#: While serving, the engine's /metrics is read this often; a line is printed when it decoded since.
-SERVING_SPEED_EVERY_S = 10.0
-
-
-class ServingSpeed:
-    """What the engine did for its clients while ``serve`` runs, from its ``/metrics`` (the window's
-    speed row reads the same): tokens decoded and read since the last line, at the engine's own
-    average rates, beside the plan's predicted decode (its context empty and full: a client's fill is
-    not known here). ``poll`` returns a line every ``SERVING_SPEED_EVERY_S`` when there was work, else
-    None; an engine without ``--metrics`` (not one serve launches) or one that does not answer is said
-    once."""
-
-    def __init__(self, plan: Plan, base_url: str, api_key: str | None, *,
-                 every_s: float = SERVING_SPEED_EVERY_S, clock: Callable[[], float] = time.monotonic) -> None:
-        from app.sessions.client import EngineClient
-
-        self.plan, self.every_s, self.clock = plan, every_s, clock
-        self.client = EngineClient(base_url, api_key, timeout=5.0)
-        self.next_at = clock() + every_s
-        self.said_why = False
-        self.last: Counters | None = self._read()  # (what was done before serving: the check's completion)
-
-    def _read(self) -> Counters | None:
-        from app.sessions.client import EngineError
-
-        try:
-            return self.client.metrics()
-        except (EngineError, OSError):
-            return None
-
-    def poll(self) -> str | None:
-        if self.clock() < self.next_at:
-            return None
-        self.next_at = self.clock() + self.every_s
-        from app.sessions.client import EngineError
-
-        try:
-            now = self.client.metrics()
-        except (EngineError, OSError) as exc:
-            if self.said_why:
-                return None
-            self.said_why = True
-            return f"speed: /metrics not read ({exc}); clients' speeds are not shown"
-        before, self.last = self.last, now
-        if before is None:  # (no reading to compare with yet)
-            return None
-        grown = now.since(before)
-        if grown.tokens_predicted <= 0:
-            return None
-        said = (f"speed while serving (the engine's /metrics over the last {self.every_s:.0f} s): "
-                f"{grown.tokens_predicted:,} tokens decoded at {words.tokens_per_s(now.predicted_per_second)} tok/s, "
-                f"{grown.prompt_tokens:,} prompt tokens read at {words.tokens_per_s(now.prompt_per_second)} tok/s")
-        if self.plan.speed is not None:
-            empty, full = self.plan.speed.at[0], self.plan.speed.at_fill(1.0)
-            said += (f"; predicted decode {words.tokens_per_s(empty.decode)} tok/s with the context empty, "
-                     f"{words.tokens_per_s(full.decode)} full")
-        return said
 
 
 def stopped_how(code: int | None) -> str:

@@ -7,11 +7,14 @@ before).
 
 The prediction is ``check_speed``'s (app/engine/speed_check.py, as ``headroom serve``'s speed line):
 the plan's speed model at the fill of the context the reply used. ``reply_speed`` reads ``/metrics``
-(blocking: the window runs it in its task pool); the rest is pure.
+(blocking: the window runs it in its task pool); the rest is pure. ``ServingSpeed``: the same
+``/metrics`` read while ``headroom serve`` serves, what the engine did for its clients in a line.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from app.engine.speed_check import SpeedCheck, Timings, check_speed
@@ -123,3 +126,57 @@ def reply_speed(plan: Plan, timings: Timings, base_url: str, api_key: str | None
     except (EngineError, ValueError) as exc:
         note = f"/metrics: not read ({exc})"
     return ReplySpeed(timings, check_speed(plan, timings), metrics, note)
+
+
+#: While ``headroom serve`` serves, the engine's /metrics is read this often; a line is printed when it
+#: decoded since.
+SERVING_SPEED_EVERY_S = 10.0
+
+
+class ServingSpeed:
+    """What the engine did for its clients while ``serve`` runs, from its ``/metrics`` (as the window's
+    speed row reads it): tokens decoded and read since the last line, at the engine's own average rates,
+    beside the plan's predicted decode (its context empty and full: a client's fill is not known here).
+    ``poll`` returns a line every ``SERVING_SPEED_EVERY_S`` when there was work, else None; an engine
+    without ``--metrics`` (not one serve launches) or one that does not answer is said once."""
+
+    def __init__(self, plan: Plan, base_url: str, api_key: str | None, *,
+                 every_s: float = SERVING_SPEED_EVERY_S, clock: Callable[[], float] = time.monotonic) -> None:
+        self.plan, self.every_s, self.clock = plan, every_s, clock
+        self.client = EngineClient(base_url, api_key, timeout=5.0)
+        self.next_at = clock() + every_s
+        self.error: Exception | None = None
+        self.said_why = False
+        self.last = self._read()  # (what was done before serving: the check's completion)
+
+    def _read(self) -> Counters | None:
+        try:
+            return self.client.metrics()
+        except (EngineError, ValueError) as exc:  # (as reply_speed: not there, or not llama-server's)
+            self.error = exc
+            return None
+
+    def poll(self) -> str | None:
+        if self.clock() < self.next_at:
+            return None
+        self.next_at = self.clock() + self.every_s
+        now = self._read()
+        if now is None:
+            if self.said_why:
+                return None
+            self.said_why = True
+            return f"speed: /metrics not read ({self.error}); clients' speeds are not shown"
+        before, self.last = self.last, now
+        if before is None:  # (no reading to compare with yet)
+            return None
+        grown = now.since(before)
+        if grown.tokens_predicted <= 0:
+            return None
+        said = (f"speed while serving (the engine's /metrics over the last {self.every_s:.0f} s): "
+                f"{grown.tokens_predicted:,} tokens decoded at {words.tokens_per_s(now.predicted_per_second)} tok/s, "
+                f"{grown.prompt_tokens:,} prompt tokens read at {words.tokens_per_s(now.prompt_per_second)} tok/s")
+        if self.plan.speed is not None:
+            empty, full = self.plan.speed.at[0], self.plan.speed.at_fill(1.0)
+            said += (f"; predicted decode {words.tokens_per_s(empty.decode)} tok/s with the context empty, "
+                     f"{words.tokens_per_s(full.decode)} full")
+        return said

@@ -96,7 +96,7 @@ def test_while_serving_a_clients_reply_is_said_with_its_speed_beside_the_predict
     import time
     import urllib.request
 
-    from app.commands.serve import SERVING_SPEED_EVERY_S
+    from app.sessions.reply_speed import SERVING_SPEED_EVERY_S
     from tests.fixtures.server_proc import headroom_serving
 
     with headroom_serving([str(tiny_model), "-c", "4096", "--no-measure", "--engine", str(engine_build.server)]) \

@@ -168,16 +168,3 @@ def test_alternative_names_a_whole_label_even_when_another_label_holds_it() -> N
     with pytest.raises(ValueError, match="matches 2 of the ways that fit"):
         chosen_alternative(plan, "layers on host")
 
-
-def test_serving_speed_says_once_that_an_engine_does_not_answer_its_metrics() -> None:
-    from app.commands.serve import ServingSpeed
-
-    now = [0.0]
-    watch = ServingSpeed(unplanned(LaunchSettings(n_ctx=4096), cli.build_parser("serve").parse_args(["serve", "m"]), "t"),
-                         "http://127.0.0.1:9", None, every_s=10.0, clock=lambda: now[0])  # nothing listens on 9
-    assert watch.poll() is None  # not yet time
-    now[0] = 10.0
-    said = watch.poll()
-    assert said is not None and said.startswith("speed: /metrics not read (") and "not shown" in said
-    now[0] = 20.0
-    assert watch.poll() is None  # said once, not every 10 s

@@ -166,3 +166,16 @@ def test_a_side_measured_too_far_off_is_said_not_learned_and_why() -> None:
     assert fast is not None and "decode ×150," in (fast.not_learned() or "")  # digits, not 1.5e+02
     fine = check_speed(plan, Timings(1760, 0.3 * first.prefill_predicted, 32, check.decode_predicted))
     assert fine is not None and fine.not_learned("load 2.6 on 2 cores") is None
+
+
+def test_serving_speed_says_once_that_an_engine_does_not_answer_its_metrics() -> None:
+    from app.sessions.reply_speed import ServingSpeed
+
+    now = [0.0]
+    watch = ServingSpeed(_plan(), "http://127.0.0.1:9", None, every_s=10.0, clock=lambda: now[0])  # nothing on 9
+    assert watch.poll() is None  # not yet time
+    now[0] = 10.0
+    said = watch.poll()
+    assert said is not None and said.startswith("speed: /metrics not read (") and "not shown" in said
+    now[0] = 20.0
+    assert watch.poll() is None  # said once, not every 10 s
