@@ -74,15 +74,16 @@ class Run:
     note: str = ""  # why it was not measured
 
 
-def _at_fill(row: SpeedRow | None, launch: LaunchSettings, prompt: int, reply: int) -> Speed | None:
-    """The plan's prediction for one measured answer: its prefill at the prompt's mean fill (half the
-    prompt) for a prompt of that many tokens (its ubatches, as ``serve``'s check predicts it), its decode
-    at the reply's (the prompt and half the reply), of one slot's cells."""
+def at_fill(row: SpeedRow | None, launch: LaunchSettings, prompt: int, reply: int, cached: int = 0) -> Speed | None:
+    """The plan's prediction for one measured answer: its prefill at the new prompt's mean fill (the
+    ``cached`` tokens reused from the slot and half the prompt) for a prompt of that many tokens (its
+    ubatches, as ``serve``'s check predicts it), its decode at the reply's (all the prompt and half the
+    reply), of one slot's cells. (bench/h200/placement.py predicts its answers with it too.)"""
     if row is None:
         return None
     cells = max(1, launch.n_ctx // max(1, launch.n_parallel))
-    return Speed((prompt + reply) / cells, row.between(prompt / 2 / cells).prefill_for(prompt),
-                 row.between((prompt + reply / 2) / cells).decode)
+    return Speed((cached + prompt + reply) / cells, row.between((cached + prompt / 2) / cells).prefill_for(prompt),
+                 row.between((cached + prompt + reply / 2) / cells).decode)
 
 
 class Unanswered(Exception):
@@ -281,7 +282,7 @@ def _case(args: argparse.Namespace, build: EngineBuild, model: Path, base: Inven
 
     def at(row: SpeedRow | None, launch: LaunchSettings, prompt_n: int) -> Speed | None:
         prompt_tokens.append(prompt_n)
-        return _at_fill(row, launch, prompt_n, args.reply)
+        return at_fill(row, launch, prompt_n, args.reply)
 
     pre, dec, splits, n = _timed(build, model, full.launch, prompt, args.reply, args.repeat, threads)
     runs.append(Run("fully resident (no budget)", full.launch, at(full.speed, full.launch, n), pre, dec, False, True,

@@ -17,7 +17,7 @@ and ``/completion`` is asked, one slot, token ids as the prompt, ``REPLY`` token
 
 Each answer's prediction is that launch's plan (``serve_plan`` with ``--alternative``, made before the
 launch) at the fill it ran at: prefill at the middle of its new tokens, decode at the middle of its
-reply (bench/bench_placement.py ``_at_fill``). ``serve`` learns measured ÷ predicted from its own check
+reply (bench/bench_placement.py ``at_fill``). ``serve`` learns measured ÷ predicted from its own check
 after each launch, for every placement alike; the bench puts the calibration back as it was before the
 case's first launch before each way, so every way is predicted from the same figures (each row says the
 learned scales they carried).
@@ -49,8 +49,10 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from app.engine.speed_check import Timings  # noqa: E402
 from app.machine.calibrate import calibration_path  # noqa: E402
 from app.paths import cache_dir  # noqa: E402
+from bench.bench_placement import at_fill  # noqa: E402
 from bench.h200.matrix import QWEN3_MOE, QWEN_1M, about, judge  # noqa: E402
 from bench.h200.serve_row import Result, Row, serve, step_parser, wait_gpu_idle  # noqa: E402
 
@@ -106,19 +108,15 @@ def model_path(name: str) -> Path:
 class Answer:
     """One ``/completion``: the engine's timings and the plan's prediction at the fill it ran at."""
 
-    prompt_n: int
-    cache_n: int
-    predicted_n: int
-    prefill_tps: float
-    decode_tps: float
+    measured: Timings
     prefill_pred: float | None = None
     decode_pred: float | None = None
     seconds: float = 0.0
 
     @property
-    def fill(self) -> int:
-        """The cells its reply decoded over, at its end."""
-        return self.cache_n + self.prompt_n + self.predicted_n
+    def prompt_end(self) -> int:
+        """The cells its prompt filled: those reused from the slot and the new ones."""
+        return self.measured.cache_n + self.measured.prompt_n
 
 
 @dataclass
@@ -133,8 +131,7 @@ class Way:
     scales: str = ""  # the calibration's learned factors the predictions carried
 
     def decode_at(self, prompt: int) -> Answer | None:
-        return next((a for a in self.answers if a.cache_n + a.prompt_n >= prompt * 0.9
-                     and a.cache_n + a.prompt_n <= prompt * 1.1 + 64), None)
+        return next((a for a in self.answers if prompt * 0.9 <= a.prompt_end <= prompt * 1.1 + 64), None)
 
 
 def token_ids(n: int, n_vocab: int) -> list[int]:
@@ -157,14 +154,10 @@ def ask(address: str, ids: list[int], timeout: float) -> dict[str, Any]:
 
 
 def predict(plan: Any, answer: Answer) -> None:
-    """The plan's tokens/s at the fill ``answer`` ran at (bench/bench_placement.py ``_at_fill``)."""
-    if plan.speed is None or plan.kv is None:
-        return
-    cells = max(1, plan.kv.n_ctx_seq)
-    answer.prefill_pred = plan.speed.between((answer.cache_n + answer.prompt_n / 2) / cells).prefill_for(
-        answer.prompt_n)
-    answer.decode_pred = plan.speed.between((answer.cache_n + answer.prompt_n + answer.predicted_n / 2)
-                                            / cells).decode
+    """The plan's tokens/s at the fill ``answer`` ran at (bench/bench_placement.py ``at_fill``)."""
+    m = answer.measured
+    if (at := at_fill(plan.speed, plan.launch, m.prompt_n, m.predicted_n, cached=m.cache_n)) is not None:
+        answer.prefill_pred, answer.decode_pred = at.prefill, at.decode
 
 
 def serve_args(case: Case, path: Path, devices: tuple[str, ...], alternative: str | None) -> argparse.Namespace:
@@ -221,21 +214,19 @@ def run_way(case: Case, path: Path, devices: tuple[str, ...], label: str, chosen
                 break
             left = deadline - time.monotonic() - 15
             if way.answers and fill > cached:  # (will its prefill end in time? at the last rate, with room)
-                rate = way.answers[-1].prefill_tps
+                rate = way.answers[-1].measured.prompt_per_second
                 if rate <= 0 or (fill - cached) / rate * 1.5 > left:
                     result.note += f"the {fill:,}-token answer not asked ({left:.0f} s left); "
                     break
             started = time.monotonic()
-            t = ask(address, token_ids(fill, n_vocab), timeout=max(10.0, left))
-            a = Answer(int(t.get("prompt_n", 0)), int(t.get("cache_n", 0) or 0), int(t.get("predicted_n", 0)),
-                       float(t.get("prompt_per_second", 0.0)), float(t.get("predicted_per_second", 0.0)),
-                       seconds=round(time.monotonic() - started, 2))
+            t = Timings.from_json(ask(address, token_ids(fill, n_vocab), timeout=max(10.0, left)))
+            a = Answer(t, seconds=round(time.monotonic() - started, 2))
             predict(plan, a)
             way.answers.append(a)
-            cached = a.fill
-            print(f"    answer: {a.prompt_n} new + {a.cache_n} cached tokens, prefill {a.prefill_tps:,.0f} tok/s "
-                  f"(predicted {_num(a.prefill_pred)}), decode {a.decode_tps:,.1f} (predicted {_num(a.decode_pred)}) "
-                  f"in {a.seconds} s", flush=True)
+            cached = a.prompt_end + t.predicted_n
+            print(f"    answer: {t.prompt_n} new + {t.cache_n} cached tokens, prefill {t.prompt_per_second:,.0f} tok/s "
+                  f"(predicted {_num(a.prefill_pred)}), decode {t.predicted_per_second:,.1f} (predicted "
+                  f"{_num(a.decode_pred)}) in {a.seconds} s", flush=True)
 
     row = case.row(label, extra)
     started = time.monotonic()
@@ -251,7 +242,8 @@ def _num(v: float | None) -> str:
 def _speed_cell(a: Answer | None, side: str) -> str:
     if a is None:
         return ""
-    meas, pred = (a.prefill_tps, a.prefill_pred) if side == "prefill" else (a.decode_tps, a.decode_pred)
+    m = a.measured
+    meas, pred = (m.prompt_per_second, a.prefill_pred) if side == "prefill" else (m.predicted_per_second, a.decode_pred)
     ratio = f" ×{meas / pred:.2f}" if pred and meas > 0 else ""
     return f"{_num(meas)} / {_num(pred)}{ratio}"
 
@@ -288,7 +280,7 @@ def verdict_lines(case: Case, ways: list[Way], fills: tuple[int, ...], asked: in
     among the ways that keep the asked context; issue 30's rule) and every prediction within ±20 %. When
     no way keeps ``asked``, the plan offers both ends (the fastest shorter context, chosen, and the
     longest with a host tail): their decode is said beside each other."""
-    decode = {w.label: a.decode_tps for w in ways if (a := w.decode_at(fills[1])) is not None}
+    decode = {w.label: a.measured.predicted_per_second for w in ways if (a := w.decode_at(fills[1])) is not None}
     chosen = next((w.label for w in ways if w.chosen), None)
     keep = {w.label: decode[w.label] for w in ways if w.n_ctx >= asked and w.label in decode}
     lines = []
@@ -304,8 +296,9 @@ def verdict_lines(case: Case, ways: list[Way], fills: tuple[int, ...], asked: in
                      + ", ".join(f"{label} (-c {n:,}{', chosen' if label == chosen else ''}) {decode[label]:,.1f} tok/s"
                                  for n, label in ends))
     pairs = [(w.label, side, m, p) for w in ways for a in w.answers
-             for side, m, p in (("prefill", a.prefill_tps, a.prefill_pred), ("decode", a.decode_tps, a.decode_pred))
-             if p and m > 0 and (side == "decode" or a.prompt_n >= 512)]
+             for side, m, p in (("prefill", a.measured.prompt_per_second, a.prefill_pred),
+                                ("decode", a.measured.predicted_per_second, a.decode_pred))
+             if p and m > 0 and (side == "decode" or a.measured.prompt_n >= 512)]
     off = [f"{label} {side} ×{m / p:.2f}" for label, side, m, p in pairs if abs(m / p - 1) > PREDICTION_WITHIN]
     lines.append(f"- {case.key}: {len(pairs) - len(off)} of {len(pairs)} predictions within "
                  f"±{PREDICTION_WITHIN:.0%}" + (": off " + "; ".join(off) if off else ""))
