@@ -53,7 +53,7 @@ from app.engine.speed_check import Timings  # noqa: E402
 from app.machine.calibrate import calibration_path  # noqa: E402
 from app.paths import cache_dir  # noqa: E402
 from bench.bench_placement import at_fill  # noqa: E402
-from bench.h200.matrix import QWEN3_MOE, QWEN_1M, about, judge  # noqa: E402
+from bench.h200.matrix import QWEN3_MOE, QWEN_1M, about, judge, model_path  # noqa: E402
 from bench.h200.serve_row import Result, Row, serve, step_parser, wait_gpu_idle  # noqa: E402
 
 #: Issue 32's bar for a prediction: within ±20 % of what was measured.
@@ -95,13 +95,6 @@ def gpu_cases() -> list[Case]:
 
 def cpu_cases() -> list[Case]:
     return [Case("tiny-llama-deep", "8192", "f16", "RPC0=32MiB", ("--safety", "0"))]
-
-
-def model_path(name: str) -> Path:
-    """The generated GGUF (sparse for shape-only models), written on first use."""
-    from tests.fixtures import gguf_factory, shapes
-
-    return gguf_factory.ensure(shapes.TINY_DEEP if name == shapes.TINY_DEEP.name else shapes.BY_NAME[name])
 
 
 @dataclass
