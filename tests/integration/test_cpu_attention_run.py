@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from app.engine.cpu_attention import SERVER_DECODE, TIMEOUT_S
 from app.engine.native_build import EngineBuild
 from app.engine.selftest import selftest_model
-from app.machine.calibrate import ENGINE_RUN_VERSION, SERVER_RUN
+from app.machine.calibrate import BUSY_LOAD_PER_CORE, ENGINE_RUN_VERSION, SERVER_RUN
 from app.planner.solve.speed import TOKEN_OVERHEAD_S
 
 pytestmark = pytest.mark.engine
@@ -49,7 +50,10 @@ def test_plan_measures_this_cpus_attention_once_and_prices_with_it(engine_build:
     token = figures["token_overhead"]
     if server := stored.pop(SERVER_RUN, None):
         assert token["calibrated"] and token["value"] == pytest.approx(server["token"])
-        assert 0 <= token["value"] < 0.05  # (0.01–0.2 ms on the 2-core VM: a figure, not a timeout)
+        # (0.01–0.2 ms on the idle 2-core VM: a figure in seconds, not a timeout nor milliseconds; with
+        # every core taken beside it — conftest measures anyway — a token took 181 ms, a real figure)
+        loaded = os.getloadavg()[0] > BUSY_LOAD_PER_CORE * (os.cpu_count() or 1)
+        assert 0 <= token["value"] < (TIMEOUT_S / SERVER_DECODE if loaded else 0.05), token
         assert f"a token's fixed cost in llama-server {server['token'] * 1e3:.2f} ms" in said[1]
     else:
         assert not token["calibrated"] and token["value"] == TOKEN_OVERHEAD_S
