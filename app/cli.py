@@ -51,7 +51,11 @@ def main(argv: list[str] | None = None) -> int:
         args_list = ["gui", *args_list]
     args = parser.parse_args(args_list)
     if args.command is None:
-        args = parser.parse_args(["gui", *args_list])
+        args_list = ["gui", *args_list]
+        args = parser.parse_args(args_list)
+    from app.commands.common import typed_options
+
+    args.typed = typed_options(parser, args_list)  # (a llamafile's .args fills in the rest)
     try:
         rc: int = args.func(args)
         sys.stdout.flush()

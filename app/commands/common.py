@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # the planner's request and solver are imported where a plan 
     from app.engine.discover import EngineInfo
     from app.planner.devices import Inventory
     from app.planner.gguf.model import ModelShape
+    from app.planner.gguf.reader import Llamafile
     from app.planner.request import MeasurementLookup, PlanRequest
 
 
@@ -147,8 +148,10 @@ def _extra_values(args: argparse.Namespace) -> dict[str, Any]:
                          "model's own (-c)")
     lora = tuple(f for item in getattr(args, "lora", []) or [] for f in item.split(",") if f)
     draft = str(getattr(args, "draft_model", "") or "")
+    from app.planner.gguf.reader import missing_files
+
     for f in (*lora, draft):
-        if f and not Path(f).is_file():
+        if f and missing_files((Path(f),)):
             raise ValueError(f"file not found: {f}")
     return {"lora": tuple(str(Path(f).resolve()) for f in lora),
             "draft_model": str(Path(draft).resolve()) if draft else "",
@@ -217,9 +220,64 @@ def add_gpu_args(p: argparse.ArgumentParser) -> None:
                    help="per-process GPU overhead (default: measured for this GPU and driver, else 590MiB)")
 
 
+def llamafile_of(model: str | Path) -> Llamafile | None:
+    """The llamafile ``model`` is (or a member of which it names), else None; PlannerError when it is
+    one whose archive is damaged."""
+    from app.planner.gguf.reader import in_archive, read_llamafile, split_member
+
+    if not in_archive(model):
+        return None
+    inside = split_member(model)
+    return read_llamafile(inside[0] if inside else model)
+
+
+def start_from_llamafile(args: argparse.Namespace) -> list[str]:
+    """For a llamafile model: the launch options the user did not type start from its ``.args`` (and
+    its projector), as the llamafile itself would start (app/llamafile/args.py); sentences for the typed
+    values its ``.args`` overrules. Once per command (``args.llamafile`` keeps what was read)."""
+    if hasattr(args, "llamafile"):
+        return []
+    from app.llamafile.args import baked, start_from
+
+    lf = llamafile_of(args.model)
+    args.llamafile = None if lf is None else (lf, baked(lf))
+    if lf is None:
+        return []
+    return start_from(args, args.llamafile[1], getattr(args, "typed", ()))
+
+
+def llamafile_lines(args: argparse.Namespace, launch: LaunchSettings) -> list[str]:
+    """For a llamafile model: what its ``.args`` asks and what the plan changed, the flags it keeps, and
+    every typed value its ``.args`` overrules (plan and serve print them)."""
+    found = getattr(args, "llamafile", None)
+    if not found:
+        return []
+    from app.llamafile.args import changes_line, kept_line
+
+    lf, baked_args = found
+    lines = [f"{lf.path.name} holds {', '.join(m.name for m in (lf.model, lf.projector) if m is not None)}"]
+    lines += [line for line in (changes_line(baked_args, launch, getattr(args, "typed", ())),
+                                kept_line(baked_args)) if line]
+    return lines + list(getattr(args, "llamafile_notes", []))
+
+
+def llamafile_json(args: argparse.Namespace, launch: LaunchSettings) -> dict[str, Any]:
+    """The ``llamafile`` key of ``plan --json`` for a llamafile model (none for a GGUF)."""
+    found = getattr(args, "llamafile", None)
+    if not found:
+        return {}
+    lf, baked_args = found
+    return {"llamafile": {"path": str(lf.path), "model": lf.model.name if lf.model else None,
+                          "projector": lf.projector.name if lf.projector else None,
+                          "args": list(lf.args.args) if lf.args else None,
+                          "asks": baked_args.written, "lines": llamafile_lines(args, launch)}}
+
+
 def settings_from_args(args: argparse.Namespace) -> LaunchSettings:
-    """The launch flags → the one ``LaunchSettings``. Raises ValueError on a bad value (PlannerError
-    when ``-c 0`` needs a model file it cannot read)."""
+    """The launch flags → the one ``LaunchSettings`` (for a llamafile, started from its ``.args``:
+    ``start_from_llamafile``). Raises ValueError on a bad value (PlannerError when ``-c 0`` needs a model
+    file it cannot read, or a llamafile's archive is damaged)."""
+    args.llamafile_notes = start_from_llamafile(args) or getattr(args, "llamafile_notes", [])
     return LaunchSettings(
         n_ctx=context(str(args.ctx), args.model), type_k=args.type_k, type_v=args.type_v or args.type_k,
         n_parallel=1 if args.n_parallel is None else args.n_parallel,  # serve: None = not given
@@ -228,8 +286,22 @@ def settings_from_args(args: argparse.Namespace) -> LaunchSettings:
         n_gpu_layers=args.n_gpu_layers, offload_kqv=not args.no_kv_offload,
         tensor_split=tuple(getattr(args, "tensor_split", ()) or ()),
         cache_ram_mib=getattr(args, "cache_ram", None), **_extra_values(args),
-        mmproj=str(Path(args.mmproj).resolve()) if getattr(args, "mmproj", "") else "",
+        mmproj=_file_arg(args.mmproj) if getattr(args, "mmproj", "") else "",
         mmproj_offload=not getattr(args, "no_mmproj_offload", False))
+
+
+def _file_arg(text: str) -> str:
+    """A file flag's value as an absolute path (a member of a llamafile, ``M.llamafile/zip/x.gguf``, too)."""
+    return str(Path(text).absolute()) if "/zip/" in text else str(Path(text).resolve())
+
+
+def typed_options(parser: argparse.ArgumentParser, argv: Sequence[str]) -> set[str]:
+    """The dests of the options the user typed on ``argv`` (``-c 8192`` → ``ctx``), by the subcommand's
+    parser: what a llamafile's ``.args`` must not overrule."""
+    sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+    chosen = sub.choices.get(argv[0]) if sub is not None and argv else None
+    options = (chosen or parser)._option_string_actions
+    return {options[t.split("=", 1)[0]].dest for t in argv if t.split("=", 1)[0] in options}
 
 
 def context(text: str, model: str | Path) -> int:

@@ -27,6 +27,8 @@ from app.commands.common import (
     given_engine_problem,
     hub_model,
     inventory_from_args,
+    llamafile_json,
+    llamafile_lines,
     pass1_lib_dir,
     plan_request,
     seconds,
@@ -165,6 +167,7 @@ def run(args: argparse.Namespace) -> int:
     from app.hub.preview import preview_origin
     from app.planner.errors import NotModelled, PlannerError
     from app.planner.gguf.model import read_shape
+    from app.planner.gguf.reader import shown_name
 
     try:
         args.model = hub_model(args.model, download=False)
@@ -187,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
     advs = _advisories(plan.launch, plan.mode, engine, shape.arch, spills=plan.tail_cells > 0,
                        kv_host_layers=plan.kv_host_layers)
     if args.json:
-        print(json.dumps(plan.to_json() | {
+        print(json.dumps(plan.to_json() | llamafile_json(args, plan.launch) | {
             "model": str(shape.path), "header_only": preview_origin(shape.path) is not None, "arch": shape.arch, "max_context": fit.to_json(),
             "measurement": None if measurement is None else {
                 "source": str(measurement.source), "backend": measurement.backend,
@@ -197,10 +200,12 @@ def run(args: argparse.Namespace) -> int:
         return 0 if plan.feasible else 1
     origin = preview_origin(shape.path)
     # the file's name, as the window shows it (general.name is a stranger's text, often not the model's)
-    title = f"{printable(shape.path.name)} ({shape.arch}, {shape.n_layer} layers)"
+    title = f"{printable(shown_name(shape.path))} ({shape.arch}, {shape.n_layer} layers)"
     if origin is not None:
         title += f" — planned from the header of hf:{origin.repo}/{origin.path} (not downloaded)"
     print(render(plan, title, fit, settings, shape.head_dim_k))
+    for line in llamafile_lines(args, plan.launch):
+        print(f"  llamafile: {line}")
     print(f"  {pass1.describe(measurement)}")
     if engine is not None:
         print(f"  engine: {engine.kind} {engine.version} ({engine.llama_cpp}) {engine.path}")

@@ -22,9 +22,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, BinaryIO, cast
 
+from app.files import size_of
 from app.hub.cache import blobs, cached_file, hub_cache
 from app.hub.errors import HubCancelled, HubError, endpoint, is_translatable, translate
-from app.hub.files import size_of
 from app.hub.remote import RemoteFile, RemoteGguf
 from app.planner.units import Bytes, MiB
 

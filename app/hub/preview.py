@@ -17,8 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+from app.files import read_json, size_of, write_json, write_sparse
 from app.hub.errors import HubCancelled, HubError, endpoint, is_translatable, translate
-from app.hub.files import atomic_write, read_json, size_of, write_json
 from app.hub.remote import RemoteFile, RemoteGguf
 from app.paths import cache_dir
 from app.planner.errors import PlannerError
@@ -129,13 +129,8 @@ def _write_sparse(path: Path, prefix: bytes, size: int) -> None:
     """``prefix``, then a hole up to ``size``. HubError when the disk allocated the hole (FAT, exFAT...):
     a header-only copy would then take the model's whole size."""
 
-    def write(f: IO[bytes]) -> None:
-        f.write(prefix)
-        f.truncate(size)
-
     try:
-        atomic_write(path, write)
-        allocated = path.stat().st_blocks * 512
+        allocated = write_sparse(path, prefix, size)
     except OSError as exc:
         raise HubError(f"cannot write {path}: {exc.strerror or exc}", "check the disk space and permissions") from None
     if allocated > len(prefix) + SPARSE_SLACK:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from app.paths import cache_dir
+from app.planner.gguf.reader import split_member
 from app.planner.measurement import Measurement
 from app.planner.settings import LaunchSettings
 
@@ -32,6 +33,11 @@ def measurements_dir() -> Path:
 
 
 def file_identity(path: Path) -> dict[str, Any]:
+    """A model file's identity; a member of an archive (``Model.llamafile/zip/model.gguf``) is its
+    archive's, with its name."""
+    inside = split_member(path)
+    if inside is not None:
+        return {**file_identity(inside[0]), "member": inside[1]}
     st = path.stat()
     h = hashlib.sha256()
     with open(path, "rb") as f:

@@ -29,8 +29,10 @@ from app.engine.native_build import EngineBuild, find_build
 from app.engine.process import die_with_parent, forget_child, reap_leftovers, record_child, spawn_lasting
 from app.llamacpp.failures import failure_hint, last_lines, up_to_reason
 from app.llamacpp.logs import LogBuffers, is_host_device, parse_log
+from app.llamafile.views import view_for, views_for
 from app.planner.devices import Backend
 from app.planner.errors import PlannerError
+from app.planner.gguf.reader import missing_files
 from app.planner.measurement import DeviceMeasurement, MeasuredBy, Measurement, MeasurementSource
 from app.planner.measurement import gpu_caveat as measurement_caveat
 from app.planner.settings import LaunchSettings
@@ -328,6 +330,14 @@ def measurement_from_log(buffers: LogBuffers, *, backend: str, commit: str, seco
                        projector_compute=tuple(buffers.projector_compute.items()))
 
 
+def _model_file(model_path: str | Path) -> Path:
+    """The model's path; MeasureError when there is no such file (nor such member of an archive)."""
+    path = Path(model_path)
+    if missing_files((path,)):
+        raise MeasureError(f"model file not found: {path}", hint="Check the path.")
+    return path
+
+
 def measure(model_path: str | Path, settings: LaunchSettings, *, timeout: float = 60.0,
             worker: Sequence[str] = WORKER, cancel: threading.Event | None = None,
             lib_dir: str | None = None, meanwhile: Callable[[], object] | None = None,
@@ -335,12 +345,14 @@ def measure(model_path: str | Path, settings: LaunchSettings, *, timeout: float 
     """Pass 1 for this exact launch (in ``lib_dir``'s libllama when given). Raises MeasureError (a
     PlannerError) when it cannot, and MeasureCancelled promptly (the child killed) once ``cancel`` is set.
     ``meanwhile``, ``ahead``: as for ``run_worker``."""
-    path = Path(model_path)
-    if not path.is_file():
-        raise MeasureError(f"model file not found: {path}", hint="Check the path.")
+    path = _model_file(model_path)
     started = time.monotonic()
-    result, lines = run_worker(path, settings, timeout=timeout, worker=worker, cancel=cancel, lib_dir=lib_dir,
-                               meanwhile=meanwhile, ahead=ahead)
+    try:  # a GGUF inside a llamafile: its header-only view (app/llamafile/views.py), never a copy
+        target, probe_settings = view_for(path), views_for(settings)
+    except PlannerError as exc:
+        raise MeasureError(str(exc)) from None
+    result, lines = run_worker(target, probe_settings, timeout=timeout, worker=worker, cancel=cancel,
+                               lib_dir=lib_dir, meanwhile=meanwhile, ahead=ahead)
     buffers = parse_log("\n".join(lines))
     if not buffers.compute:
         raise MeasureError("pass 1 ran but llama.cpp printed no compute buffer size",
@@ -381,9 +393,7 @@ def measure_cached(model_path: str | Path, settings: LaunchSettings, *, timeout:
     ``lib_dir``: the libllama of the engine that will launch (app/engine/libpath.py ``lib_dir_beside``).
     ``meanwhile`` runs while the child measures (``run_worker``), or after a cache hit: either way
     before a measurement is returned. ``ahead``: as for ``run_worker``."""
-    path = Path(model_path)
-    if not path.is_file():
-        raise MeasureError(f"model file not found: {path}", hint="Check the path.")
+    path = _model_file(model_path)
     m, hit = cached(path, settings, _probe_library(lib_dir),
                     lambda: measure(path, settings, timeout=timeout, cancel=cancel, lib_dir=lib_dir,
                                     meanwhile=meanwhile, ahead=ahead), cache=cache, refresh=refresh)
@@ -397,7 +407,7 @@ def cached_measurement(model_path: str | Path, settings: LaunchSettings, *,
     """The stored pass 1 for exactly this model file, launch and probe library (``lib_dir``'s, as
     ``measure_cached`` keys it), or None. Runs nothing."""
     path = Path(model_path)
-    if not path.is_file():
+    if missing_files((path,)):
         return None
     store = cache if cache is not None else MeasureCache()
     return store.get(cache_key(path, settings, _probe_library(lib_dir)))

@@ -19,6 +19,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "app.machine": ("app.engine", "app.probe", "app.hub", "app.sessions", "app.ui", "app.commands"),
     "app.llamacpp": ("app.planner", "app.machine", "app.engine", "app.probe", "app.hub", "app.sessions", "app.ui",
                      "app.commands"),
+    "app.llamafile": ("app.machine", "app.engine", "app.probe", "app.hub", "app.sessions", "app.ui", "app.commands"),
     "app.engine": ("app.ui", "app.hub", "app.sessions", "app.probe", "app.commands"),
     "app.probe": ("app.ui", "app.hub", "app.sessions", "app.commands"),
     "app.hub": ("app.ui", "app.engine", "app.probe", "app.sessions", "app.commands"),

@@ -3,7 +3,8 @@
 Mirrors how the engine reads them: ``llama_model_base::load_hparams`` (src/llama-model.cpp) for the
 common keys, each architecture's ``load_arch_hparams`` (src/models/<arch>.cpp) for SWA and MLA.
 Only the header and the tensor table are read (:mod:`app.planner.gguf.reader`), never the weights.
-Split GGUFs (``name-00001-of-00003.gguf``) are read as one model. A file the engine's loader would
+Split GGUFs (``name-00001-of-00003.gguf``) are read as one model; a llamafile is read as the model
+it holds (``Model.llamafile/zip/model.gguf``, where it lies in the archive). A file the engine's loader would
 refuse (a key of the wrong type, hyper-parameters that contradict the tensors ...) is refused here,
 naming the problem (:mod:`app.planner.gguf.checks`), instead of being planned.
 """
@@ -127,7 +128,9 @@ def model_parts(path: Path) -> tuple[Path, ...]:
         stamp = file_stamp(path)
     except OSError as e:
         raise PlannerError(f"{path}: cannot read: {e.strerror or e}") from None
-    fields = _header_cached(stamp).fields
+    header = _header_cached(stamp)
+    path = header.path  # a llamafile's own path: the model it holds (``<llamafile>/zip/<model>.gguf``)
+    fields = header.fields
     count = fields.get("split.count", 0)
     if not isinstance(count, int) or isinstance(count, bool) or count <= 1:
         return (path,)

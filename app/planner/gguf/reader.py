@@ -35,11 +35,14 @@ byte is read that the plan does not need: a 1 GiB ``general.name`` costs a ``fin
 from __future__ import annotations
 
 import array
+import contextlib
 import hashlib
 import mmap
 import os
 import stat
 import struct
+import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,8 +50,18 @@ from typing import Any
 from gguf.constants import GGUFValueType
 
 from app.planner.errors import PlannerError
+from app.planner.gguf.archive import (
+    ARGS_MEMBER,
+    Archive,
+    Member,
+    looks_archived,
+    no_model_inside,
+    pick_members,
+)
+from app.planner.gguf.archive import read_archive as archive_of
+from app.planner.gguf.dotargs import DotArgs, parse_dotargs
 from app.planner.gguf.ggml_types import GGML_TYPES
-from app.text import quoted
+from app.text import printable, quoted
 
 GGUF_MAGIC = b"GGUF"
 #: ggml/include/ggml.h GGML_MAX_DIMS
@@ -145,32 +158,181 @@ class GGUFHeader:
     fields: dict[str, Any]  # key -> python scalar, str, or GGUFArray
     field_types: dict[str, int]  # key -> GGUFValueType
     tensors: tuple[TensorInfo, ...]
+    #: Where the GGUF's first byte lies in its file: 0, or past 0 for a member of an archive (``path``
+    #: then names the member, ``<archive>/zip/<name>``). Tensor offsets are the GGUF's own.
+    start: int = 0
 
 
 # ---- the files themselves: the planner's only contact with the disk (tests/unit/test_import_rules.py) ----
 
-#: A GGUF's identity for a cache: path, size, modification time (a changed file is read again).
+#: A GGUF's identity for a cache: path, size, modification time (a changed file is read again). For a
+#: member of an archive (``Model.llamafile/zip/model.gguf``) the archive's size and time.
 FileStamp = tuple[str, int, int]
+
+#: How a GGUF stored in an archive is named as a path: the archive, then llamafile's own ``/zip/``
+#: prefix (its ``.args`` names its weights ``/zip/model.gguf``): ``Model.llamafile/zip/model.gguf``.
+ZIP_DIR = "zip"
+#: The most of ``.args`` read (llamafile's are a few lines).
+MAX_ARGS_BYTES = 1 << 20
+
+
+def member_path(archive: Path, name: str) -> Path:
+    """The path that names member ``name`` of ``archive`` (see ZIP_DIR)."""
+    return archive / ZIP_DIR / name.removeprefix("/zip/").lstrip("/")
+
+
+def split_member(path: str | Path) -> tuple[Path, str] | None:
+    """``(archive, member name)`` when ``path`` names a member of an archive (``<file>/zip/<name>``, the
+    part before ``zip`` a regular file); None for any other path."""
+    parts = Path(path).parts
+    for i in range(len(parts) - 2, 0, -1):
+        if parts[i] == ZIP_DIR and Path(*parts[:i]).is_file():
+            return Path(*parts[:i]), "/".join(parts[i + 1:])
+    return None
+
+
+def in_archive(path: str | Path) -> bool:
+    """Whether ``path`` names a GGUF inside an archive: a member path, or a file that starts as an
+    executable or a ZIP does (a llamafile given by its own path). Reads eight bytes at most."""
+    if split_member(path) is not None:
+        return True
+    try:
+        with open(path, "rb") as f:  # (a regular file: the caller has checked, or gets False)
+            head = f.read(8)
+    except OSError:
+        return False
+    return not head.startswith(GGUF_MAGIC) and looks_archived(head)
+
+
+def shown_name(path: str | Path) -> str:
+    """A model file's name as a user knows it: ``Model.llamafile: model.gguf`` for a member."""
+    inside = split_member(path)
+    return f"{inside[0].name}: {inside[1]}" if inside else Path(path).name
 
 
 def file_stamp(path: str | Path) -> FileStamp:
-    """The file's stamp; OSError when it cannot be read (the caller says which file it is)."""
-    st = os.stat(path)
+    """The file's stamp (an archive's for its member); OSError when it cannot be read (the caller says
+    which file it is)."""
+    inside = split_member(path)
+    st = os.stat(inside[0] if inside else path)
     return str(path), st.st_size, st.st_mtime_ns
 
 
 def missing_files(paths: tuple[Path, ...]) -> list[Path]:
-    """Those of ``paths`` that are no regular file (a split model's absent parts)."""
-    return [p for p in paths if not p.is_file()]
+    """Those of ``paths`` that are no regular file, nor a member of the archive they name (a split
+    model's absent parts)."""
+    return [p for p in paths if not p.is_file() and not _is_member(p)]
+
+
+def _is_member(path: Path) -> bool:
+    inside = split_member(path)
+    if inside is None:
+        return False
+    try:
+        return read_archive(inside[0]).member(inside[1]) is not None
+    except PlannerError:
+        return False
 
 
 def gguf_files_in(folder: Path, word: str) -> list[Path]:
     """The ``*.gguf`` files in ``folder`` whose name holds ``word`` (any case), sorted; none when the
-    folder cannot be listed."""
+    folder cannot be listed. The folder ``<archive>/zip`` lists the archive's members."""
+    inside = split_member(folder / "x")
+    if inside is not None and folder.name == ZIP_DIR:
+        try:
+            names = [m.name for m in read_archive(inside[0]).ggufs()]
+        except PlannerError:
+            return []
+        return sorted(member_path(inside[0], n) for n in names if "/" not in n and word in n.lower())
     try:
         return sorted(q for q in folder.iterdir() if q.suffix.lower() == ".gguf" and word in q.name.lower())
     except OSError:
         return []
+
+
+@contextlib.contextmanager
+def _mapped(p: Path) -> Iterator[tuple[Any, int]]:
+    """``(mapped bytes, size)`` of the regular file ``p``: PlannerError for anything else (a FIFO would
+    block the read forever), for a file that cannot be read, and for an empty one (which cannot be
+    mapped)."""
+    try:
+        # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer (forever).
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        raise PlannerError(f"{p}: cannot read: {e.strerror or e}") from None
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise PlannerError(f"{p}: cannot read: Is a directory")
+        if not stat.S_ISREG(st.st_mode):
+            raise PlannerError(f"{p}: not a regular file ({_file_kind(st.st_mode)}): a model must be a GGUF file")
+        if st.st_size < 24:
+            raise PlannerError(f"{p.name}: not a GGUF file: only {st.st_size} bytes")
+        with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as mm:
+            yield mm, st.st_size
+    except OSError as e:
+        raise PlannerError(f"{p}: cannot read: {e.strerror or e}") from None
+    finally:
+        os.close(fd)
+
+
+def read_archive(path: str | Path) -> Archive:
+    """The ZIP archive a file ends with (a llamafile's): its members and where their bytes lie."""
+    p = Path(path)
+    with _mapped(p) as (mm, size):
+        return archive_of(mm, size, p.name)
+
+
+@dataclass(frozen=True)
+class Llamafile:
+    """A llamafile (an executable with a ZIP archive appended) as a model file: its members, its
+    ``.args`` (the arguments it starts with, as cosmopolitan's ``cosmo_args`` reads them; None when it
+    has none) and which of its GGUFs is the model and which the vision projector."""
+
+    path: Path
+    archive: Archive
+    args: DotArgs | None
+    model: Member | None
+    projector: Member | None
+
+    def path_of(self, member: Member) -> Path:
+        return member_path(self.path, member.name)
+
+    @property
+    def model_path(self) -> Path | None:
+        return None if self.model is None else self.path_of(self.model)
+
+
+def read_llamafile(path: str | Path) -> Llamafile:
+    """The llamafile at ``path``; PlannerError when it is none (a GGUF, a plain file), its archive is
+    damaged, or it holds several models and its ``.args`` names none of them."""
+    p = Path(path)
+    with _mapped(p) as (mm, size):
+        if bytes(mm[:4]) == GGUF_MAGIC:
+            raise PlannerError(f"{p.name}: a GGUF file, not a llamafile")
+        found = archive_of(mm, size, p.name)
+        args = None
+        entry = found.member(ARGS_MEMBER)
+        if entry is not None:
+            args = parse_dotargs(_member_text(mm, entry, p.name))
+    model, projector = pick_members(found, args, p.name)
+    return Llamafile(p, found, args, model, projector)
+
+
+def _member_text(mm: Any, entry: Member, label: str) -> str:
+    """A small member's text (``.args``), stored or deflated; PlannerError when it is neither, or large."""
+    if entry.file_size > MAX_ARGS_BYTES or entry.size > MAX_ARGS_BYTES:
+        raise PlannerError(f"{label}: its {entry.name} is {entry.file_size} bytes: not llamafile arguments")
+    raw = bytes(mm[entry.start:entry.start + entry.size])
+    if entry.method == 8:
+        try:
+            raw = zlib.decompressobj(-15).decompress(raw, MAX_ARGS_BYTES)
+        except zlib.error:
+            raise PlannerError(f"{label}: its {entry.name} cannot be unpacked: the archive is damaged") from None
+    elif not entry.stored:
+        raise PlannerError(f"{label}: its {entry.name} is packed with {entry.method_name}, which llamafile "
+                           "cannot read")
+    return raw.decode("utf-8", errors="replace")
 
 
 def tensor_nbytes(ggml_type: int, shape: tuple[int, ...]) -> int:
@@ -185,24 +347,27 @@ def tensor_nbytes(ggml_type: int, shape: tuple[int, ...]) -> int:
 class _Cursor:
     """Bounds-checked reads over a buffer; every failure is a PlannerError naming what and where."""
 
-    __slots__ = ("buf", "end", "path", "pos")
+    __slots__ = ("base", "buf", "end", "label", "pos")
 
-    def __init__(self, buf: Any, path: Path) -> None:
+    def __init__(self, buf: Any, label: str, base: int = 0, size: int | None = None) -> None:
+        """``buf`` holds the GGUF's ``size`` bytes from ``base`` (a member of an archive starts past 0);
+        positions are ``buf``'s, the ones a message names the GGUF's own."""
         self.buf = buf
-        self.end = len(buf)
-        self.pos = 0
-        self.path = path
+        self.base = base
+        self.end = len(buf) if size is None else min(len(buf), base + size)
+        self.pos = base
+        self.label = label
 
     def fail(self, what: str) -> PlannerError:
-        return PlannerError(f"{self.path.name}: not a valid GGUF file: {what} (at byte {self.pos})")
+        return PlannerError(f"{self.label}: not a valid GGUF file: {what} (at byte {self.pos - self.base})")
 
     def short(self, what: str) -> HeaderTruncated:
         """Ran out of bytes: a truncated file, or a prefix of a remote one that needs more."""
-        return HeaderTruncated(f"{self.path.name}: not a valid GGUF file: {what} (at byte {self.pos})")
+        return HeaderTruncated(f"{self.label}: not a valid GGUF file: {what} (at byte {self.pos - self.base})")
 
     def need(self, n: int, what: str) -> None:
         if n < 0 or self.pos + n > self.end:
-            raise self.short(f"{what} runs past the end of the file ({self.end} bytes)")
+            raise self.short(f"{what} runs past the end of the file ({self.end - self.base} bytes)")
 
     def u32(self, what: str) -> int:
         self.need(4, what)
@@ -288,7 +453,7 @@ class _Cursor:
         for i in range(count):
             if pos + 8 > end:
                 self.pos = pos
-                raise self.short(f"token {i} length runs past the end of the file ({end} bytes)")
+                raise self.short(f"token {i} length runs past the end of the file ({end - self.base} bytes)")
             n = unpack(buf, pos)[0]
             if n > KEEP_STRING:  # rare: the general path, with its limit
                 self.pos = pos
@@ -301,7 +466,7 @@ class _Cursor:
                 pos = start + n
                 if pos > end:
                     self.pos = start
-                    raise self.short(f"token {i} runs past the end of the file ({end} bytes)")
+                    raise self.short(f"token {i} runs past the end of the file ({end - self.base} bytes)")
                 nul = find(b"\0", start, pos)
                 text = buf[start:nul if nul >= 0 else pos]
             add(hash(text or f"[EMPTY_{i}]".encode()))
@@ -341,29 +506,39 @@ class _Cursor:
 
 
 def read_header(path: str | Path, split: int = 0) -> GGUFHeader:
-    """Read one GGUF file's metadata and tensor table. Raises PlannerError for anything malformed,
-    and for anything that is not a regular file (a FIFO would block the read forever)."""
+    """Read one GGUF file's metadata and tensor table: a plain file, a member of an archive named as
+    ``<archive>/zip/<name>``, or the model of a llamafile given by its own path. Raises PlannerError for
+    anything malformed, and for anything that is not a regular file (a FIFO would block the read
+    forever)."""
     p = Path(path)
-    try:
-        # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer (forever).
-        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError as e:
-        raise PlannerError(f"{p}: cannot read: {e.strerror or e}") from None
-    try:
-        st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            raise PlannerError(f"{p}: cannot read: Is a directory")
-        if not stat.S_ISREG(st.st_mode):
-            raise PlannerError(f"{p}: not a regular file ({_file_kind(st.st_mode)}): a model must be a GGUF file")
-        size = st.st_size
-        if size < 24:
-            raise PlannerError(f"{p.name}: not a GGUF file: only {size} bytes")
-        with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as mm:
+    inside = split_member(p)
+    file = inside[0] if inside else p
+    with _mapped(file) as (mm, size):
+        if inside is None and bytes(mm[:4]) != GGUF_MAGIC and looks_archived(bytes(mm[:8])):
+            found = archive_of(mm, size, p.name)
+            model = pick_members(found, _args_in(mm, found, p.name), p.name)[0]
+            if model is None:
+                raise PlannerError(no_model_inside(p.name, found))
+            inside = (p, model.name)
+            p = member_path(p, model.name)
+        if inside is None:
             return _parse(mm, p, size, split)
-    except OSError as e:
-        raise PlannerError(f"{p}: cannot read: {e.strerror or e}") from None
-    finally:
-        os.close(fd)
+        member = archive_of(mm, size, file.name).member(inside[1])
+        label = f"{file.name}: {printable(inside[1])}"
+        if member is None:
+            raise PlannerError(f"{file.name}: its archive holds no {printable(inside[1])}")
+        if not member.stored:
+            raise PlannerError(f"{label} is packed with {member.method_name}: a llamafile's weights are stored "
+                               "uncompressed, so that they can be mapped (rebuild it with llamafile's zipalign, "
+                               "or zip -0)")
+        if member.size < 24:
+            raise PlannerError(f"{label}: not a GGUF file: only {member.size} bytes")
+        return _parse(mm, p, member.size, split, base=member.start, label=label)
+
+
+def _args_in(mm: Any, found: Archive, label: str) -> DotArgs | None:
+    entry = found.member(ARGS_MEMBER)
+    return None if entry is None else parse_dotargs(_member_text(mm, entry, label))
 
 
 def _file_kind(mode: int) -> str:
@@ -387,11 +562,17 @@ def parse_prefix(prefix: bytes, name: str, size: int) -> GGUFHeader | None:
         raise
 
 
-def _parse(mm: Any, path: Path, size: int, split: int) -> GGUFHeader:
-    cur = _Cursor(mm, path)
-    if bytes(cur.buf[:4]) != GGUF_MAGIC:
-        raise PlannerError(f"{path.name}: not a GGUF file (magic {bytes(cur.buf[:4])!r})")
-    cur.pos = 4
+def _parse(mm: Any, path: Path, size: int, split: int, *, base: int = 0, label: str = "") -> GGUFHeader:
+    """The header of the GGUF whose ``size`` bytes start at ``base`` of ``mm``; offsets in the record
+    are the GGUF's own (``GGUFHeader.start`` says where it starts in its file)."""
+    label = label or path.name
+    cur = _Cursor(mm, label, base, size)
+    magic = bytes(mm[base:base + 4])
+    if magic != GGUF_MAGIC:
+        if base == 0 and looks_archived(bytes(mm[:8])):
+            raise PlannerError(f"{label}: not a GGUF file: an executable or archive (magic {magic!r})")
+        raise PlannerError(f"{label}: not a GGUF file (magic {magic!r})")
+    cur.pos = base + 4
     version = cur.u32("version")
     if version not in (2, 3):
         if version & 0xFFFF == 0:
@@ -400,9 +581,9 @@ def _parse(mm: Any, path: Path, size: int, split: int) -> GGUFHeader:
     n_tensors = cur.u64("tensor count")
     n_kv = cur.u64("metadata count")
     # A key-value pair takes at least 8 (key length) + 4 (type) + 1 bytes; a tensor info 8+4+8+4+8.
-    if n_kv > (size - cur.pos) // 13:
+    if n_kv > (size - (cur.pos - base)) // 13:
         raise cur.fail(f"metadata count {n_kv} cannot fit in the file")
-    if n_tensors > (size - cur.pos) // 32:
+    if n_tensors > (size - (cur.pos - base)) // 32:
         raise cur.fail(f"tensor count {n_tensors} cannot fit in the file")
 
     fields: dict[str, Any] = {}
@@ -459,7 +640,7 @@ def _parse(mm: Any, path: Path, size: int, split: int) -> GGUFHeader:
         offset = cur.u64(f"offset of {quoted(name)}")
         infos.append((name, shape, ggml_type, offset))
 
-    data_offset = -(-cur.pos // alignment) * alignment
+    data_offset = -(-(cur.pos - base) // alignment) * alignment
     if infos and data_offset > size:  # gguf.cpp: "failed to seek to beginning of data section"
         raise cur.fail(f"the data section would start at byte {data_offset}, past the end of the file")
     tensors: list[TensorInfo] = []
@@ -487,7 +668,7 @@ def _parse(mm: Any, path: Path, size: int, split: int) -> GGUFHeader:
         tensors.append(TensorInfo(name, shape, ggml_type, start, n_bytes, split))
         expected = offset + -(-n_bytes // alignment) * alignment
 
-    return GGUFHeader(path, version, size, alignment, data_offset, fields, types, tuple(tensors))
+    return GGUFHeader(path, version, size, alignment, data_offset, fields, types, tuple(tensors), start=base)
 
 
 def _misplaced(name: str, offset: int, expected: int, alignment: int, *, first: bool) -> str:

@@ -1,5 +1,5 @@
-"""The small file operations app.hub shares: a size that may be missing, a write that is whole or absent,
-and the JSON records kept next to local copies."""
+"""The small file operations every package shares: a size that may be missing, a write that is whole or
+absent, a sparse copy of a header, and the JSON records kept next to local copies. Standard library only."""
 
 from __future__ import annotations
 
@@ -45,3 +45,15 @@ def read_json(path: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
+
+
+def write_sparse(path: Path, prefix: bytes, size: int) -> int:
+    """``prefix``, then a hole up to ``size`` bytes, written whole or not at all; returns the bytes the
+    filesystem allocated (a filesystem without holes, FAT or exFAT, allocates them all)."""
+
+    def write(f: IO[bytes]) -> None:
+        f.write(prefix)
+        f.truncate(size)
+
+    atomic_write(path, write)
+    return path.stat().st_blocks * 512
