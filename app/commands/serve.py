@@ -35,6 +35,8 @@ from app.commands.common import (
     given_engine_problem,
     hub_model,
     inventory_from_args,
+    llamafile_lines,
+    llamafile_of,
     pass1_lib_dir,
     plan_request,
     seconds,
@@ -114,12 +116,64 @@ def port(text: str) -> int:
 
 
 def _file_problem(what: str, path: Path) -> str | None:
-    """Why ``path`` cannot be the model or engine file, or None when it is a file."""
+    """Why ``path`` cannot be the model or engine file, or None when it is a file (or a member of a
+    llamafile, ``Model.llamafile/zip/model.gguf``)."""
+    from app.planner.gguf.reader import missing_files
+
     if path.is_dir():
         return f"{what} is a directory, not a file: {path}"
-    if not path.is_file():
+    if missing_files((path,)):
         return f"{what} not found: {path}"
     return None
+
+
+def _own_engine(lf: Any) -> tuple[list[EngineInfo], str | None]:
+    """The llamafile as the engine for its own weights (probed from the file itself, as every engine
+    is), or why it cannot be."""
+    from app.engine.discover import discover_engines
+
+    engines = [e for e in discover_engines(lf.path) if e.source == EngineOrigin.SETTINGS]
+    if engines and engines[0].is_llamafile:
+        return engines, None
+    size = lf.model.size if lf.model is not None else 0
+    return [], (f"{lf.path.name} did not start as an engine here (`{lf.path.name} --version` gave no llamafile "
+                f"version), so it cannot serve its own weights: give --engine FILE (Headroom's llama-server: "
+                f"`headroom engine where`) to serve them with another engine, which copies the GGUF out once "
+                f"({Bytes(size)})")
+
+
+def _for_engine(plan: Plan, engines: list[EngineInfo], model: Path) -> tuple[Plan, Path, EngineInfo]:
+    """The engine the plan launches and the model and plan as it names their files: the llamafile reads
+    its own members in place (``/zip/…``); any other engine gets them copied out once, with progress
+    (app/llamafile/extract.py). LaunchRefused, or ExtractError, when it cannot."""
+    import dataclasses
+    import time
+
+    from app.engine.launch import pick_engine
+    from app.llamafile.extract import extract, extracted_dir, pending
+
+    engine = pick_engine(plan, engines)
+    from app.llamafile.launch import files_for
+
+    files = files_for(model, plan.launch, engine.path if engine.is_llamafile else None)
+    items = pending(files.to_extract)
+    if files.reads_in_place:
+        print(f"llamafile: launched as its own engine, its weights read in place (-m {files.model})", flush=True)
+    elif files.to_extract:
+        need = sum(p.left for p in items)
+        print(f"llamafile: {engine.kind} cannot read the GGUF inside the llamafile: "
+              + (f"copying {Bytes(need)} out once into {extracted_dir()} (reused after; Ctrl-C keeps what was copied)"
+                 if items else f"using the copy made before in {extracted_dir()}"), flush=True)
+        last = [0.0]
+
+        def progress(done: int, total: int) -> None:
+            now = time.monotonic()
+            if now - last[0] >= 2.0 or done == total:
+                last[0] = now
+                print(f"copying: {Bytes(done)} of {Bytes(total)} ({100 * done // max(total, 1)} %)", flush=True)
+
+        extract(items, progress=progress)
+    return dataclasses.replace(plan, launch=files.launch), files.model, engine
 
 
 class Pass1Failed(Exception):
@@ -234,10 +288,23 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.n_parallel is None:  # -np not given: one slot, or what the smoke test forks into
         args.n_parallel = 2 if args.smoke else 1
+        if args.smoke:  # (what a llamafile's .args asks does not undo what the smoke test needs)
+            args.typed = {*getattr(args, "typed", ()), "n_parallel", "kv_unified"}
         if args.smoke and not args.kv_unified:
             args.kv_unified = True
             print("smoke: two slots in one KV pool (-np 2 -kvu), for the two shared sessions it forks", flush=True)
-    engines = discover_engines(args.engine)
+    try:
+        lf = llamafile_of(args.model)
+    except PlannerError as exc:
+        print(f"headroom serve: cannot plan: {exc}", file=sys.stderr)
+        return 2
+    if lf is not None and args.engine is None:  # the llamafile serves its own weights
+        engines, why = _own_engine(lf)
+        if why:
+            print(f"headroom serve: {why}", file=sys.stderr)
+            return 2
+    else:
+        engines = discover_engines(args.engine)
     if args.engine is not None:
         problem = given_engine_problem(args.engine, engines)
         if problem:  # never fall back to another engine than the one asked for
@@ -296,14 +363,23 @@ def run(args: argparse.Namespace) -> int:
         from app.sessions.smoke import DIAGNOSTIC_ENV
 
         env.update(DIAGNOSTIC_ENV)
+    for line in llamafile_lines(args, plan.launch):
+        print(f"llamafile: {line}", flush=True)
+    arch = shape.arch if shape is not None else _arch_of(args.model)
     try:
         # absolute(), not resolve(): a model in the Hugging Face cache is a link whose name (-00001-of-00002)
         # is how llama.cpp finds the other parts of a split set; the blob it points at has no such name
-        spec = prepare(plan, args.model.absolute(), engines, host=args.host, port=args.port or None,
-                       require_key=args.api_key, env=env, extra=extra,
-                       arch=shape.arch if shape is not None else _arch_of(args.model),
-                       unlaunchable=preview_refusal)
+        launched, model_file, engine = _for_engine(plan, engines, args.model.absolute())
+        spec = prepare(launched, model_file, [engine], host=args.host, port=args.port or None,
+                       require_key=args.api_key, env=env, extra=extra, arch=arch, unlaunchable=preview_refusal)
     except LaunchRefused as exc:
+        print(f"headroom serve: refused: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("headroom serve: stopped while copying the GGUF out; what was copied is kept for the next time",
+              file=sys.stderr)
+        return 130
+    except PlannerError as exc:  # the copy out of a llamafile (a full or read-only disk, a cancel)
         print(f"headroom serve: refused: {exc}", file=sys.stderr)
         return 2
     if spec.advisories:
@@ -336,8 +412,12 @@ def run(args: argparse.Namespace) -> int:
             print("plan vs actual:")
             print(check.table())
             from app.engine.check import describe
+            from app.engine.check_report import RAN_ON_CPU, ran_on_cpu
+            from app.llamacpp.llamafile_gpu import gpu_story
 
             print(describe(check))
+            if spec.engine.is_llamafile and ran_on_cpu(check, plan):  # "GPU silently falls back to CPU"
+                print(gpu_story(server.log_lines()).sentence() or RAN_ON_CPU, flush=True)
             for line in learn_overhead(plan.gpus, check):
                 print(line, flush=True)
             _speed_row(plan, inventory, server.base_url, spec.api_key, shape.name)

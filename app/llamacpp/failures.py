@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from app.llamacpp.llamafile_gpu import gpu_story
 from app.llamacpp.logs import SYSTEM_INFO
 from app.text import printable_lines
 
@@ -38,6 +39,7 @@ class FailureKind(StrEnum):
     TIMEOUT = "timeout"  # not ready in time, its log silent
     STOPPED = "stopped"  # Headroom stopped it before it was ready
     MISSING_BINARY = "missing_binary"  # the engine file is not there or cannot run
+    GPU_CODE = "gpu_code"  # a llamafile could not load its GPU code (app/llamacpp/llamafile_gpu.py)
     NO_REPLY = "no_reply"  # ready, but no answer to a completion (the doctor's self-test)
 
 
@@ -271,6 +273,9 @@ def classify(lines: Iterable[str], exit_code: int | None = None, *, serving_at: 
     """
     seq: Sequence[str] = list(lines)
     tail = tuple(seq[-TAIL_LINES:])
+    story = gpu_story(seq)
+    if story.fatal:  # a llamafile that stopped for want of its GPU code: the cause, not the last line
+        return Failure(FailureKind.GPU_CODE, story.sentence(), story.line, tail)
     best: tuple[int, _Rule, re.Match[str], str] | None = None
     for line in seq:
         found = classify_line(line)
