@@ -97,6 +97,9 @@ def room_problem(items: Sequence[Pending]) -> str | None:
         return None
     folder = extracted_dir()
     probe = next((q for q in (folder, *folder.parents) if q.exists()), Path("/"))
+    if not os.access(probe, os.W_OK):
+        return (f"cannot copy the GGUF out of the llamafile into {folder}: {probe} cannot be written (a read-only "
+                "disk?): set HEADROOM_CACHE_DIR to a folder that can, or launch the llamafile itself")
     free = shutil.disk_usage(probe).free
     if free < need + MARGIN:
         return (f"copying the GGUF out of the llamafile needs {Bytes(need)} in {folder}, which has {Bytes(free)} free: "

@@ -4,15 +4,18 @@ llama.cpp opens a model by its file name, so it cannot read a GGUF that starts i
 archive. Pass 1 (``no_alloc``, ``LLAMA_LOAD_MODE_NONE``) reads only the header and the tensor table and
 checks that every tensor lies within the file; so the view is a sparse file of the member's size that
 holds the member's header and tensor table (the bytes pass 1 reads) and a hole where the weights are.
-It costs the disk those bytes, never the weights. Views live in ``<cache>/llamafile-views/<key>/``,
-named as the members are (a split model's parts find each other by name), and are kept for the next
-pass 1 of the same file; one whose filesystem cannot hold a hole is removed and refused in a sentence.
+It costs the disk those bytes, never the weights. Views live in ``<cache>/llamafile-views/<key>/``
+(the temporary folder when the cache cannot be written), named as the members are (a split model's parts
+find each other by name), and are kept for the next pass 1 of the same file; one whose filesystem
+cannot hold a hole is removed and refused in a sentence.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
+import tempfile
 from pathlib import Path
 
 from app.files import write_sparse
@@ -40,9 +43,16 @@ def view_for(path: str | Path) -> Path:
         return Path(path)
     parts = model_parts(Path(path))
     archive, _ = split_member(parts[0]) or (Path(path), "")
-    folder = views_dir() / _key(archive)
-    views = [_write_view(read_header(part, split=i), folder) for i, part in enumerate(parts)]
-    return views[0]
+    headers = [read_header(part, split=i) for i, part in enumerate(parts)]
+    try:
+        return [_write_view(h, views_dir() / _key(archive)) for h in headers][0]
+    except OSError:  # a read-only or full cache: the temporary folder holds the few bytes a view needs
+        spare = Path(tempfile.gettempdir()) / f"headroom-views-{os.getuid()}" / _key(archive)
+        try:
+            return [_write_view(h, spare) for h in headers][0]
+        except OSError as exc:
+            raise PlannerError(f"cannot write the header of {archive.name}'s GGUF for pass 1 into {views_dir()} "
+                               f"nor {spare.parent}: {exc.strerror or exc}") from None
 
 
 def views_for(settings: LaunchSettings) -> LaunchSettings:
@@ -70,11 +80,7 @@ def _write_view(header: GGUFHeader, folder: Path) -> Path:
     with archive.open("rb") as f:
         f.seek(header.start)
         prefix = f.read(header_bytes)
-    try:
-        allocated = write_sparse(target, prefix, header.file_size)
-    except OSError as exc:
-        raise PlannerError(f"cannot write the header of {name} for pass 1 into {folder}: "
-                           f"{exc.strerror or exc}") from None
+    allocated = write_sparse(target, prefix, header.file_size)  # (OSError: the caller tries elsewhere)
     if allocated > len(prefix) + SPARSE_SLACK:
         shutil.rmtree(folder, ignore_errors=True)
         raise PlannerError(f"the filesystem of {views_dir()} cannot hold sparse files: a header-only view of "
