@@ -61,6 +61,9 @@ def register(sub: Any) -> None:
                    help="run pass 1 first (else a cached pass 1 for this exact launch is used when there is one)")
     p.add_argument("--timeout", type=seconds, default=60.0, help="seconds before pass 1 is stopped")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    p.add_argument("--save-llamafile", type=Path, default=None, metavar="FILE",
+                   help="write the plan as one llamafile: the llamafile engine (--engine FILE, or the one inside "
+                        "the llamafile planned), the model and an .args of the planned flags")
     p.set_defaults(func=run)
 
 
@@ -212,7 +215,47 @@ def run(args: argparse.Namespace) -> int:
     if no_engine:
         print(f"  no engine can launch this plan: {no_engine}")
     print("\n".join(f"  {line}" for line in advisory_lines(advs)) if advs else "  advisories: none known")
+    if args.save_llamafile is not None:
+        if not plan.feasible:
+            print("headroom plan: not saved as a llamafile: the plan does not fit", file=sys.stderr)
+            return 1
+        return _save_llamafile(args, plan)
     return 0 if plan.feasible else 1
+
+
+def _save_llamafile(args: argparse.Namespace, plan: Plan) -> int:
+    """``--save-llamafile FILE``: the plan as one llamafile (app/llamafile/save.py), progress on stderr."""
+    import time
+
+    from app.llamafile.save import SaveError, save_llamafile
+    from app.planner.gguf.reader import split_member
+
+    found = getattr(args, "llamafile", None)
+    engine = args.engine if args.engine is not None else (found[0].path if found else None)
+    if engine is None:
+        print("headroom plan: not saved: no llamafile engine at hand: give --engine a llamafile (an engine-only "
+              "one, or one with a model inside) to build the new file on", file=sys.stderr)
+        return 2
+    inside = split_member(engine)
+    last = [0.0]
+
+    def progress(done: int, total: int) -> None:
+        if time.monotonic() - last[0] >= 2.0 or done == total:
+            last[0] = time.monotonic()
+            print(f"saving: {Bytes(done)} of {Bytes(total)} ({100 * done // max(total, 1)} %)", file=sys.stderr,
+                  flush=True)
+
+    try:
+        out = save_llamafile(args.save_llamafile, inside[0] if inside else Path(engine), Path(args.model),
+                             plan.launch.with_(cache_ram_mib=plan.cache_ram_mib), progress=progress)
+    except SaveError as exc:
+        print(f"headroom plan: not saved: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("headroom plan: not saved (stopped); nothing was left behind", file=sys.stderr)
+        return 130
+    print(f"saved {out} ({Bytes(out.stat().st_size)}): it launches as planned with ./{out.name}")
+    return 0
 
 
 def _projector_lines(plan: Plan, device: str) -> list[str]:

@@ -133,7 +133,7 @@ def _own_engine(lf: Any) -> tuple[list[EngineInfo], str | None]:
     from app.engine.discover import discover_engines
 
     engines = [e for e in discover_engines(lf.path) if e.source == EngineOrigin.SETTINGS]
-    if engines and engines[0].is_llamafile:
+    if engines and engines[0].is_llamafile and engines[0].version != "unknown":
         return engines, None
     size = lf.model.size if lf.model is not None else 0
     return [], (f"{lf.path.name} did not start as an engine here (`{lf.path.name} --version` gave no llamafile "
@@ -173,7 +173,7 @@ def _for_engine(plan: Plan, engines: list[EngineInfo], model: Path) -> tuple[Pla
                 print(f"copying: {Bytes(done)} of {Bytes(total)} ({100 * done // max(total, 1)} %)", flush=True)
 
         extract(items, progress=progress)
-    return dataclasses.replace(plan, launch=files.launch), files.model, engine
+    return plan if files.launch == plan.launch else dataclasses.replace(plan, launch=files.launch), files.model, engine
 
 
 class Pass1Failed(Exception):

@@ -1,4 +1,5 @@
-"""The model library: every GGUF in the Hugging Face cache and in the folders the user added, each with
+"""The model library: every GGUF and llamafile in the Hugging Face cache, in ``~/.llamafile`` and in the
+folders the user added, each with
 what its header says (architecture, quantization, training context), its size, and the vision
 projector (mmproj) beside it, if any.
 
@@ -30,7 +31,7 @@ from app.hub.cache import hub_cache
 from app.hub.remote import projector_rank, quant_of
 from app.planner.errors import PlannerError
 from app.planner.gguf.model import split_parts
-from app.planner.gguf.reader import read_header
+from app.planner.gguf.reader import is_model_name, read_header, read_llamafile, shown_name, split_member
 from app.planner.memory.projector import fits_model, read_projector
 
 #: How deep below a folder the user added GGUFs are looked for (``~/models/<family>/<quant>/x.gguf``).
@@ -65,11 +66,15 @@ class LibraryEntry:
     #: A model's ``<arch>.embedding_length``; a projector's output width (0: unknown): they must agree.
     width: int = 0
     error: str = ""  # why the file cannot be used ("" when it can)
+    #: For a llamafile: the name of the GGUF it carries ("" for a GGUF).
+    inside: str = ""
 
     @property
     def name(self) -> str:
         """The file name (a split set's without its ``-00001-of-0000N``)."""
         name = self.path.name
+        if self.inside:
+            return shown_name(self.path / "zip" / self.inside)
         return f"{_split_base(name)}.gguf" if self.parts > 1 else name
 
     @property
@@ -125,6 +130,9 @@ def scan_library(folders: Iterable[str | Path], *, hf: bool = True,
     given = [str(f) for f in folders]
     for folder in given:
         groups += _scan_folder(Path(folder).expanduser(), budget, notes)
+    own = Path.home() / ".llamafile"  # where llamafiles are kept (and llamafile keeps its GPU code)
+    if own.is_dir() and all(Path(f).expanduser() != own for f in given):
+        groups += _scan_folder(own, budget, [])
     if budget.full:
         notes.append(f"stopped after {MAX_FILES} GGUF files: add a narrower folder")
     seen: set[Path] = set()
@@ -213,9 +221,10 @@ def _walk(folder: Path, notes: list[str]) -> Iterator[tuple[Path, list[str]]]:
 
 # ---- one file -----------------------------------------------------------------------------------
 def _is_model_name(name: str) -> bool:
-    """A ``.gguf`` name that is not a later part of a split set (``-00002-of-00003.gguf``)."""
+    """A ``.gguf`` name that is not a later part of a split set (``-00002-of-00003.gguf``), or a
+    ``.llamafile``."""
     m = _SPLIT.match(name)
-    return m["i"] == "00001" if m else name.lower().endswith(".gguf")
+    return m["i"] == "00001" if m else is_model_name(name)
 
 
 def _split_base(name: str) -> str:
@@ -265,6 +274,9 @@ def _facts(stamp: tuple[tuple[str, int, int], ...]) -> LibraryEntry:
     fields = header.fields
     arch = _text(fields.get("general.architecture"))
     ctx = fields.get(f"{arch}.context_length")
+    inside = split_member(header.path)
+    if inside is not None:  # a llamafile: named from the GGUF inside, its projector the one in its archive
+        return _llamafile_entry(path, header.path, fields, arch, ctx, size)
     is_projector = (_text(fields.get("general.type")) == PROJECTOR_TYPE or arch == PROJECTOR_ARCH
                     or _projector_name(path.name))
     return LibraryEntry(
@@ -273,6 +285,21 @@ def _facts(stamp: tuple[tuple[str, int, int], ...]) -> LibraryEntry:
         n_ctx_train=ctx if isinstance(ctx, int) and not isinstance(ctx, bool) and ctx > 0 else None,
         is_projector=is_projector,
         width=_projector_width(path) if is_projector else _count(fields.get(f"{arch}.embedding_length")))
+
+
+def _llamafile_entry(path: Path, model: Path, fields: dict[str, object], arch: str, ctx: object,
+                     size: int) -> LibraryEntry:
+    """A llamafile's entry: the model inside (``inside``), and the projector its archive carries."""
+    try:
+        projector = read_llamafile(path).projector
+    except PlannerError:
+        projector = None
+    return LibraryEntry(
+        path, "", arch=arch, title=_text(fields.get("general.name")),
+        quant=_quant(fields.get("general.file_type")) or quant_of(model.name), size=size,
+        n_ctx_train=ctx if isinstance(ctx, int) and not isinstance(ctx, bool) and ctx > 0 else None,
+        projector=None if projector is None else model.parent / projector.name,
+        width=_count(fields.get(f"{arch}.embedding_length")), inside=model.name)
 
 
 def _count(value: object) -> int:
@@ -332,4 +359,4 @@ def _pair_projectors(group: list[LibraryEntry]) -> list[LibraryEntry]:
         fits = [p for p in projectors if not model.width or fits_model(p.width, model.width)]
         return min(fits, key=lambda p: projector_rank(p.path.name, model.path.name)).path if fits else None
 
-    return [replace(e, projector=beside(e)) if e.openable else e for e in group]
+    return [replace(e, projector=beside(e)) if e.openable and not e.inside else e for e in group]

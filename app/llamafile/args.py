@@ -213,3 +213,57 @@ def model_flag(lf: Llamafile) -> str:
 
 def is_member_of(path: str | Path, lf: Llamafile) -> bool:
     return str(path).startswith(str(lf.path) + "/")
+
+
+def asked_context(found: BakedArgs) -> int | None:
+    """The context ``.args`` asks for (``-c 8192``), or None (none given, ``-c 0``, or not a number)."""
+    try:
+        n = int(str(found.values.get("ctx", "")))
+    except ValueError:
+        return None
+    return n if n > 0 else None
+
+
+def opened(path: Path) -> tuple[Llamafile, BakedArgs] | None:
+    """For a llamafile (or a member of one): it and what its ``.args`` asks; None for anything else
+    (a GGUF, or a damaged archive, which the reader refuses in its own words)."""
+    from app.planner.errors import PlannerError
+    from app.planner.gguf.reader import in_archive, read_llamafile, split_member
+
+    if not in_archive(path):
+        return None
+    inside = split_member(path)
+    try:
+        lf = read_llamafile(inside[0] if inside else path)
+    except PlannerError:
+        return None
+    return lf, baked(lf)
+
+
+#: dest → LaunchSettings field, for the options a window shows (bools and numbers as the field takes them).
+_FIELDS = {"ctx": "n_ctx", "n_gpu_layers": "n_gpu_layers", "type_k": "type_k", "type_v": "type_v",
+           "n_parallel": "n_parallel", "kv_unified": "kv_unified", "n_ubatch": "n_ubatch", "n_batch": "n_batch",
+           "swa_full": "swa_full", "cache_ram": "cache_ram_mib", "mmproj": "mmproj", "flash_attn": "flash_attn"}
+
+
+def baked_launch(found: BakedArgs, launch: LaunchSettings) -> LaunchSettings:
+    """``launch`` with what ``.args`` asks (the window's start for a llamafile; a value llama.cpp could
+    not read either is left as it was)."""
+    changes: dict[str, Any] = {}
+    for dest, value in found.values.items():
+        try:
+            option = _as_option(dest, value)
+        except ValueError:
+            continue
+        if dest == "no_kv_offload":
+            changes["offload_kqv"] = not option
+        elif dest == "no_mmproj_offload":
+            changes["mmproj_offload"] = not option
+        elif dest == "ctx" and (n := asked_context(found)) is not None:
+            changes["n_ctx"] = n
+        elif dest in _FIELDS and dest != "ctx":
+            changes[_FIELDS[dest]] = option
+    try:
+        return launch.with_(**changes)
+    except ValueError:  # (a KV type llama.cpp does not know, say: the settings as they were)
+        return launch

@@ -45,11 +45,11 @@ def view_for(path: str | Path) -> Path:
     archive, _ = split_member(parts[0]) or (Path(path), "")
     headers = [read_header(part, split=i) for i, part in enumerate(parts)]
     try:
-        return [_write_view(h, views_dir() / _key(archive)) for h in headers][0]
+        return _write_views(headers, views_dir() / _key(archive))
     except OSError:  # a read-only or full cache: the temporary folder holds the few bytes a view needs
         spare = Path(tempfile.gettempdir()) / f"headroom-views-{os.getuid()}" / _key(archive)
         try:
-            return [_write_view(h, spare) for h in headers][0]
+            return _write_views(headers, spare)
         except OSError as exc:
             raise PlannerError(f"cannot write the header of {archive.name}'s GGUF for pass 1 into {views_dir()} "
                                f"nor {spare.parent}: {exc.strerror or exc}") from None
@@ -67,6 +67,12 @@ def views_for(settings: LaunchSettings) -> LaunchSettings:
 def _key(archive: Path) -> str:
     """One folder per version of an archive: its path, size and modification time."""
     return hashlib.sha256(repr(file_stamp(archive.resolve())).encode()).hexdigest()[:16]
+
+
+def _write_views(headers: list[GGUFHeader], folder: Path) -> Path:
+    """Every part's view in ``folder``; the first part's path."""
+    views = [_write_view(h, folder) for h in headers]
+    return views[0]
 
 
 def _write_view(header: GGUFHeader, folder: Path) -> Path:

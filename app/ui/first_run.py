@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from app.engine.discover import ORIGIN_WORDS, EngineInfo
 from app.hub.cache import hub_cache
 from app.paths import config_dir
+from app.planner.gguf.reader import MODEL_FILTER
 from app.ui.engine_builder import EngineBuilder
 from app.ui.qt import (
     QApplication,
@@ -71,7 +72,8 @@ def library_models(root: Path | None = None) -> list[Path]:
     folder = root if root is not None else hub_cache()
     if not folder.is_dir():
         return []
-    found = [p for p in folder.rglob("*.gguf") if p.is_file() and not _LATER_PART.search(p.name)]
+    found = [p for pattern in ("*.gguf", "*.llamafile") for p in folder.rglob(pattern)
+             if p.is_file() and not _LATER_PART.search(p.name)]
     found.sort(key=lambda p: p.stat().st_mtime, reverse=True)
     return found[:MAX_LIBRARY]
 
@@ -229,7 +231,8 @@ class FirstRunGuide(QDialog):
 
     # ---- step 2: a model -------------------------------------------------------------------------
     def _pick_model(self) -> None:
-        path, _f = QFileDialog.getOpenFileName(self, "Open a GGUF model", str(Path.home()), "GGUF models (*.gguf)")
+        path, _f = QFileDialog.getOpenFileName(self, "Open a model (a GGUF or a llamafile)", str(Path.home()),
+                                               MODEL_FILTER)
         if path:
             self.main.open_model(Path(path))
 

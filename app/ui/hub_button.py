@@ -13,6 +13,7 @@ from pathlib import Path
 from app.hub.cache import unverified
 from app.hub.download import UNVERIFIED
 from app.hub.preview import preview_origin
+from app.planner.gguf.reader import shown_name
 from app.text import escape
 from app.ui.qt import QPushButton, QWidget
 
@@ -38,10 +39,11 @@ def preview_name(path: Path) -> str | None:
 
 
 def model_title(path: Path) -> str:
-    """The model label's first line, as HTML: the file name (and, for a download nobody could check by
+    """The model label's first line, as HTML: the file name (a llamafile's with the GGUF inside, given the
+    member's path: ``Model.llamafile: model.gguf``; and, for a download nobody could check by
     its sha256, that it is unverified), or "<repo>/<file> — header only"."""
     name = preview_name(path)
     if name is None:
         note = f"<br><i>Downloaded {escape(UNVERIFIED)}</i>" if unverified(path) else ""
-        return f"<b>{escape(path.name)}</b>{note}"
+        return f"<b>{escape(shown_name(path))}</b>{note}"
     return f"<b>{escape(name)} — header only</b><br><i>{escape(PREVIEW_LAUNCH)}</i>"

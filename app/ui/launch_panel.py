@@ -31,6 +31,8 @@ from app.engine.launch import LaunchRefused, advisories, prepare
 from app.engine.process import ServerStatus
 from app.engine.running import LaunchedEngine
 from app.hub.preview import preview_refusal
+from app.llamafile.extract import Pending
+from app.planner.errors import PlannerError
 from app.planner.plan_types import Plan
 from app.text import escape
 from app.ui.check_view import CheckView
@@ -38,6 +40,7 @@ from app.ui.demo import DEMO_LAUNCH
 from app.ui.engine_builder import EngineBuilder
 from app.ui.hub_button import PREVIEW_LAUNCH
 from app.ui.launch_sequence import MEASURING_FIRST, MeasureThenLaunch
+from app.ui.llamafile_copy import CopyOut
 from app.ui.measure_bar import MeasureBar
 from app.ui.qt import (
     QGuiApplication,
@@ -98,6 +101,7 @@ class LaunchPanel(QWidget):
         self._advice: list[Advisory] = []  # the engine advisories for the current plan and engine
         self._measure: MeasureBar | None = None
         self._sequence = MeasureThenLaunch()  # pass 1 first for an estimated plan, then the launch
+        self._copy: CopyOut | None = None  # the copy out of a llamafile before a launch, made on the first
         self.launch_button = QPushButton("&Launch")
         self.launch_button.clicked.connect(self.launch)
         self.stop_button = QPushButton("S&top")
@@ -285,7 +289,7 @@ class LaunchPanel(QWidget):
         fits = plan is not None and plan.feasible
         why_not = self._not_launchable
         self.launch_button.setEnabled(self._engine is None and self._sequence.waiting is None and self._model is not None
-                                      and fits and not why_not)
+                                      and fits and not why_not and not self.copying())
         no_fit = "" if fits or plan is None else (f"Nothing to launch: the plan does not fit ({plan.reason}). "
                                                   "Use one of the other ways to run it, shown with the plan.")
         self.launch_button.setToolTip("\n".join(t for t in (why_not, no_fit) if t))
@@ -352,6 +356,15 @@ class LaunchPanel(QWidget):
             self._failed(f"port {server.port} on {server.host} is in use by another program: choose another "
                          "port under Server (or stop what holds it)")
             return
+        asked = plan
+        try:  # a llamafile's GGUF: read in place by the llamafile itself, copied out once for any other engine
+            plan, model, items = CopyOut.for_engine(plan, model, engine.path if engine.is_llamafile else None)
+        except PlannerError as exc:
+            self._failed(f"Cannot launch this plan: {exc}")
+            return
+        if items:
+            self._copy_then_start(asked, items)
+            return
         try:
             spec = prepare(plan, model, [engine], host=server.host, port=server.port or None,
                            require_key=server.needs_key, key_dir=self._key_dir, arch=self._arch or None,
@@ -374,6 +387,41 @@ class LaunchPanel(QWidget):
         self.status.setText("Engine: starting…")
         state.set_running(engine_run)
         self._run(lambda _c: engine_run.start(timeout=120.0), self._ready, self._failed)
+
+    def _copy_then_start(self, plan: Plan, items: list[Pending]) -> None:
+        """Copy the llamafile's GGUF out (the bar shows how far; Stop cancels), then launch ``plan``."""
+        if self._copy is None:
+            self._copy = CopyOut(self.pool, self)
+            self._copy.progress.connect(self._copied)
+        self.status.setText(CopyOut.words(items))
+        self.progress.setRange(0, 100)
+        self.progress.setValue(0)
+        self.progress.setVisible(True)
+        self.launch_button.setEnabled(False)
+        self.stop_button.setEnabled(True)
+
+        def copied(_paths: object) -> None:
+            self._reset_progress()
+            self.stop_button.setEnabled(False)
+            self._start(plan)
+
+        def failed(message: str) -> None:
+            self._reset_progress()
+            self.stop_button.setEnabled(False)
+            self._not_launched(f"Engine: not launched: {message}")
+
+        self._copy.start(items, copied, failed)
+
+    def _copied(self, done: object, total: object) -> None:
+        assert isinstance(done, int) and isinstance(total, int)
+        self.progress.setValue(100 * done // max(total, 1))
+
+    def _reset_progress(self) -> None:
+        self.progress.setRange(0, 0)  # back to the busy bar the engine's start shows
+        self.progress.setVisible(False)
+
+    def copying(self) -> bool:
+        return self._copy is not None and self._copy.running()
 
     def _queue_line(self, line: str) -> None:  # any thread
         self._log.add("log", line)
@@ -423,6 +471,13 @@ class LaunchPanel(QWidget):
         self._enable_launch()
 
     def stop(self) -> None:
+        if self._copy is not None and self._copy.running():  # the copy out of a llamafile, before a launch
+            self._copy.cancel()
+            self._reset_progress()
+            self.stop_button.setEnabled(False)
+            self._not_launched("Engine: not launched: the copy out of the llamafile was stopped (what was copied "
+                               "is kept: Launch goes on from there)")
+            return
         running = self._engine
         if running is None:
             return

@@ -18,9 +18,11 @@ from types import ModuleType
 
 from app.engine.chosen import remember_chosen_engine
 from app.engine.discover import EngineInfo
+from app.llamafile.args import asked_context, baked_launch, changes_line, opened
 from app.machine.devices import Poller, host_memory
 from app.planner.devices import HostMemory, Inventory, Snapshot
 from app.planner.errors import PlannerError
+from app.planner.gguf.reader import MODEL_FILTER, in_archive, is_model_name
 from app.planner.plan_types import Plan
 from app.planner.units import MiB
 from app.text import escape, printable, printable_lines
@@ -420,8 +422,8 @@ class MainWindow(QMainWindow):
 
     # ---- model ---------------------------------------------------------------------------------
     def choose_model(self) -> None:
-        path, _f = QFileDialog.getOpenFileName(self, "Open a GGUF model", str(self.session.model_folder()),
-                                               "GGUF models (*.gguf)")
+        path, _f = QFileDialog.getOpenFileName(self, "Open a model (a GGUF or a llamafile)",
+                                               str(self.session.model_folder()), MODEL_FILTER)
         if path:
             self.open_model(Path(path))
 
@@ -468,9 +470,19 @@ class MainWindow(QMainWindow):
         start = self.session.opening(path, model.shape.n_ctx_train, is_demo=is_demo,
                                      open_path=was.path if was is not None else None,
                                      open_is_demo=was is not None and was.demo, has_extras=self.settings.has_extras())
+        lf = opened(path)
+        if lf is not None and (asked := asked_context(lf[1])) is not None:  # its .args is where the plan starts
+            start = replace(start, context=asked)
         self._put_back(start.put_back)
         settings = (self.settings.settings_for_model(start.context, model.shape) if start.context is not None
                     else self.settings.extras_for_model(model.shape) if start.drop_extras else None)
+        if lf is not None:  # (and it is the engine for its own weights: first in the Engine list)
+            launch = baked_launch(lf[1], self.settings.settings())
+            self.settings.set_settings(launch, emit=False)
+            settings = self.settings.plan_settings()
+            self.statusBar().showMessage(printable(changes_line(lf[1], launch, ())
+                                                   or f"{lf[0].path.name}: a llamafile without .args"), 15_000)
+            self.launch.discover(lf[0].path)
         self.current.use_model(model, settings)
         if remember:
             self.session.opened(path)
@@ -488,7 +500,8 @@ class MainWindow(QMainWindow):
     def _show_model(self, model: OpenModel) -> None:
         self.demo_banner.setVisible(model.demo)
         shape = model.shape
-        self.model_label.setText(f"{model_title(model.path)}<br>{escape(shape.arch)}, {shape.n_layer} layers, "
+        inside = shape.path if in_archive(model.path) else model.path  # a llamafile: named with its GGUF
+        self.model_label.setText(f"{model_title(inside)}<br>{escape(shape.arch)}, {shape.n_layer} layers, "
                                  f"trained for {tokens_text(shape.n_ctx_train)} tokens")
         self.model_label.setToolTip(printable(str(model.path)))
         self.show_error("")
@@ -554,12 +567,12 @@ class MainWindow(QMainWindow):
             self.errorShown.emit(message)
 
     def dragEnterEvent(self, e: QDragEnterEvent) -> None:
-        if e.mimeData().hasUrls() and any(u.toLocalFile().endswith(".gguf") for u in e.mimeData().urls()):
+        if e.mimeData().hasUrls() and any(is_model_name(u.toLocalFile()) for u in e.mimeData().urls()):
             e.acceptProposedAction()
 
     def dropEvent(self, e: QDropEvent) -> None:
         for url in e.mimeData().urls():
-            if url.toLocalFile().endswith(".gguf"):
+            if is_model_name(url.toLocalFile()):
                 self.open_model(Path(url.toLocalFile()))
                 e.acceptProposedAction()
                 return

@@ -529,7 +529,8 @@ class SettingsPanel(QWidget):
 
         def model_changed(model: OpenModel) -> None:  # the model's own plan follows: it includes the projector
             self.extras.set_model(model.shape, None if model.demo else model.path)
-            if self.offer_projector(None if model.demo else model.path, emit=False):
+            # (beside the GGUF: a llamafile's own archive holds its projector, shape.path names the GGUF there)
+            if self.offer_projector(None if model.demo else model.shape.path, emit=False):
                 state.set_settings(self.plan_settings(), replan=False)
 
         state.modelChanged.connect(model_changed)

@@ -171,3 +171,44 @@ def test_a_cancelled_copy_keeps_its_part_and_the_next_one_goes_on_from_there(
     assert extract(left) == [target]
     assert target.read_bytes() == model.read_bytes()
     assert pending([member]) == []
+
+
+# ---- the llamafile as its own engine (its program part replays recordings: none runs here) ----
+
+@pytest.fixture
+def replaying(tmp_path: Path) -> dict[str, str]:
+    """The stand-in's program: tests/fixtures/llamafile_replay.py, answering as llamafile 0.10.6."""
+    runner = tmp_path / "replay-llamafile"
+    runner.write_text(f"#!/bin/sh\nexec {sys.executable} {ROOT / 'tests' / 'fixtures' / 'llamafile_replay.py'} \"$@\"\n")
+    runner.chmod(0o755)
+    return {"HEADROOM_FAKE_LLAMAFILE": str(runner), "HEADROOM_LLAMAFILE_CALLS": str(tmp_path / "calls")}
+
+
+def test_serve_launches_the_llamafile_on_its_own_weights_in_place_with_the_planned_flags_winning(
+        chat_model: Path, tmp_path: Path, replaying: dict[str, str]) -> None:
+    out = lf.raw_llamafile(tmp_path / "TinyChat.llamafile", lf.items(
+        ("tiny-chat.gguf", chat_model), (".args", lf.args_text("-m", "/zip/tiny-chat.gguf", "-c", "2048", "--temp", "0.7"))))
+    recording = ROOT / "tests" / "fixtures" / "llamafile_logs" / "0.10.6-gpu-nvidia-no-library.log"
+    done = _headroom("serve", str(out), "-c", "4096", env={**replaying, "HEADROOM_LLAMAFILE_RECORDING": str(recording)})
+    said = done.stdout + done.stderr
+    assert "llamafile: the llamafile's .args asks -c 2048; planned -c 4096 because you asked for it" in said
+    assert "llamafile: kept from its .args: --temp 0.7" in said
+    assert "launched as its own engine, its weights read in place (-m /zip/tiny-chat.gguf)" in said
+    launch = [c.split("\0") for c in Path(replaying["HEADROOM_LLAMAFILE_CALLS"]).read_text().splitlines()
+              if "/nonexistent-headroom-probe.gguf" not in c][-1]
+    # .args first, the command line after it (llamafile 0.10's cosmo_args): the planned -c is the last one
+    assert launch[:6] == ["-m", "/zip/tiny-chat.gguf", "-c", "2048", "--temp", "0.7"]
+    assert launch[6:8] == ["--server", "--gpu"]
+    assert [launch[i + 1] for i, a in enumerate(launch) if a == "-c"][-1] == "4096"
+    assert [launch[i + 1] for i, a in enumerate(launch) if a == "-m"][-1] == "/zip/tiny-chat.gguf"
+    # the engine stopped for want of its GPU library: said with the cause and the way out (a recording)
+    assert done.returncode == 1
+    assert "The llamafile could not load its GPU code and stopped" in said and "llamafile-thin" in said
+
+
+def test_a_llamafile_that_cannot_run_here_points_at_another_engine(chat_model: Path, tmp_path: Path) -> None:
+    out = lf.raw_llamafile(tmp_path / "TinyChat.llamafile", lf.items(("tiny-chat.gguf", chat_model)))
+    done = _headroom("serve", str(out))
+    assert done.returncode == 2
+    assert ("TinyChat.llamafile did not start as an engine here" in done.stderr
+            and "give --engine FILE" in done.stderr and "copies the GGUF out once" in done.stderr)

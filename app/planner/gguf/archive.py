@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from app.planner.errors import PlannerError
@@ -55,6 +55,12 @@ class Member:
     start: int  # the first data byte, from the local header
     size: int  # bytes in the archive (compressed size)
     file_size: int  # bytes once unpacked
+    #: Where its local header starts, and what its directory entry says besides (to write it again).
+    header: int = 0
+    crc: int = 0
+    flags: int = 0
+    dos_time: int = 0
+    dos_date: int = 0
 
     @property
     def stored(self) -> bool:
@@ -175,8 +181,8 @@ def _central_entries(buf: Any, size: int, pos: int, end: int, count: int, shift:
     for i in range(count):
         if pos + _CENTRAL_SIZE > end or bytes(buf[pos:pos + 4]) != _CENTRAL:
             raise PlannerError(f"{label}: the archive's directory is damaged at entry {i + 1} of {count}")
-        (_, _, flags, method, _, csize, usize, n_name, n_extra, n_comment, _, _, _, offset) = struct.unpack_from(
-            "<4xHHHH4xIIIHHHHHII", buf, pos)
+        (_, _, flags, method, dos_time, dos_date, crc, csize, usize, n_name, n_extra, n_comment, _, _, _,
+         offset) = struct.unpack_from("<4xHHHHHHIIIHHHHHII", buf, pos)
         name_at = pos + _CENTRAL_SIZE
         nxt = name_at + n_name + n_extra + n_comment
         if nxt > end:
@@ -185,7 +191,8 @@ def _central_entries(buf: Any, size: int, pos: int, end: int, count: int, shift:
         name = raw_name.decode("utf-8" if flags & 0x800 else "cp437", errors="replace")
         usize, csize, offset = _zip64_sizes(bytes(buf[name_at + n_name:name_at + n_name + n_extra]),
                                             usize, csize, offset)
-        members.append(_located(buf, size, name, raw_name, method, csize, usize, offset + shift, label))
+        member = _located(buf, size, name, raw_name, method, csize, usize, offset + shift, label)
+        members.append(replace(member, crc=crc, flags=flags, dos_time=dos_time, dos_date=dos_date))
         pos = nxt
     return members
 
@@ -226,7 +233,7 @@ def _located(buf: Any, size: int, name: str, raw_name: bytes, method: int, csize
         raise PlannerError(f"{label}: the archive's member {shown} ({csize} bytes from byte {start}) runs "
                            f"{start + csize - size} bytes past the end of the file: it is cut short (an "
                            "unfinished download?) or damaged")
-    return Member(name, method, start, csize, usize)
+    return Member(name, method, start, csize, usize, header=header)
 
 
 #: The flags of llamafile's ``.args`` (llama.cpp's common/arg.cpp spellings) that name its model and

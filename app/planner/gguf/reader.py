@@ -172,8 +172,17 @@ FileStamp = tuple[str, int, int]
 #: How a GGUF stored in an archive is named as a path: the archive, then llamafile's own ``/zip/``
 #: prefix (its ``.args`` names its weights ``/zip/model.gguf``): ``Model.llamafile/zip/model.gguf``.
 ZIP_DIR = "zip"
+#: The file names a model is opened by: a GGUF, or a llamafile with its GGUF inside.
+MODEL_SUFFIXES = (".gguf", ".llamafile")
+#: The same, as a file dialog's filter (Qt's ``name (patterns)``) and a glob each.
+MODEL_FILTER = "Models (*.gguf *.llamafile);;GGUF models (*.gguf);;llamafiles (*.llamafile);;All files (*)"
 #: The most of ``.args`` read (llamafile's are a few lines).
 MAX_ARGS_BYTES = 1 << 20
+
+
+def is_model_name(name: str) -> bool:
+    """Whether a file named ``name`` is opened as a model (``*.gguf``, ``*.llamafile``, any case)."""
+    return name.lower().endswith(MODEL_SUFFIXES)
 
 
 def member_path(archive: Path, name: str) -> Path:

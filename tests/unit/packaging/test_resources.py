@@ -43,14 +43,15 @@ def test_the_desktop_entry_is_valid_without_a_single_hint() -> None:
     assert result.returncode == 0 and result.stdout + result.stderr == ""
 
 
-def test_the_entry_opens_gguf_files_with_the_window() -> None:
+def test_the_entry_opens_gguf_files_and_llamafiles_with_the_window() -> None:
     entry = desktop_entry(RES / "headroom.desktop")
     assert entry["Type"] == "Application" and entry["Exec"] == "headroom gui %f"
     assert entry["Icon"] == "headroom"
-    mime = ET.parse(RES / "gguf-mime.xml").getroot().find(f"{MIME_NS}mime-type")
-    assert mime is not None and entry["MimeType"] == f"{mime.get('type')};"
-    assert mime.find(f"{MIME_NS}glob").get("pattern") == "*.gguf"  # type: ignore[union-attr]
-    match = mime.find(f"{MIME_NS}magic/{MIME_NS}match")
+    types = ET.parse(RES / "gguf-mime.xml").getroot().findall(f"{MIME_NS}mime-type")
+    assert entry["MimeType"] == "".join(f"{t.get('type')};" for t in types)
+    globs = {t.get("type"): t.find(f"{MIME_NS}glob").get("pattern") for t in types}  # type: ignore[union-attr]
+    assert globs == {"application/x-gguf": "*.gguf", "application/x-llamafile": "*.llamafile"}
+    match = types[0].find(f"{MIME_NS}magic/{MIME_NS}match")
     assert match is not None and (match.get("offset"), match.get("value")) == ("0", "GGUF")
 
 
