@@ -52,7 +52,10 @@ def _sidecar(path: Path) -> Path:
 
 def fetch_header(gguf: RemoteGguf, *, token: str | None = None, cancel: threading.Event | None = None,
                  progress: Progress | None = None) -> Path:
-    """The header-only copy of ``gguf`` (fetched now, or the cached one). Returns the first part's path."""
+    """The header-only copy of ``gguf`` (fetched now, or the cached one). Returns the first part's path.
+    A ``.llamafile``: the header-only copy of the model it holds (``llamafile_preview``)."""
+    if gguf.is_llamafile:
+        return llamafile_preview(gguf, token=token, cancel=cancel, progress=progress)
     first = preview_path(gguf)
     if preview_origin(first) is not None and all(
             size_of(preview_path(gguf, p)) == p.size for p in gguf.parts):
@@ -185,3 +188,156 @@ def preview_refusal(path: Path) -> str | None:
     except HubError as exc:
         return str(exc)
     return None
+
+
+# ---- a llamafile on the Hub: its archive's end, then its GGUFs' headers, by range requests ----
+
+#: How much of a remote llamafile's end is read for its central directory (zipalign's has a few hundred
+#: bytes a member; a llamafile carries a few hundred members).
+ARCHIVE_TAIL = 1 * MiB
+
+
+def llamafile_preview(gguf: RemoteGguf, *, token: str | None = None, cancel: threading.Event | None = None,
+                      progress: Progress | None = None) -> Path:
+    """Header-only copies of the model (and the vision projector) a llamafile on the Hub carries, at
+    ``<preview of the llamafile>/zip/<member>``: its archive's end is read first (the central directory),
+    then each member's local header and a growing prefix of its GGUF, each by a range request; the weights
+    are never fetched. Returns the model's copy, the projector's beside it (named as in the archive)."""
+    from huggingface_hub import get_session, hf_hub_url, hf_raise_for_status
+    from huggingface_hub.utils import build_hf_headers  # type: ignore[attr-defined]  # public: lazily exported
+
+    from app.hub.remote import TIMEOUT
+    from app.planner.gguf.archive import located, pick_members
+    from app.planner.gguf.archive import read_archive as archive_of
+    from app.planner.gguf.dotargs import parse_dotargs
+
+    part = gguf.parts[0]
+    folder = preview_path(gguf) / "zip"
+    url = hf_hub_url(gguf.repo, part.path, revision=gguf.commit, endpoint=endpoint())
+    view = _Sparse(part.size)
+    label = f"{gguf.repo}/{part.path}"
+
+    def fetch(start: int, end: int) -> None:
+        """Bytes ``start`` up to ``end`` by one range request (exactly those: no read-ahead)."""
+        if cancel is not None and cancel.is_set():
+            raise HubCancelled(f"fetching the header of {label} was cancelled")
+        end = min(end, part.size)
+        headers = {**build_hf_headers(token=token), "Range": f"bytes={start}-{end - 1}"}
+        with get_session().stream("GET", url, headers=headers, timeout=TIMEOUT) as answer:
+            if answer.status_code >= 400:
+                answer.read()
+                hf_raise_for_status(answer)
+            if answer.status_code != 206:  # (the whole file would follow: gigabytes)
+                raise HubError(f"{endpoint()} does not answer range requests for {label}", "download it to plan it")
+            got = bytearray()
+            for chunk in answer.iter_bytes():
+                got += chunk
+                if len(got) >= end - start:
+                    break
+            data = bytes(got[:end - start])
+        if len(data) != end - start:
+            raise HubError(f"{label}: the Hub sent {len(data)} bytes of the {end - start} asked for", "try again")
+        view.put(start, data)
+        if progress is not None:
+            progress(view.fetched, view.fetched)
+
+    try:
+        fetch(0, 64)
+        fetch(max(0, part.size - ARCHIVE_TAIL), part.size)
+        try:
+            archive = archive_of(view, part.size, label, locate=False)
+        except PlannerError as exc:
+            raise HubError(f"{label} is not a usable llamafile: {exc}", "pick another file in the repo") from None
+        wanted = [m for m in archive.members if m.name.lower().endswith(".gguf") or m.name == ".args"]
+        for m in wanted:  # the local header: where its data starts
+            fetch(m.header, m.header + 30 + 2 * 65536)
+        members = [located(view, part.size, m, label) for m in wanted]
+        args_member = next((m for m in members if m.name == ".args"), None)
+        if args_member is not None:
+            fetch(args_member.start, args_member.start + min(args_member.size, 1 << 20))
+        args = None if args_member is None else parse_dotargs(
+            bytes(view[args_member.start:args_member.start + args_member.size]).decode("utf-8", errors="replace"))
+        model, projector = pick_members(archive.__class__(tuple(members), archive.executable), args, label)
+    except PlannerError as exc:
+        raise HubError(f"{label} is not a usable llamafile: {exc}", "pick another file in the repo") from None
+    except Exception as exc:
+        if not is_translatable(exc):
+            raise
+        raise translate(exc, repo=gguf.repo, revision=gguf.commit, what=f"reading the archive of {part.path}") from None
+    if model is None:
+        raise HubError(f"{label} holds no model, only a llamafile engine", "pick a llamafile with a model inside")
+    written = []
+    for member in (model, projector):
+        if member is None:
+            continue
+        target = folder / member.name
+        if preview_origin(target) is None or size_of(target) != member.size:
+            prefix = _member_prefix(view, fetch, member, label)
+            meta = _to_json(gguf) | {"fetched": len(prefix), "member": member.name}
+            write_json(_sidecar(target), meta)  # (the mark first: a zero-filled copy is never without it)
+            _write_sparse(target, prefix, member.size)
+        written.append(target)
+    return written[0]
+
+
+def _member_prefix(view: _Sparse, fetch: Callable[[int, int], None], member: Any, label: str) -> bytes:
+    """A growing prefix of a member's GGUF, until its header parses."""
+    want = FIRST_PREFIX
+    while True:
+        want = min(want, member.size)
+        fetch(member.start, member.start + want)
+        prefix = bytes(view[member.start:member.start + want])
+        try:
+            if parse_prefix(prefix, member.name, member.size) is not None:
+                return prefix
+        except PlannerError as exc:
+            raise HubError(f"{label}: its {member.name} is not a usable GGUF file: {exc}",
+                           "pick another file in the repo") from None
+        if want >= min(MAX_PREFIX, member.size):
+            raise HubError(f"{label}: the GGUF header of {member.name} is larger than {MAX_PREFIX // MiB} MiB",
+                           "download the file to plan it")
+        want *= 2
+
+
+class _Sparse:
+    """The bytes of a remote file fetched so far, at their offsets; zeros elsewhere (what the archive
+    reader sees of the parts not fetched)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.ranges: dict[int, bytes] = {}
+
+    @property
+    def fetched(self) -> int:
+        return sum(map(len, self.ranges.values()))
+
+    def put(self, start: int, data: bytes) -> None:
+        self.ranges[start] = data
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, key: slice) -> bytes:
+        start, stop, _ = key.indices(self.size)
+        out = bytearray(max(0, stop - start))
+        for at, data in self.ranges.items():
+            lo, hi = max(start, at), min(stop, at + len(data))
+            if lo < hi:
+                out[lo - start:hi - start] = data[lo - at:hi - at]
+        return bytes(out)
+
+    def rfind(self, sub: bytes, start: int, end: int) -> int:
+        return self.find(sub, start, end, last=True)
+
+    def find(self, sub: bytes, start: int, end: int, *, last: bool = False) -> int:
+        best = -1
+        for at, data in self.ranges.items():
+            lo, hi = max(start, at), min(end, at + len(data))
+            if lo >= hi:
+                continue
+            i = data.rfind(sub, lo - at, hi - at) if last else data.find(sub, lo - at, hi - at)
+            if i >= 0:
+                pos = at + i
+                if best < 0 or (pos > best if last else pos < best):
+                    best = pos
+        return best

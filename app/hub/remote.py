@@ -60,6 +60,11 @@ class RemoteGguf:
         return quant_of(self.name)
 
     @property
+    def is_llamafile(self) -> bool:
+        """A ``.llamafile``: the GGUF inside an executable's archive (app/hub/preview.py reads its header)."""
+        return self.path.lower().endswith(".llamafile")
+
+    @property
     def verified(self) -> bool:
         """Every part has a sha256 to check a download against (else: size checked only)."""
         return all(p.verified for p in self.parts)
@@ -82,7 +87,7 @@ def quant_of(file_name: str) -> str:
     '' when the name carries none."""
     name = PurePosixPath(file_name).name
     m = _SPLIT.match(name)
-    stem = m["base"] if m else name.removesuffix(".gguf").removesuffix(".GGUF")
+    stem = m["base"] if m else name.removesuffix(".gguf").removesuffix(".GGUF").removesuffix(".llamafile")
     found = _QUANT.findall(stem)
     return found[-1].upper() if found else ""
 
@@ -92,6 +97,9 @@ def group_parts(repo: str, commit: str, files: list[RemoteFile], revision: str =
     singles: list[RemoteGguf] = []
     sets: dict[tuple[str, int], dict[int, RemoteFile]] = {}
     for f in files:
+        if f.path.lower().endswith(".llamafile"):  # a model and its engine in one file: planned from its header
+            singles.append(RemoteGguf(repo, commit, (f,), revision))
+            continue
         if not f.path.lower().endswith(".gguf"):
             continue
         m = _SPLIT.match(f.path)
@@ -143,7 +151,7 @@ def _listing(repo: str, revision: str, commit: str, files: list[RemoteFile], not
     ggufs = group_parts(repo, commit, [f for f in files if _safe_path(f.path)], revision)
     if not ggufs:
         raise HubError(f"{repo} has no GGUF file at {revision}",
-                       "Headroom plans GGUF models: look for a repo with -GGUF in its name")
+                       "Headroom plans GGUF models and llamafiles: look for a repo with -GGUF or llamafile in its name")
     return RepoListing(repo, commit, tuple(ggufs), note)
 
 

@@ -96,21 +96,27 @@ class Archive:
         return tuple(seen.values())
 
 
+def _unpack(fmt: str, buf: Any, pos: int) -> tuple[Any, ...]:
+    """``struct.unpack_from`` over any sliceable buffer (a mapped file, or the parts of a remote one)."""
+    return struct.unpack(fmt, bytes(buf[pos:pos + struct.calcsize(fmt)]))
+
+
 def looks_archived(head: bytes) -> bool:
     """Whether a file that begins with ``head`` may be an archive (an APE executable or a plain ZIP)
     rather than a GGUF: the reader then looks for the archive's end."""
     return any(head.startswith(m) for m in (APE_MAGIC, LOCAL_MAGIC, ELF_MAGIC, b"MZ"))
 
 
-def read_archive(buf: Any, size: int, label: str) -> Archive:
+def read_archive(buf: Any, size: int, label: str, *, locate: bool = True) -> Archive:
     """The archive ``buf`` (``size`` bytes: a mapped file) ends with. PlannerError, naming ``label``,
-    when there is none or it is damaged."""
+    when there is none or it is damaged. ``locate`` False: from the end record and the directory alone
+    (the end of a remote file), each member's ``start`` left at -1 (``located`` finds it)."""
     eocd = _last_end_record(buf, size)
     if eocd < 0:
         raise PlannerError(f"{label}: not a GGUF file, and no ZIP archive ends it: a llamafile ends with the "
                            "archive that holds its GGUF, so this one is cut short (an unfinished download?) "
                            "or is no llamafile")
-    disk, cd_disk, n_here, n_total, cd_size, cd_offset = struct.unpack_from("<HHHHII", buf, eocd + 4)
+    disk, cd_disk, n_here, n_total, cd_size, cd_offset = _unpack("<HHHHII", buf, eocd + 4)
     cd_end = eocd
     if eocd >= _LOCATOR_SIZE and bytes(buf[eocd - _LOCATOR_SIZE:eocd - _LOCATOR_SIZE + 4]) == _LOCATOR:
         found = _zip64_end(buf, size, eocd, label)
@@ -128,7 +134,7 @@ def read_archive(buf: Any, size: int, label: str) -> Archive:
     if shift < 0:
         raise PlannerError(f"{label}: the archive's end record puts its directory at byte {cd_offset}, past "
                            f"where it can be ({cd_start}): the archive is damaged")
-    members = tuple(_central_entries(buf, size, cd_start, cd_end, n_total, shift, label))
+    members = tuple(_central_entries(buf, size, cd_start, cd_end, n_total, shift, label, locate))
     head = bytes(buf[:len(APE_MAGIC)])
     return Archive(members, executable=head.startswith(APE_MAGIC) or head.startswith(ELF_MAGIC),
                    directories=_count_end_records(buf, eocd))
@@ -145,7 +151,7 @@ def _last_end_record(buf: Any, size: int) -> int:
         pos = buf.rfind(_EOCD, low, pos + 4)
         if pos < 0:
             return -1
-        (comment,) = struct.unpack_from("<H", buf, pos + 20)
+        (comment,) = _unpack("<H", buf, pos + 20)
         if pos + _EOCD_SIZE + comment == size:
             return int(pos)
         pos -= 1
@@ -166,23 +172,24 @@ def _count_end_records(buf: Any, last: int) -> int:
 def _zip64_end(buf: Any, size: int, eocd: int, label: str) -> tuple[int, int, int, int, int, int, int] | None:
     """(disk, directory disk, entries here, entries, directory size, directory offset, directory end) from
     the ZIP64 end record the locator before ``eocd`` names; None when the locator names none."""
-    _, where, _ = struct.unpack_from("<IQI", buf, eocd - _LOCATOR_SIZE + 4)
+    _, where, _ = _unpack("<IQI", buf, eocd - _LOCATOR_SIZE + 4)
     record = eocd - _LOCATOR_SIZE - _EOCD64_SIZE  # where it lies when nothing is between them
     if not (record >= 0 and bytes(buf[record:record + 4]) == _EOCD64):
         if where + _EOCD64_SIZE > size or bytes(buf[where:where + 4]) != _EOCD64:
             raise PlannerError(f"{label}: the archive's ZIP64 end record is missing or damaged")
         record = where
-    disk, cd_disk, n_here, n_total, cd_size, cd_offset = struct.unpack_from("<IIQQQQ", buf, record + 16)
+    disk, cd_disk, n_here, n_total, cd_size, cd_offset = _unpack("<IIQQQQ", buf, record + 16)
     return disk, cd_disk, n_here, n_total, cd_size, cd_offset, record
 
 
-def _central_entries(buf: Any, size: int, pos: int, end: int, count: int, shift: int, label: str) -> list[Member]:
+def _central_entries(buf: Any, size: int, pos: int, end: int, count: int, shift: int, label: str,
+                     locate: bool) -> list[Member]:
     members: list[Member] = []
     for i in range(count):
         if pos + _CENTRAL_SIZE > end or bytes(buf[pos:pos + 4]) != _CENTRAL:
             raise PlannerError(f"{label}: the archive's directory is damaged at entry {i + 1} of {count}")
         (_, _, flags, method, dos_time, dos_date, crc, csize, usize, n_name, n_extra, n_comment, _, _, _,
-         offset) = struct.unpack_from("<4xHHHHHHIIIHHHHHII", buf, pos)
+         offset) = _unpack("<4xHHHHHHIIIHHHHHII", buf, pos)
         name_at = pos + _CENTRAL_SIZE
         nxt = name_at + n_name + n_extra + n_comment
         if nxt > end:
@@ -191,8 +198,8 @@ def _central_entries(buf: Any, size: int, pos: int, end: int, count: int, shift:
         name = raw_name.decode("utf-8" if flags & 0x800 else "cp437", errors="replace")
         usize, csize, offset = _zip64_sizes(bytes(buf[name_at + n_name:name_at + n_name + n_extra]),
                                             usize, csize, offset)
-        member = _located(buf, size, name, raw_name, method, csize, usize, offset + shift, label)
-        members.append(replace(member, crc=crc, flags=flags, dos_time=dos_time, dos_date=dos_date))
+        member = Member(name, method, -1, csize, usize, offset + shift, crc, flags, dos_time, dos_date)
+        members.append(located(buf, size, member, label) if locate else member)
         pos = nxt
     return members
 
@@ -216,24 +223,24 @@ def _zip64_sizes(extra: bytes, usize: int, csize: int, offset: int) -> tuple[int
     return usize, csize, offset
 
 
-def _located(buf: Any, size: int, name: str, raw_name: bytes, method: int, csize: int, usize: int,
-             header: int, label: str) -> Member:
-    """The member, its data found from its local header (whose extra field may differ from the central
-    one's)."""
-    shown = printable(name)
+def located(buf: Any, size: int, member: Member, label: str) -> Member:
+    """``member`` with its data's first byte, found from its local header (whose extra field may differ
+    from the central one's)."""
+    shown, header = printable(member.name), member.header
     if header + _LOCAL_SIZE > size or bytes(buf[header:header + 4]) != LOCAL_MAGIC:
         raise PlannerError(f"{label}: the archive's member {shown} has no local header where its directory "
                            f"entry says (byte {header}): the archive is damaged or cut short")
-    n_name, n_extra = struct.unpack_from("<HH", buf, header + 26)
-    if bytes(buf[header + _LOCAL_SIZE:header + _LOCAL_SIZE + n_name]) != raw_name:
+    n_name, n_extra = _unpack("<HH", buf, header + 26)
+    local = bytes(buf[header + _LOCAL_SIZE:header + _LOCAL_SIZE + n_name])
+    if local.decode("utf-8" if member.flags & 0x800 else "cp437", errors="replace") != member.name:
         raise PlannerError(f"{label}: the archive's member {shown} is named differently in its local header: "
                            "the archive is damaged")
     start = header + _LOCAL_SIZE + n_name + n_extra
-    if start + csize > size:
-        raise PlannerError(f"{label}: the archive's member {shown} ({csize} bytes from byte {start}) runs "
-                           f"{start + csize - size} bytes past the end of the file: it is cut short (an "
+    if start + member.size > size:
+        raise PlannerError(f"{label}: the archive's member {shown} ({member.size} bytes from byte {start}) runs "
+                           f"{start + member.size - size} bytes past the end of the file: it is cut short (an "
                            "unfinished download?) or damaged")
-    return Member(name, method, start, csize, usize, header=header)
+    return replace(member, start=start)
 
 
 #: The flags of llamafile's ``.args`` (llama.cpp's common/arg.cpp spellings) that name its model and
