@@ -17,6 +17,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from app.llamacpp.logs import LogBuffers, LogParser, is_host_device
+from app.planner.plan_types import PlanMode
 from app.planner.units import Bytes, MiB
 
 if TYPE_CHECKING:
@@ -50,6 +51,10 @@ class CheckPart(StrEnum):
     PROCESS = "process"
     #: The opencoti engine's resident window, from GET /props (cells).
     WINDOW_CELLS = "window cells"
+    #: The opencoti engine's host tail (cells in pinned host RAM), from its boot line.
+    TAIL_CELLS = "host tail cells"
+    #: How many layers the opencoti engine spills past their window, from GET /props.
+    SPILLING_LAYERS = "layers spilling"
     #: --mmproj: the vision projector's weights and compute reserve (the CLIP lines of the log).
     PROJECTOR_WEIGHTS = "projector weights"
     PROJECTOR_COMPUTE = "projector compute"
@@ -72,6 +77,7 @@ class ActualSource(StrEnum):
     ENGINE_LOG = "engine log"  # llama-server's buffer lines at -lv 4
     NVML = "NVML"  # the engine process's GPU memory
     PROPS = "/props opencoti"  # the opencoti engine's window, from GET /props
+    BOOT_LINE = "boot line"  # the opencoti engine's "rolling-kv … window W / N cells, host tail T" line
 
 
 @dataclass(frozen=True)
@@ -252,10 +258,33 @@ def check_plan(plan: Plan, log_lines: Iterable[str], *, snapshot: Snapshot | Non
                                  PROCESS_TOLERANCE, ActualSource.NVML))
     block = (props or {}).get("opencoti")
     opencoti = block if isinstance(block, dict) else None
-    if opencoti is not None and "n_cells_resident" in opencoti:
-        rows.append(CheckRow("all", CheckPart.WINDOW_CELLS, plan.window_cells, int(opencoti["n_cells_resident"]),
-                             0, ActualSource.PROPS, "cells"))
+    rows += window_rows(plan, opencoti, buffers)
     return PlanCheck(tuple(rows), tuple(warnings), opencoti, buffers)
+
+
+def window_rows(plan: Plan, opencoti: dict[str, Any] | None, buffers: LogBuffers) -> list[CheckRow]:
+    """The opencoti engine's own account of its window beside the plan's: the cells resident (its
+    ``/props`` block), the host tail (its boot line: the last re-sizing's), the layers spilling past their
+    window (``/props``: every layer when the plan has a tail, none when it is fully resident)."""
+    rows = []
+    if opencoti is not None and _count(opencoti.get("n_cells_resident")) is not None:
+        rows.append(CheckRow("all", CheckPart.WINDOW_CELLS, plan.window_cells, _count(opencoti["n_cells_resident"]),
+                             0, ActualSource.PROPS, "cells"))
+    boot = buffers.opencoti
+    if boot.host_tail_cells is not None and plan.mode == PlanMode.WINDOW:
+        rows.append(CheckRow("all", CheckPart.TAIL_CELLS, plan.tail_cells, boot.host_tail_cells, 0,
+                             ActualSource.BOOT_LINE, "cells"))
+    spilling = _count((opencoti or {}).get("n_layers_spilling"))
+    if spilling is not None and plan.mode == PlanMode.WINDOW:
+        layers = sum(int(c.get("layers", 0)) for c in plan.kv.caches if not c.get("recurrent")) \
+            if plan.kv is not None else spilling
+        rows.append(CheckRow("all", CheckPart.SPILLING_LAYERS, layers if plan.tail_cells else 0, spilling, 0,
+                             ActualSource.PROPS, "layers"))
+    return rows
+
+
+def _count(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def projector_rows(plan: Plan, buffers: LogBuffers) -> list[CheckRow]:

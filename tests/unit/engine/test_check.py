@@ -8,7 +8,7 @@ from pathlib import Path
 from app.engine.check import HOST, ActualSource, CheckPart, CheckRow, PlanCheck, actuals, check_plan, describe
 from app.llamacpp.logs import mib_to_bytes, parse_log
 from app.planner.devices import GpuProcess, GpuSample, Snapshot
-from app.planner.plan_types import DevicePlan, HostPlan, Plan, PlanMode
+from app.planner.plan_types import DevicePlan, HostPlan, KvSummary, Plan, PlanMode
 from app.planner.settings import LaunchSettings
 from app.planner.units import GiB, MiB
 
@@ -134,3 +134,27 @@ def test_a_part_planned_at_zero_that_the_engine_allocated_is_not_ok() -> None:
 def test_an_error_below_the_log_resolution_reads_plus_zero() -> None:
     table = PlanCheck((CheckRow("CUDA0", CheckPart.WEIGHTS, 100 * MiB, 100 * MiB - 100),)).table()
     assert "+0.00 MiB" in table and "-0.00" not in table
+
+
+def test_the_opencoti_engines_window_is_shown_beside_the_plans() -> None:
+    """The engine's own account (its boot line's last re-sizing, its /props block: recordings, see
+    tests/fixtures/opencoti/README.md) row by row beside the planned window, host tail and spilling layers."""
+    fixtures = Path(__file__).resolve().parents[2] / "fixtures" / "opencoti"
+    log = [ln for ln in (fixtures / "window-boot-two-pass.log").read_text().splitlines() if not ln.startswith("#")]
+    props = json.loads((fixtures / "props-window.json").read_text())
+    kv = KvSummary(total=6144 * MiB, bytes_per_cell=192 * 1024, n_ctx=32768, n_ctx_seq=32768, n_seq=1,
+                   caches=({"swa": False, "cells": 32768, "n_stream": 1, "layers": 48, "size": 6144 * MiB},))
+
+    def plan(window: int, tail: int) -> Plan:
+        host = HostPlan(total=24 * GiB, available=22 * GiB, weights_mapped=0, kv_tail=0, compute_pinned=0, free=0)
+        return Plan(launch=LaunchSettings(n_ctx=32768), mode=PlanMode.WINDOW, gpus=(), host=host, feasible=True,
+                    reason="", warnings=(), window_cells=window, tail_cells=tail, vram_target=None, kv=kv)
+
+    check = check_plan(plan(24576, 8192), log, props=props)
+    rows = {r.part: r for r in check.rows if r.device == "all"}
+    assert {p: (r.planned, r.actual, r.ok) for p, r in rows.items()} == {
+        CheckPart.WINDOW_CELLS: (24576, 24576, True), CheckPart.TAIL_CELLS: (8192, 8192, True),
+        CheckPart.SPILLING_LAYERS: (48, 48, True)}
+    off = {r.part: r for r in check_plan(plan(32768, 0), log, props=props).rows if r.device == "all"}
+    assert not off[CheckPart.TAIL_CELLS].ok and off[CheckPart.TAIL_CELLS].error == 8192
+    assert not off[CheckPart.SPILLING_LAYERS].ok and off[CheckPart.SPILLING_LAYERS].planned == 0
