@@ -210,6 +210,8 @@ def identify(path: Path, source: EngineOrigin, *, probe: bool = True) -> EngineI
     if text is None:
         return None
     kind, version, commit = parse_version(text, path.name)
+    if via_sh and version == "unknown":  # an APE that answered no llamafile version: it does not run here
+        return None
     info = EngineInfo(kind, str(path), version, commit, source, via_sh)
     if not probe:
         return info

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tests.fixtures import gguf_factory, shapes
+from tests.fixtures import llamafile_factory as lf
 from tests.fixtures.fake_hub import running_hub
 from tests.fixtures.library import PROJECTOR, hf_snapshot
 
@@ -40,6 +41,10 @@ def fill(work: Path, cache: Path) -> Path:
         if not link.exists():
             link.symlink_to(source)
     (folder / "Mistral-7B-Instruct-v0.3-Q4_K_M.gguf").write_bytes(b"GGUF\x03\x00\x00\x00")  # a cut download
+    llamafile = folder / "TinyChat-F32.llamafile"  # a llamafile with its projector, listed by the GGUF inside
+    if not llamafile.exists():
+        lf.raw_llamafile(llamafile, lf.items(("tiny-chat-F32.gguf", gguf_factory.ensure(shapes.TINY_CHAT)),
+                                             ("mmproj-tiny-F16.gguf", projector)))
     return folder
 
 

@@ -255,7 +255,7 @@ def test_screenshot_of_the_library(xvfb, tmp_path):  # noqa: F811 (the fixture)
     proc = subprocess.run([sys.executable, "-m", "tests.ui.library_screenshot", str(out), str(tmp_path)],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "6 files, 4 models, 3 Hub repos" in proc.stdout  # 2 in the cache, 2 in the folder; a projector, a cut file
+    assert "7 files, 5 models, 3 Hub repos" in proc.stdout  # 2 in the cache, 3 in the folder (a llamafile); a projector, a cut file
     img = QImage(str(out))
     assert (img.width(), img.height()) == SIZE
     ARTIFACT.parent.mkdir(exist_ok=True)
