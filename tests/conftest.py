@@ -80,6 +80,12 @@ def tiny_chat_model() -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_projector() -> Path:
+    """A vision projector (mmproj) whose output fits the tiny models."""
+    return gguf_factory.ensure(shapes.TINY_MMPROJ)
+
+
+@pytest.fixture(scope="session")
 def tiny_deep_model() -> Path:
     """An 8-layer llama (random f32 weights, ChatML) for splits over several devices."""
     return gguf_factory.ensure(shapes.TINY_DEEP)

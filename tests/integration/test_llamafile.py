@@ -7,13 +7,11 @@ Debian's zip -0); the program part is a stand-in (tests/fixtures/llamafile_facto
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,6 +21,7 @@ from app.llamafile.extract import ExtractCancelled, ExtractError, extract, pendi
 from app.planner.gguf.reader import member_path
 from tests.fixtures import gguf_factory, shapes
 from tests.fixtures import llamafile_factory as lf
+from tests.fixtures.tmpfs import tmpfs
 
 pytestmark = pytest.mark.engine
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,13 +34,8 @@ def _headroom(*args: str, env: dict[str, str] | None = None, timeout: float = 24
 
 
 @pytest.fixture(scope="module")
-def chat_model() -> Path:
-    return gguf_factory.ensure(shapes.TINY_CHAT)
-
-
-@pytest.fixture(scope="module")
-def projector() -> Path:
-    return gguf_factory.ensure(shapes.TINY_MMPROJ)
+def chat_model(tiny_chat_model: Path) -> Path:
+    return tiny_chat_model
 
 
 def _llamafile(writer: str, folder: Path, model: Path, *extra: tuple[str, Path | bytes]) -> Path:
@@ -96,8 +90,8 @@ def test_measure_of_a_llamafile_matches_the_gguf_and_copies_no_weights(tmp_path:
 
 
 def test_serve_on_headrooms_engine_copies_the_gguf_once_and_checks_the_plan(
-        chat_model: Path, projector: Path, tmp_path: Path, engine_build: EngineBuild) -> None:
-    out = _llamafile("python-zipfile", tmp_path / "lf", chat_model, ("mmproj-tiny.gguf", projector))
+        chat_model: Path, tiny_projector: Path, tmp_path: Path, engine_build: EngineBuild) -> None:
+    out = _llamafile("python-zipfile", tmp_path / "lf", chat_model, ("mmproj-tiny.gguf", tiny_projector))
     env = {"HEADROOM_CACHE_DIR": str(tmp_path / "cache")}
     first = _headroom("serve", str(out), "--engine", str(engine_build.server), "--smoke", env=env)
     assert first.returncode == 0, first.stdout + first.stderr
@@ -113,22 +107,10 @@ def test_serve_on_headrooms_engine_copies_the_gguf_once_and_checks_the_plan(
 
 # ---- the copy's faults ----
 
-@contextlib.contextmanager
-def _tmpfs(mount: Path, options: str) -> Iterator[Path]:
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mount)], capture_output=True,
-                          text=True, check=False)
-    assert done.returncode == 0, f"cannot mount a tmpfs ({options}) here: {done.stderr}"
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", str(mount)], check=False)
-
-
 def test_a_disk_without_room_is_refused_before_a_byte_is_written(chat_model: Path, tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     out = _llamafile("debian-zip", tmp_path / "lf", chat_model)
-    with _tmpfs(tmp_path / "small", "size=2m") as small:
+    with tmpfs(tmp_path / "small", "size=2m") as small:
         monkeypatch.setenv("HEADROOM_CACHE_DIR", str(small))
         items = pending([member_path(out, "tiny-chat.gguf")])
         with pytest.raises(ExtractError, match=r"copying the GGUF out of the llamafile needs .* which has .* free: "
@@ -140,7 +122,7 @@ def test_a_disk_without_room_is_refused_before_a_byte_is_written(chat_model: Pat
 def test_a_read_only_disk_is_said_and_the_serve_refused(chat_model: Path, tmp_path: Path,
                                                         engine_build: EngineBuild) -> None:
     out = _llamafile("debian-zip", tmp_path / "lf", chat_model)
-    with _tmpfs(tmp_path / "ro", "size=1g,ro") as ro:
+    with tmpfs(tmp_path / "ro", "size=1g,ro") as ro:
         done = _headroom("serve", str(out), "--engine", str(engine_build.server), env={"HEADROOM_CACHE_DIR": str(ro)})
     assert done.returncode == 2
     assert "headroom serve: refused: cannot copy the GGUF out of the llamafile into" in done.stderr

@@ -4,7 +4,6 @@ mounted for the test (the suite runs as root, as CI does)."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import subprocess
 import sys
@@ -14,27 +13,15 @@ from pathlib import Path
 import pytest
 
 from app.engine.native_build import EngineBuild
+from tests.fixtures.tmpfs import tmpfs
 
 pytestmark = pytest.mark.engine
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@contextlib.contextmanager
-def _tmpfs(mount: Path, options: str) -> Iterator[Path]:
-    """A tmpfs mounted at ``mount`` for the test (the suite runs as root, as CI does)."""
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mount)], capture_output=True,
-                          text=True, check=False)
-    assert done.returncode == 0, f"cannot mount a tmpfs ({options}) here: {done.stderr}"
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", str(mount)], check=False)
-
-
 @pytest.fixture
 def read_only(tmp_path: Path) -> Iterator[Path]:
-    with _tmpfs(tmp_path / "ro", "size=1m,ro") as mount:
+    with tmpfs(tmp_path / "ro", "size=1m,ro") as mount:
         yield mount
 
 
@@ -61,7 +48,7 @@ def test_measure_serve_and_doctor_work_on_a_read_only_cache(read_only: Path, eng
 @pytest.fixture
 def full_disk(tmp_path: Path) -> Iterator[Path]:
     """A 1 MiB tmpfs filled to its last byte: every write under it fails with ENOSPC."""
-    with _tmpfs(tmp_path / "full", "size=1m") as mount:
+    with tmpfs(tmp_path / "full", "size=1m") as mount:
         for d in ("cache", "config"):  # the folders exist, as on a disk that filled up after first use
             (mount / d).mkdir()
         with (mount / "filler").open("wb") as f, pytest.raises(OSError):  # ENOSPC once the tmpfs is full

@@ -16,7 +16,6 @@ import pytest
 from app.llamafile.save import SaveError, save_llamafile
 from app.planner.gguf.reader import read_header, read_llamafile
 from app.planner.settings import LaunchSettings
-from tests.fixtures import gguf_factory, shapes
 from tests.fixtures import llamafile_factory as lf
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -24,13 +23,13 @@ CUDA = b"\x7fELF" + bytes(5000)  # an engine's GPU library, as a member to carry
 
 
 @pytest.fixture(scope="module")
-def tiny() -> Path:
-    return gguf_factory.ensure(shapes.TINY)
+def tiny(tiny_model: Path) -> Path:
+    return tiny_model
 
 
 @pytest.fixture(scope="module")
-def projector() -> Path:
-    return gguf_factory.ensure(shapes.TINY_MMPROJ)
+def projector(tiny_projector: Path) -> Path:
+    return tiny_projector
 
 
 def test_a_plan_saved_from_a_llamafile_keeps_its_program_and_assets_and_holds_the_plan(

@@ -23,21 +23,21 @@ from app.planner.gguf.reader import (
     read_llamafile,
     shown_name,
 )
-from tests.fixtures import gguf_factory, shapes
 from tests.fixtures import llamafile_factory as lf
+from tests.fixtures import shapes
 from tests.fixtures.fake_hub import write_split
 
 WRITERS = {"python-zipfile": lf.python_llamafile, "debian-zip": lf.zip_llamafile, "zipalign-like": lf.raw_llamafile}
 
 
 @pytest.fixture(scope="module")
-def tiny() -> Path:
-    return gguf_factory.ensure(shapes.TINY)
+def tiny(tiny_model: Path) -> Path:
+    return tiny_model
 
 
 @pytest.fixture(scope="module")
-def projector() -> Path:
-    return gguf_factory.ensure(shapes.TINY_MMPROJ)
+def projector(tiny_projector: Path) -> Path:
+    return tiny_projector
 
 
 def _same_header(inside: Path, alone: Path) -> None:
