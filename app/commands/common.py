@@ -246,9 +246,10 @@ def start_from_llamafile(args: argparse.Namespace) -> list[str]:
     return start_from(args, args.llamafile[1], getattr(args, "typed", ()))
 
 
-def llamafile_lines(args: argparse.Namespace, launch: LaunchSettings) -> list[str]:
-    """For a llamafile model: what its ``.args`` asks and what the plan changed, the flags it keeps, and
-    every typed value its ``.args`` overrules (plan and serve print them)."""
+def llamafile_lines(args: argparse.Namespace, launch: LaunchSettings, engine_is_llamafile: bool | None = None) -> list[str]:
+    """For a llamafile model: what its ``.args`` asks and what the plan changed, the flags it keeps (or,
+    on another engine, does not pass), and every typed value its ``.args`` overrules (plan and serve
+    print them)."""
     found = getattr(args, "llamafile", None)
     if not found:
         return []
@@ -257,7 +258,7 @@ def llamafile_lines(args: argparse.Namespace, launch: LaunchSettings) -> list[st
     lf, baked_args = found
     lines = [f"{lf.path.name} holds {', '.join(m.name for m in (lf.model, lf.projector) if m is not None)}"]
     lines += [line for line in (changes_line(baked_args, launch, getattr(args, "typed", ())),
-                                kept_line(baked_args)) if line]
+                                kept_line(baked_args, engine_is_llamafile)) if line]
     return lines + list(getattr(args, "llamafile_notes", []))
 
 

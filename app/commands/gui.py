@@ -18,8 +18,8 @@ def register(sub: Any) -> None:
                        epilog=exit_status("the window closed (with --screenshot: a picture of a plan)",
                                           "with --screenshot: no plan could be made",
                                           "the model, the context or a flag cannot be used"))
-    p.add_argument("model", nargs="?", help="a GGUF model to open, or hf:owner/name[:QUANT] (its header only: "
-                                            "download it in the window to launch)")
+    p.add_argument("model", nargs="?", help="a GGUF model or a llamafile to open, or hf:owner/name[:QUANT] (its "
+                                            "header only: download it in the window to launch)")
     p.add_argument("--demo", action="store_true", help="open the built-in demo (a simulated 24 GB GPU)")
     p.add_argument("--ctx", type=_ctx, default=None, help="context length to start with, e.g. 512k")
     p.add_argument("--screenshot", type=Path, default=None, metavar="PATH",

@@ -44,7 +44,8 @@ def register(sub: Any) -> None:
                        epilog=exit_status("measured", "pass 1 ran and failed (a crash, a timeout, out of memory)",
                                           "the model, a file, a hub ref or the settings cannot be used "
                                           "(as for `headroom plan`)"))
-    p.add_argument("model", help="the GGUF file, or hf:owner/name[:QUANT] (measured from its header only)")
+    p.add_argument("model", help="the GGUF file, a llamafile (the GGUF inside it, measured without a copy), or "
+                                 "hf:owner/name[:QUANT] (measured from its header only)")
     add_launch_args(p)
     p.add_argument("--rpc", default=None, metavar="HOST:PORT[,...]",
                    help="measure with these ggml-rpc-server workers' devices too, as the engine will use them")

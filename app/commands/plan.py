@@ -52,8 +52,9 @@ EXIT_STATUS = exit_status("it fits (as asked, or with the alternative the plan c
 def register(sub: Any) -> None:
     p = sub.add_parser("plan", allow_abbrev=False, epilog=EXIT_STATUS,
                        help="plan how a model and its context fit the GPUs (no engine started)")
-    p.add_argument("model", help="the GGUF file (the first part of a split model), or hf:owner/name[:QUANT] "
-                                 "(planned from its header, fetched without downloading the weights)")
+    p.add_argument("model", help="the GGUF file (the first part of a split model), a llamafile (the GGUF inside it, "
+                                 "from its .args), or hf:owner/name[:QUANT] (planned from its header, fetched "
+                                 "without downloading the weights)")
     add_launch_args(p)
     add_gpu_args(p)
     add_engine_arg(p, "that would launch this plan")
@@ -97,8 +98,8 @@ class _Pass1:
         from app.probe.cache import measurements_dir
 
         if m is None:
-            return ("pass 1: none cached for this launch; compute buffers estimated "
-                    "(headroom plan --measure, or headroom measure with the same flags)")
+            return ("pass 1: none cached for this launch and engine; compute buffers estimated "
+                    "(headroom plan --measure, or headroom measure with the same flags and --engine)")
         where = f"cached in {measurements_dir()}" if self.from_cache else "run now"
         return f"pass 1: {m.source}, {m.backend} backend, {m.llama_label}, {where}"
 
@@ -117,6 +118,18 @@ def _engines(given: Path | None) -> list[EngineInfo]:
     if problem:
         raise ValueError(problem)
     return [e for e in engines if e.source == EngineOrigin.SETTINGS]
+
+
+def _own_engine(args: argparse.Namespace) -> list[EngineInfo]:
+    """A llamafile model without ``--engine``: the llamafile itself, when it runs here (as ``serve`` launches
+    it); [] otherwise."""
+    from app.engine.discover import EngineOrigin, discover_engines
+
+    found = getattr(args, "llamafile", None)
+    if args.engine is not None or not found:
+        return []
+    return [e for e in discover_engines(found[0].path) if e.source == EngineOrigin.SETTINGS and e.is_llamafile
+            and e.version != "unknown"]
 
 
 def _launching(engines: list[EngineInfo], window: bool) -> EngineInfo | None:
@@ -177,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
         settings = settings_from_args(args)
         shape = read_shape(args.model)
         inventory = inventory_from_args(args)
-        engines = _engines(args.engine)
+        engines = _own_engine(args) or _engines(args.engine)
         pass1 = _Pass1(args.model, run=args.measure, timeout=args.timeout, lib_dir=pass1_lib_dir(args))
         request = plan_request(args, shape, inventory, pass1, _launching(engines, args.window))
         plan, measurement = request.plan(settings)
@@ -247,7 +260,8 @@ def _save_llamafile(args: argparse.Namespace, plan: Plan) -> int:
 
     try:
         out = save_llamafile(args.save_llamafile, inside[0] if inside else Path(engine), Path(args.model),
-                             plan.launch.with_(cache_ram_mib=plan.cache_ram_mib), progress=progress)
+                             plan.launch.with_(cache_ram_mib=plan.cache_ram_mib), progress=progress,
+                             kept=found[1].kept_args if found else ())
     except SaveError as exc:
         print(f"headroom plan: not saved: {exc}", file=sys.stderr)
         return 2

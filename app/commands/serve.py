@@ -60,7 +60,9 @@ if TYPE_CHECKING:
 def register(sub: Any) -> None:
     p = sub.add_parser("serve", help="plan, launch the engine, check the plan held, serve until Ctrl-C",
                        description=_DESCRIPTION, epilog=EXIT_STATUS, allow_abbrev=False)
-    p.add_argument("model", help="the GGUF file, or hf:owner/name[:QUANT] (downloaded first)")
+    p.add_argument("model", help="the GGUF file (the first part of a split model), a llamafile (it serves its own "
+                                 "weights; with --engine, another engine serves a copy), or hf:owner/name[:QUANT] "
+                                 "(downloaded first)")
     add_launch_args(p)
     add_gpu_args(p)
     add_engine_arg(p, "to launch")
@@ -135,24 +137,21 @@ def _own_engine(lf: Any) -> tuple[list[EngineInfo], str | None]:
     engines = [e for e in discover_engines(lf.path) if e.source == EngineOrigin.SETTINGS]
     if engines and engines[0].is_llamafile and engines[0].version != "unknown":
         return engines, None
-    size = lf.model.size if lf.model is not None else 0
+    size = sum(m.size for m in (lf.model, lf.projector) if m is not None)
     return [], (f"{lf.path.name} did not start as an engine here (`{lf.path.name} --version` gave no llamafile "
                 f"version), so it cannot serve its own weights: give --engine FILE (Headroom's llama-server: "
                 f"`headroom engine where`) to serve them with another engine, which copies the GGUF out once "
                 f"({Bytes(size)})")
 
 
-def _for_engine(plan: Plan, engines: list[EngineInfo], model: Path) -> tuple[Plan, Path, EngineInfo]:
-    """The engine the plan launches and the model and plan as it names their files: the llamafile reads
-    its own members in place (``/zip/…``); any other engine gets them copied out once, with progress
-    (app/llamafile/extract.py). LaunchRefused, or ExtractError, when it cannot."""
+def _for_engine(plan: Plan, engine: EngineInfo, model: Path) -> tuple[Plan, Path]:
+    """The model and plan as ``engine`` names their files: the llamafile reads its own members in place
+    (``/zip/…``); any other engine gets them copied out once, with progress (app/llamafile/extract.py).
+    ExtractError when it cannot."""
     import dataclasses
     import time
 
-    from app.engine.launch import pick_engine
     from app.llamafile.extract import extract, extracted_dir, pending
-
-    engine = pick_engine(plan, engines)
     from app.llamafile.launch import files_for
 
     files = files_for(model, plan.launch, engine.path if engine.is_llamafile else None)
@@ -173,7 +172,7 @@ def _for_engine(plan: Plan, engines: list[EngineInfo], model: Path) -> tuple[Pla
                 print(f"copying: {Bytes(done)} of {Bytes(total)} ({100 * done // max(total, 1)} %)", flush=True)
 
         extract(items, progress=progress)
-    return plan if files.launch == plan.launch else dataclasses.replace(plan, launch=files.launch), files.model, engine
+    return plan if files.launch == plan.launch else dataclasses.replace(plan, launch=files.launch), files.model
 
 
 class Pass1Failed(Exception):
@@ -267,7 +266,7 @@ def unplanned(settings: LaunchSettings, args: argparse.Namespace, reason: str) -
 
 def run(args: argparse.Namespace) -> int:
     from app.engine.discover import discover_engines
-    from app.engine.launch import LaunchRefused, plan_check, prepare
+    from app.engine.launch import LaunchRefused, pick_engine, plan_check, prepare
     from app.engine.process import EngineFailed, bind_problem
     from app.hub.preview import preview_refusal, refuse_preview
     from app.llamacpp.failures import FailureKind
@@ -363,13 +362,14 @@ def run(args: argparse.Namespace) -> int:
         from app.sessions.smoke import DIAGNOSTIC_ENV
 
         env.update(DIAGNOSTIC_ENV)
-    for line in llamafile_lines(args, plan.launch):
-        print(f"llamafile: {line}", flush=True)
     arch = shape.arch if shape is not None else _arch_of(args.model)
     try:
+        engine = pick_engine(plan, engines)
+        for line in llamafile_lines(args, plan.launch, engine.is_llamafile):
+            print(f"llamafile: {line}", flush=True)
         # absolute(), not resolve(): a model in the Hugging Face cache is a link whose name (-00001-of-00002)
         # is how llama.cpp finds the other parts of a split set; the blob it points at has no such name
-        launched, model_file, engine = _for_engine(plan, engines, args.model.absolute())
+        launched, model_file = _for_engine(plan, engine, args.model.absolute())
         spec = prepare(launched, model_file, [engine], host=args.host, port=args.port or None,
                        require_key=args.api_key, env=env, extra=extra, arch=arch, unlaunchable=preview_refusal)
     except LaunchRefused as exc:

@@ -44,7 +44,7 @@ _FLAGS: dict[str, tuple[str, bool]] = {
 #: how it logs): ``.args``' own are replaced, and said so.
 REPLACED = ("-m", "--model", "--host", "--port", "--api-key", "--api-key-file", "-lv", "--verbosity",
             "--fit", "--metrics")
-#: llamafile's own wrapper flags (taken out before llama.cpp parses the rest; ../shared/DOMAIN.md §8).
+#: llamafile's own wrapper flags (taken out before llama.cpp parses the rest; docs/domain.md §14).
 WRAPPER = ("--server", "--cli", "--chat", "--v2", "--gpu", "--nobrowser", "--fast", "--precise")
 _WRAPPER_VALUED = ("--gpu",)
 _REPLACED_VALUED = ("-m", "--model", "--host", "--port", "--api-key", "--api-key-file", "-lv", "--verbosity", "--fit")
@@ -59,7 +59,8 @@ class BakedArgs:
     written: dict[str, str] = field(default_factory=dict)  # dest -> "-c 8192" as .args gives it
     fixed: frozenset[str] = frozenset()  # dests set after ``...``: they win over the command line
     replaced: tuple[str, ...] = ()
-    kept: tuple[str, ...] = ()
+    kept: tuple[str, ...] = ()  # as shown (escaped), one flag and its value each
+    kept_args: tuple[str, ...] = ()  # the same, as the arguments they are (for a new .args)
     gpu: str | None = None  # its ``--gpu``, when it gives one (the first wins: llamafile_early_gpu_init)
 
 
@@ -72,6 +73,7 @@ def baked(lf: Llamafile) -> BakedArgs:
     fixed: set[str] = set()
     replaced: list[str] = []
     kept: list[str] = []
+    kept_args: list[str] = []
     gpu: str | None = None
     after = len(args.args) if args.insert is None else args.insert
     i, tokens = 0, list(args.args)
@@ -101,10 +103,11 @@ def baked(lf: Llamafile) -> BakedArgs:
         else:
             took_next = flag.startswith("-") and i + 1 < len(tokens) and not tokens[i + 1].startswith("-")
             kept.append(printable(" ".join(tokens[i:i + (2 if took_next else 1)])))
+            kept_args += tokens[i:i + (2 if took_next else 1)]
         i += 2 if took_next else 1
     if "mmproj" not in values and lf.projector is not None:
         values["mmproj"] = str(lf.path_of(lf.projector))
-    return BakedArgs(values, written, frozenset(fixed), tuple(replaced), tuple(kept), gpu)
+    return BakedArgs(values, written, frozenset(fixed), tuple(replaced), tuple(kept), tuple(kept_args), gpu)
 
 
 def _value(tokens: Sequence[str], i: int, inline: str | None, *, optional: bool) -> tuple[str | None, bool]:
@@ -154,7 +157,7 @@ def _as_option(dest: str, value: Any) -> Any:
 
 def launched(launch: LaunchSettings) -> dict[str, tuple[Any, str]]:
     """dest → (the option's value, the flag as the launch gives it) for the flags ``.args`` may set."""
-    zip_name = launch.mmproj.rsplit("/zip/", 1)[-1] if "/zip/" in launch.mmproj else launch.mmproj
+    zip_name = "/zip/" + launch.mmproj.rsplit("/zip/", 1)[-1] if "/zip/" in launch.mmproj else launch.mmproj
     return {
         "ctx": (str(launch.n_ctx), f"-c {launch.n_ctx}"),
         "n_gpu_layers": (min(launch.n_gpu_layers, ALL_LAYERS),
@@ -200,9 +203,22 @@ def changes_line(found: BakedArgs, launch: LaunchSettings, typed: Iterable[str])
     return line
 
 
-def kept_line(found: BakedArgs) -> str:
-    """The other flags ``.args`` gives, which the launch keeps as they are ('' when none)."""
-    return f"kept from its .args: {' '.join(found.kept)}" if found.kept else ""
+def _same_path(a: object, b: str) -> bool:
+    return isinstance(a, str) and bool(a) and bool(b) and Path(a).absolute() == Path(b).absolute()
+
+
+def kept_line(found: BakedArgs, engine_is_llamafile: bool | None = None) -> str:
+    """The other flags ``.args`` gives ('' when none): the llamafile keeps them when it launches itself;
+    another engine is not given them (sampling defaults: a client sets those per request).
+    ``engine_is_llamafile`` None: the engine is not chosen yet (``plan``)."""
+    if not found.kept:
+        return ""
+    flags = " ".join(found.kept)
+    if engine_is_llamafile is None:
+        return f"kept from its .args when it launches itself: {flags}"
+    if engine_is_llamafile:
+        return f"kept from its .args: {flags}"
+    return f"not passed to this engine (the llamafile's own defaults; a client sets them per request): {flags}"
 
 
 def model_flag(lf: Llamafile) -> str:

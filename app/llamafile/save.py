@@ -56,9 +56,11 @@ class _Entry:
     header: int
 
 
-def planned_args(launch: LaunchSettings, model_member: str, projector_member: str | None) -> list[str]:
+def planned_args(launch: LaunchSettings, model_member: str, projector_member: str | None,
+                 kept: Sequence[str] = ()) -> list[str]:
     """The ``.args`` lines: the model and projector by their ``/zip/`` names, every planned flag that
-    changes what the engine allocates, then ``...`` (the user's arguments after them)."""
+    changes what the engine allocates, the source's other flags (``kept``: its sampling defaults), then
+    ``...`` (the user's arguments after them)."""
     args = ["-m", f"/zip/{model_member}", "-c", str(launch.n_ctx),
             "-ngl", str(min(launch.n_gpu_layers, ALL_LAYERS)), "-fa", str(launch.flash_attn),
             "-ctk", launch.type_k, "-ctv", launch.type_v, "-ub", str(launch.n_ubatch), "-b", str(launch.n_batch),
@@ -70,7 +72,7 @@ def planned_args(launch: LaunchSettings, model_member: str, projector_member: st
     args += ["--cache-ram", str(launch.cache_ram_mib)] if launch.cache_ram_mib is not None else []
     if projector_member:
         args += ["--mmproj", f"/zip/{projector_member}"] + ([] if launch.mmproj_offload else ["--no-mmproj-offload"])
-    return [*args, "..."]
+    return [*args, *kept, "..."]
 
 
 def engine_problem(engine: Path) -> str | None:
@@ -86,10 +88,11 @@ def engine_problem(engine: Path) -> str | None:
     return None
 
 
-def save_llamafile(out: Path, engine: Path, model: Path, launch: LaunchSettings, *,
+def save_llamafile(out: Path, engine: Path, model: Path, launch: LaunchSettings, *, kept: Sequence[str] = (),
                    progress: Progress | None = None, cancel: threading.Event | None = None) -> Path:
     """Write ``out``: ``engine``'s program and assets, ``model`` (a GGUF, a member of a llamafile, or a
-    llamafile) with every part, ``launch``'s projector, and an ``.args`` of ``launch``. SaveError when
+    llamafile) with every part, ``launch``'s projector, and an ``.args`` of ``launch`` and ``kept`` (the
+    source llamafile's other flags). SaveError when
     there is no engine to build on, ``out`` is the source, the disk lacks room, or a write fails."""
     problem = engine_problem(engine)
     if problem:
@@ -103,10 +106,10 @@ def save_llamafile(out: Path, engine: Path, model: Path, launch: LaunchSettings,
     projector = Path(launch.mmproj) if launch.mmproj else None
     if projector is not None:
         pieces.append((_name_of(projector), projector))
-    args = planned_args(launch, pieces[0][0], _name_of(projector) if projector is not None else None)
+    args = planned_args(launch, pieces[0][0], _name_of(projector) if projector is not None else None, kept)
     archive = read_archive(engine)
-    kept = [m for m in archive.members if not m.name.lower().endswith(".gguf") and m.name != ARGS_MEMBER]
-    total = sum(_size(p) for _, p in pieces) + sum(m.size for m in kept)
+    assets = [m for m in archive.members if not m.name.lower().endswith(".gguf") and m.name != ARGS_MEMBER]
+    total = sum(_size(p) for _, p in pieces) + sum(m.size for m in assets)
     free = _free(out.parent)
     if free is not None and free < total + 64 * MiB:
         raise SaveError(f"{out.name} needs {Bytes(total)} in {out.parent}, which has {Bytes(free)} free")
@@ -122,7 +125,7 @@ def save_llamafile(out: Path, engine: Path, model: Path, launch: LaunchSettings,
                 if progress is not None:
                     progress(done[0], total)
 
-            entries = _copy_program(f, engine, archive, kept, step)
+            entries = _copy_program(f, engine, archive, assets, step)
             for name, source in pieces:
                 entries.append(_write_stored(f, name, source, step))
             text = ("\n".join(args) + "\n").encode()

@@ -231,7 +231,7 @@ def verdict(plan: Plan, requested: LaunchSettings | None, fit: ContextFit | None
 
 
 #: What the plan pane says before any model is open.
-EMPTY_HINT = ("<b>No model yet.</b> Open a GGUF model (File ▸ Open model…, or drop a .gguf here), pick one "
+EMPTY_HINT = ("<b>No model yet.</b> Open a GGUF model or a llamafile (File ▸ Open model…, or drop a .gguf or .llamafile here), pick one "
               "from Hugging Face, or try the demo (File ▸ Open the demo model).")
 
 

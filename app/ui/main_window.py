@@ -18,7 +18,7 @@ from types import ModuleType
 
 from app.engine.chosen import remember_chosen_engine
 from app.engine.discover import EngineInfo
-from app.llamafile.args import asked_context, baked_launch, changes_line, opened
+from app.llamafile.args import asked_context, baked_launch, changes_line, kept_line, opened
 from app.machine.devices import Poller, host_memory
 from app.planner.devices import HostMemory, Inventory, Snapshot
 from app.planner.errors import PlannerError
@@ -480,8 +480,8 @@ class MainWindow(QMainWindow):
             launch = baked_launch(lf[1], self.settings.settings())
             self.settings.set_settings(launch, emit=False)
             settings = self.settings.plan_settings()
-            self.statusBar().showMessage(printable(changes_line(lf[1], launch, ())
-                                                   or f"{lf[0].path.name}: a llamafile without .args"), 15_000)
+            said = "; ".join(x for x in (changes_line(lf[1], launch, ()), kept_line(lf[1])) if x)
+            self.statusBar().showMessage(printable(said or f"{lf[0].path.name}: a llamafile without .args"), 15_000)
             self.launch.discover(lf[0].path)
         self.current.use_model(model, settings)
         if remember:

@@ -3,7 +3,7 @@
 A model llamafile is an executable (an APE: it starts with ``MZqFpD='``) with a ZIP archive appended;
 llamafile's ``zipalign`` stores the GGUF uncompressed, at 64 KiB alignment, always as ZIP64, and only
 appends, so an older central directory may be left inside: the *last* end record is the archive
-(../shared/DOMAIN.md §8). A member's first data byte is at its local header + 30 + the local name
+(docs/domain.md §14). A member's first data byte is at its local header + 30 + the local name
 length + the *local* extra length (zipalign pads the local extra, so it differs from the central one).
 
 Read over a buffer the GGUF reader has mapped (:mod:`app.planner.gguf.reader` opens the file; this
