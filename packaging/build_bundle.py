@@ -1,4 +1,4 @@
-"""Build Headroom's one-folder bundle and its tarball: ``./dev bundle`` (README, "Install").
+"""Build Headroom's one-folder bundle and its tarball: ``./dev bundle`` (docs/packaging.md).
 
 Steps, each timed:
 
@@ -9,7 +9,7 @@ Steps, each timed:
    ``dist/headroom/engine/build/bin/{llama-server,llama-fit-params,ggml-rpc-server,lib*.so*}`` and
    ``engine/build.json`` with a relative ``bin_dir``. CMake linked the binaries with the build folder as
    RUNPATH; each copy's RUNPATH becomes ``$ORIGIN``, so the engine runs wherever the bundle is unpacked.
-   A native build is never shipped: it carries the build machine's instruction set (README, "Which CPUs").
+   A native build is never shipped: it carries the build machine's instruction set (docs/engines.md, "Which CPUs").
 3. The desktop files (resources/: entry, icons, GGUF MIME type) and the two install scripts go in:
    ``install.sh`` (packaging/install-bundle.sh) and ``install-desktop.sh``.
 4. ``dist/headroom-<version>-linux-<machine>.tar.gz`` is packed, and ``dist/bundle-report.json``

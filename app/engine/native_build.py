@@ -11,7 +11,7 @@ digest, so a changed patch builds again::
 
     ~/.cache/headroom/engines/llama.cpp-<commit9>-<backend>-p<series8>/build/bin/{llama-server,...,libllama.so}
 
-Two kinds of CPU code (docs/domain.md §11, README "Which CPUs"):
+Two kinds of CPU code (docs/domain.md §11, docs/engines.md "Which CPUs"):
 
 - **native** (the default, ``./dev``): ``-march=native`` for this machine's CPU, but never ggml's AMX
   code (``NO_AMX_FLAGS``): built with GCC 12 it crashes at its first matrix product (docs/domain.md

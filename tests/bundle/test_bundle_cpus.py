@@ -1,4 +1,4 @@
-"""The bundle's engine on CPUs older than this one (README, "Which CPUs"): Debian's ``qemu-x86_64``
+"""The bundle's engine on CPUs older than this one (docs/engines.md, "Which CPUs"): Debian's ``qemu-x86_64``
 runs it as a desktop CPU without AVX-512 would (``-cpu Haswell``: AVX2, FMA, F16C) and as an
 x86-64-v2 one without AVX (``-cpu Nehalem``). The engine is portable: it loads the CPU variant that
 CPU runs (``load_backend: loaded CPU backend from …libggml-cpu-<variant>.so``) and answers a real

@@ -1,4 +1,4 @@
-"""The packages' import rules (README, "Layout"), read from the modules' own import statements.
+"""The packages' import rules (docs/architecture.md, "Layout"), read from the modules' own import statements.
 
 Every ``import`` and ``from … import`` counts, the ones inside functions too: a rule that holds only
 at module level would let a lazy import carry the engine into the planner.
@@ -13,7 +13,7 @@ import pytest
 
 APP = Path(__file__).resolve().parents[2] / "app"
 
-#: package → the app packages it must not import (README, "Layout").
+#: package → the app packages it must not import (docs/architecture.md, "Layout").
 FORBIDDEN: dict[str, tuple[str, ...]] = {
     "app.planner": ("app.machine", "app.engine", "app.probe", "app.hub", "app.sessions", "app.ui", "app.commands"),
     "app.machine": ("app.engine", "app.probe", "app.hub", "app.sessions", "app.ui", "app.commands"),
@@ -115,7 +115,7 @@ def planner_violations(root: Path = APP) -> list[str]:
 
 def test_the_planner_only_computes() -> None:
     """``app/planner`` is pure: no PySide6, no HTTP, no child processes, no NVML, psutil or threads, no
-    file but the GGUF it is given (README, "Layout"); app/machine reads the machine."""
+    file but the GGUF it is given (docs/architecture.md, "Layout"); app/machine reads the machine."""
     assert planner_violations() == []
 
 
@@ -165,7 +165,7 @@ def _planner_module(mod: str) -> str | None:
 
 
 def test_the_planners_modules_import_each_other_without_a_circle() -> None:
-    """gguf/ → memory/ → solve/ → the request: a newcomer reads them in that order (README, "Layout")."""
+    """gguf/ → memory/ → solve/ → the request: a newcomer reads them in that order (docs/architecture.md, "Layout")."""
     graph = {_module_name(p): {m for mod in _runtime_imports(p) if (m := _planner_module(mod)) and m != _module_name(p)}
              for p in sorted((APP / "planner").rglob("*.py"))}
     done: set[str] = set()

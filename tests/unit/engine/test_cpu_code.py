@@ -1,4 +1,4 @@
-"""Which CPU code Headroom's engine is built with, and how a build is found again (README, "Which CPUs";
+"""Which CPU code Headroom's engine is built with, and how a build is found again (docs/engines.md, "Which CPUs";
 app/engine/native_build.py): native for this CPU but never AMX, or portable with the variant chosen at
 run time; a native build is keyed by the CPU it was made for. Decided from the compiler and recorded
 ``/proc/cpuinfo`` texts, so every machine runs the same tests, whatever its own CPU."""
