@@ -185,18 +185,24 @@ def run(args: argparse.Namespace) -> int:
     from app.planner.gguf.model import read_shape
     from app.planner.gguf.reader import shown_name
 
+    pass1: _Pass1 | None = None
     try:
         args.model = hub_model(args.model, download=False)
         settings = settings_from_args(args)
         shape = read_shape(args.model)
         inventory = inventory_from_args(args)
         engines = _own_engine(args) or _engines(args.engine)
-        pass1 = _Pass1(args.model, run=args.measure, timeout=args.timeout, lib_dir=pass1_lib_dir(args))
+        # (a model the estimate does not know is planned from pass 1: it runs, as it takes a second)
+        pass1 = _Pass1(args.model, run=args.measure or not shape.modelled, timeout=args.timeout,
+                       lib_dir=pass1_lib_dir(args))
         request = plan_request(args, shape, inventory, pass1, _launching(engines, args.window))
         plan, measurement = request.plan(settings)
         fit = request.largest_fit(settings, measurement)
-    except NotModelled as exc:
-        return _not_modelled(args, exc.arch, str(exc))  # the settings parsed before the model was read
+    except NotModelled as exc:  # (the settings parsed before the model was read)
+        if pass1 is not None and pass1.failure:  # planned from pass 1, which failed: its reason, not "not modelled"
+            return _not_modelled(args, exc.arch, f"cannot plan {exc.arch} (the estimate does not know it) because "
+                                                 f"{pass1.failure}")
+        return _not_modelled(args, exc.arch, str(exc))
     except (PlannerError, ValueError) as exc:
         print(f"headroom plan: {printable_lines(str(exc))}", file=sys.stderr)  # not into a `--json > plan.json`
         return 2
@@ -208,6 +214,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(plan.to_json() | llamafile_json(args, plan.launch) | {
             "model": str(shape.path), "header_only": preview_origin(shape.path) is not None, "arch": shape.arch, "max_context": fit.to_json(),
+            **({"planned_from": "pass 1's measured law"} if not shape.modelled else {}),
             "measurement": None if measurement is None else {
                 "source": str(measurement.source), "backend": measurement.backend,
                 "llama_commit": measurement.llama_commit, "cached": pass1.from_cache},
@@ -219,6 +226,8 @@ def run(args: argparse.Namespace) -> int:
     title = f"{printable(shown_name(shape.path))} ({shape.arch}, {shape.n_layer} layers)"
     if origin is not None:
         title += f" — planned from the header of hf:{origin.repo}/{origin.path} (not downloaded)"
+    if not shape.modelled:
+        title += f" — planned from pass 1's measurement (the estimate does not know {printable(shape.arch)})"
     print(render(plan, title, fit, settings, shape.head_dim_k))
     for line in llamafile_lines(args, plan.launch):
         print(f"  llamafile: {line}")

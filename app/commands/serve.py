@@ -2,10 +2,10 @@
 is healthy, print plan vs actual and the endpoint, serve until Ctrl-C, stop cleanly.
 
 The launch and GPU flags are the same as ``headroom plan``'s. The engine advisories for this
-model on the chosen engine are printed before launching; a model the planner does not model is
-refused (after its advisories), since nothing about its launch could be planned or checked —
-unless ``--unplanned`` says to launch it with the flags exactly as given (no plan, no plan-vs-actual
-check; what the diagnostic smoke test of a k-pool model needs).
+model on the chosen engine are printed before launching. A model the estimate does not know is planned
+from pass 1's measured law (app/planner/law.py) and checked like any other; one pass 1 cannot measure is
+refused with pass 1's reason. ``--unplanned`` launches with the flags exactly as given (no plan, no
+plan-vs-actual check).
 
 Serve launches on this machine's real devices: ``--gpu`` with a card it does not have (a simulated
 H200, ``NAME:SIZE``) is for ``headroom plan`` and is refused here. A launch whose pass 1 failed is
@@ -85,8 +85,8 @@ def register(sub: Any) -> None:
                    help="launch the way that fits whose label holds TEXT, as `headroom plan` lists them (e.g. "
                         "\"KV of\", \"-nkvo\", \"-c 49664\"), instead of the one the plan chose")
     p.add_argument("--unplanned", action="store_true",
-                   help="for a model Headroom cannot plan: launch with the flags exactly as given "
-                        "(--fit off, no plan-vs-actual check)")
+                   help="launch with the flags exactly as given, without a plan (--fit off, no plan-vs-actual "
+                        "check): for a model Headroom cannot plan, or to see what the engine does with yours")
     p.add_argument("--engine-arg", action="append", default=[], metavar="ARG",
                    help="with --unplanned: one more engine argument, passed as is (repeatable; e.g. "
                         "--engine-arg=--rpc --engine-arg=127.0.0.1:50052)")
@@ -321,6 +321,8 @@ def run(args: argparse.Namespace) -> int:
         settings = settings_from_args(args)
         modelled = read_shape(args.model)
         shape: ModelShape | None = modelled
+        if args.unplanned:  # the user's own flags, unchecked, however well Headroom could plan them
+            raise NotModelled(modelled.arch, "asked with --unplanned")
         plan, inventory = serve_plan(args, modelled, settings, engines)
     except Pass1Failed as failed:
         return _refuse_failed_pass1(failed)

@@ -45,6 +45,8 @@ _KV_SIZE_RE = re.compile(
 )
 # llama_kv_cache: layer   0: dev = CUDA0     (src/llama-kv-cache.cpp:223, DEBUG: the probe passes these on)
 _KV_LAYER_RE = re.compile(r"llama_kv_cache: layer\s+(?P<il>\d+): dev = (?P<dev>\S+)")
+# llama_memory_recurrent, layer   1: dev = CPU       (src/llama-memory-recurrent.cpp:94, DEBUG; a comma, not a colon)
+_RS_LAYER_RE = re.compile(r"llama_memory_recurrent, layer\s+(?P<il>\d+): dev = (?P<dev>\S+)")
 # llama_prepare_model_devices: using device RPC0 (127.0.0.1:50052) (unknown id) - 24105 MiB free
 #                                                                     (src/llama.cpp:306)
 _USING_DEVICE_RE = re.compile(r"llama_prepare_model_devices: using device (?P<dev>\S+) \((?P<desc>.*?)\) \(")
@@ -57,6 +59,10 @@ _PROMPT_CACHE_RE = re.compile(r"prompt cache is (?:enabled, size limit: (?:(?P<m
 _RS_BUF_RE = re.compile(r"llama_memory_recurrent:\s+(?P<dev>\S+) RS buffer size =\s*(?P<mib>[0-9.]+) MiB")
 # llama_memory_recurrent: size =   55.37 MiB (     1 cells,  40 layers,  1 seqs  0 rs_seq), R (f32):    1.37 MiB, S (f32):   54.00 MiB, P (f32):    0.00 MiB
 _RS_SIZE_RE = re.compile(r"llama_memory_recurrent: size =\s*(?P<mib>[0-9.]+) MiB \(")
+# (its "layers" is the model's; the layers that hold a state are the per-layer lines'. A cell's rows are
+# 1 + rs_seq: the rollback snapshots)
+_RS_PARTS_RE = re.compile(r"\(\s*(?P<cells>\d+) cells,\s*(?P<layers>\d+) layers,\s*\d+ seqs\s+(?P<rs_seq>\d+) rs_seq\)"
+                          r", R \(\w+\):\s*(?P<r>[0-9.]+) MiB, S \(\w+\):\s*(?P<s>[0-9.]+) MiB")
 # llama_context:  CUDA_Host  output buffer size =     2.32 MiB        (src/llama-context.cpp:381)
 _OUTPUT_RE = re.compile(r"llama_context:\s+(?P<dev>\S+)\s+output buffer size =\s*(?P<mib>[0-9.]+) MiB")
 # sched_reserve:      CUDA0 compute buffer size =   623.01 MiB          (src/llama-context.cpp:740)
@@ -129,6 +135,16 @@ def is_host_device(name: str) -> bool:
     return name.endswith(("_Host", "_Mapped")) or name.startswith("CPU") or name == "Host"
 
 
+def recurrent_parts(line: str) -> tuple[int, int, int, int] | None:
+    """(rows: cells × (1 + rs_seq), the model's layers, R bytes, S bytes) of a ``llama_memory_recurrent:
+    size =`` line, or None."""
+    m = _RS_PARTS_RE.search(line)
+    if m is None:
+        return None
+    return (int(m.group("cells")) * (1 + int(m.group("rs_seq"))), int(m.group("layers")),
+            mib_to_bytes(float(m.group("r"))), mib_to_bytes(float(m.group("s"))))
+
+
 def mib_to_bytes(mib: float) -> int:
     """llama.cpp prints ``%8.2f MiB``; back to bytes (to within 0.005 MiB)."""
     return round(mib * MiB)
@@ -150,6 +166,8 @@ class KvCacheLine:
     line: str
     #: How many of this cache's layers each device holds (from the per-layer DEBUG lines, when seen).
     layer_devices: tuple[tuple[str, int], ...] = ()
+    #: The model layers it holds, in order (from the same lines; () when they were not logged).
+    layer_ids: tuple[int, ...] = ()
 
     def on_device(self, device: str) -> int:
         """This cache's bytes on ``device``, split by layer count (equal-sized layers within one
@@ -226,6 +244,8 @@ class LogBuffers:
     recurrent: dict[str, int] = field(default_factory=dict)
     recurrent_lines: tuple[str, ...] = ()
     recurrent_total: int = 0
+    #: The layers the recurrent state holds (its per-layer DEBUG lines; () when not logged).
+    recurrent_layer_ids: tuple[int, ...] = ()
     breakdown: tuple[BreakdownRow, ...] = ()
     opencoti: OpencotiState = field(default_factory=OpencotiState)
     matched: int = 0
@@ -275,6 +295,8 @@ class LogParser:
         self._caches: list[KvCacheLine] = []
         self._rs: dict[str, int] = {}
         self._layer_devs: dict[str, int] = {}
+        self._layer_ids: list[int] = []
+        self._rs_layer_ids: list[int] = []
         self._rs_lines: list[tuple[str, int]] = []
         self._breakdown: list[BreakdownRow] = []
         self._last_kind = ""
@@ -348,6 +370,7 @@ class LogParser:
                 self._blocks[kind] = {}
                 if kind == "kv":  # the context's memory: KV caches and recurrent state together
                     self._caches, self._rs, self._rs_lines, self._layer_devs = [], {}, [], {}
+                    self._layer_ids, self._rs_layer_ids = [], []
             self._closed.discard(kind)
         self._last_kind = kind
 
@@ -365,6 +388,12 @@ class LogParser:
             self._start("kv", None)
             dev = m.group("dev")
             self._layer_devs[dev] = self._layer_devs.get(dev, 0) + 1
+            self._layer_ids.append(int(m.group("il")))
+            return True
+        m = _RS_LAYER_RE.search(line)
+        if m:
+            self._start("kv", None)
+            self._rs_layer_ids.append(int(m.group("il")))
             return True
         m = _RS_BUF_RE.search(line)
         if m:
@@ -384,8 +413,8 @@ class LogParser:
                 mib_to_bytes(float(m.group("mib"))), int(m.group("cells")), int(m.group("layers")),
                 int(m.group("seqs")), int(m.group("streams")), m.group("tk"), mib_to_bytes(float(m.group("k"))),
                 m.group("tv"), mib_to_bytes(float(m.group("v"))), line[m.start():].strip(),
-                tuple(sorted(self._layer_devs.items()))))
-            self._layer_devs = {}
+                tuple(sorted(self._layer_devs.items())), tuple(self._layer_ids)))
+            self._layer_devs, self._layer_ids = {}, []
             return True
         return False
 
@@ -455,6 +484,7 @@ class LogParser:
             compute=dict(self._blocks["compute"]), kv_caches=tuple(self._caches),
             recurrent=dict(self._rs), recurrent_lines=tuple(t for t, _ in self._rs_lines),
             recurrent_total=sum(b for _, b in self._rs_lines), breakdown=tuple(self._breakdown),
+            recurrent_layer_ids=tuple(self._rs_layer_ids),
             opencoti=self._opencoti, matched=self._matched, devices=tuple(self._devices),
             prompt_cache_mib=self._prompt_cache, lora=dict(self._lora),
             draft=self._draft.result() if self._draft is not None else None,

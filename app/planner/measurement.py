@@ -83,6 +83,33 @@ class DeviceMeasurement:
 
 
 @dataclass(frozen=True)
+class MeasuredCache:
+    """One KV cache pass 1 created (a ``llama_kv_cache: size =`` line and its per-layer lines): its cells
+    per stream, streams, the model layers it holds, and its K and V bytes. An iSWA model has two."""
+
+    cells: int
+    n_stream: int
+    layers: tuple[int, ...]
+    type_k: str
+    k: int
+    type_v: str
+    v: int
+
+
+@dataclass(frozen=True)
+class MeasuredRecurrent:
+    """The recurrent state pass 1 created (a ``llama_memory_recurrent: size =`` line): its rows (cells ×
+    (1 + rollback snapshots)), the model's layers, and its R (conv) and S (SSM) bytes."""
+
+    cells: int
+    layers: int
+    r: int
+    s: int
+    #: The model layers it holds (its per-layer lines; () when they were not logged).
+    layer_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
 class Measurement:
     """A pass-1 result. ``backend`` is what measured: a ``Backend`` (app/planner/devices.py), or several
     joined by "+" ("CUDA+RPC"); only true for that backend. ``llama_commit``: the llama.cpp commit
@@ -110,6 +137,10 @@ class Measurement:
     #: The vision projector's compute reserve per buffer (``reserve_compute_meta`` lines), when pass 1
     #: loaded the launch's ``--mmproj`` (app/planner/memory/projector.py).
     projector_compute: tuple[tuple[str, int], ...] = ()
+    #: Each KV cache and the recurrent state, as their lines describe them: what a model the estimate does
+    #: not know is planned from (app/planner/law.py).
+    caches: tuple[MeasuredCache, ...] = ()
+    recurrent_state: MeasuredRecurrent | None = None
 
     def device(self, name: str) -> DeviceMeasurement | None:
         return next((d for d in self.devices if d.name == name), None)
@@ -140,7 +171,10 @@ class Measurement:
                    tuple(data.get("warnings", ())),
                    LaunchSettings.from_json(data["launch"]) if data.get("launch") else None,
                    cls.from_json(data["draft"]) if data.get("draft") else None,
-                   tuple((str(n), int(b)) for n, b in data.get("projector_compute", ())))
+                   tuple((str(n), int(b)) for n, b in data.get("projector_compute", ())),
+                   tuple(MeasuredCache(**(c | {"layers": tuple(c["layers"])})) for c in data.get("caches", ())),
+                   MeasuredRecurrent(**(data["recurrent_state"] | {"layer_ids": tuple(data["recurrent_state"].get(
+                       "layer_ids", ()))})) if data.get("recurrent_state") else None)
 
 
 def llama_label(commit: str) -> str:

@@ -19,11 +19,13 @@ Pure: no I/O (``app.machine.overhead.request_for_machine`` builds one with the s
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from app.planner.devices import Inventory
+from app.planner.errors import NotModelled
 from app.planner.gguf.model import ModelShape
+from app.planner.law import fit_shape
 from app.planner.measurement import Measurement
 from app.planner.plan_types import ContextFit, Plan
 from app.planner.settings import LaunchSettings
@@ -82,10 +84,26 @@ class PlanRequest:
             found = self.lookup(asked)
         return found
 
+    def fitted(self, settings: LaunchSettings) -> PlanRequest:
+        """This request, for a model the estimate does not know with its shape fitted from pass 1 at
+        ``settings`` (the measured law, app/planner/law.py); NotModelled, saying what to run, when the
+        lookup has no pass 1 for it."""
+        if self.shape.modelled or self.shape.law:
+            return self
+        m = self.lookup(settings) if self.lookup is not None else None
+        if m is None:
+            raise NotModelled(self.shape.arch, "the estimate does not know it and no pass 1 measured it: it is "
+                                               "planned from pass 1 (headroom plan --measure, or Measure in the window)")
+        return replace(self, shape=fit_shape(self.shape, m))
+
     def plan(self, settings: LaunchSettings) -> MeasuredPlan:
         """The plan for ``settings``, with pass 1 for the plan's *own* launch when the lookup has one.
         When the measured plan chooses another launch (a ``-ngl`` alternative), that one is looked up
-        too; the plan's warnings say when the numbers are for the settings as given."""
+        too; the plan's warnings say when the numbers are for the settings as given. A model the
+        estimate does not know is first fitted from pass 1 (``fitted``)."""
+        request = self.fitted(settings)
+        if request is not self:
+            return request.plan(settings)
         plan = self._make(settings, None)
         used: Measurement | None = None
         if self.lookup is None:
@@ -116,6 +134,9 @@ class PlanRequest:
 
     def largest_fit(self, settings: LaunchSettings, measurement: Measurement | None = None) -> ContextFit:
         """``max_context`` for everything but n_ctx (``measurement``: the one the plan used)."""
+        request = self.fitted(settings)
+        if request is not self:
+            return request.largest_fit(settings, measurement)
         return max_context(self.shape, self.inventory, settings, engine_window=self.engine_window,
                            measurement=measurement, safety=self.safety, vram_target=self.vram_target,
                            overhead=self.overhead, speed=self.speed)

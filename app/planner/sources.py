@@ -30,6 +30,9 @@ class SourceKind(Enum):
     CALIBRATED = "calibrated on this machine"
     #: Read from the model file's header (tensor sizes, KV shapes; detail: what it adds).
     FROM_GGUF = "from the GGUF"
+    #: Follows from what pass 1 measured of a model the estimate does not know (app/planner/law.py;
+    #: detail: at which settings): its KV caches' rows, at this launch's context and placement.
+    FROM_LAW = "from the law pass 1 measured"
     #: Read from the GPU driver through NVML (detail: who holds what).
     FROM_NVML = "from NVML"
     #: What an RPC worker reported through ggml (its device's memory; none of this engine's overhead).

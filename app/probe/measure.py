@@ -28,12 +28,19 @@ from pathlib import Path
 from app.engine.native_build import EngineBuild, find_build
 from app.engine.process import die_with_parent, forget_child, reap_leftovers, record_child, spawn_lasting
 from app.llamacpp.failures import failure_hint, last_lines, up_to_reason
-from app.llamacpp.logs import LogBuffers, is_host_device, parse_log
+from app.llamacpp.logs import LogBuffers, is_host_device, parse_log, recurrent_parts
 from app.llamafile.views import view_for, views_for
 from app.planner.devices import Backend
 from app.planner.errors import PlannerError
 from app.planner.gguf.reader import missing_files
-from app.planner.measurement import DeviceMeasurement, MeasuredBy, Measurement, MeasurementSource
+from app.planner.measurement import (
+    DeviceMeasurement,
+    MeasuredBy,
+    MeasuredCache,
+    MeasuredRecurrent,
+    Measurement,
+    MeasurementSource,
+)
 from app.planner.measurement import gpu_caveat as measurement_caveat
 from app.planner.settings import LaunchSettings
 from app.probe.cache import MeasureCache, cache_key, cached, library_identity
@@ -324,10 +331,15 @@ def measurement_from_log(buffers: LogBuffers, *, backend: str, commit: str, seco
     names = list(dict.fromkeys([*buffers.compute, *kv]))
     devices = tuple(DeviceMeasurement(name, buffers.compute.get(name, 0), kv.get(name, 0), is_host_device(name))
                     for name in names)
+    parts = [p for p in map(recurrent_parts, buffers.recurrent_lines) if p is not None]
     return Measurement(devices, backend, commit, round(seconds, 3), source,
                        (*(c.line for c in buffers.kv_caches), *buffers.recurrent_lines), buffers.kv_total,
                        sum(buffers.output.values()), buffers.recurrent_total, buffers.warnings,
-                       projector_compute=tuple(buffers.projector_compute.items()))
+                       projector_compute=tuple(buffers.projector_compute.items()),
+                       caches=tuple(MeasuredCache(c.cells, c.n_stream, c.layer_ids, c.type_k, c.k, c.type_v, c.v)
+                                    for c in buffers.kv_caches),
+                       recurrent_state=MeasuredRecurrent(*parts[0], layer_ids=buffers.recurrent_layer_ids)
+                       if parts else None)
 
 
 def _model_file(model_path: str | Path) -> Path:

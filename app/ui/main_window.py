@@ -501,7 +501,8 @@ class MainWindow(QMainWindow):
         self.demo_banner.setVisible(model.demo)
         shape = model.shape
         inside = shape.path if in_archive(model.path) else model.path  # a llamafile: named with its GGUF
-        self.model_label.setText(f"{model_title(inside)}<br>{escape(shape.arch)}, {shape.n_layer} layers, "
+        law = "" if shape.modelled else " — planned from pass 1 (the estimate does not know it)"
+        self.model_label.setText(f"{model_title(inside)}<br>{escape(shape.arch)}{law}, {shape.n_layer} layers, "
                                  f"trained for {tokens_text(shape.n_ctx_train)} tokens")
         self.model_label.setToolTip(printable(str(model.path)))
         self.show_error("")

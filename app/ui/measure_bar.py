@@ -26,6 +26,7 @@ from app.probe.measure import (
     stop_ahead,
     waiting_ahead,
 )
+from app.text import printable
 from app.ui.qt import QHBoxLayout, QLabel, QObject, QProgressBar, QPushButton, QVBoxLayout, QWidget, Signal
 from app.ui.window_state import WindowState, no_engine_yet
 from app.ui.workers import TaskPool
@@ -35,6 +36,8 @@ Probe = Callable[[Path, LaunchSettings, threading.Event], tuple[Measurement, boo
 CANCELLED = "Measurement cancelled: pass 1 stopped"
 NOT_MEASURED = "Compute buffer: estimated (not measured)"
 STALE = "Compute buffer: estimated (pass 1 ran for other settings; measure again)"
+#: A model the estimate does not know, measured as it opens (its plan comes from pass 1).
+MEASURING_UNKNOWN = "Measuring: the estimate does not know {}, so its plan comes from pass 1…"
 
 
 class MeasureBar(QWidget):
@@ -128,7 +131,18 @@ class MeasureBar(QWidget):
             if state.model is not None:
                 self._start_ahead()
 
+        def no_plan(_why: str) -> None:
+            """A model the estimate does not know has no plan until pass 1 measured it: measure it now,
+            in the background, with the bar's progress (as a Measure click would)."""
+            model = state.model
+            if model is None or model.shape.modelled or model.shape.law or self.running \
+                    or self._failed_for == state.settings.launch or (state.engine is None and state.engines == []):
+                return
+            self.start(model.path, state.settings.launch, targets_gpu=bool(state.inventory.gpus))
+            self._say(MEASURING_UNKNOWN.format(printable(model.shape.arch)))
+
         self._state = state
+        state.noPlan.connect(no_plan)
         self.button.clicked.connect(measure)
         self.measured.connect(state.set_measurement)
         state.modelChanged.connect(another_model)

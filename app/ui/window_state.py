@@ -33,6 +33,7 @@ from app.engine.running import RunningEngine
 from app.planner.devices import Inventory
 from app.planner.errors import PlannerError
 from app.planner.gguf.model import ModelShape
+from app.planner.law import fit_shape
 from app.planner.measurement import Measurement
 from app.planner.plan_types import ContextFit, Plan
 from app.planner.request import DEFAULT_SAFETY, PlanRequest
@@ -164,8 +165,17 @@ class WindowState(QObject):
             self.replan()
 
     def set_measurement(self, measurement: Measurement, settings: LaunchSettings) -> None:
-        """Pass 1 ran with ``settings``."""
+        """Pass 1 ran with ``settings``. For a model the estimate does not know, the first one is its
+        measured law (app/planner/law.py): the model's shape is fitted from it once, and every plan after
+        (another context, slot count, KV type) comes from that law without measuring again."""
         self.measurement, self.measured_for = measurement, settings
+        model = self.model
+        if model is not None and not model.shape.modelled and not model.shape.law:
+            try:
+                self.model = replace(model, shape=fit_shape(model.shape, replace(measurement, launch=settings)))
+            except PlannerError as exc:
+                self._no_plan(str(exc))
+                return
         self.measurementChanged.emit(measurement)
         self.replan()
 

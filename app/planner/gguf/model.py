@@ -17,7 +17,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from app.planner.errors import NotModelled, PlannerError
+from app.planner.errors import PlannerError
 from app.planner.gguf.checks import LLAMA_MAX_LAYERS, check_hparams, check_metadata, check_tensors
 from app.planner.gguf.reader import (
     GGUFArray,
@@ -86,6 +86,17 @@ class ModelShape:
     #: The GGUF carries ``tokenizer.chat_template``: without one llama-server formats a chat as ChatML
     #: (tools/server: ``common_chat_templates_init`` falls back to chatml), which the model may not know.
     has_chat_template: bool = False
+    #: The estimate knows this architecture's memory (``MODELLED_ARCHS``). When it does not, the KV fields
+    #: are the header's generic ones until pass 1's measured law sets them (app/planner/law.py).
+    modelled: bool = True
+    #: What the KV fields were fitted from (app/planner/law.py): "" for a modelled architecture.
+    law: str = ""
+    #: Layers with a recurrent state, where that is not every layer without KV (a fitted hybrid whose
+    #: attention layers carry a state too: glm5-next); None: ``recr_layers``.
+    state_layers: tuple[bool, ...] | None = None
+    #: More KV caches of the context's cells beside the attention one (a k-pool indexer's): (layers, K
+    #: elements a row, V elements a row) each, of the launch's KV types (app/planner/law.py fits them).
+    extra_kv: tuple[tuple[tuple[int, ...], int, int], ...] = ()
 
     @property
     def is_swa_any(self) -> bool:
@@ -227,8 +238,7 @@ def shape_from_headers(headers: list[GGUFHeader]) -> ModelShape:
                            "llama.cpp knows")
     if not isinstance(arch, str) or not arch:
         raise PlannerError(f"{first.path.name}: no general.architecture key")
-    if arch not in MODELLED_ARCHS:
-        raise NotModelled(arch)
+    modelled = arch in MODELLED_ARCHS  # else planned from pass 1's measured law (app/planner/law.py)
     _checked(first, check_metadata, f, first.field_types, arch)
     expected = _uint(f, "split.count", 1)
     if expected != len(headers):
@@ -244,21 +254,22 @@ def shape_from_headers(headers: list[GGUFHeader]) -> ModelShape:
     n_head = _per_layer(f, k("attention.head_count"), n_layer, 0)
     n_head_kv = _per_layer(f, k("attention.head_count_kv"), n_layer, n_head[0]) \
         if k("attention.head_count_kv") in f else n_head
-    if n_head[0] == 0:  # every modelled architecture has attention heads (a recurrent layer: no KV heads)
+    if n_head[0] == 0 and modelled:  # every modelled architecture has attention heads (a recurrent layer: no KV heads)
         raise PlannerError(f"{first.path.name}: {arch}.attention.head_count is 0 (layer 0), but a {arch} model "
                            "has attention heads")
     # load_hparams: head size defaults to n_embd / n_head(0), overridden by key_length/value_length.
-    head_k = _uint(f, k("attention.key_length"), n_embd // n_head[0])
-    head_v = _uint(f, k("attention.value_length"), n_embd // n_head[0])
+    head_k = _uint(f, k("attention.key_length"), n_embd // max(1, n_head[0]))
+    head_v = _uint(f, k("attention.value_length"), n_embd // max(1, n_head[0]))
     head_k_swa = _uint(f, k("attention.key_length_swa"), head_k)
     head_v_swa = _uint(f, k("attention.value_length_swa"), head_v)
 
-    n_swa = _uint(f, k("attention.sliding_window"), 0)
+    n_swa = _uint(f, k("attention.sliding_window"), 0) if not isinstance(f.get(k("attention.sliding_window")), GGUFArray) else 0
     swa_layers = (False,) * n_layer
     if n_swa > 0 and arch in SWA_PATTERN_DEFAULT:
         swa_layers = _swa_layers(f, k("attention.sliding_window_pattern"), n_layer, SWA_PATTERN_DEFAULT[arch])
-    elif n_swa > 0:
+    elif n_swa > 0 and modelled:
         n_swa = 0  # the engine ignores the window for architectures that do not read it
+    # (for another architecture the window is kept: pass 1's caches say which layers use it, law.py)
 
     # deepseek2.cpp: MLA when key_length_mla and value_length_mla are both set; the cache then holds
     # only K = kv_lora_rank + rope dims per position (the GGUF stores that as key_length, 1 KV head).
@@ -290,9 +301,11 @@ def shape_from_headers(headers: list[GGUFHeader]) -> ModelShape:
         files=tuple(h.path for h in headers),
         has_chat_template=isinstance(f.get("tokenizer.chat_template"), LongString) or (
             isinstance(f.get("tokenizer.chat_template"), str) and bool(f.get("tokenizer.chat_template"))),
+        modelled=modelled,
     )
     _checked(first, check_hparams, shape)
-    _checked(first, check_tensors, shape, f)
+    if modelled:  # (another architecture's tensors are the engine's to judge: pass 1 loads them, or says why not)
+        _checked(first, check_tensors, shape, f)
     return shape
 
 

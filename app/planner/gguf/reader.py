@@ -206,10 +206,18 @@ def in_archive(path: str | Path) -> bool:
     if split_member(path) is not None:
         return True
     try:
-        with open(path, "rb") as f:  # (a regular file: the caller has checked, or gets False)
-            head = f.read(8)
+        # O_NONBLOCK, and a regular file only: opening a FIFO for reading would wait for a writer (forever)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError:
         return False
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        head = os.read(fd, 8)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
     return not head.startswith(GGUF_MAGIC) and looks_archived(head)
 
 

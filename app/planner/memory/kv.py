@@ -169,9 +169,10 @@ def kv_layout(shape: ModelShape, settings: LaunchSettings) -> KvLayout:
     n_trunk = shape.n_layer_main if shape.n_layer_nextn and shape.n_layer_main > 0 else shape.n_layer
     trunk = [il for il in range(n_trunk) if not shape.recr_layers[il]]
     recurrent = None
-    if any(shape.recr_layers):
+    state = shape.state_layers if shape.state_layers is not None else shape.recr_layers
+    if any(state):
         cells = max(1, settings.n_parallel)
-        recurrent = RecurrentState(cells, tuple(il for il in range(n_trunk) if shape.recr_layers[il]),
+        recurrent = RecurrentState(cells, tuple(il for il in range(n_trunk) if state[il]),
                                    shape.n_embd_r * 4 * cells, shape.n_embd_s * 4 * cells)
     flash = not settings.flash_attn_off
 
@@ -180,9 +181,18 @@ def kv_layout(shape: ModelShape, settings: LaunchSettings) -> KvLayout:
         n = cells * ctx.n_stream
         return KvCache(swa, cells, ctx.n_stream, layers, tuple(b * n for b in k_row), tuple(b * n for b in v_row))
 
+    extra = tuple(_extra(settings, ctx, layers, k, v) for layers, k, v in shape.extra_kv)
     if not shape.is_swa_any:
-        return KvLayout(ctx, (build(False, ctx.n_ctx_seq),), recurrent)
-    return KvLayout(ctx, (build(False, ctx.n_ctx_seq), build(True, swa_cells(shape, settings, ctx))), recurrent)
+        return KvLayout(ctx, (build(False, ctx.n_ctx_seq), *extra), recurrent)
+    return KvLayout(ctx, (build(False, ctx.n_ctx_seq), build(True, swa_cells(shape, settings, ctx)), *extra),
+                    recurrent)
+
+
+def _extra(settings: LaunchSettings, ctx: ContextSize, layers: tuple[int, ...], k: int, v: int) -> KvCache:
+    """One more cache of the context's cells (a k-pool indexer's, ``ModelShape.extra_kv``)."""
+    n = ctx.n_ctx_seq * ctx.n_stream
+    return KvCache(False, ctx.n_ctx_seq, ctx.n_stream, layers, (row_bytes(settings.type_k, k) * n,) * len(layers),
+                   (row_bytes(settings.type_v, v) * n if v else 0,) * len(layers))
 
 
 @lru_cache(maxsize=1024)  # the context chart prices one layout per context: the rows are the same

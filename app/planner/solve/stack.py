@@ -184,12 +184,13 @@ def stack(shape: ModelShape, inv: Inventory, settings: LaunchSettings, ws: Weigh
         proj = compute.projector.total if compute.projector and compute.projector.device == g.engine_name else 0
         free = g.free - ws.gpu[i] - comp - kv_gpu[i] - dev_ovh - safety - more[i].total - proj
         gguf = Source(SourceKind.FROM_GGUF)
+        kv_src = Source(SourceKind.FROM_LAW, shape.law) if shape.law else gguf
         gpus.append(DevicePlan(
             name=g.engine_name, label=g.label, total=g.total,
             other_processes=other, weights=ws.gpu[i], compute=comp, kv_resident=kv_gpu[i], overhead=dev_ovh,
             safety=safety, free=free, simulated=g.simulated, driver_reserve=reserve,
             sources={"total": src_total, "other_processes": src_other, "weights": gguf,
-                     "compute": compute.source, "kv_resident": gguf, "overhead": dev_ovh_src,
+                     "compute": compute.source, "kv_resident": kv_src, "overhead": dev_ovh_src,
                      "safety": Source(SourceKind.GIVEN)},
             remote=g.endpoint if g.is_rpc else "", budget=g.budget, extras=replace(more[i].extras, projector=proj)))
         gpus[-1].sources.update(more[i].sources)
@@ -207,7 +208,8 @@ def stack(shape: ModelShape, inv: Inventory, settings: LaunchSettings, ws: Weigh
         total=inv.host.total, available=inv.host.available, weights_mapped=ws.host_weights, kv_tail=kv_host,
         compute_pinned=pinned, free=before_cache - prompt_cache,
         sources={"total": from_os, "available": from_os, "weights_mapped": weights_src,
-                 "kv_tail": Source(SourceKind.FROM_GGUF), "compute_pinned": compute.source,
+                 "kv_tail": Source(SourceKind.FROM_LAW, shape.law) if shape.law else Source(SourceKind.FROM_GGUF),
+                 "compute_pinned": compute.source,
                  "prompt_cache": Source(SourceKind.GIVEN if settings.cache_ram_mib is not None
                                         else SourceKind.DEFAULT,
                                         words.prompt_cache_detail(settings.cache_ram_mib, prompt_cache // MiB,

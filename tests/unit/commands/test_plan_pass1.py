@@ -88,15 +88,25 @@ def test_plan_names_the_engine_and_its_advisories(engine_build: EngineBuild, tin
     assert data["engine"]["fixes"] == ["b11412", "43fe9c642", "fork-in-a-full-pool", "host-kv-attention"]
 
 
-def test_a_model_the_planner_does_not_model_still_gets_its_advisories(
+def test_a_model_the_estimate_does_not_know_is_planned_from_pass_1_with_its_advisories(
         engine_build: EngineBuild, tiny_glm5_next_model: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rc = cli.main(["plan", str(tiny_glm5_next_model), "-np", "2", "-kvu"])
     out, err = capsys.readouterr()
-    assert rc == 2 and out == ""  # an error: all of it on stderr
-    assert "not modelled: glm5-next" in err
-    assert "glm5-next with shared sessions: fixed in this build" in err
-    # --json keeps stdout machine-readable: the error and the advisories as data
+    assert rc == 0 and "not modelled" not in err
+    assert "planned from pass 1's measurement (the estimate does not know glm5-next)" in out
+    assert "glm5-next with shared sessions: fixed in this build" in out
     rc = cli.main(["plan", str(tiny_glm5_next_model), "-np", "2", "-kvu", "--json"])
     data = json.loads(capsys.readouterr().out)
-    assert rc == 2 and data["error"] == "not modelled: glm5-next" and data["arch"] == "glm5-next"
+    assert rc == 0 and data["planned_from"] == "pass 1's measured law" and data["arch"] == "glm5-next"
     assert [a["key"] for a in data["advisories"]] == ["kpool-fixed-in-build"]
+
+
+def test_a_model_pass_1_cannot_measure_is_refused_with_pass_1s_reason(
+        engine_build: EngineBuild, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The estimate does not know it and the engine refuses it: the engine's reason, not "not modelled"."""
+    from tests.fixtures import gguf_factory, shapes
+
+    rc = cli.main(["plan", str(gguf_factory.ensure(shapes.TINY_PHI3))])  # (its vocabulary: llama.cpp refuses it)
+    err = capsys.readouterr().err
+    assert rc == 2 and "cannot plan phi3 (the estimate does not know it) because pass 1" in err
+    assert "error loading model vocabulary" in err

@@ -19,18 +19,17 @@ from app.probe import cache as measure_cache
 from tests.fixtures import gguf_factory, shapes
 
 
-def test_glm5_next_with_shared_sessions_is_told_fixed_in_this_build_then_is_refused(
+def test_glm5_next_with_shared_sessions_is_told_fixed_in_this_build_then_served(
         engine_build: EngineBuild, tiny_glm5_next_model: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    rc = cli.main(["serve", str(tiny_glm5_next_model), "-c", "4096", "-np", "2", "-kvu"])
+    rc = cli.main(["serve", str(tiny_glm5_next_model), "-c", "4096", "-np", "2", "-kvu", "--smoke"])
     out, err = capsys.readouterr()
-    assert rc == 2
+    assert rc == 0, out + err
     advisories = [line for line in out.splitlines() if line.startswith("advisory:")]
     assert advisories == [next(line for line in advisories if "fixed in this build" in line)]
     assert advisories[0].startswith("advisory: [info] glm5-next with shared sessions: fixed in this build")
     assert "b11412 (llama.cpp #29958)" in advisories[0] and "43fe9c642 (llama.cpp #29994)" in advisories[0]
     assert "llama.cpp 0c1e57098" in advisories[0]  # the engine Headroom built, placed by its commit
-    assert "cannot plan: not modelled: glm5-next" in err and "serves only models it can plan" in err
-    assert "engine: starting" not in out
+    assert "not modelled" not in err and "every buffer within 1 MiB" in out and "smoke: ok" in out
 
 
 def test_the_same_engine_without_headroom_s_patches_gets_both_kpool_warnings(
@@ -39,9 +38,9 @@ def test_the_same_engine_without_headroom_s_patches_gets_both_kpool_warnings(
     # the very binary, copied out of Headroom's build: nothing says it carries the patches
     copy = tmp_path / "llama-server"
     shutil.copy2(engine_build.server, copy)
-    rc = cli.main(["serve", str(tiny_glm5_next_model), "-c", "4096", "-np", "2", "-kvu", "--engine", str(copy)])
+    rc = cli.main(["serve", str(tiny_glm5_next_model), "-c", "4096", "-np", "2", "-kvu", "--engine", str(copy), "--smoke"])
     out, _ = capsys.readouterr()
-    assert rc == 2
+    assert rc in (0, 1)  # (on one backend the unpatched engine re-reserves silently: the smoke test may pass)
     advisories = [line for line in out.splitlines() if line.startswith("advisory: [warning]")]
     assert len(advisories) == 2
     assert "without b11412" in advisories[0] and "#29958" in advisories[0]
@@ -50,9 +49,9 @@ def test_the_same_engine_without_headroom_s_patches_gets_both_kpool_warnings(
 
 def test_glm5_next_alone_has_no_advisory_on_the_patched_engine(engine_build: EngineBuild, tiny_glm5_next_model: Path,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["serve", str(tiny_glm5_next_model), "-np", "1"]) == 2
-    out, err = capsys.readouterr()
-    assert "advisory:" not in out and "not modelled: glm5-next" in err
+    assert cli.main(["plan", str(tiny_glm5_next_model), "-np", "1"]) == 0
+    out, _ = capsys.readouterr()
+    assert "advisories: none known" in out and "advisory:" not in out
 
 
 def test_serve_plans_for_the_gpus_it_is_given(engine_build: EngineBuild, tiny_model: Path,

@@ -8,8 +8,12 @@ import gguf
 import numpy as np
 import pytest
 
+from app.planner.devices import HostMemory, Inventory
 from app.planner.errors import NotModelled, PlannerError
 from app.planner.gguf.model import read_shape
+from app.planner.request import PlanRequest
+from app.planner.settings import LaunchSettings
+from app.planner.units import GiB
 from tests.fixtures import gguf_factory, shapes, tables
 from tests.fixtures.quant import uniform
 
@@ -93,10 +97,15 @@ def test_split_gguf_with_a_missing_part(tmp_path: Path) -> None:
         read_shape(tmp_path / "m-00001-of-00002.gguf")
 
 
-def test_engine_architecture_the_planner_does_not_model(tmp_path: Path) -> None:
+def test_an_architecture_the_estimate_does_not_know_is_read_for_pass_1s_law(tmp_path: Path) -> None:
+    """Its shape is read with the header's generic keys, marked not modelled: the plan request fits its KV
+    from pass 1 (app/planner/law.py) and refuses, saying so, when no pass 1 measured it."""
     _write(tmp_path / "rwkv.gguf", "rwkv7")
-    with pytest.raises(NotModelled, match="not modelled: rwkv7"):
-        read_shape(tmp_path / "rwkv.gguf")
+    shape = read_shape(tmp_path / "rwkv.gguf")
+    assert shape.arch == "rwkv7" and not shape.modelled and not shape.law
+    request = PlanRequest(shape, Inventory(gpus=(), host=HostMemory(64 * GiB, 60 * GiB)), lookup=lambda _s: None)
+    with pytest.raises(NotModelled, match=r"not modelled: rwkv7 .*planned from pass 1"):
+        request.plan(LaunchSettings())
 
 
 def test_shape_is_cached_until_the_file_changes(tmp_path: Path) -> None:

@@ -1,5 +1,7 @@
-"""``headroom serve --unplanned --smoke --diagnostic`` on a k-pool model the planner does not model:
-the advisories come first, then the diagnostic smoke test says what it could and could not show.
+"""``headroom serve --smoke --diagnostic`` on a k-pool model the estimate does not model (glm5-next): it is
+planned from pass 1's measured law (app/planner/law.py) and served with plan vs actual per buffer, or, with
+``--unplanned``, launched with the flags as given; the advisories come first, then the diagnostic smoke
+test says what it could and could not show.
 
 On one backend (a CPU launch) ggml re-reserves silently, so a passing smoke test is *inconclusive*;
 with a second backend (a local ggml-rpc-server, as a GPU launch has CUDA0 beside the CPU) the engine
@@ -35,30 +37,40 @@ def kpool_engine(engine_build: EngineBuild) -> EngineBuild:
     return kpool_engine_for_tests(engine_build)
 
 
-def _args(model: Path, engine: EngineBuild, extra: Sequence[str], *, smoke: bool = True) -> list[str]:
-    return [str(model), "-c", "32768", "-np", "2", "-kvu", "--unplanned", "--diagnostic",
+def _args(model: Path, engine: EngineBuild, extra: Sequence[str], *, smoke: bool = True,
+          unplanned: bool = False) -> list[str]:
+    return [str(model), "-c", "32768", "-np", "2", "-kvu", *(["--unplanned"] if unplanned else []), "--diagnostic",
             *(["--smoke"] if smoke else []), "--engine", str(engine.server), *extra]
 
 
-def _serve(model: Path, engine: EngineBuild, extra: Sequence[str], deadline_s: float = 150.0) -> tuple[int, str]:
+def _serve(model: Path, engine: EngineBuild, extra: Sequence[str], deadline_s: float = 150.0, *,
+           unplanned: bool = False) -> tuple[int, str]:
     """Run ``headroom serve`` until it serves (then SIGTERM, as Ctrl-C) or exits by itself."""
-    return headroom_serve(_args(model, engine, extra), deadline_s)
+    return headroom_serve(_args(model, engine, extra, unplanned=unplanned), deadline_s)
 
 
-def test_a_model_headroom_cannot_plan_is_refused_unless_unplanned(tiny_glm5_next_model: Path,
-                                                                  engine_build: EngineBuild) -> None:
-    out = subprocess.run([sys.executable, "-m", "app", "serve", str(tiny_glm5_next_model), "-np", "2", "-kvu"],
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 2
-    assert FIXED in out.stdout and "advisory: [warning]" not in out.stdout
-    assert "not modelled: glm5-next" in out.stderr and "--unplanned" in out.stderr
+def _every_buffer_as_planned(out: str) -> None:
+    assert "plan vs actual:" in out and "The engine allocated what the plan said (every buffer within 1 MiB)." in out, out
 
 
-def test_one_backend_diagnostic_smoke_is_inconclusive(tiny_glm5_next_model: Path,
-                                                      kpool_engine: EngineBuild) -> None:
-    rc, out = _serve(tiny_glm5_next_model, kpool_engine, ["-ngl", "0"])
+def test_a_model_the_estimate_does_not_know_is_planned_from_pass_1_not_refused(tiny_glm5_next_model: Path,
+                                                                              engine_build: EngineBuild) -> None:
+    out = subprocess.run([sys.executable, "-m", "app", "plan", str(tiny_glm5_next_model), "-c", "32768", "-np", "2",
+                          "-kvu", "--json"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "not modelled" not in out.stdout + out.stderr
+    import json
+
+    plan = json.loads(out.stdout)
+    assert plan["planned_from"] == "pass 1's measured law" and plan["measurement"] is not None
+    assert "from the law pass 1 measured" in plan["host"]["sources"]["kv_tail"]
+
+
+def test_one_backend_diagnostic_smoke_is_inconclusive_also_unplanned(tiny_glm5_next_model: Path,
+                                                                     kpool_engine: EngineBuild) -> None:
+    rc, out = _serve(tiny_glm5_next_model, kpool_engine, ["-ngl", "0"], unplanned=True)
     assert rc == 0, out
-    assert "warning: not planned: not modelled: glm5-next" in out
+    assert "warning: not planned: not modelled: glm5-next (asked with --unplanned)" in out
     assert out.count(FIXED) == 1 and "advisory: [warning]" not in out
     assert "llama.cpp 0c1e57098 + 5 Headroom patches" in out
     assert "smoke: inconclusive" in out and "--rpc" in out
@@ -68,9 +80,9 @@ def test_one_backend_diagnostic_smoke_is_inconclusive(tiny_glm5_next_model: Path
 def test_with_a_second_backend_the_diagnostic_smoke_passes(
         tiny_glm5_next_model: Path, kpool_engine: EngineBuild, tmp_path: Path) -> None:
     with second_backend(kpool_engine, tmp_path / "rpc.log") as device:
-        extra = [f"--engine-arg={a}" for a in device.engine_args]
-        rc, out = _serve(tiny_glm5_next_model, kpool_engine, extra)
+        rc, out = _serve(tiny_glm5_next_model, kpool_engine, list(device.serve_args))
     assert rc == 0, out
+    _every_buffer_as_planned(out)
     smoke = next((line for line in out.splitlines() if line.startswith("smoke:")), "")
     assert smoke.startswith("smoke: ok"), out
     assert "diagnostic launch: no graph re-reserve" in smoke
@@ -83,9 +95,9 @@ def test_two_sessions_forked_from_one_prompt_both_generate_past_512_tokens(
     backends; one prompt forked into two shared sessions, both continued past 512 generated tokens —
     past two steps of the padded pool count (64 pools of 4 tokens, both sequences counted)."""
     n_fork, n_more = 520, 24
-    with second_backend(kpool_engine, tmp_path / "rpc.log") as device:
-        extra = [f"--engine-arg={a}" for a in device.engine_args]
-        with headroom_serving(_args(tiny_glm5_next_model, kpool_engine, extra, smoke=False)) as (url, lines):
+    with second_backend(kpool_engine, tmp_path / "rpc.log") as device, \
+            headroom_serving(_args(tiny_glm5_next_model, kpool_engine, list(device.serve_args),
+                                   smoke=False)) as (url, lines):
             client = EngineClient(url, timeout=600)
             prompt = "One prompt, decoded once, shared by two sessions. " * 40
             forked = fork(client, prompt, ["left", "right"], Sampling(n_fork, 0.8, 7, ignore_eos=True))
@@ -99,3 +111,4 @@ def test_two_sessions_forked_from_one_prompt_both_generate_past_512_tokens(
             assert client.health()
     out = "".join(lines)
     assert "unexpected graph reallocation" not in out and "engine stopped (exit code 0)" in out, out
+    _every_buffer_as_planned(out)
