@@ -215,7 +215,22 @@ def collect(selftest: bool = False, recalibrate: bool = False, engine: Path | No
     if recalibrate:
         report["recalibrated"] = _recalibrate(launching)
     report["cpu_attention"] = _cpu_attention(measure=selftest or recalibrate, engine=launching)
+    report["architectures"] = _architectures()
     return report
+
+
+def _architectures() -> dict[str, Any]:
+    """How many architectures the engine's llama.cpp knows and how each is planned (docs/architectures.md)."""
+    from app.engine.architectures import engine_source, read_architectures, rows, summary
+
+    src = engine_source()
+    names = read_architectures(src) if src is not None else ()
+    if not names:
+        return {"ok": False, "words": "the engine's source is not here (a bundle carries none): docs/architectures.md "
+                                      "lists the architectures of the llama.cpp it carries"}
+    found = rows(names)
+    return {"ok": True, "words": summary(names), "estimated": [r.name for r in found if r.how == "estimated"],
+            "measured": [r.name for r in found if r.how == "measured"]}
 
 
 def _recalibrate(engine: EngineInfo | None) -> dict[str, Any]:
@@ -313,6 +328,7 @@ def run(args: argparse.Namespace) -> int:
         print(_line("Speed figures", recal["words"]))
     for line in report["cpu_attention"]:
         print(_line("CPU attention", line))
+    print(_line("Architectures", report["architectures"]["words"]))
     print(_hub_line(report["hub"]))
     print(_line("Cache", report["cache_dir"]))
     return status

@@ -27,6 +27,8 @@ WORDS = [
     (Source(SourceKind.FROM_GGUF), "from the GGUF"),
     (Source(SourceKind.FROM_GGUF, "mapped file + 4.8 GiB repacked copy for the CPU backend"),
      "from the GGUF (mapped file + 4.8 GiB repacked copy for the CPU backend)"),
+    (Source(SourceKind.FROM_LAW, "at -c 4096; the estimate does not know olmo2"),
+     "from the law pass 1 measured (at -c 4096; the estimate does not know olmo2)"),
     (Source(SourceKind.FROM_NVML), "from NVML"),
     (Source(SourceKind.FROM_NVML, "2 processes hold 1.2 GiB, the driver keeps 615 MiB"),
      "from NVML: 2 processes hold 1.2 GiB, the driver keeps 615 MiB"),
