@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.engine import native_build
+from app.paths import cache_dir
 from app.planner.gguf.model import MODELLED_ARCHS
 
 ARCH_FILE = Path("src") / "llama-arch.cpp"
@@ -65,7 +66,7 @@ def read_architectures(src: Path) -> tuple[str, ...]:
 def engine_source() -> Path | None:
     """The llama.cpp tree Headroom builds its engine from, when it is on this machine (the build
     extracted it); None otherwise (a bundle carries no source)."""
-    tree = native_build.cache_dir() / "src" / native_build.SDIST_NAME / "vendor" / "llama.cpp"
+    tree = cache_dir() / "src" / native_build.SDIST_NAME / "vendor" / "llama.cpp"
     return tree if (tree / ARCH_FILE).is_file() else None
 
 
