@@ -47,6 +47,10 @@ _KV_SIZE_RE = re.compile(
 _KV_LAYER_RE = re.compile(r"llama_kv_cache: layer\s+(?P<il>\d+): dev = (?P<dev>\S+)")
 # llama_memory_recurrent, layer   1: dev = CPU       (src/llama-memory-recurrent.cpp:94, DEBUG; a comma, not a colon)
 _RS_LAYER_RE = re.compile(r"llama_memory_recurrent, layer\s+(?P<il>\d+): dev = (?P<dev>\S+)")
+# sched_reserve: reserve took 3.05 ms, sched copies = 4      (src/llama-context.cpp:770; > 1: pipeline parallelism)
+_SCHED_COPIES_RE = re.compile(r"sched_reserve: reserve took [0-9.]+ ms, sched copies = (?P<n>\d+)")
+# print_info: n_embd                = 128                    (src/llama-model.cpp print_info)
+_N_EMBD_RE = re.compile(r"print_info: n_embd\s+=\s*(?P<n>\d+)$")
 # llama_prepare_model_devices: using device RPC0 (127.0.0.1:50052) (unknown id) - 24105 MiB free
 #                                                                     (src/llama.cpp:306)
 _USING_DEVICE_RE = re.compile(r"llama_prepare_model_devices: using device (?P<dev>\S+) \((?P<desc>.*?)\) \(")
@@ -246,6 +250,10 @@ class LogBuffers:
     recurrent_total: int = 0
     #: The layers the recurrent state holds (its per-layer DEBUG lines; () when not logged).
     recurrent_layer_ids: tuple[int, ...] = ()
+    #: The scheduler's copies of its inputs (> 1: pipeline parallelism over several devices) and the
+    #: model's width, as the log says them (0: not said).
+    sched_copies: int = 0
+    n_embd: int = 0
     breakdown: tuple[BreakdownRow, ...] = ()
     opencoti: OpencotiState = field(default_factory=OpencotiState)
     matched: int = 0
@@ -297,6 +305,7 @@ class LogParser:
         self._layer_devs: dict[str, int] = {}
         self._layer_ids: list[int] = []
         self._rs_layer_ids: list[int] = []
+        self._sched_copies = self._n_embd = 0
         self._rs_lines: list[tuple[str, int]] = []
         self._breakdown: list[BreakdownRow] = []
         self._last_kind = ""
@@ -354,7 +363,7 @@ class LogParser:
         if self._feed_clip(line):
             self._matched += 1
             return
-        if self._feed_buffers(line) or self._feed_breakdown(line) or self._feed_opencoti(line):
+        if self._feed_buffers(line) or self._feed_breakdown(line) or self._feed_opencoti(line) or self._feed_sched(line):
             self._matched += 1
 
     def _start(self, kind: str, device: str | None) -> None:
@@ -373,6 +382,15 @@ class LogParser:
                     self._layer_ids, self._rs_layer_ids = [], []
             self._closed.discard(kind)
         self._last_kind = kind
+
+    def _feed_sched(self, line: str) -> bool:
+        if m := _SCHED_COPIES_RE.search(line):
+            self._sched_copies = int(m.group("n"))
+            return True
+        if m := _N_EMBD_RE.search(line.rstrip()):
+            self._n_embd = self._n_embd or int(m.group("n"))  # (the model's: a draft's comes after)
+            return True
+        return False
 
     def _feed_buffers(self, line: str) -> bool:
         for kind, regex in (("model", _MODEL_RE), ("kv", _KV_BUF_RE), ("output", _OUTPUT_RE), ("compute", _COMPUTE_RE)):
@@ -484,7 +502,7 @@ class LogParser:
             compute=dict(self._blocks["compute"]), kv_caches=tuple(self._caches),
             recurrent=dict(self._rs), recurrent_lines=tuple(t for t, _ in self._rs_lines),
             recurrent_total=sum(b for _, b in self._rs_lines), breakdown=tuple(self._breakdown),
-            recurrent_layer_ids=tuple(self._rs_layer_ids),
+            recurrent_layer_ids=tuple(self._rs_layer_ids), sched_copies=self._sched_copies, n_embd=self._n_embd,
             opencoti=self._opencoti, matched=self._matched, devices=tuple(self._devices),
             prompt_cache_mib=self._prompt_cache, lora=dict(self._lora),
             draft=self._draft.result() if self._draft is not None else None,

@@ -25,7 +25,7 @@ from app.planner.settings import LaunchSettings
 #: How much of the file the digest reads: the GGUF header, metadata and tensor table start here.
 HEADER_BYTES = 1024 * 1024
 #: Bump when the key's meaning or the stored JSON changes.
-SCHEMA = 3
+SCHEMA = 4
 
 
 def measurements_dir() -> Path:

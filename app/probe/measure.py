@@ -312,8 +312,22 @@ def engine_commit(lib_dir: str, build: EngineBuild | None = None) -> str:
     return stamped.commit if stamped is not None else "unknown"
 
 
+def pipeline_copies_counted(buffers: LogBuffers, n_ubatch: int) -> dict[str, int]:
+    """What pass 1 (``no_alloc``) counts that the engine's allocation does not, per compute buffer: with
+    pipeline parallelism over several devices (``sched copies = N``), the reserve made without allocating
+    (src/llama-context.cpp ``graph_reserve`` with ``backend_buf_exp_size``) counts, on each device after
+    the first, N copies of the hidden state it receives from the device before (n_embd × n_ubatch f32);
+    the real allocation shares them. Seen on two and three loopback RPC workers: +N × 128 × 512 × 4 B =
+    1.00 MiB on the second of two (-ub 512), +0.50 MiB on the second and third of three (-ub 256)."""
+    if buffers.sched_copies <= 1 or not buffers.n_embd:
+        return {}
+    devices = [d for d in buffers.compute if not is_host_device(d)]
+    extra = buffers.sched_copies * buffers.n_embd * n_ubatch * 4
+    return {d: extra for d in devices[1:] if buffers.compute[d] > extra}
+
+
 def measurement_from_log(buffers: LogBuffers, *, backend: str, commit: str, seconds: float,
-                         source: MeasurementSource) -> Measurement:
+                         source: MeasurementSource, n_ubatch: int = 0) -> Measurement:
     """Per-device compute and KV from a parsed log.
 
     KV per device: the ``KV buffer size`` lines when they carry sizes (a real engine); with
@@ -329,8 +343,9 @@ def measurement_from_log(buffers: LogBuffers, *, backend: str, commit: str, seco
     elif not kv and len(buffers.kv) == 1:
         kv = {next(iter(buffers.kv)): buffers.kv_total}
     names = list(dict.fromkeys([*buffers.compute, *kv]))
-    devices = tuple(DeviceMeasurement(name, buffers.compute.get(name, 0), kv.get(name, 0), is_host_device(name))
-                    for name in names)
+    counted = pipeline_copies_counted(buffers, n_ubatch) if n_ubatch else {}
+    devices = tuple(DeviceMeasurement(name, buffers.compute.get(name, 0) - counted.get(name, 0), kv.get(name, 0),
+                                      is_host_device(name)) for name in names)
     parts = [p for p in map(recurrent_parts, buffers.recurrent_lines) if p is not None]
     return Measurement(devices, backend, commit, round(seconds, 3), source,
                        (*(c.line for c in buffers.kv_caches), *buffers.recurrent_lines), buffers.kv_total,
@@ -373,7 +388,8 @@ def measure(model_path: str | Path, settings: LaunchSettings, *, timeout: float 
                                     commit=engine_commit(str(result.get("lib_dir") or "")),
                                     seconds=time.monotonic() - started,
                                     source=MeasurementSource(MeasuredBy.PROBE,
-                                                             str(result.get("bindings", "llama-cpp-python"))))
+                                                             str(result.get("bindings", "llama-cpp-python"))),
+                                    n_ubatch=settings.effective_n_ubatch)
     draft = None
     if settings.draft_model and buffers.draft is not None:  # the draft's lines, after the marker
         draft = replace(measurement_from_log(buffers.draft, backend=measured.backend, commit=measured.llama_commit,

@@ -105,6 +105,10 @@ def test_serve_launches_with_rpc_and_ts_and_matches_the_plan_per_device(engine_b
     for dev in (f"RPC0[{a}]", f"RPC0[{b}]"):
         for part in ("weights", "kv", "compute"):
             assert rows.get((dev, part)) == "ok", out
+    # exact, not only within 1 MiB: pass 1 counts the second worker's pipeline copies of its input, which
+    # the engine shares (app/probe/measure.py pipeline_copies_counted); once it planned 4.50 MiB high
+    errors = [ln.split()[6] for ln in lines if ln.split()[1:2] == ["compute"] and ln.startswith("RPC0[")]
+    assert errors == ["+0.00", "+0.00"], out
     assert rows.get(("host", "weights")) == "ok" and rows.get(("host", "compute")) == "ok", out
     assert "every buffer within 1 MiB" in out, out
 

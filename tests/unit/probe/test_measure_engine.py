@@ -75,3 +75,23 @@ def test_fit_params_measures_in_the_engine_builds_library_with_the_servers_conte
     assert m.source.kind is MeasuredBy.FIT_PARAMS and "the engine build's libllama" in str(m.source)
     assert m.kv_lines == measure(tiny_model, s).kv_lines  # the same unified cache the probe sizes
     assert "4/1 seqs" in m.kv_lines[0] and "8192 cells" in m.kv_lines[0]  # 4 slots in one unified stream
+
+
+def test_pass_1_with_pipeline_copies_is_read_as_the_engine_allocates() -> None:
+    """Two loopback RPC workers, -ub 512, an 8-layer model of width 128 (lines as pass 1 printed them):
+    the second worker's reserve counts 4 copies of the 128 × 512 f32 hidden state it receives, which the
+    engine's allocation shares (it allocated 20.04 MiB on both)."""
+    from app.llamacpp.logs import parse_log
+    from app.planner.measurement import MeasuredBy, MeasurementSource
+    from app.probe.measure import measurement_from_log
+
+    log = "\n".join([
+        "print_info: n_embd                = 128",
+        "llama_context: pipeline parallelism enabled",
+        "sched_reserve: RPC0[127.0.0.1:50991] compute buffer size =    20.04 MiB",
+        "sched_reserve: RPC0[127.0.0.1:50992] compute buffer size =    21.04 MiB",
+        "sched_reserve:        CPU compute buffer size =    17.30 MiB",
+        "sched_reserve: reserve took 3.82 ms, sched copies = 4"])
+    m = measurement_from_log(parse_log(log), backend="RPC", commit="0c1e57098", seconds=0.1,
+                             source=MeasurementSource(MeasuredBy.PROBE), n_ubatch=512)
+    assert [round(d.compute / 2**20, 2) for d in m.devices] == [20.04, 20.04, 17.30]
