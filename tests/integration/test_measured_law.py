@@ -4,7 +4,7 @@ types (within 1 MiB); ``plan`` marks such a plan as measured, not ``not modelled
 ends with every buffer as planned.
 
 The models are real GGUFs the tests write from llama.cpp's tensor names (tests/fixtures/tables.py):
-olmo2 (a plain cache), glm5-next (MLA, a k-pool indexer cache beside it, recurrent state on both
+olmo (a plain cache), glm5-next (MLA, a k-pool indexer cache beside it, recurrent state on both
 layers), and gemma3 read as if the estimate did not know it (an iSWA model: two caches)."""
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def _lib(engine_build: EngineBuild) -> str:
     return str(engine_build.bin_dir)
 
 
-@pytest.mark.parametrize("spec", [shapes.TINY_OLMO2, shapes.TINY_GLM5_NEXT, shapes.TINY_GEMMA3],
+@pytest.mark.parametrize("spec", [shapes.TINY_OLMO, shapes.TINY_GLM5_NEXT, shapes.TINY_GEMMA3],
                          ids=lambda s: s.arch)
 def test_the_law_from_one_pass_1_gives_the_kv_pass_1_measures_elsewhere(spec, engine_build: EngineBuild) -> None:
     path = gguf_factory.ensure(spec)
@@ -66,19 +66,19 @@ def _headroom(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[s
 
 
 def test_plan_of_an_architecture_the_estimate_does_not_know_is_measured_not_refused(engine_build: EngineBuild) -> None:
-    path = gguf_factory.ensure(shapes.TINY_OLMO2)
+    path = gguf_factory.ensure(shapes.TINY_OLMO)
     done = _headroom("plan", str(path), "-c", "8192", "--engine", str(engine_build.server), "--json")
     assert done.returncode == 0, done.stderr
     plan = json.loads(done.stdout)
-    assert plan["planned_from"] == "pass 1's measured law" and plan["arch"] == "olmo2"
+    assert plan["planned_from"] == "pass 1's measured law" and plan["arch"] == "olmo"
     assert plan["measurement"] is not None and "not modelled" not in done.stderr
     assert plan["host"]["sources"]["kv_tail"].startswith("from the law pass 1 measured")
     text = _headroom("plan", str(path), "-c", "8192", "--engine", str(engine_build.server))
-    assert "planned from pass 1's measurement (the estimate does not know olmo2)" in text.stdout
+    assert "planned from pass 1's measurement (the estimate does not know olmo)" in text.stdout
 
 
 def test_serve_smoke_of_it_ends_with_every_buffer_as_planned(engine_build: EngineBuild) -> None:
-    path = gguf_factory.ensure(shapes.TINY_OLMO2)
+    path = gguf_factory.ensure(shapes.TINY_OLMO)
     done = _headroom("serve", str(path), "-c", "8192", "--engine", str(engine_build.server), "--smoke")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "The engine allocated what the plan said (every buffer within 1 MiB)." in done.stdout

@@ -35,13 +35,14 @@ from app.planner.settings import FlashAttn, LaunchSettings
 from app.planner.solve.plan import make_plan
 from app.planner.units import MiB
 from app.planner.words import REPACKED_COPY
-from app.probe.measure import measure, run_worker
+from app.probe.measure import MeasureError, measure, run_worker
 from tests.fixtures import shapes
 
 pytestmark = pytest.mark.engine
 
 MODELS = [s.name for s in (shapes.QWEN25_14B_1M, shapes.LLAMA31_8B, shapes.QWEN3_30B_A3B, shapes.GEMMA3_12B,
-                           shapes.DEEPSEEK_V2_LITE, shapes.GRANITE4_H_TINY, shapes.QWEN3_30B_A3B_Q8)]
+                           shapes.DEEPSEEK_V2_LITE, shapes.GRANITE4_H_TINY, shapes.QWEN3_30B_A3B_Q8,
+                           *shapes.PLAIN_KV_SHAPES)]
 SETTINGS = {
     "f16-np1": LaunchSettings(n_ctx=8192),
     "q8_0-np4": LaunchSettings(n_ctx=10000, type_k="q8_0", type_v="q8_0", n_parallel=4),
@@ -57,6 +58,12 @@ SETTINGS = {
 }
 
 
+#: Launches llama.cpp 0c1e57098 itself aborts on, after printing its KV caches: Phi-4 (phi3) with a q8_0
+#: cache (rotated: attn_rot_k = 1) in four streams overflows the reserve graph's hash set
+#: (ggml/src/ggml-impl.h:330 ``ggml_hash_find_or_insert``: "fatal error"). A fixed llama.cpp fails here.
+ENGINE_ABORTS = {("phi-4-q4_k_m", "q8_0-np4"): r"ggml-impl\.h:330: fatal error"}
+
+
 def _mib(n: int) -> str:
     return f"{n / MiB:.2f}"
 
@@ -70,6 +77,10 @@ def test_planned_kv_equals_the_engines_kv_lines(name: str, label: str, engine_bu
     if settings.type_k != settings.type_v and read_shape(path).is_mla:
         with pytest.raises(PlannerError, match="same K and V"):
             kv_layout(read_shape(path), settings)
+        return
+    if (name, label) in ENGINE_ABORTS:  # the engine itself cannot create this context: pass 1 says why
+        with pytest.raises(MeasureError, match=ENGINE_ABORTS[(name, label)]):
+            measure(path, settings)
         return
     lines = parse_log("\n".join(measure(path, settings).kv_lines), expect_buffers=False).kv_caches
     assert lines, "the engine printed no llama_kv_cache size line"

@@ -375,10 +375,15 @@ def _layer_wants(shape: ModelShape, il: int, tensors: dict[str, TensorInfo],
         expect("attn_k.weight", (e, shape.n_embd_k_gqa(il)), "embedding_length, head_count_kv, key_length")
         expect("attn_v.weight", (e, shape.n_embd_v_gqa(il)), "embedding_length, head_count_kv, value_length")
         expect("attn_output.weight", (shape.n_head[0] * head_v, e), "head_count, value_length, embedding_length")
-        expect("attn_q_norm.weight", (head_k,), "key_length")
-        expect("attn_k_norm.weight", (head_k,), "key_length")
+        if shape.arch in FULL_WIDTH_QK_NORM:  # src/models/olmo2.cpp: one norm over all heads
+            expect("attn_q_norm.weight", (shape.n_head[0] * head_k,), "head_count, key_length")
+            expect("attn_k_norm.weight", (shape.n_embd_k_gqa(il),), "head_count_kv, key_length")
+        else:
+            expect("attn_q_norm.weight", (head_k,), "key_length")
+            expect("attn_k_norm.weight", (head_k,), "key_length")
     if "ffn_up.weight" in tensors or "ffn_down.weight" in tensors:
-        expect("ffn_up.weight", (e, n_ff), "embedding_length, feed_forward_length")
+        fused = shape.arch in FUSED_GATE_UP and "ffn_gate.weight" not in tensors  # src/models/phi3.cpp: {n_embd, 2·n_ff}
+        expect("ffn_up.weight", (e, 2 * n_ff if fused else n_ff), "embedding_length, feed_forward_length")
         expect("ffn_gate.weight", (e, n_ff), "embedding_length, feed_forward_length")
         expect("ffn_down.weight", (n_ff, e), "feed_forward_length, embedding_length")
     has_router = "ffn_gate_inp.weight" in tensors
@@ -398,6 +403,10 @@ def _layer_wants(shape: ModelShape, il: int, tensors: dict[str, TensorInfo],
 
 
 _HYBRID_ARCHS = frozenset({"granitehybrid"})
+#: Architectures whose q and k norms span all heads (one weight of head_count × key_length).
+FULL_WIDTH_QK_NORM = frozenset({"olmo2"})
+#: Architectures whose ffn_up holds the gate and the up projection in one tensor (2 × n_ff wide).
+FUSED_GATE_UP = frozenset({"phi3"})
 #: Tensors outside the layers that every modelled architecture's load_arch_tensors creates as required.
 REQUIRED_TOP = ("token_embd.weight", "output_norm.weight")
 

@@ -37,13 +37,17 @@ from app.text import quoted
 MODELLED_ARCHS = frozenset({
     "llama", "qwen2", "qwen2moe", "qwen3", "qwen3moe", "qwen3vl", "mistral3", "gemma3", "deepseek2",
     "granitehybrid", "granite", "granitemoe", "starcoder2", "command-r", "exaone",
+    # a plain KV cache (src/models/phi3.cpp reads sliding_window and turns it off; smollm3.cpp's
+    # every-4th layer without RoPE keeps its cache; olmo2.cpp is iSWA only with sliding_window):
+    "phi3", "smollm3", "olmo2",
 })
 #: Hybrid architectures whose recurrent layers are those with no KV heads
 #: (src/models/granite-hybrid.cpp: ``is_recr_impl[i] = n_head_kv(i) == 0``).
 HYBRID_BY_HEAD_KV = frozenset({"granitehybrid"})
 #: Default SWA pattern per architecture when the file has no sliding_window_pattern
-#: (src/models/gemma3.cpp: ``load_swa_pattern(ml, 6)``; 5 local layers then 1 global).
-SWA_PATTERN_DEFAULT = {"gemma3": 6}
+#: (src/models/gemma3.cpp: ``load_swa_pattern(ml, 6)``; 5 local layers then 1 global; olmo2.cpp
+#: ``load_swa_pattern(ml, 4)`` when the file has a sliding_window: OLMo 3).
+SWA_PATTERN_DEFAULT = {"gemma3": 6, "olmo2": 4}
 
 _SPLIT_RE = re.compile(r"^(?P<stem>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
 

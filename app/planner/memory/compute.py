@@ -81,11 +81,14 @@ def ffn_width(shape: ModelShape) -> FfnWidth:
 
     Read from the tensors rather than the metadata, so it holds for every architecture's key names."""
     dense = expert = shared = 0
+    names = {t.name for t in shape.tensors}
     for t in shape.tensors:
         if not t.name.startswith("blk.") or len(t.shape) < 2:
             continue
         kind = t.name.split(".", 2)[2] if t.name.count(".") >= 2 else ""
-        if kind == "ffn_up.weight":
+        if kind == "ffn_down.weight":  # (its input: n_ff, also where gate and up are one fused tensor: phi3)
+            dense = max(dense, t.shape[0])
+        elif kind == "ffn_up.weight" and t.name.replace("ffn_up", "ffn_down") not in names:
             dense = max(dense, t.shape[1])
         elif kind == "ffn_up_exps.weight":
             expert = max(expert, t.shape[1])

@@ -29,5 +29,5 @@ def test_every_estimated_architecture_is_one_the_engine_knows_and_the_rest_are_p
     names = read_architectures(src)
     assert set(MODELLED_ARCHS) <= set(names)
     found = {r.name: r for r in rows(names)}
-    assert found["olmo2"].how == "measured" and found["glm5-next"].how == "measured"
+    assert found["gpt-oss"].how == "measured" and found["glm5-next"].how == "measured"
     assert found["bert"].how.startswith("no chat model") and not found["bert"].planned
