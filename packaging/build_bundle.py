@@ -26,7 +26,6 @@ import json
 import os
 import platform
 import shutil
-import struct
 import subprocess
 import sys
 import tarfile
@@ -40,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 from app import __version__  # noqa: E402
 from app.engine import native_build  # noqa: E402
+from app.engine.elf import set_runpath  # noqa: E402
 
 SPEC = ROOT / "packaging" / "headroom.spec"
 NAME = "headroom"
@@ -47,60 +47,10 @@ NAME = "headroom"
 #: libraries they (and llama-cpp-python) load. The batched bench is a test tool.
 ENGINE_BINARIES = native_build.BINARIES
 SKIP_LIBS = ("libllama-batched-bench-impl.so",)
-#: ELF: the dynamic section's tags for the string table and the library search paths.
-_DT_NULL, _DT_STRTAB, _DT_RPATH, _DT_RUNPATH = 0, 5, 15, 29
-_PT_LOAD, _PT_DYNAMIC = 1, 2
 
 
 def _log(msg: str) -> None:
     print(f"[bundle] {msg}", flush=True)
-
-
-def set_runpath(path: Path, new: str = "$ORIGIN") -> str | None:
-    """Rewrite the RUNPATH (or RPATH) of the 64-bit little-endian ELF file at ``path`` in place to
-    ``new``, which must not be longer than the old one (its string is overwritten, the rest padded
-    with NULs). Returns the old value, or None for a file that is not such an ELF or has no path."""
-    data = bytearray(path.read_bytes())
-    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
-        return None
-    phoff = struct.unpack_from("<Q", data, 0x20)[0]
-    phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
-    loads: list[tuple[int, int, int]] = []
-    dynamic: tuple[int, int] | None = None
-    for i in range(phnum):
-        p_type, _flags, offset, vaddr, _paddr, filesz = struct.unpack_from("<IIQQQQ", data, phoff + i * phentsize)
-        if p_type == _PT_LOAD:
-            loads.append((vaddr, offset, filesz))
-        elif p_type == _PT_DYNAMIC:
-            dynamic = (offset, filesz)
-    if dynamic is None:
-        return None
-    strtab: int | None = None
-    paths: list[int] = []
-    for j in range(dynamic[1] // 16):
-        tag, value = struct.unpack_from("<qQ", data, dynamic[0] + 16 * j)
-        if tag == _DT_NULL:
-            break
-        if tag == _DT_STRTAB:
-            strtab = value
-        elif tag in (_DT_RPATH, _DT_RUNPATH):
-            paths.append(value)
-    if strtab is None or not paths:
-        return None
-    base = next((off + strtab - va for va, off, size in loads if va <= strtab < va + size), None)
-    if base is None:
-        raise ValueError(f"{path}: the dynamic string table is outside every loaded segment")
-    old = ""
-    encoded = new.encode()
-    for rel in paths:
-        start = base + rel
-        end = data.index(b"\0", start)
-        old = data[start:end].decode("utf-8", "replace")
-        if len(encoded) > end - start:
-            raise ValueError(f"{path}: RUNPATH {old!r} is shorter than {new!r}")
-        data[start:end] = encoded + b"\0" * (end - start - len(encoded))
-    path.write_bytes(data)
-    return old
 
 
 def _engine_files(bin_dir: Path) -> Iterator[Path]:

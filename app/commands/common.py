@@ -346,6 +346,29 @@ def inventory_from_args(args: argparse.Namespace, *, quiet: bool = False) -> Inv
     return with_budgets(inventory, budgets) if budgets else inventory
 
 
+def for_what_runs(args: argparse.Namespace, inventory: Inventory, engine: EngineInfo | None) -> tuple[Inventory, Any]:
+    """``inventory`` with only the GPUs ``engine`` will use (app/engine/gpu_reach.py), and what was decided:
+    a launch is planned for what will run. Cards a CUDA engine has no code for are hidden from it
+    (``CUDA_VISIBLE_DEVICES``, for pass 1 and the engine alike: both are children of this process)."""
+    import os
+    from dataclasses import replace
+
+    from app.engine.discover import engine_cpu_features
+    from app.engine.gpu_reach import for_launch, reach
+
+    found = reach(engine, inventory)
+    if not found.sentence:
+        return inventory, found
+    kept = for_launch(inventory, found)
+    if found.visible is not None or (not found.gpus and engine is not None and engine.cuda_archs
+                                     and any(not g.simulated for g in inventory.local_gpus)):
+        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(found.visible or ()) or "-1"
+    if not kept.gpus:
+        given = getattr(args, "engine", None)
+        kept = replace(kept, cpu=engine_cpu_features(Path(given) if given else None))
+    return kept, found
+
+
 def plan_request(args: argparse.Namespace, shape: ModelShape, inventory: Inventory,
                  lookup: MeasurementLookup | None, engine: EngineInfo | None = None) -> PlanRequest:
     """The one plan request (app.planner.request) from the GPU flags: ``--window``, ``--safety``,

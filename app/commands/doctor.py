@@ -91,7 +91,7 @@ def _llama_cpp() -> dict[str, Any]:
         "lib_dir": lib_dir,
         "note": "" if offload else
         'CPU build: pass 1 measures CPU buffers only; for GPU numbers build the engine with CUDA '
-        '(headroom engine build, with nvcc and cuBLAS installed) or install a CUDA build of llama-cpp-python '
+        '(headroom engine build --backend cuda) or install a CUDA build of llama-cpp-python '
         '(CMAKE_ARGS="-DGGML_CUDA=on" pip install llama-cpp-python==0.3.36)',
     }
 
@@ -145,7 +145,22 @@ def _hub_line(hub: dict[str, Any]) -> str:
 
 
 def _engines(found: list[EngineInfo]) -> list[dict[str, Any]]:
-    return [e.to_json() | {"cpu_code": e.cpu_code, "system_info": e.system_info} for e in found]
+    """Each engine as JSON, with its CPU code and what its GPU code does on this machine's cards
+    (app/engine/gpu_reach.py: ``gpu_code``, and ``gpu_here``: the sentence or note, or which cards it uses)."""
+    from app.engine.gpu_reach import reach
+    from app.machine.devices import inventory
+
+    machine = inventory()
+    out = []
+    for e in found:
+        r = reach(e, machine)
+        used = [g for g in machine.local_gpus if g.index in r.gpus]
+        here = r.sentence or r.note or (
+            "it runs on " + ", ".join(f"GPU {g.index} ({g.name}" + (f", sm_{g.compute[0]}{g.compute[1]}" if g.compute
+                                                                     else "") + ")" for g in used) if used else "")
+        out.append(e.to_json() | {"cpu_code": e.cpu_code, "system_info": e.system_info, "gpu_code": r.gpu_code,
+                                  "gpu_here": here})
+    return out
 
 
 def _launching(found: list[EngineInfo]) -> EngineInfo | None:
@@ -318,6 +333,10 @@ def run(args: argparse.Namespace) -> int:
         print(_line("Engine", f"{e.get('kind', '?')} {e.get('version', '')}{what} at {e.get('path', '?')}{where}"))
         if e.get("cpu_code"):
             print(_line("  CPU code", e["cpu_code"]))
+        if e.get("gpu_code"):
+            print(_line("  GPU code", e["gpu_code"]))
+        if e.get("gpu_here"):
+            print(_line("  here", e["gpu_here"]))
     if test is None and not args.no_selftest:
         print(_line("Engine self-test", "no engine to test, so nothing can serve yet (see Engines)"))
     if test is not None:

@@ -24,6 +24,13 @@ def register(sub: Any) -> None:
     b.add_argument("--jobs", type=positive_int, default=None, metavar="N",
                    help="parallel compile jobs (default: one per CPU core)")
     b.add_argument("--bindings", action="store_true", help="also install llama-cpp-python without compiling")
+    b.add_argument("--backend", choices=("auto", "cpu", "cuda"), default="auto",
+                   help="cuda: GPU code for NVIDIA cards (sm_75 to sm_120), built on this machine without a GPU "
+                        "too: NVIDIA's compiler and libraries come from PyPI if this machine lacks them (about 0.5 GB, "
+                        "once; the build takes hours on 2 cores: docs/engines.md, \"The CUDA engine\"); auto: CUDA "
+                        "when this machine has nvcc and cuBLAS, else CPU")
+    b.add_argument("--portable", action="store_true",
+                   help="CPU code for any x86-64 CPU, chosen at run time (what a bundle ships)")
     b.set_defaults(func=run_build)
     w = esub.add_parser("where", allow_abbrev=False, epilog=EXIT_STATUS, help="print the folder of the engine Headroom launches: the one chosen in the "
                              "window (File ▸ Choose engine…), else the cached build's bin directory")
@@ -48,6 +55,10 @@ def run_build(args: argparse.Namespace) -> int:
         argv += ["--jobs", str(args.jobs)]
     if args.bindings:
         argv.append("--bindings")
+    if args.backend != "auto":
+        argv += ["--backend", args.backend]
+    if args.portable:
+        argv.append("--portable")
     rc = native_build.main(argv)
     if rc == 0:  # the speed model's CPU-attention figures, once per machine (app/engine/attention_runs.py)
         from app.engine.attention_runs import host_runs

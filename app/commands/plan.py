@@ -180,6 +180,7 @@ def _not_modelled(args: argparse.Namespace, arch: str, message: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    from app.engine.gpu_reach import reach as gpu_reach
     from app.hub.preview import preview_origin
     from app.planner.errors import NotModelled, PlannerError
     from app.planner.gguf.model import read_shape
@@ -209,6 +210,7 @@ def run(args: argparse.Namespace) -> int:
     if pass1.failure:
         print(f"headroom plan: pass 1 failed, compute buffers estimated: {pass1.failure}", file=sys.stderr)
     engine, no_engine = _engine_for(plan, engines)
+    reach = gpu_reach(engine, inventory)  # (what a launch here runs on: serve plans for that)
     advs = _advisories(plan.launch, plan.mode, engine, shape.arch, spills=plan.tail_cells > 0,
                        kv_host_layers=plan.kv_host_layers)
     if args.json:
@@ -219,7 +221,7 @@ def run(args: argparse.Namespace) -> int:
                 "source": str(measurement.source), "backend": measurement.backend,
                 "llama_commit": measurement.llama_commit, "cached": pass1.from_cache},
             "engine": None if engine is None else engine.to_json(), "engine_refused": no_engine or None,
-            "advisories": [vars(a) for a in advs]}, indent=2))
+            "gpu_reach": reach.to_json(), "advisories": [vars(a) for a in advs]}, indent=2))
         return 0 if plan.feasible else 1
     origin = preview_origin(shape.path)
     # the file's name, as the window shows it (general.name is a stranger's text, often not the model's)
@@ -236,6 +238,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"  engine: {engine.kind} {engine.version} ({engine.llama_cpp}) {engine.path}")
     if no_engine:
         print(f"  no engine can launch this plan: {no_engine}")
+    if reach.sentence:
+        print(f"  GPU: {reach.sentence} `headroom serve` plans for what runs here.")
+    if reach.note:
+        print(f"  GPU: {reach.note}")
     print("\n".join(f"  {line}" for line in advisory_lines(advs)) if advs else "  advisories: none known")
     if args.save_llamafile is not None:
         if not plan.feasible:

@@ -32,6 +32,7 @@ from app.commands.common import (
     add_launch_args,
     advisory_lines,
     exit_status,
+    for_what_runs,
     given_engine_problem,
     hub_model,
     inventory_from_args,
@@ -192,7 +193,12 @@ def serve_plan(args: argparse.Namespace, shape: ModelShape, settings: LaunchSett
     from app.engine.discover import choose
     from app.probe.measure import MeasureError, measure_cached
 
-    inventory = inventory_from_args(args)
+    engine = choose(engines, PlanMode.asked(args.window))
+    inventory, reach = for_what_runs(args, inventory_from_args(args), engine)
+    if reach.sentence:  # said once, before pass 1 and the plan: the plan is for what will run
+        print(f"GPU: {reach.sentence}" + ("" if inventory.local_gpus else " The plan is for the CPU."), flush=True)
+    if reach.note:
+        print(f"GPU: {reach.note}", flush=True)
 
     lib_dir = pass1_lib_dir(args)  # the engine given or chosen measures with its own libllama
 
@@ -202,8 +208,7 @@ def serve_plan(args: argparse.Namespace, shape: ModelShape, settings: LaunchSett
         except MeasureError as exc:
             raise Pass1Failed(exc) from None
 
-    request = plan_request(args, shape, inventory, None if args.no_measure else pass1,
-                           choose(engines, PlanMode.asked(args.window)))
+    request = plan_request(args, shape, inventory, None if args.no_measure else pass1, engine)
     plan = request.plan(settings).plan
     if args.alternative:  # another of the ways the plan lists, as planned for itself
         plan = request.plan(chosen_alternative(plan, args.alternative).launch).plan
@@ -317,6 +322,11 @@ def run(args: argparse.Namespace) -> int:
             busy.kind, "pass an address of this machine to --host (127.0.0.1, or 0.0.0.0 for all)")
         print(f"headroom serve: refused: {busy.text}: {advice}", file=sys.stderr)
         return 2
+    cards = simulated_gpus(list(args.gpu))  # before any plan: serve plans for what runs here
+    if cards:
+        print(f"headroom serve: --gpu {','.join(cards)} plans for a card this machine does not have; serve "
+              "launches on the real devices: drop --gpu (or --gpu auto)", file=sys.stderr)
+        return 2
     try:
         settings = settings_from_args(args)
         modelled = read_shape(args.model)
@@ -344,11 +354,6 @@ def run(args: argparse.Namespace) -> int:
     if not plan.feasible:  # the same plan `headroom plan` answers 1 for
         print(f"headroom serve: refused: {words.plan_does_not_fit(plan.reason)}", file=sys.stderr)
         return 1
-    cards = simulated_gpus(list(args.gpu))
-    if cards:
-        print(f"headroom serve: --gpu {','.join(cards)} plans for a card this machine does not have; serve "
-              "launches on the real devices: drop --gpu (or --gpu auto)", file=sys.stderr)
-        return 2
     for w in plan.warnings:
         print(f"warning: {w}")
     extra = tuple(args.engine_arg)
@@ -415,11 +420,14 @@ def run(args: argparse.Namespace) -> int:
             print(check.table())
             from app.engine.check import describe
             from app.engine.check_report import RAN_ON_CPU, ran_on_cpu
+            from app.llamacpp.cuda_log import cuda_start
             from app.llamacpp.llamafile_gpu import gpu_story
 
             print(describe(check))
             if spec.engine.is_llamafile and ran_on_cpu(check, plan):  # "GPU silently falls back to CPU"
                 print(gpu_story(server.log_lines()).sentence() or RAN_ON_CPU, flush=True)
+            elif ran_on_cpu(check, plan) and (why := cuda_start(server.log_lines()).cause):
+                print(f"GPU: {why}.", flush=True)
             for line in learn_overhead(plan.gpus, check):
                 print(line, flush=True)
             _speed_row(plan, inventory, server.base_url, spec.api_key, shape.name)

@@ -93,6 +93,10 @@ class EngineInfo:
     fixes: tuple[str, ...] = ()
     #: A Headroom build's CPU code (``native-<cpu8>`` or ``portable``, native_build.EngineBuild.cpu).
     build_cpu: str = ""
+    #: A Headroom build's backend (``cpu``, ``cuda``; ``""``: not a Headroom build) and a CUDA build's
+    #: GPU code (CMAKE_CUDA_ARCHITECTURES): what app/engine/gpu_reach.py decides from without running it.
+    build_backend: str = ""
+    cuda_archs: str = ""
 
     @property
     def llama_cpp(self) -> str:
@@ -278,7 +282,8 @@ def discover_engines(chosen: Path | None = None, *, probe: bool = True) -> list[
             # its --version names 7 digits (or none): the stamp has the commit and the patches
             known = info.commit != "unknown" and not build.commit.startswith(info.commit)
             info = replace(info, commit=info.commit if known else build.commit[:9],
-                           patches=build.patches, fixes=build.fixes, build_cpu=build.cpu)
+                           patches=build.patches, fixes=build.fixes, build_cpu=build.cpu,
+                           build_backend=build.backend.slug, cuda_archs=build.cuda_archs)
         engines.append(info)
     return engines
 

@@ -51,11 +51,13 @@ import subprocess
 import sys
 import tarfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from app.engine import cuda_toolchain
+from app.engine.cuda_toolchain import DESKTOP_ARCHS, CudaSetup, cuda_archs, nvidia_driver_present, parse_archs
 from app.engine.engine_patches import UNPATCHED, PatchSeries, engine_label, patch_series, patched_source
 from app.paths import bundle_dir, cache_dir
 from app.planner.devices import Backend
@@ -105,6 +107,10 @@ class EngineBuild:
     #: ``native-<cpu8>`` (built for the CPU whose flags digest to ``cpu8``) or ``portable``; ``""``: a
     #: build from before Headroom recorded it (treated as native for an unknown CPU: never found).
     cpu: str = ""
+    #: A CUDA build's GPU code (CMAKE_CUDA_ARCHITECTURES, ``75-virtual;86-real;...``) and NVIDIA's
+    #: libraries beside it (``cuda 13.0, nvidia-cublas==13.1.0.3 ...``); ``""`` for a CPU build.
+    cuda_archs: str = ""
+    cuda_libs: str = ""
 
     @property
     def portable(self) -> bool:
@@ -251,9 +257,15 @@ def _this_cpu_key() -> str:
         return cpu_key("")
 
 
-def build_dir(commit: str, backend: Backend, series: PatchSeries = UNPATCHED, cpu: str = "") -> Path:
-    """``llama.cpp-<commit9>-<backend slug>[-<cpu>][-p<series8>]`` under the cache."""
-    middle = f"-{cpu}" if cpu else ""
+def gpu_key(archs: str) -> str:
+    """``sm75v.86.89.120a``: a CUDA build's architectures in its folder's name (``v``: PTX only)."""
+    return "sm" + ".".join(f"{a.cc}{a.suffix}{'v' if a.kind == 'virtual' else ''}" for a in parse_archs(archs))
+
+
+def build_dir(commit: str, backend: Backend, series: PatchSeries = UNPATCHED, cpu: str = "",
+              cuda_archs: str = "") -> Path:
+    """``llama.cpp-<commit9>-<backend slug>[-<sm…>][-<cpu>][-p<series8>]`` under the cache."""
+    middle = (f"-{gpu_key(cuda_archs)}" if cuda_archs else "") + (f"-{cpu}" if cpu else "")
     suffix = f"-p{series.digest}" if series.patches else ""
     return cache_dir() / "engines" / f"llama.cpp-{commit[:9]}-{backend.slug}{middle}{suffix}"
 
@@ -297,7 +309,7 @@ def find_build(backend: Backend | None = None, series: PatchSeries | None = None
                bundled: bool = True, portable: bool = False) -> EngineBuild | None:
     """A finished build of ``series`` (default: Headroom's current patch series) in the cache that runs
     on this CPU: a native one built for it (a cache copied from another machine is skipped) or a
-    portable one; the CUDA one preferred, then native. ``portable``: only a portable build. Else
+    portable one; the CUDA one preferred where the NVIDIA driver is installed (else last), then native. ``portable``: only a portable build. Else
     (``bundled``) the bundle's own engine of that series, or None. Never builds.
     ``series=UNPATCHED``: the vendored tree as it is."""
     want = (series if series is not None else patch_series()).digest
@@ -311,7 +323,8 @@ def find_build(backend: Backend | None = None, series: PatchSeries | None = None
             continue
         if build.server.is_file() and (backend is None or build.backend == backend):
             builds.append(build)
-    builds.sort(key=lambda b: (b.backend is not Backend.CUDA, b.portable, b.commit))
+    gpu = nvidia_driver_present()  # without a driver a CUDA build runs on its CPU code: the CPU build first
+    builds.sort(key=lambda b: ((b.backend is not Backend.CUDA) == gpu, b.portable, b.commit))
     if builds:
         return builds[0]
     shipped = bundled_build() if bundled else None
@@ -337,9 +350,12 @@ def cpu_args(portable: bool, x86: bool | None = None) -> list[str]:
     return args
 
 
-def cmake_args(backend: Backend, commit: str | None = None, portable: bool = False) -> list[str]:
+def cmake_args(backend: Backend, commit: str | None = None, portable: bool = False,
+               cuda: CudaSetup | None = None) -> list[str]:
     """CMake's options. A known ``commit`` is passed as the build info, so ``llama-server --version``
-    names it also for a tree without git metadata (llama.cpp CMakeLists.txt: LLAMA_BUILD_COMMIT/NUMBER)."""
+    names it also for a tree without git metadata (llama.cpp CMakeLists.txt: LLAMA_BUILD_COMMIT/NUMBER).
+    A CUDA build loads its backends at run time (``GGML_BACKEND_DL``): without a driver, or on a card it
+    has no code for, the same engine runs on its CPU code."""
     args = [
         "-DCMAKE_BUILD_TYPE=Release",
         "-DBUILD_SHARED_LIBS=ON",
@@ -352,43 +368,81 @@ def cmake_args(backend: Backend, commit: str | None = None, portable: bool = Fal
     if commit and commit != "unknown":
         args += [f"-DLLAMA_BUILD_COMMIT={commit[:7]}", f"-DLLAMA_BUILD_NUMBER={SDIST_BUILD_NUMBER}"]
     if backend is Backend.CUDA:
-        args.append("-DGGML_CUDA=ON")
-        nvcc = find_nvcc()
-        if nvcc and not shutil.which("nvcc"):  # CMake finds nvcc on PATH only
-            args.append(f"-DCMAKE_CUDA_COMPILER={nvcc}")
-        archs = os.environ.get("HEADROOM_CUDA_ARCHS")
-        if archs:
-            args += [f"-DCMAKE_CUDA_ARCHITECTURES={archs}", "-DGGML_CUDA_FA_ALL_QUANTS=OFF"]
+        setup = cuda if cuda is not None else CudaSetup(cuda_archs())
+        if not portable:
+            args.append("-DGGML_BACKEND_DL=ON")
+        if setup.toolchain is not None and setup.stub is not None:
+            args += setup.toolchain.cmake_args(setup.archs, setup.stub)
+        else:
+            args.append("-DGGML_CUDA=ON")
+            nvcc = find_nvcc()
+            if nvcc and not shutil.which("nvcc"):  # CMake finds nvcc on PATH only
+                args.append(f"-DCMAKE_CUDA_COMPILER={nvcc}")
+            args.append(f"-DCMAKE_CUDA_ARCHITECTURES={setup.archs}")
+        args.append("-DGGML_CUDA_FA_ALL_QUANTS=OFF")
     if shutil.which("ninja"):
         args += ["-G", "Ninja"]
     return args
 
 
+def _choose_backend(asked: Backend | None, python: str, archs: str) -> tuple[Backend, str, CudaSetup | None]:
+    """The backend to build, why, and for CUDA where its toolchain comes from: ``asked`` CUDA takes this
+    machine's toolkit when it has cuBLAS, else NVIDIA's wheels (installed once); None: detect."""
+    found, reason = detect_backend()
+    if asked is None:
+        return found, reason, CudaSetup(archs) if found is Backend.CUDA else None
+    if asked is Backend.CPU:
+        return Backend.CPU, "CPU: asked for (--backend cpu)", None
+    if found is Backend.CUDA:
+        return Backend.CUDA, reason, CudaSetup(archs)
+    toolchain = cuda_toolchain.ensure(python, _log)
+    return (Backend.CUDA, f"CUDA on: {toolchain.compiler}; cuBLAS and the CUDA runtime from NVIDIA's wheels "
+            f"({', '.join(cuda_toolchain.RUNTIME_WHEELS)})", CudaSetup(archs, toolchain))
+
+
 def build(python: str = sys.executable, jobs: int | None = None, source: Path | None = None,
-          series: PatchSeries | None = None, portable: bool = False) -> EngineBuild:
+          series: PatchSeries | None = None, portable: bool = False, backend: Backend | None = None,
+          archs: str | None = None) -> EngineBuild:
     """Build (or find in the cache) the engine: the vendored llama.cpp with ``series`` applied
-    (default: Headroom's patch series), native for this CPU or ``portable``. Returns where it is."""
+    (default: Headroom's patch series), native for this CPU or ``portable``; ``backend`` CUDA or CPU
+    (default: CUDA when this machine has nvcc and cuBLAS), a CUDA one for ``archs`` (``cuda_archs``).
+    Returns where it is."""
     started = time.monotonic()
     series = series if series is not None else patch_series()
     src, commit = llama_source(source, python)
-    backend, reason = detect_backend()
-    _log(reason)
+    want_archs = cuda_archs(archs)
     cpu = PORTABLE if portable else cpu_key()
+    cached = None  # an asked-for backend's build, known before any wheel is installed
+    if backend is not None:
+        cached = _read_stamp(build_dir(commit, backend, series, cpu, want_archs if backend is Backend.CUDA else "")
+                             / "build.json")
+    if cached is not None and cached.server.is_file() and cached.series == series.digest and cached.cpu == cpu:
+        _log(f"cache hit: {cached.bin_dir} ({cached.label}, {cached.backend.slug}), nothing to do")
+        return cached
+    chosen, reason, cuda = _choose_backend(backend, python, want_archs)
+    _log(reason)
     _log(f"CPU code: {'portable, chosen at run time from ' + ', '.join(PORTABLE_CPU_VARIANTS) if portable else 'native for this CPU (' + cpu + '), without AMX'}")
-    out = build_dir(commit, backend, series, cpu)
+    out = build_dir(commit, chosen, series, cpu, cuda.archs if cuda else "")
     stamp = out / "build.json"
     cached = _read_stamp(stamp)
     if cached is not None and cached.server.is_file() and cached.series == series.digest and cached.cpu == cpu:
-        _log(f"cache hit: {out} ({cached.label}, {backend.slug}), nothing to do")
+        _log(f"cache hit: {out} ({cached.label}, {chosen.slug}), nothing to do")
         return cached
     if shutil.which("cmake") is None:
         raise RuntimeError("cmake not found: install it (apt-get install cmake) to build the engine")
     if series.patches:
         src = patched_source(src, commit, series, _log)
+    if cuda is not None:
+        _log(f"GPU code: {cuda.archs} ({cuda_toolchain.arch_span(cuda.archs)}; docs/engines.md, \"The CUDA engine\": "
+             "about 30 CPU-minutes per architecture)")
+        if cuda.toolchain is not None:
+            symbols = cuda_toolchain.driver_symbols(src / "ggml" / "src" / "ggml-cuda", cuda.toolchain.include / "cuda.h")
+            cuda = replace(cuda, stub=cuda_toolchain.driver_stub(out / "cuda-stub", symbols))
+            _log(f"link-only driver stub: {len(symbols)} functions ({', '.join(symbols)})")
     bdir = out / "build"
     bdir.mkdir(parents=True, exist_ok=True)
-    _log(f"configuring {engine_label(commit, series.names)} ({backend.slug}) from {src} in {bdir}")
-    subprocess.run(["cmake", "-S", str(src), "-B", str(bdir), *cmake_args(backend, commit, portable)], check=True)
+    _log(f"configuring {engine_label(commit, series.names)} ({chosen.slug}) from {src} in {bdir}")
+    subprocess.run(["cmake", "-S", str(src), "-B", str(bdir), *cmake_args(chosen, commit, portable, cuda)], check=True)
     n = jobs or os.cpu_count() or 2
     _log(f"building {', '.join(TARGETS)} with {n} jobs")
     subprocess.run(
@@ -398,8 +452,14 @@ def build(python: str = sys.executable, jobs: int | None = None, source: Path | 
     for name in BINARIES:
         if not (bdir / "bin" / name).is_file():
             raise RuntimeError(f"build finished but {name} is missing in {bdir / 'bin'}")
-    result = EngineBuild(commit, backend, reason, str(bdir / "bin"), round(time.monotonic() - started, 1),
-                         series.names, series.digest, series.fixes, cpu)
+    libs = ""
+    if cuda is not None and cuda.toolchain is not None:
+        cuda_toolchain.place_runtime(bdir / "bin", cuda.toolchain)
+        libs = f"CUDA {cuda_toolchain.CUDA_MAJOR} from NVIDIA's wheels: {', '.join(cuda.toolchain.wheels[:2])}"
+    elif cuda is not None:
+        libs = "this machine's CUDA toolkit"
+    result = EngineBuild(commit, chosen, reason, str(bdir / "bin"), round(time.monotonic() - started, 1),
+                         series.names, series.digest, series.fixes, cpu, cuda.archs if cuda else "", libs)
     stamp.write_text(json.dumps(result.to_json(), indent=2))
     _log(f"done in {result.seconds:.0f} s: {result.bin_dir}")
     return result
@@ -427,20 +487,52 @@ def main(argv: list[str] | None = None) -> int:
                         help="an extracted llama.cpp tree to build instead of the sdist's (or $HEADROOM_LLAMA_SRC)")
     parser.add_argument("--portable", action="store_true",
                         help="CPU code for any x86-64 CPU, chosen at run time (what a bundle ships), not -march=native")
+    parser.add_argument("--backend", choices=("auto", "cpu", "cuda"), default="auto",
+                        help="cuda: GPU code for NVIDIA cards, on a machine without a GPU too (the compiler from "
+                             "this machine or NVIDIA's wheels, cuBLAS and the runtime from NVIDIA's wheels); "
+                             "auto: CUDA when this machine has nvcc and cuBLAS")
+    parser.add_argument("--cuda-archs", default=None,
+                        help=f"CMAKE_CUDA_ARCHITECTURES of a CUDA build (default {';'.join(DESKTOP_ARCHS)}, "
+                             "or $HEADROOM_CUDA_ARCHS)")
+    parser.add_argument("--cuda-check", action="store_true",
+                        help="only compile the CUDA files Headroom's patches touch, for one architecture (what CI "
+                             "runs: app/engine/cuda_check.py); no engine is built")
     parser.add_argument("--unpatched", action="store_true",
                         help="build the vendored tree without Headroom's patches (to show what they fix)")
     args = parser.parse_args(argv)
+    if args.cuda_check:
+        return _cuda_check(args.python, args.source)
     try:
+        backend = {"auto": None, "cpu": Backend.CPU, "cuda": Backend.CUDA}[args.backend]
         info = build(args.python, args.jobs, args.source, UNPATCHED if args.unpatched else None,
-                     args.portable or bool(os.environ.get("HEADROOM_PORTABLE")))
+                     args.portable or bool(os.environ.get("HEADROOM_PORTABLE")), backend, args.cuda_archs)
         if args.bindings:
             install_bindings(args.python, info)
-    except (RuntimeError, OSError, subprocess.CalledProcessError) as exc:
+    except (RuntimeError, OSError, ValueError, subprocess.CalledProcessError) as exc:
         print(f"[engine-build] failed: {exc}", file=sys.stderr)
         return 1
     if args.print_bin_dir:
         print(info.bin_dir)
     return 0
+
+
+def _cuda_check(python: str, source: Path | None) -> int:
+    from app.engine import cuda_check  # (it builds on this module)
+
+    try:
+        src, commit = llama_source(source, python)
+        result = cuda_check.check(src, commit, python=python, log=_log)
+    except (RuntimeError, OSError, subprocess.CalledProcessError) as exc:
+        print(f"[engine-build] CUDA compile check could not run: {exc}", file=sys.stderr)
+        return 1
+    how = "cached: this series compiled before" if result.cached else f"{result.seconds:.0f} s"
+    if result.ok:
+        _log(f"CUDA compile check passed: {', '.join(result.units) or 'no CUDA file patched'} for "
+             f"sm_{result.arch} ({how}; {result.compiler})")
+        return 0
+    print(f"[engine-build] CUDA compile check FAILED: {', '.join(result.units)} for sm_{result.arch}:\n"
+          f"{result.errors}", file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

@@ -77,6 +77,13 @@ def _mib(size: str) -> str:
 
 
 RULES: tuple[_Rule, ...] = (
+    # ggml/src/ggml-cuda/ggml-cuda.cu, ggml_cuda_error (CUDA_CHECK), at the first kernel on a card the
+    # engine's CUDA code was not built for (tests/fixtures/cuda_logs/sm61-no-kernel-image.log):
+    # CUDA error: no kernel image is available for execution on the device
+    _Rule(FailureKind.GPU_CODE, re.compile(r"CUDA error: no kernel image is available for execution on the device"),
+          "The engine has no GPU code for this card: its CUDA kernels were built for other compute capabilities "
+          "(`headroom doctor` says which, under GPU code). Launch on the CPU (-ngl 0 with the card hidden: "
+          "CUDA_VISIBLE_DEVICES=-1), or use an engine built for this card (headroom engine build --backend cuda)."),
     # ggml/src/ggml-rpc/ggml-rpc.cpp, RPC_STATUS_ASSERT after a failed send/recv (a worker gone mid-run):
     # /src/ggml/src/ggml-rpc/ggml-rpc.cpp:566: Remote RPC server crashed or returned malformed response
     _Rule(FailureKind.RPC_WORKER, re.compile(r"Remote RPC server crashed or returned malformed response"),

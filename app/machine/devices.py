@@ -57,7 +57,7 @@ def _read_gpu(session: NvmlSession, info: StaticInfo, handle: Any, warnings: lis
                      reserved=mem.reserved, uuid=info.uuid,
                      processes=_processes(session, procs or [], None),
                      pcie_gen=info.pcie_gen, pcie_width=info.pcie_width, source="from NVML",
-                     memory_api=mem.api, processes_known=procs is not None)
+                     memory_api=mem.api, processes_known=procs is not None, compute=info.compute)
 
 
 def _no_gpu_reason(session: NvmlSession, warnings: list[str]) -> str:
@@ -122,6 +122,7 @@ def nvml_status(nvml: ModuleType | None = None) -> dict[str, Any]:
         "devices": [{"index": g.index, "name": g.name, "uuid": g.uuid, "total": g.total, "free": g.free,
                      "used": g.used, "reserved": g.reserved, "memory_api": g.memory_api,
                      "pcie_gen": g.pcie_gen, "pcie_width": g.pcie_width,
+                     "compute": None if g.compute is None else f"{g.compute[0]}.{g.compute[1]}",
                      "processes": [{"pid": p.pid, "used": p.used, "kind": p.kind, "name": p.name}
                                    for p in g.processes]} for g in inv.gpus],
         "warnings": list(inv.warnings),

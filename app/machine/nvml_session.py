@@ -6,7 +6,8 @@ can fail here is listed in one place, with what failing means:
 
 - ``nvmlInit`` fails → no GPUs, with the reason (no driver: ``NVMLError_LibraryNotFound``);
 - a device's name/handle/memory fails (``GPU is lost``) → that GPU is skipped with a warning;
-- UUID, PCIe link, driver or CUDA version fails → that fact is unknown, nothing else changes;
+- UUID, PCIe link, compute capability, driver or CUDA version fails → that fact is unknown, nothing
+  else changes;
 - process lists fail with Not Supported / No Permission → the GPU stays, its processes are unknown.
 """
 
@@ -41,6 +42,7 @@ class StaticInfo:
     uuid: str
     pcie_gen: int | None
     pcie_width: int | None
+    compute: tuple[int, int] | None = None  # CUDA compute capability (major, minor)
 
 
 @dataclass(frozen=True)
@@ -150,8 +152,9 @@ class NvmlSession:
         # its link to gen 1 to save power, which says nothing about how fast the host tail streams.
         gen = self._optional(lambda: nvml.nvmlDeviceGetMaxPcieLinkGeneration(handle))
         width = self._optional(lambda: nvml.nvmlDeviceGetMaxPcieLinkWidth(handle))
+        cc = self._optional(lambda: nvml.nvmlDeviceGetCudaComputeCapability(handle))
         return StaticInfo(index, name, uuid or "", None if gen is None else int(gen),
-                          None if width is None else int(width))
+                          None if width is None else int(width), None if cc is None else (int(cc[0]), int(cc[1])))
 
     def read_memory(self, handle: Any) -> MemoryReading:
         """v2 when the driver has it (``used`` and ``reserved`` apart), else v1. Raises on a lost GPU."""

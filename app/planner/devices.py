@@ -105,6 +105,9 @@ class GpuDevice:
     #: This device's own budget (``--vram-target RPC0=2GiB``): what the engine may use on it,
     #: safety margin included. None: no budget beyond its free memory (and a global target).
     budget: int | None = None
+    #: CUDA compute capability (major, minor): NVML's for a real GPU, the table's for a simulated card;
+    #: None when not known (an RPC device, a card given by memory alone).
+    compute: tuple[int, int] | None = None
 
     @property
     def simulated(self) -> bool:
@@ -228,7 +231,8 @@ def simulated_gpu(spec: str, index: int) -> GpuDevice:
     """A card from the table (``"RTX 4090"``, ``"h200"``) or ``"MyCard:20GiB"``. ValueError if unknown."""
     card = parse_spec(spec)
     return GpuDevice(index=index, name=card.name + SIMULATED_SUFFIX, total=card.total, free=card.free,
-                     used=0, reserved=card.reserved, kind=DeviceKind.SIMULATED, source=card.source)
+                     used=0, reserved=card.reserved, kind=DeviceKind.SIMULATED, source=card.source,
+                     compute=card.compute)
 
 
 # ---- live updates -------------------------------------------------------------------------------

@@ -25,35 +25,38 @@ class Card:
     total: int
     free: int
     source: str
+    #: CUDA compute capability (major, minor), NVIDIA's specification of the card: which GPU code of an
+    #: engine runs on it (app/engine/gpu_reach.py).
+    compute: tuple[int, int] | None = None
 
 
-def _nominal(name: str, aliases: tuple[str, ...], gib: int) -> Card:
+def _nominal(name: str, aliases: tuple[str, ...], gib: int, compute: tuple[int, int]) -> Card:
     size = gib * GiB
-    return Card(name, aliases, size, size, f"simulated: nominal {gib} GiB (reservation not recorded)")
+    return Card(name, aliases, size, size, f"simulated: nominal {gib} GiB (reservation not recorded)", compute)
 
 
 CARDS: tuple[Card, ...] = (
-    _nominal("NVIDIA GeForce RTX 3060", ("RTX 3060", "3060"), 12),
-    _nominal("NVIDIA GeForce RTX 3070", ("RTX 3070", "3070"), 8),
-    _nominal("NVIDIA GeForce RTX 3080", ("RTX 3080", "3080"), 10),
-    _nominal("NVIDIA GeForce RTX 4060", ("RTX 4060", "4060"), 8),
-    _nominal("NVIDIA GeForce RTX 4070", ("RTX 4070", "4070"), 12),
-    _nominal("NVIDIA GeForce RTX 4070 Ti SUPER", ("RTX 4070 Ti SUPER", "4070 Ti SUPER", "4070TiS"), 16),
-    _nominal("NVIDIA GeForce RTX 5070", ("RTX 5070", "5070"), 12),
-    _nominal("NVIDIA GeForce RTX 5080", ("RTX 5080", "5080"), 16),
-    _nominal("NVIDIA RTX A4000", ("A4000", "RTX A4000"), 16),
-    _nominal("NVIDIA GeForce RTX 3090", ("RTX 3090", "3090"), 24),
-    _nominal("NVIDIA GeForce RTX 4080", ("RTX 4080", "4080"), 16),
-    _nominal("NVIDIA GeForce RTX 4090", ("RTX 4090", "4090"), 24),
-    _nominal("NVIDIA GeForce RTX 5090", ("RTX 5090", "5090"), 32),
-    _nominal("NVIDIA RTX A6000", ("A6000", "RTX A6000"), 48),
-    _nominal("NVIDIA L40S", ("L40S",), 48),
-    _nominal("NVIDIA A100-SXM4-40GB", ("A100 40GB", "A100-40GB", "A100 40G"), 40),
-    _nominal("NVIDIA A100-SXM4-80GB", ("A100 80GB", "A100-80GB", "A100 80G"), 80),
-    _nominal("NVIDIA H100 80GB HBM3", ("H100", "H100 80GB", "H100 SXM"), 80),
+    _nominal("NVIDIA GeForce RTX 3060", ("RTX 3060", "3060"), 12, (8, 6)),
+    _nominal("NVIDIA GeForce RTX 3070", ("RTX 3070", "3070"), 8, (8, 6)),
+    _nominal("NVIDIA GeForce RTX 3080", ("RTX 3080", "3080"), 10, (8, 6)),
+    _nominal("NVIDIA GeForce RTX 4060", ("RTX 4060", "4060"), 8, (8, 9)),
+    _nominal("NVIDIA GeForce RTX 4070", ("RTX 4070", "4070"), 12, (8, 9)),
+    _nominal("NVIDIA GeForce RTX 4070 Ti SUPER", ("RTX 4070 Ti SUPER", "4070 Ti SUPER", "4070TiS"), 16, (8, 9)),
+    _nominal("NVIDIA GeForce RTX 5070", ("RTX 5070", "5070"), 12, (12, 0)),
+    _nominal("NVIDIA GeForce RTX 5080", ("RTX 5080", "5080"), 16, (12, 0)),
+    _nominal("NVIDIA RTX A4000", ("A4000", "RTX A4000"), 16, (8, 6)),
+    _nominal("NVIDIA GeForce RTX 3090", ("RTX 3090", "3090"), 24, (8, 6)),
+    _nominal("NVIDIA GeForce RTX 4080", ("RTX 4080", "4080"), 16, (8, 9)),
+    _nominal("NVIDIA GeForce RTX 4090", ("RTX 4090", "4090"), 24, (8, 9)),
+    _nominal("NVIDIA GeForce RTX 5090", ("RTX 5090", "5090"), 32, (12, 0)),
+    _nominal("NVIDIA RTX A6000", ("A6000", "RTX A6000"), 48, (8, 6)),
+    _nominal("NVIDIA L40S", ("L40S",), 48, (8, 9)),
+    _nominal("NVIDIA A100-SXM4-40GB", ("A100 40GB", "A100-40GB", "A100 40G"), 40, (8, 0)),
+    _nominal("NVIDIA A100-SXM4-80GB", ("A100 80GB", "A100-80GB", "A100 80G"), 80, (8, 0)),
+    _nominal("NVIDIA H100 80GB HBM3", ("H100", "H100 80GB", "H100 SXM"), 80, (9, 0)),
     Card("NVIDIA H200", ("H200", "H200 SXM"), 150_754_820_096, 150_109_880_320,
-         "simulated: recorded H200 reading (NVML v2, driver 580.159.04)"),
-    _nominal("NVIDIA RTX PRO 6000 Blackwell", ("RTX PRO 6000", "PRO 6000", "RTX 6000 Pro"), 96),
+         "simulated: recorded H200 reading (NVML v2, driver 580.159.04)", (9, 0)),
+    _nominal("NVIDIA RTX PRO 6000 Blackwell", ("RTX PRO 6000", "PRO 6000", "RTX 6000 Pro"), 96, (12, 0)),
 )
 
 
@@ -98,6 +101,7 @@ class SimulatedSpec:
     free: int
     reserved: int
     source: str
+    compute: tuple[int, int] | None = None
 
 
 #: The least memory a ``NAME:SIZE`` card may have: anything below is a size typed without a unit.
@@ -127,6 +131,7 @@ def parse_spec(spec: str) -> SimulatedSpec:
                              f"{Bytes(MIN_SPEC_MEMORY)}), e.g. '{label}:24GiB'")
         card = _BY_KEY.get(_key(label))
         name = card.name if card is not None else label
-        return SimulatedSpec(name, size, size, 0, f"simulated: {Bytes(size)} as given")
+        return SimulatedSpec(name, size, size, 0, f"simulated: {Bytes(size)} as given",
+                             card.compute if card is not None else None)
     card = find_card(text)
-    return SimulatedSpec(card.name, card.total, card.free, card.total - card.free, card.source)
+    return SimulatedSpec(card.name, card.total, card.free, card.total - card.free, card.source, card.compute)

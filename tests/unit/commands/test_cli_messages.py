@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -128,7 +129,7 @@ def test_serve_and_engine_build_help_read_as_plain_text(capsys: pytest.CaptureFi
     assert "``" not in out and "`--unplanned`" in out
     with pytest.raises(SystemExit):
         cli.main(["engine", "build", "--help"])
-    assert "--jobs N    parallel compile jobs" in " ".join(capsys.readouterr().out.split(" \n"))
+    assert re.search(r"--jobs N\s+parallel compile jobs", capsys.readouterr().out)
 
 
 # --- 7. hub errors that say what is wrong ---

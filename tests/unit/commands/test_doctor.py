@@ -42,7 +42,7 @@ def test_doctor_names_the_engine_with_its_patches_and_pass_1_loads_that_build(en
     bindings = next(line for line in proc.stdout.splitlines() if line.startswith("llama-cpp-python"))
     assert f"library from {engine_build.bin_dir}" in bindings  # pass 1's libllama: the same patched build
     if engine_build.backend is Backend.CPU:  # what to do for GPU numbers: the engine build comes first
-        assert "for GPU numbers build the engine with CUDA (headroom engine build, with nvcc and cuBLAS" in (
+        assert "for GPU numbers build the engine with CUDA (headroom engine build --backend cuda)" in (
             proc.stdout)
 
 

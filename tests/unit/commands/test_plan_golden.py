@@ -10,7 +10,8 @@ figures here) instead of a turn's host-side seconds, a shorter context is offere
 (fastest and longest), and the speed figures are named; and later a token's fixed cost among them
 (its default here; the host's engine run measures it: app/engine/cpu_attention.py ``server_token``); and
 the alternatives' heading says why the starred way is chosen, also when none keeps the asked context; and
-the pass-1 line says the cache is per engine too (a measurement made with --engine is found with it)."""
+the pass-1 line says the cache is per engine too (a measurement made with --engine is found with it); and the
+JSON says what a launch here runs on (``gpu_reach``: app/engine/gpu_reach.py; no engine here, so nothing)."""
 
 from __future__ import annotations
 

@@ -54,15 +54,16 @@ def test_glm5_next_alone_has_no_advisory_on_the_patched_engine(engine_build: Eng
     assert "advisories: none known" in out and "advisory:" not in out
 
 
-def test_serve_plans_for_the_gpus_it_is_given(engine_build: EngineBuild, tiny_model: Path,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
-    # --gpu reaches the plan: a card too small for the settings is refused before any launch, with
-    # the exit status `headroom plan` gives the same plan (1: it does not fit)
+def test_serve_refuses_a_simulated_card_before_it_plans_anything(engine_build: EngineBuild, tiny_model: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    # serve plans for what runs here (app/engine/gpu_reach.py): a card this machine does not have is a
+    # usage error, said before any plan; `headroom plan` plans for it (1: too small for the settings)
     rc = cli.main(["serve", str(tiny_model), "-c", "4096", "--gpu", "Tiny:256MiB", "--no-measure"])
     out, err = capsys.readouterr()
-    assert rc == 1 == cli.main(["plan", str(tiny_model), "-c", "4096", "--gpu", "Tiny:256MiB"])
-    assert "refused: the plan does not fit" in err and "CUDA0" in err
-    assert "engine: starting" not in out
+    assert rc == 2 and "--gpu Tiny:256MiB plans for a card this machine does not have" in err
+    assert "plan:" not in out and "engine: starting" not in out
+    assert cli.main(["plan", str(tiny_model), "-c", "4096", "--gpu", "Tiny:256MiB"]) == 1
+    assert "does not fit" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("port", ["99999", "-1", "http"])
