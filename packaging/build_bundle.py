@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from app import __version__  # noqa: E402
-from app.engine import native_build  # noqa: E402
+from app.engine import cuda_toolchain, native_build  # noqa: E402
 from app.engine.elf import set_runpath  # noqa: E402
 
 SPEC = ROOT / "packaging" / "headroom.spec"
@@ -59,6 +59,9 @@ def _engine_files(bin_dir: Path) -> Iterator[Path]:
     for lib in sorted(bin_dir.glob("lib*.so*")):
         if lib.name not in SKIP_LIBS:
             yield lib
+    licence = bin_dir / cuda_toolchain.LICENCE_NAME  # a CUDA build: NVIDIA's notice for its libraries
+    if licence.is_file():
+        yield licence
 
 
 def place_engine(build: native_build.EngineBuild, dest: Path) -> native_build.EngineBuild:
@@ -73,7 +76,8 @@ def place_engine(build: native_build.EngineBuild, dest: Path) -> native_build.En
             target.symlink_to(os.readlink(src))
             continue
         shutil.copy2(src, target)
-        set_runpath(target)
+        if src.name not in cuda_toolchain.RUNTIME_LIBS:  # (NVIDIA's carry RUNPATH $ORIGIN already)
+            set_runpath(target)
     stamp = replace(build, bin_dir=str(bin_dir.relative_to(dest)))
     (dest / "build.json").write_text(json.dumps(stamp.to_json(), indent=2))
     copy = native_build._read_stamp(dest / "build.json")
@@ -118,6 +122,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=ROOT / "build" / "pyinstaller", help="PyInstaller's work folder")
     parser.add_argument("--no-engine", action="store_true",
                         help="leave the engine out (else the portable engine goes in, built first when missing)")
+    parser.add_argument("--cuda", action="store_true",
+                        help="the CUDA engine instead (native/build.py --backend cuda --portable, built first when "
+                             "missing: hours on 2 cores): headroom-<version>-linux-<machine>-cuda13.tar.gz, with "
+                             "NVIDIA's run-time libraries and their licence inside")
     parser.add_argument("--no-tarball", action="store_true", help="only the folder")
     parser.add_argument("--compresslevel", type=int, default=6, choices=range(1, 10), metavar="1-9",
                         help="gzip level of the tarball (6: 97 MiB; tests/bundle uses 1: 106 MiB, 3x faster)")
@@ -132,16 +140,19 @@ def main(argv: list[str] | None = None) -> int:
     t = time.monotonic()
     build = None
     if not args.no_engine:
-        build = native_build.find_build(bundled=False, portable=True)
-        if build is None:
-            _log("engine: building the portable engine first (native/build.py --portable)")
-            build = native_build.build(portable=True)
+        backend = native_build.Backend.CUDA if args.cuda else native_build.Backend.CPU
+        build = native_build.find_build(backend, bundled=False, portable=True)
+        if build is None or (args.cuda and build.cuda_archs != native_build.cuda_archs()):
+            _log(f"engine: building the portable {backend.slug} engine first (native/build.py --portable"
+                 f"{' --backend cuda' if args.cuda else ''})")
+            build = native_build.build(portable=True, backend=backend)
         times["engine_build_s"] = round(time.monotonic() - t, 1)
     t = time.monotonic()
     if build is not None:
         copy = place_engine(build, bundle / native_build.BUNDLE_ENGINE_DIR)
         _log(f"engine: {build.label} ({build.backend.slug}, {build.cpu}) from {build.bin_dir}, RUNPATH $ORIGIN")
-        engine = {"label": copy.label, "backend": copy.backend.slug, "cpu": copy.cpu, "from": build.bin_dir}
+        engine = {"label": copy.label, "backend": copy.backend.slug, "cpu": copy.cpu, "from": build.bin_dir,
+                  "cuda_archs": copy.cuda_archs, "cuda_libs": copy.cuda_libs}
     else:
         _log("engine: left out (--no-engine); the bundle will look for one, or build one, at first run")
         engine = None
@@ -153,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     if not args.no_tarball:
         t = time.monotonic()
-        tarball = dist / f"{NAME}-{__version__}-linux-{platform.machine()}.tar.gz"
+        flavour = f"-cuda{cuda_toolchain.CUDA_MAJOR}" if args.cuda else ""
+        tarball = dist / f"{NAME}-{__version__}-linux-{platform.machine()}{flavour}.tar.gz"
         pack(bundle, tarball, args.compresslevel)
         times["tarball_s"] = round(time.monotonic() - t, 1)
         report |= {"tarball": str(tarball), "tarball_bytes": tarball.stat().st_size}

@@ -354,15 +354,13 @@ def for_what_runs(args: argparse.Namespace, inventory: Inventory, engine: Engine
     from dataclasses import replace
 
     from app.engine.discover import engine_cpu_features
-    from app.engine.gpu_reach import for_launch, reach
+    from app.engine.gpu_reach import for_launch, hidden_env, reach
 
     found = reach(engine, inventory)
     if not found.sentence:
         return inventory, found
     kept = for_launch(inventory, found)
-    if found.visible is not None or (not found.gpus and engine is not None and engine.cuda_archs
-                                     and any(not g.simulated for g in inventory.local_gpus)):
-        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(found.visible or ()) or "-1"
+    os.environ.update(hidden_env(found, engine, inventory))
     if not kept.gpus:
         given = getattr(args, "engine", None)
         kept = replace(kept, cpu=engine_cpu_features(Path(given) if given else None))

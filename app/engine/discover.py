@@ -97,6 +97,9 @@ class EngineInfo:
     #: GPU code (CMAKE_CUDA_ARCHITECTURES): what app/engine/gpu_reach.py decides from without running it.
     build_backend: str = ""
     cuda_archs: str = ""
+    #: The devices another llama-server lists (``--list-devices``, asked at discovery: app/engine/gpu_reach.py);
+    #: None: not asked (a Headroom build's stamp says what it carries, a llamafile says when it runs).
+    listed: tuple[str, ...] | None = None
 
     @property
     def llama_cpp(self) -> str:
@@ -284,6 +287,10 @@ def discover_engines(chosen: Path | None = None, *, probe: bool = True) -> list[
             info = replace(info, commit=info.commit if known else build.commit[:9],
                            patches=build.patches, fixes=build.fixes, build_cpu=build.cpu,
                            build_backend=build.backend.slug, cuda_archs=build.cuda_archs)
+        elif probe and not info.is_llamafile:
+            from app.engine.gpu_reach import listed_devices
+
+            info = replace(info, listed=listed_devices(info))
         engines.append(info)
     return engines
 

@@ -111,17 +111,19 @@ def decide(engine: EngineInfo | None, inventory: Inventory, *, listed: tuple[str
     if not archs:  # another CUDA-capable llama-server: it lists what it will use
         return GpuReach(everyone, gpu_code=f"CUDA (it lists {', '.join(listed)})" if listed else "not known")
     code = gpu_code_words(archs)
-    if not local:
-        return GpuReach((), gpu_code=code)
     has = f"this engine has CUDA code for {arch_span(archs)}"
+    no_driver = _said(f"{has}; no NVIDIA driver was found, so it runs on the CPU (install the NVIDIA driver "
+                      f"{MIN_DRIVER} or newer: nvidia-smi must work)")
+    if not local:  # a CUDA engine on a machine without a GPU: said too, once
+        found_none = _said(f"{has}; no NVIDIA GPU was found, so it runs on the CPU")
+        return GpuReach((), no_driver if not driver_loads or not inventory.nvml_ok else found_none, code)
     simulated = [g for g in local if g.simulated]
     if not real:
         are = "is" if len(simulated) == 1 else "are"
         return GpuReach((), _said(f"{_cards(simulated)} {are} not on this machine: a launch here runs on the CPU "
                                   f"({has}{_covers(archs, simulated)})"), code)
     if not driver_loads or inventory.reason == NO_DRIVER or not inventory.nvml_ok:
-        return GpuReach((), _said(f"{has}; no NVIDIA driver was found, so it runs on the CPU (install the NVIDIA "
-                                  f"driver {MIN_DRIVER} or newer: nvidia-smi must work)"), code)
+        return GpuReach((), no_driver, code)
     cuda = _cuda_number(inventory.cuda)
     if cuda is not None and cuda < MIN_DRIVER_CUDA:
         return GpuReach((), _said(f"{has}, built with CUDA {CUDA_MAJOR}, which needs NVIDIA driver {MIN_DRIVER} or "
@@ -153,8 +155,21 @@ def reach(engine: EngineInfo | None, inventory: Inventory) -> GpuReach:
     from app.engine.cuda_toolchain import nvidia_driver_present
 
     ask = engine is not None and not engine.build_backend and bool(inventory.local_gpus)
-    listed = listed_devices(engine) if ask and engine is not None else None
+    listed = None
+    if ask and engine is not None:
+        listed = engine.listed if engine.listed is not None else listed_devices(engine)
     return decide(engine, inventory, listed=listed, driver_loads=nvidia_driver_present())
+
+
+def hidden_env(found: GpuReach, engine: EngineInfo | None, inventory: Inventory) -> dict[str, str]:
+    """``CUDA_VISIBLE_DEVICES`` that shows a CUDA engine only the cards it has code for (its first kernel on
+    another aborts: tests/fixtures/cuda_logs/sm61-no-kernel-image.log); ``{}`` when nothing is hidden."""
+    if found.visible is not None:
+        return {"CUDA_VISIBLE_DEVICES": ",".join(found.visible) or "-1"}
+    real = any(not g.simulated for g in inventory.local_gpus)
+    if not found.gpus and real and engine is not None and engine.cuda_archs:
+        return {"CUDA_VISIBLE_DEVICES": "-1"}
+    return {}
 
 
 def for_launch(inventory: Inventory, found: GpuReach) -> Inventory:

@@ -94,6 +94,8 @@ class ReplySpeed:
                     + (f": measured ÷ the speed model's own figure; this reply's prediction already carried "
                        f"the earlier launches' {carried}" if carried else "") + ")"
                     if self.learned else ". Not learned: the calibration cache is not writable")
+        elif c is not None and (why := c.not_learned()):  # (a rate timed beside other work: said, not learned)
+            out += f". {why[0].upper()}{why[1:]}"
         return out
 
     def short(self) -> str:

@@ -27,6 +27,7 @@ from app.engine.argv import ArgvError, shell_line
 from app.engine.capabilities import port_is_free, refusal
 from app.engine.check import PlanCheck
 from app.engine.discover import EngineInfo, discover_engines
+from app.engine.gpu_reach import GpuReach, hidden_env, reach
 from app.engine.launch import LaunchRefused, advisories, prepare
 from app.engine.process import ServerStatus
 from app.engine.running import LaunchedEngine
@@ -263,9 +264,19 @@ class LaunchPanel(QWidget):
         self._advice = advisories(plan, engine, arch) if engine is not None and arch else []
         lines = [f"<span style='color:{ADVICE_COLOUR[Severity.ERROR]}'>{ADVICE_SIGN[Severity.ERROR]} "
                  f"{escape(self._not_launchable)}</span>"] if cannot and not not_launchable else []
+        said = self.gpu_reach().sentence if plan.gpus else ""  # said before Launch: what the engine runs on
+        if said:
+            lines.append(f"<span style='color:{ADVICE_COLOUR[Severity.WARNING]}'>{ADVICE_SIGN[Severity.WARNING]} "
+                         f"{escape(said)} Launch runs this plan there, and its GPU numbers cannot be checked.</span>")
         self.advice_label.setText("<br>".join(lines + [advice_html(a) for a in self._advice]))
         self.advice_label.setVisible(bool(lines or self._advice))
         self.adviceChanged.emit(list(self._advice))
+
+    def gpu_reach(self) -> GpuReach:
+        """What the chosen engine will run on among the window's devices (app/engine/gpu_reach.py; from the
+        engine's stamp or what discovery asked it, never a process started here)."""
+        state = self._state
+        return reach(self.engine(), state.inventory) if state is not None else GpuReach(())
 
     def _no_plan(self, why: str) -> None:
         said = self._sequence.no_plan()
@@ -368,7 +379,7 @@ class LaunchPanel(QWidget):
         try:
             spec = prepare(plan, model, [engine], host=server.host, port=server.port or None,
                            require_key=server.needs_key, key_dir=self._key_dir, arch=self._arch or None,
-                           unlaunchable=preview_refusal)
+                           unlaunchable=preview_refusal, env=hidden_env(self.gpu_reach(), engine, state.inventory))
         except (LaunchRefused, ArgvError, ApiKeyError) as exc:
             self._failed(f"Cannot launch this plan: {exc}")
             return

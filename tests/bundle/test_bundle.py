@@ -4,7 +4,9 @@ tarball into the user's directories, and never writes beside itself."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import subprocess
 import tarfile
@@ -52,6 +54,40 @@ def test_doctor_inside_the_bundle_reports_its_engine(bundle: Bundle, tmp_path: P
     assert _line(proc.stdout, "Python").endswith(f"({bundle.exe})")  # no interpreter of the machine's
     assert str(bundle.folder) in _line(proc.stdout, "Bundle")
     assert _line(proc.stdout, "Cache").endswith(str(tmp_path / ".cache" / "headroom"))
+
+
+def test_the_bundle_says_once_what_its_gpu_code_runs_on_here(bundle: Bundle, tmp_path: Path,
+                                                             tiny_model: Path) -> None:
+    """What the bundle's engine carries for NVIDIA cards, and why a plan for one does not launch on it here
+    (app/engine/gpu_reach.py): the CPU bundle has no GPU code; the CUDA bundle (``./dev bundle --cuda``) has
+    sm_75–sm_120 with NVIDIA's run-time libraries beside it, and these machines have no driver."""
+    stamp = json.loads((bundle.folder / "engine" / "build.json").read_text())
+    bin_dir = bundle.folder / "engine" / "build" / "bin"
+    doctor = _run(bundle, tmp_path, "doctor", "--no-selftest")
+    plan = _run(bundle, tmp_path, "plan", str(tiny_model), "--ctx", "4096", "--gpu", "RTX 4090")
+    serve = _run(bundle, tmp_path, "serve", str(tiny_model), "--ctx", "4096", "--smoke")
+    assert doctor.returncode == 0 and plan.returncode == 0 and serve.returncode == 0, serve.stdout + serve.stderr
+    card = "NVIDIA GeForce RTX 4090 (simulated)"
+    if stamp["backend"] == "cpu":
+        assert _line(doctor.stdout, "  GPU code").endswith("none: a CPU build")
+        assert f"GPU: {card}: this engine has no GPU code (a CPU build), so it runs on the CPU" in plan.stdout
+        assert "GPU:" not in serve.stdout  # no GPU here, no GPU code: nothing to say
+        return
+    assert stamp["backend"] == "cuda" and stamp["cuda_archs"] == "75-virtual;86-real;89-real;120a-real"
+    assert _line(doctor.stdout, "  GPU code").endswith(
+        "CUDA 13 code for sm_75–sm_120 (machine code for sm_86, sm_89, sm_120a; PTX for sm_75 and newer cards)")
+    assert (f"GPU: {card} is not on this machine: a launch here runs on the CPU (this engine has CUDA code for "
+            f"sm_75–sm_120; it would run on the {card} (sm_89))." in plan.stdout)
+    said = [ln for ln in serve.stdout.splitlines() if ln.startswith("GPU:")]
+    assert said == ["GPU: This engine has CUDA code for sm_75–sm_120; no NVIDIA driver was found, so it runs on the "
+                    "CPU (install the NVIDIA driver 580.65.06 or newer: nvidia-smi must work). The plan is for the CPU."]
+    for lib in ("libcudart.so.13", "libcublas.so.13", "libcublasLt.so.13", "NVIDIA-CUDA-LICENSE.txt"):
+        assert (bin_dir / lib).is_file(), lib
+    ldd = subprocess.run(["ldd", str(bin_dir / "libggml-cuda.so")], capture_output=True, text=True, check=True).stdout
+    resolved = dict(re.findall(r"^\s*(\S+) => (\S+)", ldd, re.MULTILINE))
+    for lib in ("libcudart.so.13", "libcublas.so.13", "libcublasLt.so.13", "libggml-base.so.0"):
+        assert resolved[lib] == str(bin_dir / lib), (lib, ldd)
+    assert "libcuda.so.1 => not found" in ldd and not (bin_dir / "libcuda.so.1").exists()  # the driver's, never ours
 
 
 def test_pass_1_runs_in_a_child_of_the_bundle(bundle: Bundle, tmp_path: Path, tiny_model: Path) -> None:

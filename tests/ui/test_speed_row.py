@@ -62,13 +62,21 @@ def test_the_speed_row_shows_predicted_and_measured_after_a_reply(window, tiny_c
     # /metrics (the window launches with --metrics): the engine's average over that reply.
     assert measured.metrics is not None and measured.metrics.predicted_per_second > 0
     assert f"/metrics since its last read: decode {tokens_per_s(measured.metrics.predicted_per_second)}" in text
-    # the calibration learned measured ÷ predicted from it, as `headroom serve` does: later plans scale by it
-    assert measured.learned is True
-    assert (f"Later plans of this model on these devices scale their predictions by it (decode "
-            f"×{check.decode_ratio:.2g}") in text
+    # the calibration learned measured ÷ predicted from it, as `headroom serve` does: later plans scale by it;
+    # a rate timed beside other work on every core (CI runs beside it) is outside the plausible band: the row
+    # says so and nothing is learned (app/engine/speed_check.py ``not_learned``)
     key = calibrate.learned_key(window.current.planning_inventory(), window.current.model.shape.name)
-    learned = json.loads(store.read_text())["learned"][key]
-    assert learned["decode_scale"] == pytest.approx(check.decode_ratio) and "prefill_scale" not in learned
+    if check.decode_ratio is None:
+        assert measured.learned is None and check.decode_measured_ratio is not None
+        assert "Speed: not learned: measured ÷ predicted decode ×" in text and "the next launch measures again" in text
+        stored = json.loads(store.read_text()) if store.is_file() else {}
+        assert key not in (stored.get("learned") or {})
+    else:
+        assert measured.learned is True
+        assert (f"Later plans of this model on these devices scale their predictions by it (decode "
+                f"×{check.decode_ratio:.2g}") in text
+        learned = json.loads(store.read_text())["learned"][key]
+        assert learned["decode_scale"] == pytest.approx(check.decode_ratio) and "prefill_scale" not in learned
 
     # A fork's replies run side by side on shared slots: not one reply's speed, the row keeps the last.
     chat.k.setValue(2)

@@ -60,8 +60,11 @@ def test_a_cpu_build_under_an_rtx_card_says_it_runs_on_the_cpu_and_how_to_get_th
 
 
 def test_the_cuda_build_without_a_driver_says_so_in_one_sentence_with_the_cause() -> None:
-    no_nvml = Inventory(gpus=(), host=HOST, nvml_ok=False, reason=NO_DRIVER)
-    assert decide(_engine(), no_nvml, listed=None, driver_loads=False).sentence == ""  # no GPU to plan: nothing to say
+    no_driver = ("This engine has CUDA code for sm_75–sm_120; no NVIDIA driver was found, so it runs on the CPU "
+                 "(install the NVIDIA driver 580.65.06 or newer: nvidia-smi must work).")
+    no_nvml = Inventory(gpus=(), host=HOST, nvml_ok=False, reason=NO_DRIVER)  # this machine
+    assert decide(_engine(), no_nvml, listed=None, driver_loads=False).sentence == no_driver
+    assert decide(_engine("cpu", ""), no_nvml, listed=None, driver_loads=False).sentence == ""  # nothing to say
     simulated = Inventory(gpus=(simulated_gpu("RTX 4090", 0),), host=HOST, nvml_ok=False, reason=NO_DRIVER)
     found = decide(_engine(), simulated, listed=None, driver_loads=False)
     assert found.gpus == ()
@@ -69,9 +72,7 @@ def test_the_cuda_build_without_a_driver_says_so_in_one_sentence_with_the_cause(
                               "CPU (this engine has CUDA code for sm_75–sm_120; it would run on the NVIDIA GeForce "
                               "RTX 4090 (simulated) (sm_89)).")
     real = _machine(_card(0, "NVIDIA GeForce RTX 3060", (8, 6)))  # NVML answers, libcuda.so.1 does not load
-    assert decide(_engine(), real, listed=None, driver_loads=False).sentence == (
-        "This engine has CUDA code for sm_75–sm_120; no NVIDIA driver was found, so it runs on the CPU (install "
-        "the NVIDIA driver 580.65.06 or newer: nvidia-smi must work).")
+    assert decide(_engine(), real, listed=None, driver_loads=False).sentence == no_driver
 
 
 def test_an_old_driver_is_named_with_the_version_the_engine_needs() -> None:
