@@ -71,6 +71,9 @@ def register(sub: Any) -> None:
     p.add_argument("--port", type=port, default=0, help="port (default: a free one)")
     p.add_argument("--api-key", action="store_true",
                    help="require Headroom's stored API key even on 127.0.0.1 (always required elsewhere)")
+    p.add_argument("--alias", default=None, metavar="NAME",
+                   help="the name OpenAI clients list the model by (/v1/models; default: the GGUF's general.name, "
+                        "else the file's name)")
     p.add_argument("--no-measure", action="store_true", help="skip pass 1 (compute buffer estimated)")
     p.add_argument("--smoke", action="store_true",
                    help="run the shared-sequence smoke test once ready, print its verdict, stop and exit 0 or 1 "
@@ -271,7 +274,7 @@ def unplanned(settings: LaunchSettings, args: argparse.Namespace, reason: str) -
 
 def run(args: argparse.Namespace) -> int:
     from app.engine.discover import discover_engines
-    from app.engine.launch import LaunchRefused, pick_engine, plan_check, prepare
+    from app.engine.launch import LaunchRefused, pick_engine, plan_check, prepare, served_name
     from app.engine.process import EngineFailed, bind_problem
     from app.hub.preview import preview_refusal, refuse_preview
     from app.llamacpp.failures import FailureKind
@@ -377,8 +380,10 @@ def run(args: argparse.Namespace) -> int:
         # absolute(), not resolve(): a model in the Hugging Face cache is a link whose name (-00001-of-00002)
         # is how llama.cpp finds the other parts of a split set; the blob it points at has no such name
         launched, model_file = _for_engine(plan, engine, args.model.absolute())
+        alias = args.alias or served_name(shape.name if shape is not None else "", args.model)
         spec = prepare(launched, model_file, [engine], host=args.host, port=args.port or None,
-                       require_key=args.api_key, env=env, extra=extra, arch=arch, unlaunchable=preview_refusal)
+                       require_key=args.api_key, env=env, extra=extra, arch=arch, unlaunchable=preview_refusal,
+                       alias=alias)
     except LaunchRefused as exc:
         print(f"headroom serve: refused: {exc}", file=sys.stderr)
         return 2
@@ -395,6 +400,9 @@ def run(args: argparse.Namespace) -> int:
     if plan.speed is not None:  # (what the launch is expected to do, before it loads; checked after)
         print(f"expected speed: {words.speed_sentence(plan.speed)} (predicted; checked after launch)")
     print(f"engine: {spec.engine.kind} {spec.engine.version}, {spec.engine.llama_cpp} ({spec.engine.path})")
+    if "--alias" in spec.argv:
+        print(f'model: served as "{spec.argv[spec.argv.index("--alias") + 1]}" (the name OpenAI clients list; '
+              "--alias to change it)")
     print(f"command: {spec.shell_line}", flush=True)
     if spec.api_key:
         from app.engine.apikey import key_path

@@ -78,10 +78,14 @@ def register(sub: Any) -> None:
     for name, helptext in (("send", f"start (or continue) session NAME (default {DEFAULT_SESSION})"),
                            ("continue", f"continue session NAME (default {DEFAULT_SESSION})")):
         a = acts.add_parser(name, allow_abbrev=False, help=helptext, usage="%(prog)s [options] [NAME] PROMPT")
-        a.add_argument("name", nargs="?", default=DEFAULT_SESSION, metavar="NAME",
-                       help=f"the session (default {DEFAULT_SESSION}: `{name} \"Hello\"` is session {DEFAULT_SESSION})")
-        a.add_argument("prompt", metavar="PROMPT", help="text, or @FILE")
+        a.add_argument("words", nargs="*", metavar="[NAME] PROMPT",
+                       help=f"the session (default {DEFAULT_SESSION}: `{name} \"Hello\"` is session {DEFAULT_SESSION}), "
+                            "then what to say: text (quoted), or @FILE")
+        a.add_argument("--raw", action="store_true",
+                       help="a plain completion: the text as it is, without the model's chat template (a new "
+                            "session; a model without a template always is one)")
         _sampling_args(a)
+        a.set_defaults(usage=a.format_usage().strip())
     f = acts.add_parser("fork", allow_abbrev=False, help="one prompt, decoded once, into K sessions")
     f.add_argument("prompt", help="text, or @FILE")
     f.add_argument("--k", type=int, default=None, help="how many sessions (default: as many names)")
@@ -286,10 +290,59 @@ def _finish(result: ops.TurnResult, printer: _Printer) -> int:
     return 0
 
 
+class UsageError(ValueError):
+    """Arguments that cannot be read one way only: said with the action's usage line (exit 2)."""
+
+
+def name_and_prompt(words: list[str], store: SessionStore, action: str) -> tuple[str, str]:
+    """``[NAME] PROMPT`` read so that it cannot be misread: one word that names a session is a forgotten
+    prompt, not a prompt; ``continue`` takes only a session there is; more than two words is an
+    unquoted prompt. UsageError says which."""
+    if not words:
+        raise UsageError(f"{action}: what to say is missing (PROMPT)")
+    if len(words) > 2:
+        raise UsageError(f"{action}: {len(words)} words given, at most NAME and PROMPT: put the prompt in quotes")
+    if len(words) == 1:
+        (word,) = words
+        if word in store.sessions:
+            raise UsageError(f"{action}: what to say to session {word!r} is missing: {action} {word} PROMPT")
+        name, prompt = DEFAULT_SESSION, word
+    else:
+        name, prompt = words
+    if action == "continue" and name not in store.sessions:
+        there = ", ".join(sorted(store.sessions)) or "none yet"
+        raise UsageError(f"continue: there is no session {name!r} to continue (sessions: {there}); "
+                         f"start one with: send {name} PROMPT")
+    return name, prompt
+
+
 def _send(client: EngineClient, store: SessionStore, args: argparse.Namespace) -> int:
-    printer = _Printer([args.name])
-    result = ops.turn(client, store, args.name, _prompt(args.prompt), _sampling(args), printer,
-                      new=args.action == "send")
+    from app.sessions.chat import chat_turn, engine_template
+
+    try:
+        name, text = name_and_prompt(list(args.words), store, args.action)
+    except UsageError as exc:
+        print(f"{args.usage}\nheadroom sessions: {exc}", file=sys.stderr)
+        return 2
+    prompt = _prompt(text)
+    session = store.get(name)
+    printer = _Printer([name])
+    if session is not None and session.is_chat and args.raw:
+        raise ValueError(f"session {name!r} is a chat (the model's chat template): --raw starts a plain session "
+                         "under another name")
+    template = engine_template(client) if session is None and not args.raw else None
+    chatting = session.is_chat if session is not None else template is not None and template.own is not False
+    if template is not None and not chatting:
+        print(f"plain completion: {template.words()} (a base model's? the text goes to it as it is)", file=sys.stderr)
+    elif template is not None:
+        print(f"chat: {template.words()}, applied by the engine (--raw for a plain completion)", file=sys.stderr)
+    elif not chatting:
+        print("plain completion" + (" (--raw)" if args.raw else "") + ": the text goes to the model as it is, "
+              "without its chat template", file=sys.stderr)
+    if chatting:
+        result = chat_turn(client, store, name, prompt, _sampling(args), printer, new=args.action == "send")
+    else:
+        result = ops.turn(client, store, name, prompt, _sampling(args), printer, new=args.action == "send")
     return _finish(result, printer)
 
 

@@ -25,7 +25,7 @@ MODES = tuple(PlanMode)
 
 #: Flags left out when a probed engine lacks them: they refine the launch but are not the plan
 #: (an engine without ``--fit`` never fits; without ``--metrics`` there is just no /metrics).
-OPTIONAL = ("--fit", "--metrics", "-lv", "--cache-ram")
+OPTIONAL = ("--fit", "--metrics", "-lv", "--cache-ram", "--alias")
 
 
 class ArgvError(ValueError):
@@ -39,13 +39,14 @@ def _optional(engine: EngineInfo, name: str) -> bool:
 
 def build_argv(engine: EngineInfo, settings: LaunchSettings, mode: PlanMode, model: Path, host: str, port: int,
                *, vram_target: int | None = None, api_key_file: Path | None = None,
-               extra: Sequence[str] = ()) -> list[str]:
+               extra: Sequence[str] = (), alias: str | None = None) -> list[str]:
     """The exact argument list that launches ``engine`` with ``settings`` in ``mode``.
 
     mode "window": opencoti's rolling KV window (``--kv-residency-mode window --vram-target MiB``,
     never with ``-kvu``; vram_target None = 0 = all free VRAM). mode "cpu": ``-ngl 0`` and, for a
     llamafile, ``--gpu disable``. The API key is never an argument (every local user reads a command
-    line in ``ps``, docs/domain.md §6): ``api_key_file`` names the 0600 file that holds it.
+    line in ``ps``, docs/domain.md §6): ``api_key_file`` names the 0600 file that holds it. ``alias``: the
+    name ``/v1/models`` gives the model (else the engine lists its file path, which clients show).
     """
     if mode not in MODES:
         raise ArgvError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
@@ -106,6 +107,8 @@ def build_argv(engine: EngineInfo, settings: LaunchSettings, mode: PlanMode, mod
         argv += ["-lv", "4"]
     if _optional(engine, "--metrics"):
         argv.append("--metrics")
+    if alias and _optional(engine, "--alias"):
+        argv += ["--alias", alias]
     argv += ["--host", host, "--port", str(port)]
     if api_key_file is not None:
         argv += ["--api-key-file", str(api_key_file)]
@@ -114,11 +117,11 @@ def build_argv(engine: EngineInfo, settings: LaunchSettings, mode: PlanMode, mod
 
 
 def argv_for_plan(engine: EngineInfo, plan: Plan, model: Path, host: str, port: int, *,
-                  api_key_file: Path | None = None, extra: Sequence[str] = ()) -> list[str]:
+                  api_key_file: Path | None = None, extra: Sequence[str] = (), alias: str | None = None) -> list[str]:
     """``build_argv`` from a Plan (its launch settings, mode and VRAM target; the prompt-cache size
     the plan held back, when it sized it)."""
     return build_argv(engine, plan.launch.with_(cache_ram_mib=plan.cache_ram_mib), plan.mode, model, host, port, vram_target=plan.vram_target,
-                      api_key_file=api_key_file, extra=extra)
+                      api_key_file=api_key_file, extra=extra, alias=alias)
 
 
 def shell_line(argv: Sequence[str], *, hide_key: bool = True) -> str:

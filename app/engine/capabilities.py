@@ -36,6 +36,7 @@ PROBES: dict[str, tuple[str, ...]] = {
     "--kv-residency-mode": ("--kv-residency-mode", "window"),
     "--vram-target": ("--vram-target", "0"),
     "--metrics": ("--metrics",),
+    "--alias": ("--alias", "headroom-probe"),
     "--rpc": ("--rpc", "127.0.0.1:1"),
     "-ts": ("-ts", "1,1"),
     "--cache-ram": ("--cache-ram", "0"),

@@ -25,6 +25,7 @@ from app.planner import words
 from app.planner.devices import Snapshot
 from app.planner.plan_types import Plan, PlanMode
 from app.planner.settings import LaunchSettings
+from app.text import printable
 
 #: Why a model file cannot be launched at all, or None (passed in by the caller).
 ModelCheck = Callable[[Path], str | None]
@@ -87,10 +88,26 @@ def advisories(plan: Plan, engine: EngineInfo, arch: str) -> list[Advisory]:
                              kv_host_layers=plan.kv_host_layers)
 
 
+#: The longest name ``served_name`` gives (a client lists it in a menu).
+SERVED_NAME_MAX = 64
+
+
+def served_name(name: str, path: Path) -> str:
+    """The name clients list the model by (``--alias``): the GGUF's ``general.name``, printable and on one
+    line, else the file's name without ``.gguf`` (or ``.llamafile``)."""
+    clean = " ".join(printable(name).split())[:SERVED_NAME_MAX].strip()
+    if clean:
+        return clean
+    stem = path.name
+    for suffix in (".gguf", ".llamafile"):
+        stem = stem.removesuffix(suffix)
+    return stem[:SERVED_NAME_MAX] or "model"
+
+
 def prepare(plan: Plan, model: Path, engines: Sequence[EngineInfo], *, host: str = "127.0.0.1",
             port: int | None = None, require_key: bool = False, extra: Sequence[str] = (),
             env: dict[str, str] | None = None, key_dir: Path | None = None,
-            arch: str | None = None, unlaunchable: ModelCheck | None = None) -> LaunchSpec:
+            arch: str | None = None, unlaunchable: ModelCheck | None = None, alias: str | None = None) -> LaunchSpec:
     """Everything needed to start the engine for ``plan``, or LaunchRefused with the reason.
 
     With the model's ``arch``, the engine advisories ride along on the spec; one of severity
@@ -113,7 +130,9 @@ def prepare(plan: Plan, model: Path, engines: Sequence[EngineInfo], *, host: str
         raise LaunchRefused(str(exc)) from None
     chosen_port = port or free_port("127.0.0.1" if apikey.is_loopback(host) else host)
     key_file, key_env = _key_passing(engine, key, apikey.key_path(key_dir))
-    argv = argv_for_plan(engine, plan, model, host, chosen_port, api_key_file=key_file, extra=extra)
+    given = "--alias" in extra  # (an --unplanned launch's own --engine-arg --alias wins)
+    argv = argv_for_plan(engine, plan, model, host, chosen_port, api_key_file=key_file, extra=extra,
+                         alias=None if given else alias)
     return LaunchSpec(engine, argv, host, chosen_port, key, {**engine_env(), **(env or {}), **key_env}, found,
                       key_file)
 

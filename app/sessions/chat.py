@@ -24,10 +24,12 @@ import re
 import socket
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from app.sessions.client import (
     EXTRA_TOKENS,
+    Completion,
     EngineClient,
     EngineMisbehaved,
     EngineRejected,
@@ -36,8 +38,18 @@ from app.sessions.client import (
     tokens_allowed,
     too_many_tokens,
 )
-from app.sessions.fork import ForkTooLarge, Sampling, SharingProof, check_fork_size, counters
+from app.sessions.fork import (
+    ForkTooLarge,
+    Sampling,
+    SharingProof,
+    TurnResult,
+    check_fork_size,
+    counters,
+    keep,
+    pin_slot,
+)
 from app.sessions.sse import SseError, iter_events
+from app.sessions.store import Session, SessionStore, check_name, transcript
 
 PATH = "/v1/chat/completions"
 #: OpenAI's roles, as chat templates name them.
@@ -161,25 +173,118 @@ class ChatTooLong(EngineRejected):
 _TOO_LONG_RE = re.compile(r"request \((\d+) tokens\) exceeds the available context size \((\d+) tokens\)")
 
 
-def request_body(messages: list[Message], sampling: Sampling, k: int = 1) -> dict[str, Any]:
-    """The JSON a chat request sends (``n_predict``/``temperature``/``seed`` as ``Sampling`` has them)."""
+def request_body(messages: list[Message], sampling: Sampling, k: int = 1, slot: int = -1) -> dict[str, Any]:
+    """The JSON a chat request sends (``n_predict``/``temperature``/``seed`` as ``Sampling`` has them;
+    ``slot`` ≥ 0 pins it to that slot, as a session's continuation is)."""
     if not messages:
         raise ValueError("a chat request needs at least one message")
     body: dict[str, Any] = {"messages": [m.to_json() for m in messages], "cache_prompt": True, **sampling.body()}
     if k > 1:
         body["n_cmpl"] = k
+    if slot >= 0:
+        body["id_slot"] = slot
     return body
 
 
+#: What a chat template's text says of its family (the first that matches names it).
+_FAMILIES = (("<|im_start|>", "ChatML"), ("<|start_header_id|>", "Llama 3"), ("<start_of_turn>", "Gemma"),
+             ("[INST]", "Mistral / Llama 2"), ("<|user|>", "Phi-3 / Zephyr"), ("<|turn>", "Gemma 4"),
+             ("<|channel|>", "gpt-oss (Harmony)"), ("<｜User｜>", "DeepSeek"))
+
+
+@dataclass(frozen=True)
+class Template:
+    """The chat template the engine applies (``/props``) and whose it is: ``own`` True when the model's
+    GGUF carries it, False when the engine fell back to its default (ChatML: tools/server
+    ``common_chat_templates_init``), None when the model file is not readable here (another machine)."""
+
+    text: str
+    own: bool | None
+
+    @property
+    def family(self) -> str:
+        return next((name for mark, name in _FAMILIES if mark in self.text), "")
+
+    def words(self) -> str:
+        """``the model's own chat template (ChatML), from its GGUF``."""
+        family = f" ({self.family})" if self.family else ""
+        if not self.text:
+            return "the engine names no chat template (its /props does not say one)"
+        if self.own is False:
+            return f"the engine's default chat template{family}: the model's GGUF carries none"
+        return f"the model's own chat template{family}" + (", from its GGUF" if self.own else "")
+
+
+def engine_template(client: EngineClient) -> Template:
+    """What ``/props`` says the engine applies, and (reading the model file's header, when it is here)
+    whether the model carries it."""
+    try:
+        props = client.props()
+    except (EngineRejected, EngineMisbehaved):  # not this build's llama-server: no template to go by
+        return Template("", False)
+    text = props.get("chat_template")
+    path = props.get("model_path")
+    own: bool | None = None
+    if isinstance(path, str) and path and Path(path).is_file():
+        from app.planner.gguf.model import read_shape
+
+        try:
+            own = read_shape(Path(path)).has_chat_template
+        except Exception:  # (a header this reader refuses says nothing of the template)
+            own = None
+    if not isinstance(text, str) or not text:
+        return Template("", False)
+    return Template(text, own)
+
+
+def chat_send(client: EngineClient, session: Session | None, name: str, prompt: str,
+              sampling: Sampling = REPLY, on_piece: PieceCallback | None = None,
+              stop: StopSwitch | None = None) -> TurnResult:
+    """Start chat session ``name`` with ``prompt`` (``session`` None) or continue it: its messages and the
+    new one through the model's chat template, pinned to its slot while that holds cells (``fork.pin_slot``), so
+    the engine evaluates only the new turn. What arrived is in the result even when the stream broke."""
+    check_name(name)
+    if session is not None and not session.is_chat:
+        raise ValueError(f"session {name!r} is a plain completion (--raw): continue it with --raw")
+    history = list(session.messages or []) if session is not None else []
+    messages = [Message(m["role"], m["content"]) for m in history] + [Message("user", prompt)]
+    slot = pin_slot(client, session)
+    outcome = chat(client, messages, sampling, on_piece=on_piece, stop=stop, slot=slot)
+    reply = outcome.replies[0]
+    kept = [*history, {"role": "user", "content": prompt}] + (
+        [{"role": "assistant", "content": reply.text}] if reply.text or reply.finished else [])
+    comp = Completion(0, slot=slot if slot >= 0 else (session.slot if session else None), text=reply.text,
+                      tokens_predicted=reply.predicted, prompt_tokens=reply.prompt_tokens,
+                      prompt_processed=reply.prompt_evaluated, prompt_cached=reply.prompt_cached,
+                      stop_type=reply.finish_reason, finished=reply.finished)
+    updated = Session(name=name, slot=comp.slot, text=transcript(kept), turns=(session.turns if session else 0) + 1,
+                      complete=outcome.error is None and (reply.finished or outcome.stopped),
+                      origin=session.origin if session else "", messages=kept)
+    return TurnResult([updated], [comp], outcome.error, None, {name: comp.prompt_cached},
+                      {name: session.slot if session is not None else None}, {name: slot})
+
+
+def chat_turn(client: EngineClient, store: SessionStore, name: str, prompt: str, sampling: Sampling = REPLY,
+              on_piece: PieceCallback | None = None, *, new: bool = False,
+              stop: StopSwitch | None = None) -> TurnResult:
+    """``chat_send`` with the session store around it, as ``fork.turn`` is for plain sessions."""
+    session = store.get(name)
+    if session is None and not new:
+        raise ValueError(f"no session {name!r} for {client.base_url} (see: list)")
+    result = chat_send(client, session, name, prompt, sampling, on_piece, stop)
+    keep(store, result)
+    return result
+
+
 def chat(client: EngineClient, messages: list[Message], sampling: Sampling = REPLY, *, k: int = 1,
-         on_piece: PieceCallback | None = None, stop: StopSwitch | None = None) -> ChatOutcome:
+         on_piece: PieceCallback | None = None, stop: StopSwitch | None = None, slot: int = -1) -> ChatOutcome:
     """Stream the model's reply to ``messages`` (``k`` > 1: K replies from one shared prompt, with the
     sharing proof from ``/metrics``). Pieces go to ``on_piece(index, text)`` as they arrive."""
     if k > 1:
         check_fork_size(client, k)
     before = counters(client) if k > 1 else None
     try:
-        stream = client.open_stream(PATH, request_body(messages, sampling, k))
+        stream = client.open_stream(PATH, request_body(messages, sampling, k, slot))
     except EngineRejected as exc:
         if k > 1 and ("n_cmpl" in exc.server_message or "value <=" in exc.server_message):
             raise ForkTooLarge(f"the engine refused a fork of {k}: {exc.server_message}") from exc

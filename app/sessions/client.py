@@ -292,6 +292,14 @@ class EngineClient:
                                    "not llama-server's list of slots: is this URL a llama-server "
                                    "started by this version of Headroom?") from exc
 
+    def props(self) -> dict[str, Any]:
+        """``/props``: the engine's settings, ``chat_template`` among them (the GGUF's, as the engine uses it)."""
+        data = self._json("GET", "/props")
+        if not isinstance(data, dict):
+            raise EngineMisbehaved(f"{self.base_url}/props answered {_preview(json.dumps(data).encode())}, "
+                                   "not llama-server's settings")
+        return data
+
     def metrics(self) -> Counters:
         """Counters from ``/metrics``; EngineRejected (501) when the engine runs without ``--metrics``."""
         return Counters.from_text(self._call("GET", "/metrics").decode("utf-8", "replace"))

@@ -158,7 +158,7 @@ def counters(client: EngineClient) -> Counters | None:
         return None
 
 
-def _pin(client: EngineClient, session: Session | None) -> int:
+def pin_slot(client: EngineClient, session: Session | None) -> int:
     """The slot to pin a continuation to, or -1 to let the engine choose.
 
     A session's slot may no longer hold its cells: llama-server clears a fork's child slots when
@@ -182,12 +182,13 @@ def _pin(client: EngineClient, session: Session | None) -> int:
 def send(client: EngineClient, session: Session | None, name: str, prompt: str,
          sampling: Sampling = Sampling(), on_piece: PieceCallback | None = None) -> TurnResult:
     """Start session ``name`` with ``prompt`` (``session`` None) or continue it: its text + prompt
-    with ``cache_prompt``, on its slot while that still holds cells (see ``_pin``), so the engine
+    with ``cache_prompt``, on its slot while that still holds cells (see ``pin_slot``), so the engine
     decodes only what it does not already hold. ``TurnResult.cached_tokens`` says how much it reused."""
     check_name(name)
     before = session.text if session is not None else ""
-    slot = _pin(client, session)
-    full = before + prompt
+    slot = pin_slot(client, session)
+    # a new turn starts on a line of its own (not glued to the last reply: "…sentence.Tell me a joke.")
+    full = before + ("\n" if before and not before[-1].isspace() and not prompt[:1].isspace() else "") + prompt
     body = {"prompt": full, "id_slot": slot, "cache_prompt": True, **sampling.body()}
     outcome = client.stream(body, on_piece)
     comp = outcome.completions.get(0) or Completion(0)

@@ -46,12 +46,28 @@ class Session:
     turns: int = 0
     complete: bool = True
     origin: str = ""  # e.g. "fork of 3 (a, b, c)"
+    #: A chat (the model's chat template, ``/v1/chat/completions``): its messages, ``{"role", "content"}``
+    #: in order, and ``text`` a transcript for people. None: a plain completion, ``text`` the prompt itself.
+    messages: list[dict[str, str]] | None = None
+
+    @property
+    def is_chat(self) -> bool:
+        return self.messages is not None
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Session:
         slot = data.get("slot")
+        raw = data.get("messages")
+        messages = None if not isinstance(raw, list) else [
+            {"role": str(m.get("role", "")), "content": str(m.get("content", ""))} for m in raw if isinstance(m, dict)]
         return cls(str(data["name"]), None if slot is None else int(slot), str(data.get("text", "")),
-                   int(data.get("turns", 0)), bool(data.get("complete", True)), str(data.get("origin", "")))
+                   int(data.get("turns", 0)), bool(data.get("complete", True)), str(data.get("origin", "")),
+                   messages)
+
+
+def transcript(messages: list[dict[str, str]]) -> str:
+    """A chat as people read it: ``user: …`` and ``assistant: …`` paragraphs."""
+    return "\n\n".join(f"{m['role']}: {m['content']}" for m in messages)
 
 
 def check_name(name: str) -> str:

@@ -28,7 +28,7 @@ from app.engine.capabilities import port_is_free, refusal
 from app.engine.check import PlanCheck
 from app.engine.discover import EngineInfo, discover_engines
 from app.engine.gpu_reach import GpuReach, hidden_env, reach
-from app.engine.launch import LaunchRefused, advisories, prepare
+from app.engine.launch import LaunchRefused, advisories, prepare, served_name
 from app.engine.process import ServerStatus
 from app.engine.running import LaunchedEngine
 from app.hub.preview import preview_refusal
@@ -379,7 +379,8 @@ class LaunchPanel(QWidget):
         try:
             spec = prepare(plan, model, [engine], host=server.host, port=server.port or None,
                            require_key=server.needs_key, key_dir=self._key_dir, arch=self._arch or None,
-                           unlaunchable=preview_refusal, env=hidden_env(self.gpu_reach(), engine, state.inventory))
+                           unlaunchable=preview_refusal, env=hidden_env(self.gpu_reach(), engine, state.inventory),
+                           alias=served_name(state.model.shape.name if state.model else "", model))
         except (LaunchRefused, ArgvError, ApiKeyError) as exc:
             self._failed(f"Cannot launch this plan: {exc}")
             return

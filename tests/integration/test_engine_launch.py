@@ -158,7 +158,7 @@ def test_headroom_serve_plans_launches_checks_smokes_and_stops_on_ctrl_c(engine_
         assert out[-1].startswith("serving at http://127.0.0.1:"), text
         assert "every buffer within 1 MiB" in text
         assert "smoke: ok — both shared sequences produced tokens" in text
-        assert "--fit off -lv 4 --metrics --host 127.0.0.1" in text
+        assert "--fit off -lv 4 --metrics --alias headroom-tiny --host 127.0.0.1" in text
         assert "advisory:" not in text  # tiny llama shares sessions on this engine without a known issue
         pid = int(next(ln for ln in out if ln.startswith("engine: starting")).rsplit(" ", 1)[1])
         proc.send_signal(signal.SIGINT)
