@@ -12,7 +12,7 @@ import sys
 from app import __version__
 
 #: Subcommand modules, in the order ``--help`` lists them.
-COMMANDS = ("plan", "measure", "serve", "sessions", "rpc_worker", "doctor", "engine", "gui")
+COMMANDS = ("plan", "measure", "serve", "chat", "sessions", "rpc_worker", "doctor", "engine", "gui")
 
 #: Each subcommand's word on the command line → its module (``rpc-worker`` → ``rpc_worker``).
 _COMMAND_MODULES = {name.replace("_", "-"): name for name in COMMANDS}

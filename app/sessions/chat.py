@@ -256,7 +256,8 @@ def chat_send(client: EngineClient, session: Session | None, name: str, prompt: 
     comp = Completion(0, slot=slot if slot >= 0 else (session.slot if session else None), text=reply.text,
                       tokens_predicted=reply.predicted, prompt_tokens=reply.prompt_tokens,
                       prompt_processed=reply.prompt_evaluated, prompt_cached=reply.prompt_cached,
-                      stop_type=reply.finish_reason, finished=reply.finished)
+                      stop_type=reply.finish_reason, finished=reply.finished, pieces=reply.pieces,
+                      tokens_per_second=reply.tokens_per_second)
     updated = Session(name=name, slot=comp.slot, text=transcript(kept), turns=(session.turns if session else 0) + 1,
                       complete=outcome.error is None and (reply.finished or outcome.stopped),
                       origin=session.origin if session else "", messages=kept)

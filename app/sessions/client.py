@@ -89,6 +89,7 @@ class Completion:
     stop_type: str = ""
     finished: bool = False
     pieces: int = 0  # content pieces received (one per token)
+    tokens_per_second: float = 0.0  # timings.predicted_per_second
 
 
 @dataclass
@@ -458,6 +459,7 @@ def _apply(outcome: StreamOutcome, data: dict[str, Any], on_piece: PieceCallback
     if isinstance(timings, dict):
         comp.prompt_processed = int(timings.get("prompt_n", comp.prompt_processed))
         comp.prompt_cached = int(timings.get("cache_n", comp.prompt_cached))
+        comp.tokens_per_second = float(timings.get("predicted_per_second", comp.tokens_per_second))
     if data.get("stop"):
         comp.finished = True
         comp.stop_type = str(data.get("stop_type", ""))
