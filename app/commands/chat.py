@@ -186,12 +186,9 @@ def _log_path() -> Path:
 
 
 def _key(path: Path | None) -> str | None:
-    if path is None:
-        return os.environ.get("HEADROOM_API_KEY") or None
-    lines = path.read_text(errors="replace").strip().splitlines()
-    if not lines or not lines[0].strip():
-        raise ValueError(f"--api-key-file {path}: holds no key")
-    return lines[0].strip()
+    from app.commands.sessions import key_from_file
+
+    return key_from_file(path) if path is not None else os.environ.get("HEADROOM_API_KEY") or None
 
 
 @contextmanager

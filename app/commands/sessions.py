@@ -192,8 +192,14 @@ def _api_key(args: argparse.Namespace) -> str | None:
     path = getattr(args, "api_key_file", None)
     if path is None:
         return str(args.api_key) if args.api_key else None
+    return key_from_file(Path(path))
+
+
+def key_from_file(path: Path) -> str:
+    """The key in ``path`` (its first line), as headroom serve keeps it; ValueError for a file that cannot
+    be read or holds none."""
     try:
-        key = Path(path).read_text(errors="replace").strip().splitlines()
+        key = path.read_text(errors="replace").strip().splitlines()
     except OSError as exc:
         raise ValueError(f"--api-key-file {path}: cannot read it: {exc.strerror or exc}") from None
     if not key or not key[0].strip():
