@@ -44,8 +44,8 @@ from app.planner.solve.speed import TURN_PROMPT, TURN_REPLY, Figure, SpeedRow
 from app.planner.units import Bytes, round_tokens
 from app.text import printable, printable_lines
 
-EXIT_STATUS = exit_status("it fits (as asked, or with the alternative the plan chose)",
-                          "it does not fit, as asked or with any alternative",
+EXIT_STATUS = exit_status("it fits with the context asked for (as asked, or another way the plan chose)",
+                          "it does not fit, or only with a shorter context than asked (the plan says which)",
                           "the model, a file, a hub ref or the settings cannot be used")
 
 
@@ -221,8 +221,9 @@ def run(args: argparse.Namespace) -> int:
                 "source": str(measurement.source), "backend": measurement.backend,
                 "llama_commit": measurement.llama_commit, "cached": pass1.from_cache},
             "engine": None if engine is None else engine.to_json(), "engine_refused": no_engine or None,
+            "asked_context_planned": plan.launch.n_ctx >= settings.n_ctx,
             "gpu_reach": reach.to_json(), "advisories": [vars(a) for a in advs]}, indent=2))
-        return 0 if plan.feasible else 1
+        return _status(plan, settings)
     origin = preview_origin(shape.path)
     # the file's name, as the window shows it (general.name is a stranger's text, often not the model's)
     title = f"{printable(shown_name(shape.path))} ({shape.arch}, {shape.n_layer} layers)"
@@ -248,6 +249,16 @@ def run(args: argparse.Namespace) -> int:
             print("headroom plan: not saved as a llamafile: the plan does not fit", file=sys.stderr)
             return 1
         return _save_llamafile(args, plan)
+    return _status(plan, settings)
+
+
+def _status(plan: Plan, settings: LaunchSettings) -> int:
+    """0 when the plan fits with the context asked for; 1 when it does not fit, or fits only shorter: a
+    request not honoured is not a success (a script reads the status)."""
+    if plan.feasible and plan.launch.n_ctx < settings.n_ctx:
+        print(f"headroom plan: the context asked for ({settings.n_ctx:,}) does not fit; the plan is for "
+              f"{plan.launch.n_ctx:,} (exit 1)", file=sys.stderr)
+        return 1
     return 0 if plan.feasible else 1
 
 

@@ -161,8 +161,13 @@ def short_slots(settings: LaunchSettings, n_ctx_seq: int) -> str:
 
 
 def over_training_context(n_ctx_seq: int, n_ctx_train: int) -> str:
+    """Past the training context the model needs its positions stretched (RoPE scaling), which the GGUF's
+    own settings do not do and Headroom does not pass: said with the flags llama-server would need."""
+    scale = -(-n_ctx_seq // n_ctx_train)
     return (f"context per sequence {format_tokens(n_ctx_seq)} exceeds the model's training "
-            f"context {format_tokens(n_ctx_train)}")
+            f"context {format_tokens(n_ctx_train)}: past it the model needs RoPE scaling (llama-server: "
+            f"--rope-scaling yarn --rope-scale {scale} --yarn-orig-ctx {n_ctx_train}), which Headroom does not "
+            f"set; without it replies degrade past {format_tokens(n_ctx_train)} tokens")
 
 
 def no_gpu(reason: str) -> str:

@@ -11,7 +11,9 @@ figures here) instead of a turn's host-side seconds, a shorter context is offere
 (its default here; the host's engine run measures it: app/engine/cpu_attention.py ``server_token``); and
 the alternatives' heading says why the starred way is chosen, also when none keeps the asked context; and
 the pass-1 line says the cache is per engine too (a measurement made with --engine is found with it); and the
-JSON says what a launch here runs on (``gpu_reach``: app/engine/gpu_reach.py; no engine here, so nothing)."""
+JSON says what a launch here runs on (``gpu_reach``: app/engine/gpu_reach.py; no engine here, so nothing); and
+(issue 46) a plan that fits only with a shorter context than asked exits 1 (``asked_context_planned``), and
+the warning past the training context names the RoPE scaling it would need."""
 
 from __future__ import annotations
 
