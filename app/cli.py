@@ -56,6 +56,12 @@ def main(argv: list[str] | None = None) -> int:
     from app.commands.common import typed_options
 
     args.typed = typed_options(parser, args_list)  # (a llamafile's .args fills in the rest)
+    if args.command != "gui":  # (the window says it in its status bar)
+        from app.paths import storage_problem
+
+        problem = storage_problem()
+        if problem:
+            print(f"headroom: {problem}", file=sys.stderr)
     try:
         rc: int = args.func(args)
         sys.stdout.flush()

@@ -49,3 +49,45 @@ def bundle_dir() -> Path | None:
     if not getattr(sys, "frozen", False):
         return None
     return Path(sys.executable).resolve().parent
+
+
+#: Less free space than this on the cache's disk counts as full (a plan's cache entry, a header copy).
+FULL_BYTES = 1024 * 1024
+
+
+def _nearest_existing(folder: Path) -> Path:
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return folder
+
+
+def storage_problem() -> str | None:
+    """One sentence when the cache or the config folder cannot be written (a read-only or a full disk: a
+    HOME mounted read-only, a disk that filled up), else None. Headroom goes on without them: nothing it
+    measures, downloads or chooses is kept. Checked on the nearest folder that exists (the rest is made
+    on first use); ``os.access`` reports a read-only mount even to root."""
+    for what, folder in (("cache", cache_dir()), ("settings", config_dir())):
+        there = _nearest_existing(folder)
+        full = False
+        try:
+            st = os.statvfs(there)
+            full = st.f_bavail * st.f_frsize < FULL_BYTES
+        except OSError:
+            pass
+        if not os.access(there, os.W_OK):
+            why = "on a read-only disk" if _read_only(there) else "not writable by you"
+        elif full:
+            why = "on a full disk"
+        else:
+            continue
+        return (f"the {what} folder {folder} is {why}: Headroom goes on without it (nothing it measures, "
+                f"downloads or chooses is kept until it can be written)")
+    return None
+
+
+def _read_only(folder: Path) -> bool:
+    try:
+        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+

@@ -116,8 +116,15 @@ def write_demo_model(path: Path) -> Path:
 
 
 def ensure_demo_model() -> Path:
-    """The demo model, generated on first use."""
+    """The demo model, generated on first use; where the cache cannot be written (a read-only or full
+    disk), in the temporary folder instead, for this run."""
     path = demo_model_path()
-    if not path.is_file():
-        write_demo_model(path)
-    return path
+    if path.is_file():
+        return path
+    try:
+        return write_demo_model(path)
+    except OSError:
+        import tempfile
+
+        spare = Path(tempfile.gettempdir()) / f"headroom-demo-{os.getuid()}" / path.name
+        return spare if spare.is_file() else write_demo_model(spare)

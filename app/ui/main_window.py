@@ -20,6 +20,7 @@ from app.engine.chosen import remember_chosen_engine
 from app.engine.discover import EngineInfo
 from app.llamafile.args import asked_context, baked_launch, changes_line, kept_line, opened
 from app.machine.devices import Poller, host_memory
+from app.paths import storage_problem
 from app.planner.devices import HostMemory, Inventory, Snapshot
 from app.planner.errors import PlannerError
 from app.planner.gguf.reader import MODEL_FILTER, in_archive, is_model_name
@@ -99,6 +100,7 @@ class MainWindow(QMainWindow):
         self.state = state if state is not None else load_state(state_file)
         #: Remembered settings of the wrong type (a hand-edited or older file): reset, and said once.
         self.ignored_state = ignored_fields(state_file) if state is None else []
+        self.storage_problem = ""  # the read-only or full disk under the cache or the settings, in a sentence
         self.session = WindowSession(self.state)  # the window's decisions: the demo, another model, close
         self.persist = persist
         self.setWindowTitle("Headroom")
@@ -137,6 +139,10 @@ class MainWindow(QMainWindow):
             self.statusBar().showMessage(
                 f"Some remembered settings could not be used and start from their defaults: "
                 f"{', '.join(self.ignored_state)}", 30_000)
+        storage = storage_problem()  # (a read-only or full disk under the cache or the settings)
+        if storage:
+            self.storage_problem = storage[:1].upper() + storage[1:] + "."
+            self.statusBar().showMessage(self.storage_problem)
         if self.state.geometry:
             self.restoreGeometry(QByteArray.fromHex(self.state.geometry.encode()))
         else:

@@ -73,3 +73,24 @@ def test_plan_and_measure_work_on_a_full_disk_and_write_nothing_half(full_disk: 
         assert done.returncode == 0, (args, done.stdout + done.stderr)
         assert "Traceback" not in done.stderr and "No space left" not in done.stderr, (args, done.stderr)
     assert files() == before == [Path("filler")]
+
+
+def test_plan_chat_and_the_demo_window_say_the_cache_is_read_only_once_and_go_on(
+        read_only: Path, engine_build: EngineBuild, tiny_chat_model: Path, tmp_path: Path) -> None:
+    """Issue 46: ``gui --demo`` with a read-only HOME ended in a traceback and an abort while it created
+    the demo's folder; every command now says one sentence and goes on."""
+    said = (f"headroom: the cache folder {read_only / 'cache'} is on a read-only disk: Headroom goes on without it "
+            "(nothing it measures, downloads or chooses is kept until it can be written)")
+    plan = _headroom(["plan", str(tiny_chat_model), "-c", "4k"], read_only, engine_build)
+    assert plan.returncode == 0 and plan.stderr.count(said) == 1, plan.stderr
+    demo = _headroom(["gui", "--demo", "--screenshot", str(tmp_path / "demo.png")], read_only, engine_build)
+    assert demo.returncode == 0, demo.stdout + demo.stderr
+    assert "screenshot:" in demo.stdout and "feasible=True" in demo.stdout
+    assert "Traceback" not in demo.stderr and "QThread: Destroyed" not in demo.stderr
+    env = dict(os.environ, HEADROOM_CACHE_DIR=str(read_only / "cache"), HEADROOM_CONFIG_DIR=str(read_only / "config"))
+    chat = subprocess.run([sys.executable, "-m", "app", "chat", str(tiny_chat_model), "-c", "2048", "--max-tokens", "4",
+                           "--engine", str(engine_build.server)], cwd=ROOT, env=env, input="Hello\n/exit\n",
+                          capture_output=True, text=True, timeout=300)
+    assert chat.returncode == 0, chat.stdout + chat.stderr
+    assert chat.stderr.count(said) == 1 and "engine stopped" in chat.stdout and "Traceback" not in chat.stderr
+    assert list(read_only.iterdir()) == []
