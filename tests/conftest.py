@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -30,6 +31,56 @@ os.environ["HEADROOM_BATCHED_BENCH"] = "off"
 #: a busy machine does not measure has its own test.
 os.environ["HEADROOM_MEASURE_WHEN_BUSY"] = "1"
 REPLAY_BENCH = ROOT / "tests" / "fixtures" / "engine_logs" / "replay-batched-bench"
+#: Every process this test session starts carries this mark in its environment (children inherit it), so
+#: one still running when the session ends — an engine a test left behind — is found and fails the suite.
+SESSION_MARK = "HEADROOM_TEST_SESSION"
+os.environ.setdefault(SESSION_MARK, f"{os.getpid()}-{os.urandom(4).hex()}")
+#: How long a process the last test stopped may take to be gone.
+OUTLIVE_GRACE_S = 10.0
+
+
+def left_running() -> list[str]:
+    """The processes of this session still running besides pytest itself ("pid 123 llama-server"), its own
+    children among them: none should be left when the last test ends."""
+    import psutil
+
+    mark, me = os.environ[SESSION_MARK], os.getpid()
+    found = []
+    for p in psutil.process_iter(["pid", "name", "status"]):
+        if p.info["pid"] == me or p.info["status"] == psutil.STATUS_ZOMBIE:
+            continue
+        try:
+            if p.environ().get(SESSION_MARK) == mark:
+                found.append(f"pid {p.pid} {p.info['name']}")
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The suite fails when something it started outlives it (issue 46: two llama-servers a test had
+    stopped were still running 13 minutes after a green run); what is left is killed and named."""
+    import time
+
+    import psutil
+
+    deadline = time.monotonic() + OUTLIVE_GRACE_S
+    left = left_running()
+    while left and time.monotonic() < deadline:
+        time.sleep(0.5)
+        left = left_running()
+    if not left:
+        return
+    for item in left:
+        with contextlib.suppress(psutil.Error, ValueError):
+            psutil.Process(int(item.split()[1])).kill()
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    line = f"processes the tests started outlived them (killed now): {', '.join(left)}"
+    if reporter is not None:
+        reporter.write_line(f"ERROR: {line}", red=True)
+    else:
+        print(f"ERROR: {line}")
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
 #: Recorded output from machines we do not have (a CUDA engine log, NVML readings): tests/fixtures/,
 #: so ``shared_fixtures / "h200" / NAME`` is tests/fixtures/h200/NAME.
 SHARED_FIXTURES = ROOT / "tests" / "fixtures"

@@ -526,6 +526,10 @@ class ServerProcess:
     def _exited(self) -> None:
         assert self._proc is not None
         self.exit_code = self._proc.wait()
+        # What it left in its group goes with it: an aborting engine forks a backtrace helper (ggml's
+        # ggml_print_backtrace), which outlives it holding the log pipe, reparented to init.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self._proc.pid, signal.SIGKILL)
         if self._reader is not None:
             self._reader.join(timeout=5.0)
         self._cleanup()
