@@ -377,14 +377,14 @@ def plan_request(args: argparse.Namespace, shape: ModelShape, inventory: Invento
     machine has no CPU-attention run for is measured first (app/engine/attention_runs.py), said on stderr."""
     import sys
 
-    from app.engine.attention_runs import ensure_runs, host_attention
+    from app.engine.attention_runs import host_attention, start_in_background
     from app.machine.calibrate import machine_speed
     from app.machine.overhead import request_for_machine
 
     def say(line: str) -> None:
         print(f"headroom: {line}", file=sys.stderr, flush=True)
 
-    for line in ensure_runs(inventory, (shape.head_dim_k,), engine, say=say):
+    for line in start_in_background(inventory, (shape.head_dim_k,), engine, say=say):
         say(line)
     return request_for_machine(
         shape, inventory, engine_window=args.window, safety=int(args.safety),

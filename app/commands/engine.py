@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
+from pathlib import Path
 from typing import Any
 
 from app import paths
@@ -32,6 +33,12 @@ def register(sub: Any) -> None:
     b.add_argument("--portable", action="store_true",
                    help="CPU code for any x86-64 CPU, chosen at run time (what a bundle ships)")
     b.set_defaults(func=run_build)
+    a = esub.add_parser("attention", allow_abbrev=False, epilog=EXIT_STATUS,
+                        help="time this CPU's attention with the engine's llama-batched-bench and keep it for the "
+                             "speed predictions (what plan and serve start in the background; about a minute)")
+    a.add_argument("--head-dims", default="64,128", metavar="N,N", help="head sizes to time (default 64,128)")
+    a.add_argument("--engine", type=Path, default=None, metavar="FILE", help="the engine whose bench times it")
+    a.set_defaults(func=run_attention)
     w = esub.add_parser("where", allow_abbrev=False, epilog=EXIT_STATUS, help="print the folder of the engine Headroom launches: the one chosen in the "
                              "window (File ▸ Choose engine…), else the cached build's bin directory")
     w.set_defaults(func=run_where)
@@ -69,6 +76,21 @@ def run_build(args: argparse.Namespace) -> int:
         for line in host_runs(measure_missing=True, say=say):
             say(line)
     return rc
+
+
+def run_attention(args: argparse.Namespace) -> int:
+    from app.engine.attention_runs import run_in_foreground
+    from app.engine.discover import discover_engines
+
+    try:
+        heads = tuple(int(h) for h in str(args.head_dims).split(",") if h.strip())
+    except ValueError:
+        print(f"headroom engine attention: --head-dims {args.head_dims}: give head sizes, e.g. 64,128", file=sys.stderr)
+        return 2
+    engines = discover_engines(args.engine, probe=False)
+    for line in run_in_foreground(heads, engines[0] if engines else None):
+        print(f"[attention] {line}", flush=True)
+    return 0
 
 
 def run_where(args: argparse.Namespace) -> int:

@@ -9,9 +9,10 @@ they are not calibrated. It is made:
 
 - right after ``headroom engine build``, for the head sizes real models have (``BUILD_HEAD_DIMS``);
 - by ``headroom doctor`` (unless ``--no-selftest``), which says the figures it found or measured;
-- by ``plan`` and ``serve`` for a model whose head size has no run yet on this machine (one progress
-  line on stderr first, then what was measured), and by the window in its task pool (a status line;
-  the plan is priced again when it lands);
+- by ``plan`` and ``serve`` for a model whose head size has no run yet on this machine: in the background
+  (``start_in_background``: ``headroom engine attention``, about a minute), so no plan waits for it; the
+  line on stderr says the plan is priced without it, and the next plans price with it; by the window in
+  its task pool (a status line; the plan is priced again when it lands);
 - never while the machine is busy (``calibrate.busy``): a figure is kept for good, and one timed under
   load would price every later plan too slow; a later plan measures it;
 - for the host CPU, and for each RPC worker's device in the plan (its own run, through the worker).
@@ -20,6 +21,9 @@ they are not calibrated. It is made:
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -151,6 +155,71 @@ def ensure_runs(inventory: Inventory, head_dims: tuple[int, ...], engine: Engine
     heads = tuple(sorted({h for _, h in todo}))
     data = calibrate.calibration(inventory, path=path, engine_run=bench_run(bench, threads), head_dims=heads)
     return run_lines(data.get("engine_runs") or {}, todo)
+
+
+#: The background run's process id, while it runs (in the cache; one run at a time for this machine).
+PID_FILE = "attention-run.pid"
+
+
+def _running_pid(pid_file: Path) -> int | None:
+    """The pid of a background run still alive (``headroom engine attention``), else None."""
+    try:
+        pid = int(pid_file.read_text().split()[0])
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, ValueError, IndexError):
+        return None
+    return pid if b"attention" in cmdline else None
+
+
+def start_in_background(inventory: Inventory, head_dims: tuple[int, ...], engine: EngineInfo | None = None,
+                        *, say: Callable[[str], None] | None = None) -> list[str]:
+    """``ensure_runs`` without waiting: this CPU's missing runs are made by a background ``headroom engine
+    attention`` (an RPC worker's, which go through the worker, here and now); the line says the plan at
+    hand is priced without them. Nothing when nothing is missing or there is no bench."""
+    from app.paths import cache_dir
+
+    todo = calibrate.missing_engine_runs(inventory, head_dims)
+    if any(d is not None for d, _ in todo):  # a worker's device: measured through it, now
+        return ensure_runs(inventory, head_dims, engine, say=say)
+    if not todo or find_bench(engine) is None:
+        return []
+    if calibrate.busy() is not None:
+        return ensure_runs(inventory, head_dims, engine, say=say)  # (says why not now)
+    heads = tuple(sorted({h for _, h in todo}))
+    pid_file = cache_dir() / PID_FILE
+    priced = "this plan is priced at memory bandwidth, the next plans with the measured speed"
+    if (pid := _running_pid(pid_file)) is not None:
+        return [f"this CPU's attention speed is being measured in the background (pid {pid}): {priced}"]
+    argv = [sys.executable, "-m", "app", "engine", "attention", "--head-dims", ",".join(map(str, heads))]
+    if engine is not None and not engine.is_llamafile:
+        argv += ["--engine", engine.path]
+    try:
+        pid_file.parent.mkdir(parents=True, exist_ok=True)
+        log = (cache_dir() / "logs")
+        log.mkdir(exist_ok=True)
+        with open(log / "attention-run.log", "ab") as out:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+        pid_file.write_text(f"{proc.pid}\n")
+        # reaped when it ends, should this process (a serve, the tests) still run then
+        threading.Thread(target=proc.wait, name="attention-run-reaper", daemon=True).start()
+    except OSError as exc:  # a read-only cache: nothing could be kept anyway
+        return [f"not measured: this CPU's attention speed ({exc.strerror or exc}): priced at memory bandwidth"]
+    return [f"measuring this CPU's attention speed for {_heads(list(heads))} in the background (about a minute, "
+            f"once; pid {proc.pid}): {priced}"]
+
+
+def run_in_foreground(head_dims: tuple[int, ...], engine: EngineInfo | None) -> list[str]:
+    """What ``headroom engine attention`` does: this CPU's runs for ``head_dims`` now, the lines said, and
+    its pid file gone when done."""
+    from app.paths import cache_dir
+
+    pid_file = cache_dir() / PID_FILE
+    try:
+        return ensure_runs(host_only(), head_dims, engine)
+    finally:
+        if _running_pid(pid_file) == os.getpid():
+            pid_file.unlink(missing_ok=True)
 
 
 def host_only() -> Inventory:

@@ -1,6 +1,7 @@
 """``plan`` prices attention on a CPU for the engine that will launch (issue 30): the host tail as Headroom's
 patched build runs it, or as any other engine does; a head size this machine has no CPU-attention engine
-run for is measured first, said in one line on stderr, and never again (app/engine/attention_runs.py).
+run for is measured in the background (the plan at hand priced without it, said in one line on stderr),
+and never again (app/engine/attention_runs.py).
 The runs here replay a recorded ``llama-batched-bench`` table (tests/conftest.py ``replay_bench``); the real run is
 tests/integration/test_cpu_attention_run.py."""
 
@@ -8,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import time
 from pathlib import Path
 
 import psutil
@@ -34,6 +37,17 @@ def _plan(model: Path, engine: Path, capsys: pytest.CaptureFixture[str]) -> tupl
     return json.loads(out.out), out.err
 
 
+def _background_done(err: str, cache: Path) -> str:
+    """The background run a plan started (its pid in ``err``), waited for; its log."""
+    m = re.search(r"in the background \(about a minute, once; pid (\d+)\)", err)
+    assert m, err
+    deadline = time.monotonic() + 120
+    while Path(f"/proc/{m.group(1)}").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not Path(f"/proc/{m.group(1)}").exists()
+    return (cache / "logs" / "attention-run.log").read_text()
+
+
 def test_headroom_s_build_is_priced_with_its_host_attention_and_another_engine_without(
         engine_build: EngineBuild, tiny_model: Path, own_cache: Path, tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
@@ -46,11 +60,17 @@ def test_headroom_s_build_is_priced_with_its_host_attention_and_another_engine_w
 
 def test_a_head_size_not_run_yet_is_measured_once_and_said(engine_build: EngineBuild, tiny_model: Path,
                                                            own_cache: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    plan, err = _plan(tiny_model, engine_build.server, capsys)
-    lines = err.splitlines()
-    assert lines[0] == "headroom: measuring this CPU's attention speed for 16-wide heads (once; up to a minute)…"
-    assert lines[1].startswith("headroom: measured: this CPU's flash attention, 16-wide heads: f16 decode ")
+    first, err = _plan(tiny_model, engine_build.server, capsys)
+    assert err.startswith("headroom: measuring this CPU's attention speed for 16-wide heads in the background "
+                          "(about a minute, once; pid ")
+    assert err.rstrip().endswith("this plan is priced at memory bandwidth, the next plans with the measured speed")
+    assert "host_cpu_attention" not in first["speed_figures"]  # type: ignore[operator]
+    log = _background_done(err, own_cache)
+    lines = ["", next(ln.removeprefix("[attention] ") for ln in log.splitlines() if ln.startswith("[attention] "))]
+    assert lines[1].startswith("measured: this CPU's flash attention, 16-wide heads: f16 decode ")
     assert lines[1].endswith(" per KV cell and head")
+    plan, err = _plan(tiny_model, engine_build.server, capsys)
+    assert err == ""  # priced with what the background run kept
     # the GQA run (the recorded table of 16 query heads over 4 KV heads): a query head's decode, said beside
     stored_f16 = json.loads((own_cache / "speed-calibration.json").read_text())["engine_runs"]["host"]["16"]["f16"]
     # the deep runs (the recorded tables of 5, 17 and 65 layers, 32-wide): the decode by the KV a token reads,
@@ -101,7 +121,8 @@ def test_a_busy_machine_is_not_timed_and_a_later_plan_times_it(engine_build: Eng
     monkeypatch.setattr(os, "getloadavg", lambda: (0.1, 0.1, 0.1))  # quiet again: the next plan times it
     monkeypatch.setattr(psutil, "cpu_percent", lambda interval=None: 3.0)
     _, err = _plan(tiny_model, engine_build.server, capsys)
-    assert err.startswith("headroom: measuring this CPU's attention speed for 16-wide heads")
+    assert err.startswith("headroom: measuring this CPU's attention speed for 16-wide heads in the background")
+    _background_done(err, own_cache)
 
 
 def test_engine_build_and_doctor_say_the_figures_for_real_models_head_sizes(own_cache: Path) -> None:
