@@ -33,6 +33,7 @@ from app.engine.process import ServerStatus
 from app.engine.running import LaunchedEngine
 from app.hub.preview import preview_refusal
 from app.llamafile.extract import Pending
+from app.planner import words
 from app.planner.errors import PlannerError
 from app.planner.plan_types import Plan
 from app.text import escape
@@ -264,13 +265,36 @@ class LaunchPanel(QWidget):
         self._advice = advisories(plan, engine, arch) if engine is not None and arch else []
         lines = [f"<span style='color:{ADVICE_COLOUR[Severity.ERROR]}'>{ADVICE_SIGN[Severity.ERROR]} "
                  f"{escape(self._not_launchable)}</span>"] if cannot and not not_launchable else []
-        said = self.gpu_reach().sentence if plan.gpus else ""  # said before Launch: what the engine runs on
+        said = self._runs_elsewhere(plan)  # said before Launch: what the engine will run on, and how fast
         if said:
             lines.append(f"<span style='color:{ADVICE_COLOUR[Severity.WARNING]}'>{ADVICE_SIGN[Severity.WARNING]} "
-                         f"{escape(said)} Launch runs this plan there, and its GPU numbers cannot be checked.</span>")
+                         f"{escape(said)}</span>")
         self.advice_label.setText("<br>".join(lines + [advice_html(a) for a in self._advice]))
         self.advice_label.setVisible(bool(lines or self._advice))
         self.adviceChanged.emit(list(self._advice))
+
+    def what_runs(self, plan: Plan) -> Plan:
+        """``plan``, or, when the chosen engine cannot use its GPUs, the same settings planned for what it
+        will run on: what Launch starts, checks and predicts the speed of (issue 46)."""
+        found = self.gpu_reach()
+        if not plan.gpus or not found.sentence or self._state is None:
+            return plan
+        try:
+            runs = self._state.plan_for_what_runs(found)
+        except (PlannerError, ValueError):
+            return plan
+        return runs if runs is not None else plan
+
+    def _runs_elsewhere(self, plan: Plan) -> str:
+        """The sentence before Launch when it starts another plan than the one shown (``what_runs``)."""
+        runs = self.what_runs(plan)
+        if runs is plan:
+            return ""
+        where = "on the CPU" if not runs.gpus else "on " + ", ".join(g.name for g in runs.gpus)
+        if not runs.feasible:
+            return f"{self.gpu_reach().sentence} Launch would run it {where}, where it does not fit: {runs.reason}."
+        speed = f": expected {words.speed_sentence(runs.speed)}" if runs.speed is not None else ""
+        return f"{self.gpu_reach().sentence} Launch runs it {where}{speed}."
 
     def gpu_reach(self) -> GpuReach:
         """What the chosen engine will run on among the window's devices (app/engine/gpu_reach.py; from the
@@ -311,8 +335,13 @@ class LaunchPanel(QWidget):
 
     # ---- launch / stop -------------------------------------------------------------------------
     def launch(self) -> None:
-        """Launch the plan; an estimated one is measured first (pass 1), then the re-made plan launches."""
+        """Launch the plan (for what the engine will run on: ``what_runs``); an estimated one is measured
+        first (pass 1), then the re-made plan launches."""
         plan, state = self._plan, self._state
+        plan = self.what_runs(plan) if plan is not None else None
+        if plan is not None and not plan.feasible:
+            self._failed(f"Cannot launch: {self._runs_elsewhere(self._plan) if self._plan else plan.reason}")
+            return
         sequence = self._sequence
         if self._engine is not None or sequence.waiting is not None or plan is None or self._model is None \
                 or state is None:
@@ -329,7 +358,7 @@ class LaunchPanel(QWidget):
         self._start(plan)
 
     def _launch_measured(self) -> None:
-        after = self._sequence.after_pass1(self._plan)
+        after = self._sequence.after_pass1(self.what_runs(self._plan) if self._plan is not None else None)
         if after.plan is None:
             self._not_launched(after.why)
             return

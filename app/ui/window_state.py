@@ -29,6 +29,7 @@ from pathlib import Path
 
 from app.engine.attention_runs import host_attention
 from app.engine.discover import EngineInfo
+from app.engine.gpu_reach import GpuReach, for_launch
 from app.engine.running import RunningEngine
 from app.planner.devices import Inventory
 from app.planner.errors import PlannerError
@@ -241,6 +242,21 @@ class WindowState(QObject):
         if self.inventory.gpus or self.engine is None or self.engine.cpu_features is None:
             return self.inventory
         return replace(self.inventory, cpu=self.engine.cpu_features)
+
+    def plan_for_what_runs(self, found: GpuReach) -> Plan | None:
+        """The settings shown, planned for the devices the chosen engine will use (``found``,
+        app/engine/gpu_reach.py): what Launch starts when that engine cannot use the plan's GPUs (a CPU
+        build under a simulated card, a CUDA build without a driver). None before a model is open."""
+        model, settings = self.model, self.settings
+        if model is None:
+            return None
+        inventory = for_launch(self.planning_inventory(), found)
+        if not inventory.gpus and self.engine is not None and self.engine.cpu_features is not None:
+            inventory = replace(inventory, cpu=self.engine.cpu_features)
+        plan, _fit = self._planner.plan(model.shape, inventory, settings.launch, engine_window=False,
+                                        safety=settings.safety, vram_target=settings.vram_target,
+                                        lookup=self.measurement_for)
+        return plan
 
     def plan_request(self) -> PlanRequest | None:
         """The planner's request the plans now come from (None before a model is open): the same

@@ -37,6 +37,12 @@ def wait(app: QApplication, done: Callable[[], bool], what: str) -> None:
 
 
 def main(out: Path) -> int:
+    # The picture replays a GPU run: the engine here is the CPU build, which the window would (rightly) launch
+    # on the CPU (app/engine/gpu_reach.py); for the picture it is taken to run on the replayed card.
+    from app.engine.gpu_reach import GpuReach
+    from app.ui import launch_panel
+
+    launch_panel.reach = lambda _engine, inv: GpuReach(tuple(g.index for g in inv.local_gpus))
     build = native_build.find_build()
     if build is None:
         print("live_shot: no engine built (headroom engine build)", file=sys.stderr)

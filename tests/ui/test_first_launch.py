@@ -14,6 +14,7 @@ import pytest
 from app.cli import main
 from app.engine import check_report
 from app.engine.capabilities import free_port
+from app.planner import words
 from app.planner.plan_types import PlanMode
 from app.ui import demo
 from app.ui.application import open_first
@@ -73,26 +74,38 @@ def test_first_run_demo_then_a_real_model_launches_with_nothing_else_touched(win
 
 
 @pytest.mark.engine
-def test_a_gpu_plan_run_on_the_cpu_shows_its_table_and_says_why_it_cannot_be_checked(window, tiny_model,
-                                                                                    tiny_chat_model,
-                                                                                    engine_build, qtbot):
+def test_a_gpu_plan_on_a_cpu_engine_says_so_before_launch_and_launches_what_runs(window, tiny_model,
+                                                                                tiny_chat_model, engine_build,
+                                                                                qtbot):
+    """Issue 46: a plan for a simulated RTX 4090 launched on the CPU engine kept "Speed predicted: 842 tok/s"
+    beside the 13 the reply ran at, and said only after Launch that the GPU plan could not be checked. Now
+    the window says before Launch what the engine will run on and how fast, and Launch starts that plan."""
     _engines(window, qtbot)
     window.settings.engine.setCurrentIndex(window.settings.engine.findData(str(engine_build.server)))
     window.devices.choose_simulated("RTX 4090")
     assert window.open_model(tiny_model)
-    assert window.plan is not None and window.plan.mode == PlanMode.STOCK
+    shown = window.plan
+    assert shown is not None and shown.mode == PlanMode.STOCK and shown.gpus
+    runs = window.launch.what_runs(shown)
+    assert runs is not shown and runs.mode == PlanMode.CPU and not runs.gpus and runs.speed is not None
+    advice = window.launch.advice_label.text()
+    assert not window.launch.advice_label.isHidden()
+    assert ("NVIDIA GeForce RTX 4090 (simulated): this engine has no GPU code (a CPU build), so it runs on the CPU"
+            in advice)
+    assert f"Launch runs it on the CPU: expected {words.speed_sentence(runs.speed)}" in advice.replace("&#x27;", "'")
     with qtbot.waitSignal(window.launch.checked, timeout=120_000) as checked:
         qtbot.mouseClick(window.launch.launch_button, LEFT)
     check = checked.args[0]
     view = window.launch.check_table()
     qtbot.waitUntil(view.isVisible)
-    assert view.summary.text().startswith("This launch ran on the CPU: the GPU plan cannot be checked here")
-    assert window.launch.check.text() == view.summary.text() and "#c77800" not in window.launch.check.styleSheet()
-    cells = [c for row in view.rows for c in row]
-    assert ("CUDA0", "weights") in [(r[0], r[1]) for r in view.rows] and "host" in [r[0] for r in view.rows]
-    assert "?" not in cells and "OFF" not in cells
-    assert {r[5] for r in view.rows} <= {check_report.OK, check_report.DIFFERS, check_report.ESTIMATE,
-                                          check_report.NOT_LOGGED, check_report.NOT_PLANNED}
+    running = window.current.running
+    assert running is not None and running.mode == PlanMode.CPU and not running.gpus
+    assert running.speed == runs.speed  # what the speed row predicts: the CPU's
+    assert " -ngl 0 " in window.launch.command.text()
+    assert view.summary.text().startswith("The engine allocated what the plan said")
+    assert window.launch.check.text() == view.summary.text()
+    assert {r[0] for r in view.rows} == {"host"}
+    assert {r[5] for r in view.rows} <= {check_report.OK, check_report.ESTIMATE, check_report.NOT_LOGGED}
     assert len(view.rows) == len(check.rows) and view.legend.text() == check_report.LEGEND
     assert view.legend.isVisible() and view.summary.isVisible()
     assert view.y() < window.budget.y()  # while its engine runs, plan vs actual over the plan
