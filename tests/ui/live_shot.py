@@ -14,6 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from app.engine import native_build
+from app.engine.discover import EngineInfo
+from app.planner.devices import Inventory
 from app.planner.live import LiveReport, RowState
 from app.planner.units import MiB
 from app.ui.application import SCREENSHOT_SIZE, make_app, save_screenshot
@@ -42,7 +44,10 @@ def main(out: Path) -> int:
     from app.engine.gpu_reach import GpuReach
     from app.ui import launch_panel
 
-    launch_panel.reach = lambda _engine, inv: GpuReach(tuple(g.index for g in inv.local_gpus))
+    def on_the_card(engine: EngineInfo | None, inventory: Inventory) -> GpuReach:
+        return GpuReach(tuple(g.index for g in inventory.local_gpus))
+
+    launch_panel.reach = on_the_card  # type: ignore[attr-defined]
     build = native_build.find_build()
     if build is None:
         print("live_shot: no engine built (headroom engine build)", file=sys.stderr)
