@@ -57,6 +57,21 @@ class Counters:
     #: processed since the last read): ``prompt_tokens_seconds``, ``predicted_tokens_seconds``.
     prompt_per_second: float = 0.0
     predicted_per_second: float = 0.0
+    #: Counters of the engine's own seconds spent reading prompts and decoding (``prompt_seconds_total``,
+    #: ``tokens_predicted_seconds_total``): with the token counters, the rate of the tokens counted, whoever
+    #: else read /metrics in between (the gauges above are reset by every read).
+    prompt_seconds: float = 0.0
+    predicted_seconds: float = 0.0
+
+    @property
+    def decode_rate(self) -> float | None:
+        """Tokens decoded a second of the engine's decoding, for these counters (of ``since``: over that
+        time); None when nothing was decoded."""
+        return self.tokens_predicted / self.predicted_seconds if self.predicted_seconds > 0 else None
+
+    @property
+    def prompt_rate(self) -> float | None:
+        return self.prompt_tokens / self.prompt_seconds if self.prompt_seconds > 0 else None
 
     @classmethod
     def from_text(cls, text: str) -> Counters:
@@ -69,7 +84,8 @@ class Counters:
 
         return cls(n("prompt_tokens_total"), n("prompt_tokens_cached_total"), n("tokens_predicted_total"),
                    n("n_decode_total"), n("requests_processing"), n("requests_deferred"),
-                   v.get("prompt_tokens_seconds", 0.0), v.get("predicted_tokens_seconds", 0.0))
+                   v.get("prompt_tokens_seconds", 0.0), v.get("predicted_tokens_seconds", 0.0),
+                   v.get("prompt_seconds_total", 0.0), v.get("tokens_predicted_seconds_total", 0.0))
 
     def since(self, before: Counters) -> Counters:
         """The growth of each counter since ``before`` (gauges are kept as they are now)."""
@@ -78,4 +94,5 @@ class Counters:
                         self.tokens_predicted - before.tokens_predicted,
                         self.decode_calls - before.decode_calls,
                         self.requests_processing, self.requests_deferred,
-                        self.prompt_per_second, self.predicted_per_second)
+                        self.prompt_per_second, self.predicted_per_second,
+                        self.prompt_seconds - before.prompt_seconds, self.predicted_seconds - before.predicted_seconds)

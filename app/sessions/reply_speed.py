@@ -174,9 +174,14 @@ class ServingSpeed:
         grown = now.since(before)
         if grown.tokens_predicted <= 0:
             return None
+        # (the rate of the tokens counted: the counters' own seconds, not the gauges another reader resets)
+        decode, prompt = grown.decode_rate, grown.prompt_rate
+        read = (f"{grown.prompt_tokens:,} prompt tokens read at {words.tokens_per_s(prompt)} tok/s" if prompt
+                else f"{grown.prompt_tokens:,} prompt tokens read")
         said = (f"speed while serving (the engine's /metrics over the last {self.every_s:.0f} s): "
-                f"{grown.tokens_predicted:,} tokens decoded at {words.tokens_per_s(now.predicted_per_second)} tok/s, "
-                f"{grown.prompt_tokens:,} prompt tokens read at {words.tokens_per_s(now.prompt_per_second)} tok/s")
+                f"{grown.tokens_predicted:,} tokens decoded at "
+                + (f"{words.tokens_per_s(decode)} tok/s" if decode else "an unknown rate (no decode time counted)")
+                + f", {read}")
         if self.plan.speed is not None:
             empty, full = self.plan.speed.at[0], self.plan.speed.at_fill(1.0)
             said += (f"; predicted decode {words.tokens_per_s(empty.decode)} tok/s with the context empty, "
