@@ -367,6 +367,22 @@ def for_what_runs(args: argparse.Namespace, inventory: Inventory, engine: Engine
     return kept, found
 
 
+#: Said before pass 1 runs (not when it is cached): a second or two, longer for a huge context.
+PASS1_PROGRESS = ("pass 1: measuring this launch with llama.cpp's own allocator (nothing is loaded; seconds, "
+                  "longer for a context of millions)…")
+
+
+def say_pass1(model: str | Path, launch: LaunchSettings, lib_dir: str | None, *, stream: Any = None) -> None:
+    """``PASS1_PROGRESS`` on ``stream`` (stderr) when pass 1 is about to run for ``launch`` rather than be
+    read from its cache."""
+    import sys
+
+    from app.probe.measure import cached_measurement
+
+    if cached_measurement(model, launch, lib_dir=lib_dir) is None:
+        print(f"headroom: {PASS1_PROGRESS}", file=stream or sys.stderr, flush=True)
+
+
 def plan_request(args: argparse.Namespace, shape: ModelShape, inventory: Inventory,
                  lookup: MeasurementLookup | None, engine: EngineInfo | None = None) -> PlanRequest:
     """The one plan request (app.planner.request) from the GPU flags: ``--window``, ``--safety``,

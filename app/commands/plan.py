@@ -31,6 +31,7 @@ from app.commands.common import (
     llamafile_lines,
     pass1_lib_dir,
     plan_request,
+    say_pass1,
     seconds,
     settings_from_args,
 )
@@ -85,6 +86,7 @@ class _Pass1:
             if self.failure:  # pass 1 failed once: not again for another launch in the same command
                 return None
             try:
+                say_pass1(self.model, launch, self.lib_dir)
                 m, self.from_cache = measure_cached(self.model, launch, timeout=self.timeout, lib_dir=self.lib_dir)
             except MeasureError as exc:
                 self.failure = str(exc)

@@ -40,6 +40,7 @@ from app.commands.common import (
     llamafile_of,
     pass1_lib_dir,
     plan_request,
+    say_pass1,
     seconds,
     settings_from_args,
 )
@@ -207,6 +208,7 @@ def serve_plan(args: argparse.Namespace, shape: ModelShape, settings: LaunchSett
 
     def pass1(launch: LaunchSettings) -> Measurement | None:
         try:
+            say_pass1(args.model, launch, lib_dir)
             return measure_cached(args.model, launch, lib_dir=lib_dir)[0]
         except MeasureError as exc:
             raise Pass1Failed(exc) from None

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from app import cli
+from app.commands.common import PASS1_PROGRESS
 from app.commands.serve import chosen_alternative, unplanned
 from app.engine.native_build import EngineBuild
 from app.planner.plan_types import Alternative, AlternativeKind
@@ -133,8 +134,10 @@ def test_a_model_whose_pass_1_failed_is_refused_with_the_failing_assertion(
     out, err = capsys.readouterr()
     assert rc == 1, err
     assert "headroom serve: refused: pass 1 failed" in err
+    lines = err.splitlines()
+    assert lines[0] == "headroom: pass 1: " + PASS1_PROGRESS.removeprefix("pass 1: ")  # (said before it ran)
     assert ("GGML_ASSERT(hparams.rope_scaling_type_train != LLAMA_ROPE_SCALING_TYPE_UNSPECIFIED) failed"
-            in err.splitlines()[0])  # pass 1's reason, on the first line
+            in lines[1])  # pass 1's reason, on the refusal's first line
     assert "No such file or directory" not in err and "#0 " not in err  # not the backtrace after it
     assert "command:" not in out and "engine: starting" not in out  # nothing launched
 
