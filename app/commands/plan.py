@@ -351,13 +351,13 @@ def render(plan: Plan, title: str, fit: ContextFit, asked: LaunchSettings | None
     out += _largest_lines(plan, fit)
     if plan.alternatives and len(plan.alternatives) > 1:
         width = max(14, *(len(a.label) + 2 for a in plan.alternatives))
-        out.append("  alternatives (predicted tokens/s, app/planner/solve/speed.py: prefill with the context half "
-                   f"full, then decode with it empty / half / full; {_choice_words(plan)}):")
+        out.append("  alternatives (predicted tokens/s: prefill with the context half full, then decode with it "
+                   f"empty / half / full; {_choice_words(plan)}):")
         out.append(f"   {words.ALTERNATIVES_LEGEND}")
         for a in plan.alternatives:
             # (an infeasible "chosen" is only where the plan stands when nothing fits: not starred)
             mark = "-" if not a.feasible else ("*" if a.chosen else " ")
-            out.append(f"   {mark} {a.label:<{width}}{_speed_cells(a) if a.feasible else ' ' * 30}   {a.note}".rstrip())
+            out.append(f"   {mark} {a.label:<{width}}{_speed_cells(a) if a.feasible else ' ' * SPEED_CELLS}   {a.note}".rstrip())
     elif plan.speed is not None:
         out.append(f"  predicted: {_speed_cells_row(plan.speed)}")
     if plan.speed_figures is not None:
@@ -404,14 +404,18 @@ def _largest_lines(plan: Plan, fit: ContextFit) -> list[str]:
     return [f"  largest context: {', '.join(parts)} ({trained})"]
 
 
+#: The width of ``_speed_cells_row``'s text (a column of the alternatives table).
+SPEED_CELLS = 56
+
+
 def _speed_cells_row(row: SpeedRow) -> str:
     empty, half, full = row.at
-    return (f"prefill {words.tokens_per_s(half.prefill):>6}  decode {words.tokens_per_s(empty.decode):>5} / "
+    return (f"prefill {words.tokens_per_s(half.prefill):>6} tok/s  decode {words.tokens_per_s(empty.decode):>5} / "
             f"{words.tokens_per_s(half.decode):>5} / {words.tokens_per_s(full.decode):>5} tok/s")
 
 
 def _speed_cells(a: Alternative) -> str:
-    return _speed_cells_row(a.speed) if a.speed is not None else f"{'speed not predicted':<30}"
+    return _speed_cells_row(a.speed) if a.speed is not None else f"{'speed not predicted':<{SPEED_CELLS}}"
 
 
 def _figures_line(plan: Plan, head_dim: int = 0) -> str:

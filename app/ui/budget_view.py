@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from app.glossary import window_words
 from app.planner import words
 from app.planner.plan_types import AlternativeKind, PlanMode
 from app.planner.settings import LaunchSettings
@@ -388,7 +389,7 @@ class BudgetView(QWidget):
         v = verdict(plan, requested, fit)
         self._verdict = v
         shown_warnings = [w for w in plan.warnings if w != v.says]
-        self.warnings.setText("<br>".join(f"⚠ {escape(w)}" for w in shown_warnings))
+        self.warnings.setText("<br>".join(f"⚠ {escape(window_words(w))}" for w in shown_warnings))
         self.warnings.setVisible(bool(shown_warnings))
         self.verdict.setText(v.text)
         self.verdict.setStyleSheet(f"color: {v.color};" if v.color else "")

@@ -36,6 +36,7 @@ from app.ui.context_chart import ContextChart
 from app.ui.context_control import tokens_text
 from app.ui.devices_panel import DevicesPanel
 from app.ui.form_scroll import form_with_footer
+from app.ui.help_menu import add_help_menu
 from app.ui.hub_button import HubButton, model_title
 from app.ui.hub_dialog import HubDialog
 from app.ui.launch_panel import LaunchPanel
@@ -327,6 +328,7 @@ class MainWindow(QMainWindow):
         quit_act.setShortcut(QKeySequence.StandardKey.Quit)
         quit_act.triggered.connect(self.close)
         file_menu.addAction(quit_act)
+        self.glossary = add_help_menu(self)
 
     def _fill_recent(self) -> None:
         self.recent_menu.clear()

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from app.engine.libpath import lib_dir_beside
+from app.glossary import explain
 from app.planner.measurement import Measurement
 from app.planner.plan_types import Plan
 from app.planner.settings import LaunchSettings
@@ -64,7 +65,7 @@ class MeasureBar(QWidget):
         self._looked_up: tuple[str, LaunchSettings, str | None] | None = None
         self._lookups = QObject(self)  # their owner in the pool: a lookup is no pass 1 being stopped
         self.button = QPushButton("&Measure (pass 1)")
-        self.button.setToolTip("Measure the compute buffer with the engine's own allocator")
+        self.button.setToolTip(explain("pass 1"))
         self.cancel_button = QPushButton("Cancel")
         self.cancel_button.setVisible(False)
         self.cancel_button.clicked.connect(self.cancel)

@@ -13,7 +13,8 @@ the alternatives' heading says why the starred way is chosen, also when none kee
 the pass-1 line says the cache is per engine too (a measurement made with --engine is found with it); and the
 JSON says what a launch here runs on (``gpu_reach``: app/engine/gpu_reach.py; no engine here, so nothing); and
 (issue 46) a plan that fits only with a shorter context than asked exits 1 (``asked_context_planned``), and
-the warning past the training context names the RoPE scaling it would need."""
+the warning past the training context names the RoPE scaling it would need; and the prefill figures carry
+their unit, the alternatives' heading no source path."""
 
 from __future__ import annotations
 
