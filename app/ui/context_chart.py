@@ -60,6 +60,9 @@ TAIL_COLOR = "#9c755f"
 #: How far above the usable line the GPU axis goes at most: a 1M f16 curve of 150 GiB would flatten
 #: a 24 GiB card's part of the picture to a few pixels (the curves are cut at the top, and it says so).
 Y_CAP = 3.0
+#: Curves all below this share of the usable line are drawn on their own scale (the line is off the top, and
+#: the panel's title says how far): a small model's would lie flat on 0 GiB.
+FAR_BELOW = 0.1
 EMPTY_TEXT = "<b>No model yet.</b> Open one to see its memory against the context."
 
 
@@ -77,7 +80,16 @@ def nice_step(span: float, ticks: int = 5) -> float:
 
 
 def gib_text(v: float) -> str:
+    """GiB as the axis says them; under one (a small model's curves) in MiB, with the unit."""
+    if 0 < v < 1:
+        return f"{v * 1024:.0f} MiB" if v * 1024 >= 1 else str(Bytes(v * GiB))
     return f"{v:.0f}" if v >= 10 or v == int(v) else f"{v:.1f}"
+
+
+def _with_unit(v: float) -> str:
+    """``gib_text`` with its unit: ``12 GiB``, ``178 MiB``."""
+    text = gib_text(v)
+    return text if text.endswith("B") else f"{text} GiB"
 
 
 def reach_color(i: int) -> str:
@@ -162,6 +174,9 @@ class ChartCanvas(QWidget):
             return max([p.decode or 0.0 for p in speed_points(c)] + ends + [0.1]) * 1.1, 0.0, False
         usable = (c.gpu_usable_total if kind == "gpu" else c.host_usable) / GiB
         values = [(p.gpu_total if kind == "gpu" else p.host) / GiB for k in c.curves for p in k.points]
+        highest = max(values, default=0.0)
+        if 0 < highest < FAR_BELOW * usable:  # a small model: its curves, not a flat line at 0 under the usable one
+            return highest * 1.25, usable, False
         top = max([usable, *values, 0.1]) * 1.05
         cut = kind == "gpu" and usable > 0 and top > Y_CAP * usable
         if cut:
@@ -188,8 +203,11 @@ class ChartCanvas(QWidget):
         else:
             cur = c.current
             title = f"Decode tokens/s, predicted with the context full ({cur.label if cur else ''})"
-        top, _usable, cut = self._scale(kind)
-        return title + (f" — cut at {gib_text(top)} GiB" if cut else "")
+        top, usable, cut = self._scale(kind)
+        if kind != "speed" and usable > top:
+            room = "usable" if kind == "gpu" else "available"
+            return title + f" — far below the {Bytes(usable * GiB)} {room} (the axis stops at {_with_unit(top)})"
+        return title + (f" — cut at {_with_unit(top)}" if cut else "")
 
     @staticmethod
     def y_label(kind: str, v: float) -> str:
@@ -241,7 +259,7 @@ class ChartCanvas(QWidget):
         if rect is None or self.curve is None:
             return None
         top, usable, _cut = self._scale(kind)
-        return self._y(rect, top, usable)
+        return self._y(rect, top, usable) if usable <= top else None
 
     def context_at(self, x: float) -> int | None:
         """The grid context nearest ``x`` (in log distance), when ``x`` is over the plots."""
@@ -358,8 +376,8 @@ class ChartCanvas(QWidget):
         p.drawRect(rect)
         p.setRenderHint(QPainter.RenderHint.Antialiasing, True)
         # (no clip: every y is clamped into the plot, and a clipped antialiased painter is slow)
-        # The usable line.
-        if usable > 0:
+        # The usable line (off the top of a small model's panel: its title says how far).
+        if 0 < usable <= top:
             pen = QPen(QColor(RED))
             pen.setStyle(Qt.PenStyle.DashLine)
             pen.setWidthF(1.5)
@@ -416,7 +434,7 @@ class ChartCanvas(QWidget):
                 p.drawPolygon([QPointF(xl, y - 6), QPointF(xl + 6, y), QPointF(xl, y + 6), QPointF(xl - 6, y)])
         # Labels inside the plot, each on a box of the base colour, never over one another nor across the
         # usable line: its own label first (at the left end, over the line: where the curves are lowest).
-        if usable > 0:
+        if 0 < usable <= top:
             yu = self._y(rect, top, usable)
             t = f"usable {Bytes(usable * GiB)}" if kind == "gpu" else f"available {Bytes(usable * GiB)}"
             self._label(p, t, rect.left() + 6 + fm.horizontalAdvance(t) / 2, yu - fm.height() - 2, rect,

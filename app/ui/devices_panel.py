@@ -29,7 +29,7 @@ from app.ui.window_state import WindowState
 from app.ui.workers import TaskPool
 
 #: The simulated-GPU choice meaning "use the real inventory".
-REAL_GPUS = "Real GPUs (NVML)"
+REAL_GPUS = "This machine's GPUs"
 #: Memory cards a row (the panel is in the form's column, about 440 px wide).
 CARDS_PER_ROW = 2
 SIMULATE_TIP = ("Plan for a GPU you do not have: pick a card, or type one as --gpu takes it "

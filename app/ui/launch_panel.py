@@ -265,7 +265,8 @@ class LaunchPanel(QWidget):
         self._advice = advisories(plan, engine, arch) if engine is not None and arch else []
         lines = [f"<span style='color:{ADVICE_COLOUR[Severity.ERROR]}'>{ADVICE_SIGN[Severity.ERROR]} "
                  f"{escape(self._not_launchable)}</span>"] if cannot and not not_launchable else []
-        said = self._runs_elsewhere(plan)  # said before Launch: what the engine will run on, and how fast
+        # said before Launch: what the engine will run on, and how fast (not for a plan that cannot launch)
+        said = "" if not_launchable else self._runs_elsewhere(plan)
         if said:
             lines.append(f"<span style='color:{ADVICE_COLOUR[Severity.WARNING]}'>{ADVICE_SIGN[Severity.WARNING]} "
                          f"{escape(said)}</span>")

@@ -676,7 +676,8 @@ class MainWindow(QMainWindow):
         assert isinstance(lines, list)
         self.attention_status = ""
         # (the speeds on screen change with it: said, not left for the user to wonder why)
-        self.statusBar().showMessage("; ".join(lines) + f" — {REPRICED}", 15_000)
+        measured = any(line.startswith("measured") for line in lines)  # (not when it was not measured now)
+        self.statusBar().showMessage("; ".join(lines) + (f" — {REPRICED}" if measured else ""), 15_000)
         self.current.engine_runs_stored()
         self.current.replan()
         self.attentionMeasured.emit(lines)

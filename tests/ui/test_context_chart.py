@@ -4,6 +4,8 @@ follows the settings while shown and catches up when its tab is opened. Real win
 
 from __future__ import annotations
 
+import re
+
 from app.planner.words import tokens_per_s
 from app.ui.budget_parts import RED
 from app.ui.context_chart import LARGEST_COLOR, TAIL_COLOR, TYPE_COLORS
@@ -118,10 +120,12 @@ def test_without_a_gpu_the_chart_shows_host_ram(no_gpu_window, tiny_model, qtbot
     assert "q8_0: not for this model" in window.chart.legend.text()  # head size 16: said, not drawn
 
 
-def test_a_tiny_models_labels_keep_off_the_available_line_and_one_another(no_gpu_window, tiny_model, qtbot):
+def test_a_tiny_models_curves_are_drawn_on_their_own_scale_and_labels_keep_off_one_another(
+        no_gpu_window, tiny_model, qtbot):
     """The tiny model, trained on 4,096: all of it fits (said as 4,096, not "≥ 4,096": the model was
-    trained for no more), its use far under the available line near the top; no label sits on that
-    line or on another label, the x axis reads 1k to 4k (not on to 8k, as if more were of use)."""
+    trained for no more). Its use is far under the available host RAM: drawn on its own scale, not flat on
+    0 GiB under a line at the top (issue 46); the title says how far below it is; no label sits on another;
+    the x axis reads 1k to 4k (not on to 8k, as if more were of use)."""
     window = no_gpu_window
     window.resize(1280, 800)
     with qtbot.waitSignal(window.planned):
@@ -129,18 +133,25 @@ def test_a_tiny_models_labels_keep_off_the_available_line_and_one_another(no_gpu
     open_chart(window, qtbot)
     window.chart.render_image()  # paints
     boxes = window.chart.label_boxes()
-    y = window.chart.usable_y("host")
-    assert y is not None
-    largest = next(b for t, b in boxes.items() if t.startswith("largest that fits: 4,096"))
-    assert not (largest.top() <= y <= largest.bottom())  # not across the dashed line
-    assert any(t.startswith("available ") for t in boxes) and any(t.startswith("now: 4,096") for t in boxes)
+    assert window.chart.usable_y("host") is None  # (off the top: the axis stops near the curves)
+    title = next(t for t in window.chart.panel_titles() if t.startswith("Host RAM, GiB"))
+    assert re.fullmatch(r"Host RAM, GiB — far below the [\d.]+ GiB available \(the axis stops at \d+ MiB\)", title)
+    rect = dict(window.chart.canvas.panel_rects())["host"]
+    current = next(k for k in curve_of(window).curves if k.current)
+    highest = window.chart.point_pos(current.label, 4 * K, "host")
+    assert highest is not None and highest.y() < rect.center().y()  # in the upper half, not on the floor
+    assert any(t.startswith("largest that fits: 4,096") for t in boxes) and any(t.startswith("now: 4,096") for t in boxes)
     shown = list(boxes.values())
     assert not any(a.intersects(b) for i, a in enumerate(shown) for b in shown[i + 1:])
     curve = window.chart.curve
     assert curve is not None and (curve.contexts[0], curve.contexts[-1]) == (1 * K, 4 * K)
     assert "≥" not in window.settings.context.fits.text()
-    legend = window.chart.legend.text()
-    assert "<b>-&nbsp;-&nbsp;-</b></span>&nbsp;available host RAM" in legend  # the mark held to its words
+
+
+def curve_of(window):
+    curve = window.chart.curve
+    assert curve is not None
+    return curve
 
 
 def test_the_chart_spans_the_training_context_with_both_largest_contexts_and_decode_speed(window, shape_model, qtbot):
