@@ -8,11 +8,11 @@ The engine reads the key from that same file (``--api-key-file``), never from it
 from __future__ import annotations
 
 import ipaddress
-import os
 import secrets
 import stat
 from pathlib import Path
 
+from app.files import atomic_text
 from app.paths import config_dir
 
 KEY_FILE = "api_key"
@@ -60,11 +60,7 @@ def load_or_create(directory: Path | None = None) -> str:
             return key
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     key = secrets.token_urlsafe(32)
-    tmp = path.with_name(f".{KEY_FILE}.{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(key + "\n")
-    os.replace(tmp, path)
+    atomic_text(path, key + "\n", mode=0o600)  # (0600 from its creation: no moment another user can read it)
     return key
 
 

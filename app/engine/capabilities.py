@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from app.files import atomic_text
 from app.llamacpp.failures import CAPABILITY_ACCEPTED, CAPABILITY_BAD_VALUE, CAPABILITY_REJECTED
 from app.llamacpp.logs import system_info_line
 from app.paths import cache_dir
@@ -196,14 +197,8 @@ def capabilities(binary: Path, command: Sequence[str], *, refresh: bool = False)
     caps = probe_all(command)
     entries = _read_cache(file)  # re-read: another process may have written meanwhile
     entries[str(binary)] = {"stamp": stamp, "results": caps.to_json(), "system_info": caps.system_info}
-    tmp = file.with_name(f".{CACHE_FILE}.{os.getpid()}")
-    try:
-        file.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(entries, indent=1, sort_keys=True))
-        os.replace(tmp, file)
-    except OSError:  # a full or read-only cache (issue 31): probed again next time, nothing half-written
-        with contextlib.suppress(OSError):
-            tmp.unlink()
+    with contextlib.suppress(OSError):  # a full or read-only cache (issue 31): probed again next time
+        atomic_text(file, json.dumps(entries, indent=1, sort_keys=True))
     return caps
 
 

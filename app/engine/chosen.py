@@ -11,10 +11,9 @@ chosen-engine file yet. Standard library only; no Qt.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
+from app.files import atomic_text
 from app.paths import CHOSEN_ENGINE_FILE, GUI_STATE_FILE, cache_dir, config_dir
 
 
@@ -56,15 +55,6 @@ def chosen_engine_missing() -> Path | None:
 
 
 def remember_chosen_engine(path: str | Path, folder: Path | None = None) -> None:
-    """Keep ``path`` as the chosen engine ("": none), written atomically (a temp file, then ``os.replace``).
+    """Keep ``path`` as the chosen engine ("": none), written atomically (app/files.py).
     Raises OSError on a full or read-only disk."""
-    target = chosen_engine_file(folder)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{CHOSEN_ENGINE_FILE}.", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(f"{path}\n" if str(path) else "")
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_text(chosen_engine_file(folder), f"{path}\n" if str(path) else "")

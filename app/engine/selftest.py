@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 import tempfile
 import time
 from collections.abc import Callable
@@ -23,6 +22,7 @@ from pathlib import Path
 from app.engine.capabilities import free_port
 from app.engine.discover import EngineInfo
 from app.engine.process import EngineFailed, ServerProcess
+from app.files import atomic_file
 from app.llamacpp.failures import Failure, FailureKind
 from app.paths import cache_dir
 
@@ -78,12 +78,8 @@ def _written(folder: Path | None, name: str, write: Callable[[Path], None]) -> P
     except OSError:  # a full or read-only cache (issue 31): written to a private temp folder instead
         folder = Path(tempfile.mkdtemp(prefix="headroom-selftest-"))
         path = folder / name
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    try:
+    with atomic_file(path) as tmp:
         write(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
     return path
 
 

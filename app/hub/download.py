@@ -13,7 +13,6 @@ listed size is written: a longer stream stops there, a longer announced length b
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import shutil
 import threading
@@ -22,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, BinaryIO, cast
 
-from app.files import size_of
+from app.files import publish, size_of
 from app.hub.cache import blobs, cached_file, hub_cache
 from app.hub.errors import HubCancelled, HubError, endpoint, is_translatable, translate
 from app.hub.remote import RemoteFile, RemoteGguf
@@ -270,7 +269,7 @@ def _finish(gguf: RemoteGguf, part: RemoteFile, blob: Path, partial: Path, diges
         raise HubError(f"{gguf.repo}/{part.path}: the downloaded file's sha256 does not match the Hub's "
                        "(the file was deleted)", "download it again")
     try:
-        os.replace(partial, blob)
+        publish(partial, blob)
     except OSError as exc:
         raise translate(exc, repo=gguf.repo, what=f"keeping {blob}") from None
 

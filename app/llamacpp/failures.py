@@ -449,3 +449,24 @@ CAPABILITY_BAD_VALUE = re.compile(r'error while handling argument "([^"]+)"')
 # ggml/src/ggml-rpc/ggml-rpc.cpp (``--rpc`` connects while parsing, so this also means accepted):
 # .../ggml-rpc.cpp:547: Failed to connect to 127.0.0.1:1
 CAPABILITY_ACCEPTED = re.compile(r"failed to open GGUF file|failed to load model|error loading model|Failed to connect to")
+
+# ggml/src/ggml-backend.cpp, ggml_backend_sched_alloc_splits (with GGML_SCHED_DEBUG_REALLOC=1):
+# /.../ggml-backend.cpp:1638: ggml_backend_sched_alloc_splits: unexpected graph reallocation (graph size = 1234, nodes = 1200, leafs = 30), debug_realloc = 1
+REALLOC_MARK = "unexpected graph reallocation"
+# ggml/src/ggml.c, ggml_abort: /.../llama-kv-cache.cpp:123: GGML_ASSERT(...) failed
+ASSERT_MARK = "GGML_ASSERT"
+# native/patches/0002, set_input_kpool (with HEADROOM_KPOOL_SCATTER_CHECK=1):
+# /.../llama-memory-hybrid-idx.cpp:1228: k-pool scatter race: entries 0 and 32 of this ubatch (64 entries) both write pooled row 3 (HEADROOM_KPOOL_SCATTER_CHECK)
+SCATTER_MARK = "k-pool scatter race"
+
+
+def abort_line(lines: Sequence[str]) -> str:
+    """The line that says why the engine aborted during shared decoding (the smoke test's verdict): a
+    graph re-reserve or the k-pool scatter race first, else the last assertion or abort; ``""``: none."""
+    for line in reversed(lines):
+        if REALLOC_MARK in line or SCATTER_MARK in line:
+            return line.strip()
+    for line in reversed(lines):
+        if ASSERT_MARK in line or "GGML_ABORT" in line:
+            return line.strip()
+    return ""

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.files import publish
 from app.paths import cache_dir
 from app.planner.errors import PlannerError
 from app.planner.gguf.reader import file_stamp, read_archive, split_member
@@ -157,7 +158,7 @@ def _copy(archive: Path, start: int, item: Pending, step: Callable[[int], None],
                                        "changed or is cut short")
                 at += n
                 step(at - first)
-        os.replace(partial, item.target)
+        publish(partial, item.target)
     except ExtractError:
         raise
     except OSError as exc:

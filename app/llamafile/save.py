@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from app.files import publish
 from app.planner.errors import PlannerError
 from app.planner.gguf.archive import ARGS_MEMBER, Archive, Member
 from app.planner.gguf.model import model_parts
@@ -132,7 +133,7 @@ def save_llamafile(out: Path, engine: Path, model: Path, launch: LaunchSettings,
             entries.append(_write_bytes(f, ARGS_MEMBER, text))
             _write_directory(f, entries)
         os.chmod(tmp, 0o755)
-        os.replace(tmp, out)
+        publish(tmp, out)
     except OSError as exc:
         raise SaveError(f"cannot write {out}: {exc.strerror or exc}") from None
     finally:

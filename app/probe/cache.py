@@ -12,11 +12,11 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from app.files import atomic_text
 from app.paths import cache_dir
 from app.planner.gguf.reader import split_member
 from app.planner.measurement import Measurement
@@ -83,14 +83,8 @@ class MeasureCache:
         """Store it; a full or read-only cache (issue 31) stores nothing and leaves nothing half-written:
         the measurement is still returned, and measured again next time."""
         record = {"model": str(model), "settings": settings.to_json(), "measurement": measurement.to_json()}
-        tmp = self.root / f".{key}.{os.getpid()}.tmp"
-        try:
-            self.root.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(json.dumps(record, indent=1))
-            os.replace(tmp, self.root / f"{key}.json")
-        except OSError:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
+        with contextlib.suppress(OSError):
+            atomic_text(self.root / f"{key}.json", json.dumps(record, indent=1))
 
 
 def cached(model: Path, settings: LaunchSettings, library: dict[str, Any],

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from app.llamacpp.failures import REALLOC_MARK, SCATTER_MARK, abort_line
 from app.sessions.client import EngineClient, EngineError, EngineRejected, EngineUnreachable
 from app.sessions.fork import Sampling, fork, send
 
@@ -33,14 +34,6 @@ LOG_GRACE_S = 3.0
 _FILLER = ("The shared prefix of this smoke test is decoded once and then shared between two "
            "sequences, which continue independently. ")
 
-# ggml/src/ggml-backend.cpp, ggml_backend_sched_alloc_splits (with GGML_SCHED_DEBUG_REALLOC=1):
-# /.../ggml-backend.cpp:1638: ggml_backend_sched_alloc_splits: unexpected graph reallocation (graph size = 1234, nodes = 1200, leafs = 30), debug_realloc = 1
-REALLOC_MARK = "unexpected graph reallocation"
-# ggml/src/ggml.c, ggml_abort: /.../llama-kv-cache.cpp:123: GGML_ASSERT(...) failed
-ASSERT_MARK = "GGML_ASSERT"
-# native/patches/0002, set_input_kpool (with HEADROOM_KPOOL_SCATTER_CHECK=1):
-# /.../llama-memory-hybrid-idx.cpp:1228: k-pool scatter race: entries 0 and 32 of this ubatch (64 entries) both write pooled row 3 (HEADROOM_KPOOL_SCATTER_CHECK)
-SCATTER_MARK = "k-pool scatter race"
 #: Why a diagnostic pass on a single-backend engine proves nothing (ggml/src/ggml-alloc.c).
 SINGLE_BACKEND_WHY = ("ggml re-reserves a changed graph silently (one allocator buffer), so "
                       "GGML_SCHED_DEBUG_REALLOC cannot fire and the shared-sequence bug cannot show")
@@ -73,13 +66,7 @@ class SmokeResult:
 
 
 def _classify(lines: list[str]) -> str:
-    for line in reversed(lines):
-        if REALLOC_MARK in line or SCATTER_MARK in line:
-            return line.strip()
-    for line in reversed(lines):
-        if ASSERT_MARK in line or "GGML_ABORT" in line:
-            return line.strip()
-    return ""
+    return abort_line(lines)
 
 
 def _last_words(log_tail: Callable[[], list[str]] | None, grace_s: float) -> str:

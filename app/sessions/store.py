@@ -1,7 +1,7 @@
 """Named sessions (name → slot, text so far), kept per engine URL in a small JSON file.
 
-``<cache>/sessions/<sha256(url)[:16]>.json``, written atomically (temporary file in the same
-directory, then ``os.replace``), so a crash mid-write never leaves half a file and the text a
+``<cache>/sessions/<sha256(url)[:16]>.json``, written atomically and flushed to the disk (app/files.py),
+so a crash mid-write never leaves half a file and the text a
 session has received is never lost to a failed save. The CLI and the window share the file: every
 change re-reads it under a lock (``update``), so one never writes back a stale copy over sessions
 the other made since.
@@ -12,15 +12,14 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import os
 import re
-import tempfile
 from collections.abc import Callable, Container, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from app.files import atomic_text
 from app.paths import cache_dir
 
 try:
@@ -145,16 +144,6 @@ class SessionStore:
         return found[0]
 
     def save(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         doc = {"version": VERSION, "url": self.base_url,
                "sessions": [asdict(s) for s in self.sessions.values()]}
-        fd, tmp = tempfile.mkstemp(prefix=".sessions-", suffix=".tmp", dir=self.path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(doc, fh, indent=1, ensure_ascii=False)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        atomic_text(self.path, json.dumps(doc, indent=1, ensure_ascii=False), durable=True)

@@ -15,6 +15,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 
+from app.files import publish
 from app.paths import cache_dir
 
 #: Bumped when the generated file must change (it is the file name's suffix).
@@ -111,7 +112,7 @@ def write_demo_model(path: Path) -> Path:
     header = tmp.stat().st_size
     with open(tmp, "r+b") as fh:
         fh.truncate((header + align - 1) // align * align + data)  # sparse: no data written
-    os.replace(tmp, path)
+    publish(tmp, path)
     return path
 
 

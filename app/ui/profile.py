@@ -9,12 +9,11 @@ its 0600 file, app.engine.apikey); a profile says only whether one is required.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from app.files import atomic_text
 from app.planner.settings import LaunchSettings
 from app.ui.server_settings import ServerSettings
 
@@ -67,17 +66,8 @@ class Profile:
 
 
 def save_profile(profile: Profile, path: Path) -> None:
-    """Write atomically (a temp file beside it, then ``os.replace``)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".profile.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(profile.to_json(), fh, indent=1)
-            fh.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write atomically (app/files.py ``atomic_text``)."""
+    atomic_text(path, json.dumps(profile.to_json(), indent=1) + "\n")
 
 
 def load_profile(path: Path) -> Profile:

@@ -1,7 +1,7 @@
 """What the window remembers between runs: geometry, last model, recent files, settings.
 
 One small JSON file under the config directory (``~/.config/headroom/gui-state.json``: settings, not a
-cache a user may clear), written atomically (temp file + ``os.replace``) so a crash mid-write never
+cache a user may clear), written atomically (app/files.py) so a crash mid-write never
 leaves a half file; an unreadable file is treated as "no state". Headroom before 2026-12-02 kept it
 under the cache directory: that file is read when the config one does not exist yet, and the next
 save writes the config one (the old one is left as it was).
@@ -10,12 +10,11 @@ save writes the config one (the old one is left as it was).
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from app.files import atomic_text
 from app.paths import GUI_STATE_FILE, cache_dir, config_dir
 from app.planner.settings import LaunchSettings
 
@@ -116,14 +115,5 @@ def usable_fields(data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
 
 
 def save_state(state: UiState, path: Path | None = None) -> None:
-    """Write atomically: a temp file in the same directory, then ``os.replace``."""
-    p = path or state_path()
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".gui-state.", dir=p.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(asdict(state), fh, indent=1)
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write atomically (app/files.py ``atomic_text``)."""
+    atomic_text(path or state_path(), json.dumps(asdict(state), indent=1))

@@ -27,9 +27,10 @@ import pytest
 from app.engine.capabilities import engine_env
 from app.engine.native_build import EngineBuild
 from app.engine.process import ServerProcess
+from app.llamacpp.failures import REALLOC_MARK, SCATTER_MARK
 from app.sessions.client import EngineClient
 from app.sessions.fork import Sampling, send
-from app.sessions.smoke import DIAGNOSTIC_ENV, REALLOC_MARK, SCATTER_MARK, run_smoke
+from app.sessions.smoke import DIAGNOSTIC_ENV, run_smoke
 from tests.fixtures import gguf_factory
 from tests.fixtures.kpool import (
     KPOOL8,
