@@ -394,8 +394,7 @@ def plan_request(args: argparse.Namespace, shape: ModelShape, inventory: Invento
     import sys
 
     from app.engine.attention_runs import host_attention, start_in_background
-    from app.machine.calibrate import machine_speed
-    from app.machine.overhead import request_for_machine
+    from app.machine.request import request_for_machine
 
     def say(line: str) -> None:
         print(f"headroom: {line}", file=sys.stderr, flush=True)
@@ -406,7 +405,7 @@ def plan_request(args: argparse.Namespace, shape: ModelShape, inventory: Invento
         shape, inventory, engine_window=args.window, safety=int(args.safety),
         vram_target=None if args.vram_target is None else int(args.vram_target),
         overhead=None if args.overhead is None else int(args.overhead), lookup=lookup,
-        speed=machine_speed(inventory, host_attention=host_attention(engine), model=shape.name))
+        calibrated=True, host_attention=host_attention(engine))
 
 
 def add_engine_arg(p: argparse.ArgumentParser, what: str) -> None:

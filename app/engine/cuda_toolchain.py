@@ -4,7 +4,7 @@ Standard library only (app/engine/native_build.py imports it before any virtual 
 
 A desktop with an RTX card usually has the NVIDIA driver and nothing else; the machine that builds the
 engine usually has no GPU and no CUDA toolkit. NVIDIA publishes the redistributable parts of CUDA as
-wheels (docs/domain.md §16, ../shared/DOMAIN.md §8): ``nvidia-cublas`` (cuBLAS and cuBLASLt, headers and
+wheels (docs/domain.md §16): ``nvidia-cublas`` (cuBLAS and cuBLASLt, headers and
 ``.so.13``), ``nvidia-cuda-runtime`` (cudart, ``cuda.h``), and the compiler itself, ``nvidia-cuda-nvcc`` with
 ``nvidia-cuda-crt``, ``nvidia-nvvm`` and ``nvidia-cuda-cccl``. ``ensure`` installs them once into
 ``~/.cache/headroom/cuda/cu13-<pins8>/site`` (never into the system or a venv) and lays them out as CMake's

@@ -36,7 +36,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from app.machine.overhead import load_json_dict
+from app.files import atomic_text, read_json_dict
 from app.paths import cache_dir
 from app.planner.devices import GpuDevice, Inventory
 from app.planner.solve import speed
@@ -201,15 +201,10 @@ def _gpu_bandwidths(gpus: list[GpuDevice]) -> dict[str, float]:
 
 def _save(path: Path, data: dict[str, Any]) -> bool:
     """Write ``data`` whole or not at all; False when the cache cannot be written (read-only, full)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(data, indent=1))
-        os.replace(tmp, path)
+        atomic_text(path, json.dumps(data, indent=1))
         return True
     except OSError:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
         return False
 
 
@@ -229,7 +224,7 @@ def calibration(inventory: Inventory, *, path: Path | None = None,
     store = path or calibration_path()
     ident = identity(inventory)
     memo_key = (str(store), json.dumps(ident, sort_keys=True))
-    data = load_json_dict(store)
+    data = read_json_dict(store)
     changed = False
     if not (data.get("version") == CALIBRATION_VERSION and data.get("identity") == ident):
         data = _UNSTORED.get(memo_key) or {
@@ -296,7 +291,7 @@ def calibration_runs(inventory: Inventory, *, path: Path | None = None) -> dict[
     """The stored ``engine_runs`` for this host's identity (empty: none); reads the cache only."""
     store = path or calibration_path()
     ident = identity(inventory)
-    data = load_json_dict(store)
+    data = read_json_dict(store)
     if not (data.get("version") == CALIBRATION_VERSION and data.get("identity") == ident):
         data = _UNSTORED.get((str(store), json.dumps(ident, sort_keys=True))) or {}
     runs = data.get("engine_runs")

@@ -6,25 +6,20 @@ our own CUDA build: 588–595 MiB on all 32 launches, four models, 14–114 GB (
 had generated tokens; bench/results/h200-2026-11-30.md). Measured once per GPU model and driver,
 when ``headroom serve`` first launches on it (its plan-vs-actual check has the engine process's
 ``usedGpuMemory`` from NVML and the buffers llama.cpp logged for it: ``record_overhead``), and kept in
-``<cache>/overhead.json``; without a measurement the planner uses the H200 figure. A plan request
-for this machine (``request_for_machine``) carries the stored figure for its first GPU.
+``<cache>/overhead.json``; without a measurement the planner uses the H200 figure. The plan request
+for this machine (app/machine/request.py) carries the stored figure for its first GPU.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from app.files import atomic_text, read_json_dict
 from app.paths import cache_dir
 from app.planner.devices import Inventory
-from app.planner.gguf.model import ModelShape
 from app.planner.memory.weights import DEFAULT_GPU_OVERHEAD, DEFAULT_GPU_OVERHEAD_SOURCE
-from app.planner.request import DEFAULT_SAFETY, MeasurementLookup, PlanRequest
-from app.planner.solve.speed import SpeedFigures
 from app.planner.sources import Source, Sourced, SourceKind
 
 #: Measured on an H200, driver 580.159.04, CUDA 13.0 (docs/domain.md §2).
@@ -54,18 +49,9 @@ def _key(gpu_name: str, driver: str | None) -> str:
     return f"{gpu_name} | driver {driver or 'unknown'}"
 
 
-def load_json_dict(path: Path) -> dict[str, Any]:
-    """A small JSON store's object ({} when it is missing, unreadable or not an object)."""
-    try:
-        data = json.loads(path.read_text())
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
-
-
 def known_overhead(gpu_name: str, driver: str | None, *, path: Path | None = None) -> Overhead:
     """The stored measurement for this GPU and driver, else the default."""
-    entry = load_json_dict(path or overhead_path()).get(_key(gpu_name, driver))
+    entry = read_json_dict(path or overhead_path()).get(_key(gpu_name, driver))
     if isinstance(entry, dict) and isinstance(entry.get("bytes"), int):
         return Overhead(entry["bytes"], str(entry.get("source", "measured")), True)
     return Overhead(DEFAULT_OVERHEAD, DEFAULT_SOURCE)
@@ -83,16 +69,11 @@ def record_overhead(gpu_name: str, driver: str | None, beyond_buffers: int, *,
         return None
     result = Overhead(max(0, beyond_buffers), f"measured on {gpu_name} (driver {driver or 'unknown'}) with NVML",
                       True)
-    data = load_json_dict(store)
+    data = read_json_dict(store)
     data[_key(gpu_name, driver)] = {"bytes": result.bytes, "source": result.source}
-    tmp = store.with_name(f".{store.name}.{os.getpid()}.tmp")
     try:
-        store.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(data, indent=1))
-        os.replace(tmp, store)
+        atomic_text(store, json.dumps(data, indent=1))
     except OSError:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
         return None
     return result
 
@@ -108,13 +89,3 @@ def machine_overhead(inventory: Inventory, given: int | None = None, *,
         return None
     known = known_overhead(inventory.gpus[0].name, inventory.driver, path=path)
     return known.sourced() if known.measured else None
-
-
-def request_for_machine(shape: ModelShape, inventory: Inventory, *, engine_window: bool = False,
-                        safety: int = DEFAULT_SAFETY, vram_target: int | None = None,
-                        overhead: int | None = None, lookup: MeasurementLookup | None = None,
-                        overhead_path: Path | None = None, speed: SpeedFigures | None = None) -> PlanRequest:
-    """A plan request with the overhead resolved for ``inventory`` (``overhead``: the one given;
-    ``speed``: the machine's speed figures, app/machine/calibrate.py)."""
-    return PlanRequest(shape, inventory, engine_window, safety, vram_target,
-                       machine_overhead(inventory, overhead, path=overhead_path), lookup, speed)

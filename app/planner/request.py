@@ -4,7 +4,7 @@ settings and GPUs plan the same everywhere.
 
 It owns
 - the per-process GPU overhead, resolved already: given (``--overhead``), else measured for this GPU
-  and driver, else None = the planner's default (docs/domain.md §2; ``app.machine.overhead.
+  and driver, else None = the planner's default (docs/domain.md §2; ``app.machine.request.
   request_for_machine`` resolves it);
 - the safety margin, the VRAM target and the engine (stock, or one with a KV position window);
 - pass 1: a lookup ``launch -> Measurement | None`` handed in by the caller (the CLI passes the
@@ -13,7 +13,7 @@ It owns
   when the measured plan chose another launch (an ``-ngl`` alternative);
 - the largest context that fits, with the same measurement.
 
-Pure: no I/O (``app.machine.overhead.request_for_machine`` builds one with the stored overhead).
+Pure: no I/O (``app.machine.request.request_for_machine`` builds one with the stored overhead).
 """
 
 from __future__ import annotations

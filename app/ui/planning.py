@@ -16,10 +16,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from app.engine.rpc import WorkerReading, add_workers
-from app.machine.calibrate import calibration, machine_speed
+from app.machine.calibrate import calibration
 from app.machine.cpu import host_cpu_features
 from app.machine.devices import host_memory, resolve_gpus
-from app.machine.overhead import request_for_machine
+from app.machine.request import request_for_machine
 from app.planner.devices import Inventory
 from app.planner.gguf.model import ModelShape
 from app.planner.plan_types import ContextFit, Plan
@@ -52,12 +52,10 @@ class Planner:
                self.host_attention, self.engine_runs)
         if self._request is None or self._request[0] != key:
             self._fits.clear()  # the largest contexts were for the last request
-            speed = machine_speed(inventory, path=self.speed_path, host_attention=self.host_attention,
-                                  model=shape.name, retime=False) \
-                if self.speed_ready else None
             self._request = (key, request_for_machine(
                 shape, inventory, engine_window=engine_window, safety=safety, vram_target=vram_target,
-                lookup=lookup, overhead_path=self.overhead_path, speed=speed))
+                lookup=lookup, calibrated=self.speed_ready, retime=False, host_attention=self.host_attention,
+                overhead_path=self.overhead_path, speed_path=self.speed_path))
         return self._request[1]
 
     def plan(self, shape: ModelShape, inventory: Inventory, settings: LaunchSettings, *, engine_window: bool,

@@ -260,7 +260,7 @@ class SettingsPanel(QWidget):
         adv.addRow("&KV cache", _row(QLabel("K"), self.type_k, QLabel("V"), self.type_v))
         adv.addRow("&Parallel sessions", _row(self.n_parallel, self.kv_unified))
         adv.addRow("M&icro-batch", self.n_ubatch)
-        adv.addRow("Flas&h attention", self.flash_attn)
+        adv.addRow("Flash attention", self.flash_attn)  # its letters are other controls' Alt keys (H: Help)
         adv.addRow("&GPU layers", _row(self.n_gpu_layers, self.nkvo))
         adv.addRow("Prompt cache", self.cache_ram)  # every letter of it is another control's Alt key
         adv.addRow("&Safety margin", self.safety)

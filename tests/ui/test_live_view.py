@@ -18,11 +18,13 @@ import psutil
 import pytest
 
 from app.engine.discover import EngineInfo, EngineKind, EngineOrigin
+from app.engine.gpu_reach import GpuReach
 from app.machine.devices import host_memory
-from app.planner.devices import HostMemory, Snapshot
+from app.planner.devices import HostMemory, Inventory, Snapshot
 from app.planner.live import CPU_RUN_NOTE, HOST, LiveReport, RowState
 from app.planner.plan_types import PlanMode
 from app.planner.units import Bytes, MiB
+from app.ui import launch_panel
 from app.ui.live_view import LOW_COLOUR, STOPPED_TITLE, TITLE
 from app.ui.main_window import MainWindow
 from app.ui.qt import Qt
@@ -58,8 +60,16 @@ def h200() -> FakeNvml:
     return FakeNvml()
 
 
+def _on_the_card(engine: EngineInfo | None, inventory: Inventory) -> GpuReach:
+    """The replayed card taken as reached: the CPU build here would (rightly) be launched on the CPU
+    (app/engine/gpu_reach.py), and these tests are about a GPU run's live rows."""
+    return GpuReach(tuple(g.index for g in inventory.local_gpus))
+
+
 @pytest.fixture
-def gpu_window(qtbot, tmp_path: Path, h200: FakeNvml) -> Iterator[tuple[MainWindow, HostFeed]]:
+def gpu_window(qtbot, tmp_path: Path, h200: FakeNvml,
+               monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[MainWindow, HostFeed]]:
+    monkeypatch.setattr(launch_panel, "reach", _on_the_card)
     feed = HostFeed()
     w = _window(qtbot, tmp_path, h200, feed)
     yield w, feed

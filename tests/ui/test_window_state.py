@@ -11,7 +11,7 @@ from typing import Any
 from app.engine.check import PlanCheck
 from app.engine.process import ServerStatus
 from app.machine.devices import resolve_gpus
-from app.machine.overhead import request_for_machine
+from app.machine.request import request_for_machine
 from app.planner.gguf.model import read_shape
 from app.planner.measurement import DeviceMeasurement, Measurement
 from app.planner.plan_types import Plan

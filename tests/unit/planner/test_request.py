@@ -7,7 +7,8 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from app.machine.overhead import machine_overhead, request_for_machine
+from app.machine.overhead import machine_overhead
+from app.machine.request import request_for_machine
 from app.planner.devices import DeviceKind, HostMemory, Inventory
 from app.planner.gguf.model import ModelShape
 from app.planner.measurement import DeviceMeasurement, Measurement
