@@ -18,7 +18,8 @@ import pytest
 
 from app import cli
 from app.engine.native_build import EngineBuild
-from app.machine import calibrate, devices
+from app.machine import devices
+from app.machine import request as machine_request
 from app.planner.devices import HostMemory
 from app.planner.solve.speed import default_figures
 from app.planner.units import Bytes, GiB
@@ -84,7 +85,7 @@ def test_a_context_that_does_not_fit_says_so_on_the_first_line(
     # Host RAM held still (the longer context with a host tail depends on it; the one chosen does not), and
     # the speed model's default figures, not this machine's calibration.
     monkeypatch.setattr(devices, "host_memory", lambda: HostMemory(32 * GiB, 30 * GiB))
-    monkeypatch.setattr(calibrate, "machine_speed", lambda inv, host_attention=False, model="": default_figures(
+    monkeypatch.setattr(machine_request, "machine_speed", lambda inv, host_attention=False, **_: default_figures(
         inv, host_attention=host_attention))
     model = str(shape_model(QWEN14B))
     # (exit 1: the plan fits only with a shorter context than the one asked for)

@@ -24,7 +24,8 @@ from pathlib import Path
 import pytest
 
 from app import cli
-from app.machine import calibrate, devices
+from app.machine import devices
+from app.machine import request as machine_request
 from app.planner.devices import HostMemory
 from app.planner.solve.speed import default_figures
 from app.planner.units import GiB
@@ -49,7 +50,7 @@ def test_plan_prints_what_it_printed_before(case: str, json_out: bool, shape_mod
     model = shape_model(name)  # generated first, in the test models' own cache
     monkeypatch.setattr(devices, "host_memory", lambda: HostMemory(64 * GiB, 60 * GiB, 8 * GiB, 8 * GiB))
     # the speed model's defaults, not this machine's calibration (what the planner alone says)
-    monkeypatch.setattr(calibrate, "machine_speed", lambda inv, host_attention=False, model="": default_figures(
+    monkeypatch.setattr(machine_request, "machine_speed", lambda inv, host_attention=False, **_: default_figures(
         inv, host_attention=host_attention))
     monkeypatch.setenv("HEADROOM_CACHE_DIR", str(tmp_path))  # no engine, no pass-1 cache
     monkeypatch.setenv("HEADROOM_CONFIG_DIR", str(tmp_path / "config"))  # none chosen in the window

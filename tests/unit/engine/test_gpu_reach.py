@@ -13,7 +13,7 @@ from app.engine import native_build
 from app.engine.cuda_toolchain import DESKTOP_ARCHS, arch_span, runs_on
 from app.engine.discover import EngineInfo, EngineKind, EngineOrigin, identify
 from app.engine.gpu_reach import decide, for_launch, listed_devices
-from app.llamacpp.cuda_log import cuda_start
+from app.llamacpp.cuda_log import CudaStart, cuda_start
 from app.llamacpp.failures import FailureKind, classify
 from app.machine.devices import inventory
 from app.machine.nvml_session import NO_DRIVER
@@ -126,6 +126,15 @@ def test_another_llama_server_is_asked_what_it_lists_and_a_cpu_build_lists_none(
 ])
 def test_after_a_launch_the_log_says_why_no_gpu_was_used(log: str, cause: str) -> None:
     assert cuda_start((LOGS / log).read_text().splitlines()).cause == cause
+
+
+def test_the_engine_without_a_driver_says_nothing_of_cuda_so_headroom_decides_before_it_runs() -> None:
+    """The recorded start (no libcuda.so.1): no GPU opened, no GPU code reported, no cause in the log, and
+    llama.cpp's own "offloaded 3/3 layers to GPU" all the same; the sentence comes from ``decide``."""
+    engine = [ln for ln in (LOGS / "no-driver.log").read_text().splitlines() if not ln.startswith("#")]
+    assert cuda_start(engine) == CudaStart((), "", "")
+    assert not [ln for ln in engine if "cuda" in ln.lower()]
+    assert any(ln.endswith("load_tensors: offloaded 3/3 layers to GPU") for ln in engine)
 
 
 def test_the_h200_recording_opened_its_gpu_and_names_its_gpu_code() -> None:
