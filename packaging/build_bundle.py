@@ -6,7 +6,7 @@ Steps, each timed:
 2. The portable engine (``native/build.py --portable``: no ``-march=native``, one
    ``libggml-cpu-<variant>.so`` per instruction set, chosen at run time by CPUID, none with AMX; built
    here first when the cache has none) is copied beside the executable:
-   ``dist/headroom/engine/build/bin/{llama-server,llama-fit-params,ggml-rpc-server,lib*.so*}`` and
+   ``dist/headroom/engine/build/bin/{llama-server,llama-fit-params,ggml-rpc-server,llama-batched-bench,lib*.so*}`` and
    ``engine/build.json`` with a relative ``bin_dir``. CMake linked the binaries with the build folder as
    RUNPATH; each copy's RUNPATH becomes ``$ORIGIN``, so the engine runs wherever the bundle is unpacked.
    A native build is never shipped: it carries the build machine's instruction set (docs/engines.md, "Which CPUs").
@@ -44,9 +44,11 @@ from app.engine.elf import set_runpath  # noqa: E402
 SPEC = ROOT / "packaging" / "headroom.spec"
 NAME = "headroom"
 #: What the bundle's engine folder keeps of a build's bin/: the binaries Headroom runs and the
-#: libraries they (and llama-cpp-python) load. The batched bench is a test tool.
-ENGINE_BINARIES = native_build.BINARIES
-SKIP_LIBS = ("libllama-batched-bench-impl.so",)
+#: libraries they (and llama-cpp-python) load. The batched bench (60 KB with its library) times this
+#: CPU's attention for the speed model (app/engine/attention_runs.py): without it a bundle's speeds
+#: for a CPU-held KV are priced at memory bandwidth, never calibrated.
+ENGINE_BINARIES = (*native_build.BINARIES, "llama-batched-bench")
+SKIP_LIBS: tuple[str, ...] = ()
 
 
 def _log(msg: str) -> None:

@@ -173,10 +173,13 @@ def hidden_env(found: GpuReach, engine: EngineInfo | None, inventory: Inventory)
 
 
 def for_launch(inventory: Inventory, found: GpuReach) -> Inventory:
-    """``inventory`` with only the GPUs the engine will use (the RPC workers' devices stay)."""
+    """``inventory`` with only the GPUs the engine will use (the RPC workers' devices stay). Where that
+    leaves none and ``found`` says why, its sentence is the one word on it: the inventory's own reason
+    ("no NVIDIA driver found", which the plan would repeat as a warning) is dropped."""
     keep = set(found.gpus)
     gpus = tuple(g for g in inventory.gpus if g.is_rpc or (not g.simulated and g.index in keep))
-    return replace(inventory, gpus=gpus)
+    reason = "" if found.sentence and not gpus else inventory.reason
+    return replace(inventory, gpus=gpus, reason=reason)
 
 
 def _said(clause: str) -> str:

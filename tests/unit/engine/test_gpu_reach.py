@@ -18,7 +18,11 @@ from app.llamacpp.failures import FailureKind, classify
 from app.machine.devices import inventory
 from app.machine.nvml_session import NO_DRIVER
 from app.planner.devices import GpuDevice, HostMemory, Inventory, simulated_gpu
+from app.planner.gguf.model import read_shape
+from app.planner.settings import LaunchSettings
+from app.planner.solve.plan import make_plan
 from app.planner.units import GiB
+from tests.fixtures import gguf_factory, shapes
 from tests.fixtures.fake_nvml import FakeNvml
 
 ARCHS = ";".join(DESKTOP_ARCHS)
@@ -73,6 +77,12 @@ def test_the_cuda_build_without_a_driver_says_so_in_one_sentence_with_the_cause(
                               "RTX 4090 (simulated) (sm_89)).")
     real = _machine(_card(0, "NVIDIA GeForce RTX 3060", (8, 6)))  # NVML answers, libcuda.so.1 does not load
     assert decide(_engine(), real, listed=None, driver_loads=False).sentence == no_driver
+    # the plan for what runs says it once: the sentence, not a "no GPU: no NVIDIA driver found" warning after it
+    alone = decide(_engine(), no_nvml, listed=None, driver_loads=False)
+    shape = read_shape(gguf_factory.ensure(shapes.QWEN25_14B_1M))
+    cpu_plan = make_plan(shape, for_launch(no_nvml, alone), LaunchSettings(n_ctx=4096))
+    assert cpu_plan.feasible and not any("no NVIDIA driver" in w for w in cpu_plan.warnings), cpu_plan.warnings
+    assert any(NO_DRIVER in w for w in make_plan(shape, no_nvml, LaunchSettings(n_ctx=4096)).warnings)
 
 
 def test_an_old_driver_is_named_with_the_version_the_engine_needs() -> None:
