@@ -484,7 +484,7 @@ def _speed_row(plan: Plan, inventory: Inventory | None, base_url: str, api_key: 
     """The engine's own timings of one short completion beside the plan's predicted tokens/s; the
     calibration learns measured ÷ predicted for this machine and these devices."""
     from app.engine.speed_check import NotMeasured, check_speed, measure
-    from app.machine.calibrate import busy, learn
+    from app.machine.calibrate import learn, load_now
 
     # the check's prompt fits a slot's share of the context (-np 3 at 4,096: about 1,365 tokens each)
     timings = measure(base_url, api_key, slot_tokens=plan.kv.n_ctx_seq if plan.kv is not None else None)
@@ -496,8 +496,8 @@ def _speed_row(plan: Plan, inventory: Inventory | None, base_url: str, api_key: 
         print("speed: not predicted for this engine's placement (the window engine)", flush=True)
         return
     print(check.line(), flush=True)
-    if check.not_learned() is not None:  # (busy() samples the CPU for half a second: only then)
-        print(check.not_learned(busy()), flush=True)
+    if check.not_learned() is not None:  # (load_now() samples the CPU for half a second: only then)
+        print(check.not_learned(load_now()), flush=True)
     if inventory is not None and not learn(inventory, check.decode_ratio, check.prefill_ratio, model=model):
         print("speed: the calibration could not be stored (the cache is not writable)", flush=True)
 

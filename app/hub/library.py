@@ -30,9 +30,9 @@ from pathlib import Path
 from app.hub.cache import hub_cache
 from app.hub.remote import projector_rank, quant_of
 from app.planner.errors import PlannerError
+from app.planner.gguf.beside import fits_model, read_projector
 from app.planner.gguf.model import split_parts
 from app.planner.gguf.reader import is_model_name, read_header, read_llamafile, shown_name, split_member
-from app.planner.memory.projector import fits_model, read_projector
 
 #: How deep below a folder the user added GGUFs are looked for (``~/models/<family>/<quant>/x.gguf``).
 MAX_DEPTH = 4

@@ -70,9 +70,16 @@ def busy() -> str | None:
     """Why the machine is too busy to time it now ("load 4.2 on 2 cores", "45% of the CPU in use"), or
     None: the 1-minute load average, and the CPU in use over the last ``BUSY_SAMPLE_S`` (the average
     lags: one core taken on two read 0.74 a core, and the engine's threads, one a core, waited on it:
-    f16 attention measured ×5 slow and all five runs agreed)."""
+    f16 attention measured ×5 slow and all five runs agreed). ``HEADROOM_MEASURE_WHEN_BUSY`` set: None
+    (what is timed is timed anyway); ``load_now`` says how busy it is all the same."""
     if os.environ.get(MEASURE_WHEN_BUSY_ENV):
         return None
+    return load_now()
+
+
+def load_now() -> str | None:
+    """How busy the machine is now, in ``busy``'s words, whatever ``HEADROOM_MEASURE_WHEN_BUSY`` says:
+    what explains a measurement already made (a launch's speed far below its prediction)."""
     cores = os.cpu_count() or 1
     try:
         load = os.getloadavg()[0]

@@ -15,6 +15,7 @@ from pathlib import Path
 from app.machine.calibrate import machine_speed
 from app.machine.overhead import machine_overhead
 from app.planner.devices import Inventory
+from app.planner.gguf.beside import read_beside
 from app.planner.gguf.model import ModelShape
 from app.planner.request import DEFAULT_SAFETY, MeasurementLookup, PlanRequest
 
@@ -28,8 +29,9 @@ def request_for_machine(shape: ModelShape, inventory: Inventory, *, engine_windo
     driver's measured one); ``calibrated``: speeds from this machine's calibration (timed first when it
     is missing or stale and ``retime``), else the speed model's defaults; ``host_attention``: the engine
     that will launch attends to host KV on the CPU (app/engine/attention_runs.py). ``overhead_path`` and
-    ``speed_path``: the stores (tests; None: the cache's)."""
+    ``speed_path``: the stores (tests; None: the cache's). The files beside the model are read with
+``read_beside`` (cached by path, size and mtime)."""
     speed = machine_speed(inventory, path=speed_path, host_attention=host_attention, model=shape.name,
                           retime=retime) if calibrated else None
     return PlanRequest(shape, inventory, engine_window, safety, vram_target,
-                       machine_overhead(inventory, overhead, path=overhead_path), lookup, speed)
+                       machine_overhead(inventory, overhead, path=overhead_path), lookup, speed, read_beside)

@@ -213,13 +213,14 @@ def _point(request: PlanRequest, mode: PlanMode, launch: LaunchSettings,
     shape, inv = request.shape, request.inventory
     if mode is PlanMode.STOCK:
         priced = price_as_set(shape, inv, launch, measurement=measurement, safety=request.safety,
-                              vram_target=request.vram_target, overhead=request.overhead, speed=request.speed)
+                              vram_target=request.vram_target, overhead=request.overhead, speed=request.speed,
+                              beside=request.beside_for(launch))
         gpus, host, why, source = priced.gpus, priced.host, priced.why, priced.compute.source
         speed = priced.alternative.speed
     else:
         plan = make_plan(shape, inv, launch, engine_window=mode is PlanMode.WINDOW, measurement=measurement,
                          safety=request.safety, vram_target=request.vram_target, overhead=request.overhead,
-                         speed=request.speed)
+                         speed=request.speed, beside=request.beside_for(launch))
         gpus, host, why = plan.gpus, plan.host, "" if plan.feasible else plan.reason
         source = plan.gpus[0].sources["compute"] if plan.gpus else plan.host.sources["compute_pinned"]
         speed = plan.speed

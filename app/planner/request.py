@@ -11,9 +11,13 @@ It owns
   probe's cache, or pass 1 run through it; the window its own last measurement; the planner runs
   nothing itself), asked for the plan's *own* launch (else the settings as given), and asked again
   when the measured plan chose another launch (an ``-ngl`` alternative);
-- the largest context that fits, with the same measurement.
+- the largest context that fits, with the same measurement;
+- the files the launch loads beside the model (LoRAs, a draft, a projector): a lookup ``launch ->
+  Beside`` handed in by the caller (``app.machine.request`` gives ``app.planner.gguf.beside.read_beside``),
+  asked once per plan, so the solver prices their shapes and reads no file.
 
-Pure: no I/O (``app.machine.request.request_for_machine`` builds one with the stored overhead).
+Pure: no I/O of its own (``app.machine.request.request_for_machine`` builds one with the stored overhead
+and the readers).
 """
 
 from __future__ import annotations
@@ -23,7 +27,8 @@ from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from app.planner.devices import Inventory
-from app.planner.errors import NotModelled
+from app.planner.errors import NotModelled, PlannerError
+from app.planner.gguf.beside import NOTHING, Beside
 from app.planner.gguf.model import ModelShape
 from app.planner.law import fit_shape
 from app.planner.measurement import Measurement
@@ -42,6 +47,8 @@ MEASURE_ROUNDS = 4
 
 #: Pass 1 for one launch, or None when there is none (the caller's cache, or its last measurement).
 MeasurementLookup = Callable[[LaunchSettings], Measurement | None]
+#: The shapes of the files a launch loads beside its model (app/planner/gguf/beside.py ``read_beside``).
+BesideLookup = Callable[[LaunchSettings], Beside]
 
 
 class MeasuredPlan(NamedTuple):
@@ -65,12 +72,22 @@ class PlanRequest:
     lookup: MeasurementLookup | None = None
     #: The machine's speed figures (app/machine/calibrate.py; None: the speed model's defaults).
     speed: SpeedFigures | None = None
+    #: The readers of the files beside the model (None: a request for launches with none).
+    beside: BesideLookup | None = None
+
+    def beside_for(self, settings: LaunchSettings) -> Beside:
+        """The shapes of the files ``settings`` loads beside the model, through the lookup."""
+        if self.beside is not None:
+            return self.beside(settings)
+        if settings.lora or settings.draft_model or settings.mmproj:
+            raise PlannerError("this plan request cannot read the files beside the model (--lora, -md, --mmproj)")
+        return NOTHING
 
     def _make(self, settings: LaunchSettings, measurement: Measurement | None,
-              known: dict[LaunchSettings, Measurement] | None = None) -> Plan:
+              known: dict[LaunchSettings, Measurement] | None = None, beside: Beside = NOTHING) -> Plan:
         return make_plan(self.shape, self.inventory, settings, engine_window=self.engine_window,
                          measurement=measurement, safety=self.safety, vram_target=self.vram_target,
-                         overhead=self.overhead, measured=known, speed=self.speed)
+                         overhead=self.overhead, measured=known, speed=self.speed, beside=beside)
 
     def measurement_for(self, launch: LaunchSettings, asked: LaunchSettings) -> Measurement | None:
         """Pass 1 for ``launch``; when the lookup has none, the one for the settings as ``asked``.
@@ -104,7 +121,8 @@ class PlanRequest:
         request = self.fitted(settings)
         if request is not self:
             return request.plan(settings)
-        plan = self._make(settings, None)
+        beside = self.beside_for(settings)
+        plan = self._make(settings, None, beside=beside)
         used: Measurement | None = None
         if self.lookup is None:
             return MeasuredPlan(plan, None)
@@ -116,7 +134,7 @@ class PlanRequest:
             m = self.lookup(first)
             if m is not None:
                 known[first] = m
-                used, plan = m, self._make(settings, m, known)
+                used, plan = m, self._make(settings, m, known, beside)
         for _ in range(MEASURE_ROUNDS):
             if plan.launch in known:  # priced with its own pass 1 already
                 return MeasuredPlan(plan, known[plan.launch])
@@ -126,7 +144,7 @@ class PlanRequest:
             used = m
             if m.launch is not None:
                 known[m.launch] = m
-            measured = self._make(settings, m, known)
+            measured = self._make(settings, m, known, beside)
             if measured.launch == plan.launch:
                 return MeasuredPlan(measured, m)
             plan = measured
@@ -139,4 +157,4 @@ class PlanRequest:
             return request.largest_fit(settings, measurement)
         return max_context(self.shape, self.inventory, settings, engine_window=self.engine_window,
                            measurement=measurement, safety=self.safety, vram_target=self.vram_target,
-                           overhead=self.overhead, speed=self.speed)
+                           overhead=self.overhead, speed=self.speed, beside=self.beside_for(settings))

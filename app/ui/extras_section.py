@@ -3,7 +3,7 @@ for speculative decoding (``-md`` with ``-ngld``, ``-ctkd``/``-ctvd``, ``--spec-
 
 One toggle row ("▸ Adapters and draft model: none") that opens onto a small form, closed while
 nothing is chosen so the settings column keeps its height. A file is checked when it is chosen, as
-the planner checks it (app/planner/memory/extras.py ``check_lora``/``check_draft``, against the open model):
+the planner checks it (app/planner/gguf/beside.py ``check_lora``/``check_draft``, against the open model):
 one llama.cpp would refuse is not kept, and ``refused`` carries the planner's sentence to the
 window's error line.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from app.planner.errors import PlannerError
-from app.planner.memory import extras
+from app.planner.gguf import beside
 from app.planner.settings import ALL_LAYERS, DEFAULT_DRAFT_N_MAX, KV_TYPES, LaunchSettings
 from app.ui.qt import (
     QComboBox,
@@ -53,7 +53,7 @@ def refusal(what: str, path: str, problem: str) -> str:
 def lora_problem(model: ModelShape | None, path: str) -> str:
     """Why the adapter at ``path`` cannot be used with ``model`` ('' when it can)."""
     try:
-        extras.check_lora(model, path)
+        beside.check_lora(model, path)
     except (PlannerError, OSError, ValueError) as exc:
         return str(exc)
     return ""
@@ -62,7 +62,7 @@ def lora_problem(model: ModelShape | None, path: str) -> str:
 def draft_problem(model: ModelShape | None, path: str) -> str:
     """Why ``path`` cannot be ``model``'s draft model ('' when it can)."""
     try:
-        extras.check_draft(model, path)
+        beside.check_draft(model, path)
     except (PlannerError, OSError, ValueError) as exc:
         return str(exc)
     return ""

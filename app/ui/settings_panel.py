@@ -343,7 +343,7 @@ class SettingsPanel(QWidget):
         """Show "Vision projector: FILE" (checked) when a projector for ``model`` lies beside it, else
         hide the row (and plan without one). True when that changed the settings (then ``changed`` is
         emitted, unless ``emit`` is False)."""
-        from app.planner.memory.projector import projector_beside
+        from app.planner.gguf.beside import projector_beside
 
         before = self.settings()
         found = projector_beside(model) if model is not None else None

@@ -119,6 +119,25 @@ def test_the_planner_only_computes() -> None:
     assert planner_violations() == []
 
 
+#: The functions that read a file (through the GGUF reader): the boundary's, never the solver's.
+READERS = ("app.planner.gguf.reader.read_header", "app.planner.gguf.reader.file_stamp",
+           "app.planner.gguf.reader.gguf_files_in", "app.planner.gguf.reader.read_archive",
+           "app.planner.gguf.reader.read_llamafile", "app.planner.gguf.model.read_shape",
+           "app.planner.gguf.beside.read_beside", "app.planner.gguf.beside.read_lora",
+           "app.planner.gguf.beside.read_projector", "app.planner.gguf.beside.draft_shape",
+           "app.planner.gguf.beside.check_lora", "app.planner.gguf.beside.check_draft",
+           "app.planner.gguf.beside.projector_beside")
+
+
+def test_the_solver_prices_shapes_and_reads_no_file() -> None:
+    """``app/planner/solve`` and ``memory`` are handed shapes (the model's, and the files beside it read
+    at the plan request's boundary, app/planner/gguf/beside.py): none imports a function that reads."""
+    bad = [f"{p.relative_to(APP.parent)}:{line} imports {mod}"
+           for sub in ("solve", "memory") for p in sorted((APP / "planner" / sub).rglob("*.py"))
+           for line, mod in imports_of(p) if mod in READERS]
+    assert bad == []
+
+
 def test_the_purity_rule_catches_nvml_psutil_threads_and_file_reads(tmp_path: Path) -> None:
     pkg = tmp_path / "app" / "planner"
     pkg.mkdir(parents=True)

@@ -14,18 +14,16 @@ Mirrors tools/mtmd/clip.cpp in the vendored llama.cpp (docs/domain.md §10):
   upper estimate for a ViT encoder.
 - mtmd.cpp refuses a projector whose output width is not the text model's ``n_embd``.
 
-Pure: reads the projector's header (cached by path, size and mtime), no processes.
+Pure: prices the projector's shape (read at the planner's boundary, app/planner/gguf/beside.py).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from app.planner.errors import PlannerError
-from app.planner.gguf.reader import file_stamp, gguf_files_in, read_header
+from app.planner.gguf.beside import ProjectorShape
 from app.planner.plan_types import ProjectorPlan
 from app.planner.settings import FlashAttn
 from app.planner.sources import Source, SourceKind
@@ -41,79 +39,7 @@ if TYPE_CHECKING:
 CPU_ALIGNMENT = 32
 #: ggml-cuda ``ggml_backend_cuda_buffer_type_get_alignment`` (an RPC worker's is not printed: 128 too).
 GPU_ALIGNMENT = 128
-#: The word a projector's file name carries (llama.cpp's -hf picks ``mmproj*.gguf`` beside the model:
-#: common/download.cpp; the Hub lists them as "mmproj-…").
-MMPROJ_WORD = "mmproj"
 HOST = "host"
-
-
-@dataclass(frozen=True)
-class ProjectorShape:
-    """What the planner needs from a projector's header."""
-
-    path: Path
-    name: str
-    proj_type: str
-    n_embd: int  # the vision encoder's width (clip.vision.embedding_length)
-    n_ff: int
-    n_layer: int
-    n_head: int
-    image_size: int  # the warm-up image's side (clip.vision.image_size)
-    patch_size: int
-    #: The output width (mm.2.weight's ne[1] for the mlp type); 0 when the type's rule is not modelled.
-    n_embd_out: int
-    tensor_bytes: tuple[int, ...] = field(repr=False)
-
-    @property
-    def n_pos(self) -> int:
-        """Tokens of the warm-up image: its patches, plus the class token (clip.cpp ``n_pos``)."""
-        side = self.image_size // self.patch_size if self.patch_size else 0
-        return side * side + 1
-
-
-def _int(fields: dict[str, Any], key: str, path: Path, *, required: bool = True) -> int:
-    value = fields.get(key)
-    if value is None and not required:
-        return 0
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise PlannerError(f"{path.name}: not a vision projector llama.cpp can load: {key} is missing or not a count")
-    return value
-
-
-def read_projector(path: str | Path) -> ProjectorShape:
-    """The projector's shape (cached by path, size and mtime). PlannerError for a file that is not one."""
-    p = Path(path)
-    try:
-        _, size, mtime = file_stamp(p)
-    except OSError as e:
-        raise PlannerError(f"vision projector {p}: cannot read: {e.strerror or e}") from None
-    return _read_cached(str(p), size, mtime)
-
-
-@lru_cache(maxsize=16)
-def _read_cached(path: str, size: int, mtime_ns: int) -> ProjectorShape:
-    p = Path(path)
-    header = read_header(p)
-    f = header.fields
-    arch = f.get("general.architecture")
-    if arch != "clip":
-        raise PlannerError(f"{p.name} is not a vision projector: its general.architecture is {arch!r}, not 'clip'")
-    if f.get("clip.has_vision_encoder") is not True:
-        raise PlannerError(f"{p.name} has no vision encoder (clip.has_vision_encoder): Headroom plans vision "
-                           "projectors only")
-    proj_type = f.get("clip.projector_type", f.get("clip.vision.projector_type"))
-    if not isinstance(proj_type, str) or not proj_type:
-        raise PlannerError(f"{p.name}: not a vision projector llama.cpp can load: no clip.projector_type")
-    by_name = {t.name: t for t in header.tensors}
-    mm2 = by_name.get("mm.2.weight")
-    out = mm2.shape[1] if proj_type == "mlp" and mm2 is not None and len(mm2.shape) > 1 else 0
-    name = f.get("general.name")
-    return ProjectorShape(
-        path=p, name=name if isinstance(name, str) else p.stem, proj_type=proj_type,
-        n_embd=_int(f, "clip.vision.embedding_length", p), n_ff=_int(f, "clip.vision.feed_forward_length", p),
-        n_layer=_int(f, "clip.vision.block_count", p), n_head=_int(f, "clip.vision.attention.head_count", p),
-        image_size=_int(f, "clip.vision.image_size", p), patch_size=_int(f, "clip.vision.patch_size", p),
-        n_embd_out=out, tensor_bytes=tuple(t.n_bytes for t in header.tensors))
 
 
 def weights_bytes(proj: ProjectorShape, *, on_gpu: bool) -> int:
@@ -162,12 +88,11 @@ def _measured(measurement: Measurement | None, settings: LaunchSettings, device:
 
 
 def projector_for(shape: ModelShape, inv: Inventory, settings: LaunchSettings,
-                  measurement: Measurement | None) -> ProjectorPlan | None:
-    """The projector's plan for this launch (None without ``--mmproj``). PlannerError for a file that
-    is not a projector, or one whose output does not match the model (the engine would refuse it)."""
-    if not settings.mmproj:
+                  measurement: Measurement | None, proj: ProjectorShape | None) -> ProjectorPlan | None:
+    """The projector's plan for this launch (None without ``--mmproj``; ``proj``: its shape). PlannerError
+    for one whose output does not match the model (the engine would refuse it)."""
+    if not settings.mmproj or proj is None:
         return None
-    proj = read_projector(settings.mmproj)
     if proj.n_embd_out and proj.n_embd_out != shape.n_embd:
         raise PlannerError(f"vision projector {proj.path.name} outputs {proj.n_embd_out} values per token, but "
                            f"the model's n_embd is {shape.n_embd}: llama.cpp would refuse it (a projector for "
@@ -184,35 +109,6 @@ def projector_for(shape: ModelShape, inv: Inventory, settings: LaunchSettings,
     return ProjectorPlan(file=str(proj.path), device=device, weights=weights, compute=compute,
                          compute_host=compute_host,
                          sources={"weights": Source(SourceKind.FROM_GGUF, proj.path.name), "compute": src})
-
-
-def projector_beside(model: str | Path) -> Path | None:
-    """A vision projector in the model's folder (a ``*mmproj*.gguf`` whose header says clip), the one
-    whose output fits the model first when it can tell; None when there is none."""
-    p = Path(model)
-    candidates = [q for q in gguf_files_in(p.parent, MMPROJ_WORD) if q != p]
-    found: list[ProjectorShape] = []
-    for q in candidates:
-        try:
-            found.append(read_projector(q))
-        except PlannerError:
-            continue
-    if not found:
-        return None
-    try:
-        from app.planner.gguf.model import read_shape
-
-        n_embd = read_shape(p).n_embd
-    except PlannerError:
-        return found[0].path
-    fits = [f for f in found if fits_model(f.n_embd_out, n_embd)]
-    return fits[0].path if fits else None
-
-
-def fits_model(n_embd_out: int, n_embd: int) -> bool:
-    """A projector whose output width is ``n_embd_out`` (0: it cannot tell) can feed a model of width
-    ``n_embd``: mtmd.cpp refuses any other ("mismatch between text model (n_embd = …) and mmproj")."""
-    return n_embd_out in (0, n_embd)
 
 
 def describe(plan: ProjectorPlan) -> str:

@@ -26,6 +26,7 @@ from typing import Any
 from app.planner import words
 from app.planner.devices import Inventory
 from app.planner.errors import PlannerError
+from app.planner.gguf.beside import NOTHING, Beside
 from app.planner.gguf.model import ModelShape
 from app.planner.measurement import Measurement
 from app.planner.memory.compute import estimate_compute
@@ -130,22 +131,23 @@ def make_plan(shape: ModelShape, inventory: Inventory, settings: LaunchSettings,
               engine_window: bool = False, measurement: Measurement | None = None, safety: int = 256 * MiB,
               vram_target: int | None = None, overhead: int | None = None,
               measured: Mapping[LaunchSettings, Measurement] | None = None,
-              speed: SpeedFigures | None = None) -> Plan:
+              speed: SpeedFigures | None = None, beside: Beside = NOTHING) -> Plan:
     """Plan one launch. Cheap (no I/O): the GUI calls it on every slider move. ``measured``: pass 1
     for other launches already run (a stock plan prices each alternative with its own numbers when
     it has them, else with ``measurement``). The launch gets the
     inventory's RPC workers (``--rpc``) and, over several devices, the planner's ``-ts`` unless the
     settings carry one. ``speed``: the machine's speed figures (app/machine/calibrate.py; None: the
-    defaults), what the alternatives' tokens/s are predicted with."""
+    defaults), what the alternatives' tokens/s are predicted with. ``beside``: the shapes of the files
+    the settings load beside the model (app/planner/gguf/beside.py ``read_beside``)."""
     if inventory.rpc_endpoints and not settings.rpc:
         settings = settings.with_(rpc=inventory.rpc_endpoints)
     figures = for_inventory(speed or default_figures(inventory), inventory)
     if not inventory.gpus:
-        plan = _cpu_plan(shape, inventory, settings, measurement, figures)
+        plan = _cpu_plan(shape, inventory, settings, measurement, figures, beside)
     elif engine_window:
-        plan = _window_plan(shape, inventory, settings, measurement, safety, vram_target, overhead)
+        plan = _window_plan(shape, inventory, settings, measurement, safety, vram_target, overhead, beside)
     else:
-        plan = _stock_plan(shape, inventory, settings, Pass1(measurement, measured or {}, figures), safety,
+        plan = _stock_plan(shape, inventory, settings, Pass1(measurement, measured or {}, figures, beside), safety,
                            vram_target, overhead)
     plan = replace(plan, speed_figures=figures)
     if inventory.dead_workers:
@@ -155,10 +157,10 @@ def make_plan(shape: ModelShape, inventory: Inventory, settings: LaunchSettings,
 
 
 def _cpu_plan(shape: ModelShape, inv: Inventory, settings: LaunchSettings,
-              measurement: Measurement | None, figures: SpeedFigures) -> Plan:
+              measurement: Measurement | None, figures: SpeedFigures, beside: Beside) -> Plan:
     launch = settings.with_(n_gpu_layers=0, mmproj_offload=not settings.mmproj)  # the projector too on the CPU
     kvp = kv_per_layer(shape, launch)
-    compute = compute_for(shape, inv, launch, measurement, kvp.layout)
+    compute = compute_for(shape, inv, launch, measurement, kvp.layout, beside)
     ws = weight_split(shape, 0, [], cpu=inv.cpu)
     stacked = stack(shape, inv, launch, ws, kvp, 0, compute, None, 0)
     why = _fits(stacked.gpus, stacked.host, None)
@@ -173,7 +175,7 @@ def _cpu_plan(shape: ModelShape, inv: Inventory, settings: LaunchSettings,
 
 
 def _window_plan(shape: ModelShape, inv: Inventory, settings: LaunchSettings, measurement: Measurement | None,
-                 safety: int, vram_target: int | None, overhead: int | None) -> Plan:
+                 safety: int, vram_target: int | None, overhead: int | None, beside: Beside) -> Plan:
     warnings: list[str] = []
     launch = settings
     if settings.kv_unified:  # the window engine refuses -kvu (app.engine.argv); one slot: the same cache
@@ -182,7 +184,7 @@ def _window_plan(shape: ModelShape, inv: Inventory, settings: LaunchSettings, me
             warnings.append(words.WINDOW_WITHOUT_KVU)
     launch = launch.with_(offload_kqv=True)
     kvp = kv_per_layer(shape, launch)
-    compute = compute_for(shape, inv, launch, measurement, kvp.layout)
+    compute = compute_for(shape, inv, launch, measurement, kvp.layout, beside)
     free = [g.free for g in inv.gpus]
     ws = weight_split(shape, launch.n_gpu_layers, free)
     # Everything but the window, then what is left per GPU buys cells of that GPU's layers.
@@ -220,6 +222,8 @@ class Pass1:
     exact: Mapping[LaunchSettings, Measurement] = field(default_factory=dict)
     #: The machine's speed figures the alternatives' tokens/s are predicted with.
     speed: SpeedFigures | None = None
+    #: The shapes of the files the launch loads beside the model (app/planner/gguf/beside.py).
+    beside: Beside = NOTHING
 
     def at(self, launch: LaunchSettings) -> Measurement | None:
         return self.exact.get(launch, self.default)
@@ -242,11 +246,11 @@ def _priced(shape: ModelShape, inv: Inventory, launch: LaunchSettings, kind: Alt
             note: str, pass1: Pass1, safety: int, vram_target: int | None,
             overhead: int | None) -> Priced:
     kvp = kv_per_layer(shape, launch)
-    compute = compute_for(shape, inv, launch, pass1.at(launch), kvp.layout)
+    compute = compute_for(shape, inv, launch, pass1.at(launch), kvp.layout, pass1.beside)
     split = with_split(shape, inv, launch, kvp, compute, overhead, safety, vram_target)
     if split != launch:  # pass 1's numbers are for a launch with its -ts: look again with this one
         launch = split
-        compute = compute_for(shape, inv, launch, pass1.at(launch), kvp.layout)
+        compute = compute_for(shape, inv, launch, pass1.at(launch), kvp.layout, pass1.beside)
     ws = weight_split(shape, launch.n_gpu_layers, shares(inv, launch),
                       overrides=resolve_overrides(launch, [g.engine_name for g in inv.gpus]))
     resident = kvp.cells if launch.offload_kqv else 0
@@ -270,7 +274,8 @@ def _priced(shape: ModelShape, inv: Inventory, launch: LaunchSettings, kind: Alt
 
 def price_as_set(shape: ModelShape, inventory: Inventory, launch: LaunchSettings, *,
                  measurement: Measurement | None = None, safety: int = 256 * MiB, vram_target: int | None = None,
-                 overhead: int | None = None, speed: SpeedFigures | None = None) -> Priced:
+                 overhead: int | None = None, speed: SpeedFigures | None = None,
+                 beside: Beside = NOTHING) -> Priced:
     """``launch`` exactly as set, priced: what each device holds and why it does not fit ('' when it
     does), with none of the alternatives a stock plan looks for (the context chart, app/planner/
     curve.py, prices one per context and KV type), and its predicted speed (``speed``: the machine's
@@ -279,7 +284,7 @@ def price_as_set(shape: ModelShape, inventory: Inventory, launch: LaunchSettings
         launch = launch.with_(rpc=inventory.rpc_endpoints)
     figures = for_inventory(speed or default_figures(inventory), inventory)
     return _priced(shape, inventory, launch, AlternativeKind.AS_SET, words.AS_SET, "",
-                   Pass1(measurement, speed=figures), safety, vram_target, overhead)
+                   Pass1(measurement, speed=figures, beside=beside), safety, vram_target, overhead)
 
 
 def _fits_as(shape: ModelShape, inv: Inventory, launch: LaunchSettings, pass1: Pass1,
@@ -550,7 +555,8 @@ def _distinct(options: list[Alternative]) -> list[Alternative]:
 def max_context(shape: ModelShape, inventory: Inventory, settings: LaunchSettings, *,
                 engine_window: bool = False, measurement: Measurement | None = None,
                 safety: int = 256 * MiB, vram_target: int | None = None,
-                overhead: int | None = None, tail: bool = True, speed: SpeedFigures | None = None) -> ContextFit:
+                overhead: int | None = None, tail: bool = True, speed: SpeedFigures | None = None,
+                beside: Beside = NOTHING) -> ContextFit:
     """The largest context (multiple of 256, up to the training context or the asked one) that is
     fully resident, and (``tail``) the largest that fits with part of it in host RAM: the window
     engine's host tail, or on a stock engine any placement a stock plan knows (the KV of some
@@ -565,13 +571,13 @@ def max_context(shape: ModelShape, inventory: Inventory, settings: LaunchSetting
     def resident(n: int) -> bool:
         s, m = settings.with_(n_ctx=n), grown_measurement(shape, settings, measurement, n)
         if not inventory.gpus:
-            return make_plan(shape, inventory, s, measurement=m).feasible
-        return _fits_as(shape, inventory, s, Pass1(m), safety, vram_target, overhead)
+            return make_plan(shape, inventory, s, measurement=m, beside=beside).feasible
+        return _fits_as(shape, inventory, s, Pass1(m, beside=beside), safety, vram_target, overhead)
 
     def with_tail(n: int) -> bool:
         return make_plan(shape, inventory, settings.with_(n_ctx=n), engine_window=bool(inventory.gpus),
                          measurement=grown_measurement(shape, settings, measurement, n), safety=safety,
-                         vram_target=vram_target, overhead=overhead).feasible
+                         vram_target=vram_target, overhead=overhead, beside=beside).feasible
 
     fits = largest(resident)
     if not tail:
@@ -579,14 +585,14 @@ def max_context(shape: ModelShape, inventory: Inventory, settings: LaunchSetting
     elif engine_window or not inventory.gpus:
         longest = largest(with_tail)
     else:
-        pass1 = Pass1(measurement, speed=speed)
+        pass1 = Pass1(measurement, speed=speed, beside=beside)
         longest = max(fits, _longest_placed(shape, inventory, settings, cap, pass1, safety, vram_target, overhead))
     resident_speed = None
     if fits > 0 and tail:  # (the whole fit, as the window shows it; the plan's own search needs no speed)
         resident_speed = price_as_set(shape, inventory, settings.with_(n_ctx=fits),
                                       measurement=grown_measurement(shape, settings, measurement, fits),
                                       safety=safety, vram_target=vram_target, overhead=overhead,
-                                      speed=speed).alternative.speed
+                                      speed=speed, beside=beside).alternative.speed
     return ContextFit(fits, longest, shape.n_ctx_train, cap, resident_speed)
 
 

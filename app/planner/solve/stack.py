@@ -13,6 +13,8 @@ from functools import lru_cache
 
 from app.planner import words
 from app.planner.devices import Backend, Inventory
+from app.planner.errors import PlannerError
+from app.planner.gguf.beside import NOTHING, Beside, draft_problem
 from app.planner.gguf.model import ModelShape
 from app.planner.measurement import Measurement
 from app.planner.memory import extras
@@ -75,6 +77,9 @@ class Compute:
     #: The draft model's own compute buffers (``-md``; None: no draft).
     draft: Compute | None = None
     projector: ProjectorPlan | None = None  # the vision projector (weights too), app/planner/memory/projector.py
+    #: The shapes of the files beside the model these were priced for (app/planner/gguf/beside.py): ``stack``
+    #: lays out the LoRAs' and the draft's weights from them.
+    beside: Beside = NOTHING
 
 
 @dataclass(frozen=True)
@@ -90,15 +95,19 @@ class Stacked:
 
 
 def compute_for(shape: ModelShape, inv: Inventory, settings: LaunchSettings,
-                measurement: Measurement | None, ctx_kv: KvLayout) -> Compute:
+                measurement: Measurement | None, ctx_kv: KvLayout, beside: Beside = NOTHING) -> Compute:
     """Measured compute buffers when pass 1 saw these devices; otherwise the marked estimate. A
     draft model's are its own pass 1's (``measurement.draft``), or its own estimate; with the vision
-    projector's plan (``--mmproj``)."""
-    main = replace(_compute_for(shape, inv, settings, measurement, ctx_kv),
-                   projector=projector_for(shape, inv, settings, measurement))
-    if not settings.draft_model:
+    projector's plan (``--mmproj``). ``beside``: the shapes of the files the settings load beside the
+    model (PlannerError when they are not those files, or llama.cpp would refuse one for this model)."""
+    beside.check(settings)
+    main = replace(_compute_for(shape, inv, settings, measurement, ctx_kv), beside=beside,
+                   projector=projector_for(shape, inv, settings, measurement, beside.projector))
+    if beside.draft is None:
         return main
-    dshape, ds = extras.check_draft(shape, settings.draft_model), settings.draft_settings()
+    if problem := draft_problem(shape, beside.draft):
+        raise PlannerError(f"{beside.draft.path.name}: {problem}")
+    dshape, ds = beside.draft, settings.draft_settings()
     draft = _compute_for(dshape, inv, ds, measurement.draft if measurement is not None else None,
                          kv_layout(dshape, ds))
     return replace(main, draft=draft)
@@ -242,14 +251,14 @@ def _extras(shape: ModelShape, inv: Inventory, settings: LaunchSettings, ws: Wei
     n = len(inv.gpus)
     names = [g.engine_name for g in inv.gpus]
     lora_gpu, lora_host = [0] * n, 0
-    if settings.lora:
-        lora_gpu, lora_host = extras.lora_bytes(shape, settings.lora, ws.devices, n,
+    if compute.beside.loras:
+        lora_gpu, lora_host = extras.lora_bytes(shape, compute.beside.loras, ws.devices, n,
                                                 resolve_overrides(settings, names) if n else ())
     d_gpus: tuple[DevicePlan, ...] = ()
     d_host: HostPlan | None = None
     d_src = Source(SourceKind.ESTIMATED)
-    if settings.draft_model and compute.draft is not None:
-        dshape, ds = extras.draft_shape(settings.draft_model), settings.draft_settings()
+    if compute.beside.draft is not None and compute.draft is not None:
+        dshape, ds = compute.beside.draft, settings.draft_settings()
         share = list(settings.tensor_split[:n]) + [0] * (n - len(settings.tensor_split)) if settings.tensor_split \
             else [g.free for g in inv.gpus]
         dws = weight_split(dshape, ds.n_gpu_layers if n else 0, share if n else [], cpu=inv.cpu)

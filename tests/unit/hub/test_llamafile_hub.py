@@ -11,9 +11,9 @@ import pytest
 from app.hub.errors import HubError
 from app.hub.preview import fetch_header, preview_origin, preview_refusal
 from app.hub.remote import list_ggufs
+from app.planner.gguf.beside import projector_beside
 from app.planner.gguf.model import read_shape
 from app.planner.gguf.reader import read_header
-from app.planner.memory.projector import projector_beside
 from tests.fixtures import gguf_factory, shapes
 from tests.fixtures import llamafile_factory as lf
 from tests.fixtures.fake_hub import FakeHub

@@ -4,22 +4,30 @@ stacked as a second model with its own settings, each number with its source."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from app.llamacpp.logs import parse_log
 from app.planner.devices import DeviceKind, GpuDevice, HostMemory, Inventory
 from app.planner.errors import PlannerError
-from app.planner.gguf.model import read_shape
+from app.planner.gguf.beside import check_draft, check_lora, read_beside, read_lora
+from app.planner.gguf.model import ModelShape, read_shape
 from app.planner.measurement import DeviceMeasurement, Measurement
-from app.planner.memory.extras import check_draft, check_lora, lora_bytes
+from app.planner.memory.extras import lora_bytes
 from app.planner.memory.weights import layer_devices
+from app.planner.plan_types import Plan
 from app.planner.settings import LaunchSettings
 from app.planner.solve.plan import make_plan
 from app.planner.units import GiB, MiB
 from tests.fixtures import adapters, gguf_factory, shapes
 
 RANK = 16
+
+def plan_with_files(shape: ModelShape, inventory: Inventory, settings: LaunchSettings, **kw: Any) -> Plan:
+    """``make_plan`` with the files the settings name beside the model read as the plan request reads them."""
+    return make_plan(shape, inventory, settings, beside=read_beside(settings), **kw)
+
 
 
 @pytest.fixture(scope="module")
@@ -37,9 +45,9 @@ def test_lora_bytes_follow_the_layers_they_adapt(deep: tuple[Path, Path]) -> Non
     model, lora = deep
     shape = read_shape(model)
     pair = (128 * RANK + RANK * 128) * 4  # attn_q and attn_v: 128 × 128 each, f32 A and B
-    on_gpu = lora_bytes(shape, [str(lora)], layer_devices(8, 999, [1]), 1)
+    on_gpu = lora_bytes(shape, [read_lora(str(lora))], layer_devices(8, 999, [1]), 1)
     assert on_gpu == ([8 * 2 * pair], 0)
-    half = lora_bytes(shape, [str(lora)], layer_devices(8, 5, [1]), 1)  # -ngl 5: layers 0-3 on the CPU
+    half = lora_bytes(shape, [read_lora(str(lora))], layer_devices(8, 5, [1]), 1)  # -ngl 5: layers 0-3 on the CPU
     assert half == ([4 * 2 * pair], 4 * 2 * pair)
 
 
@@ -47,9 +55,9 @@ def test_a_lora_for_another_model_is_refused_with_a_sentence(deep: tuple[Path, P
     model, _ = deep
     other = adapters.write_lora(shapes.TINY, tmp_path / "tiny-lora.gguf")  # 64-wide: the wrong shape
     with pytest.raises(PlannerError, match="wrong shape"):
-        lora_bytes(read_shape(model), [str(other)], layer_devices(8, 999, [1]), 1)
+        lora_bytes(read_shape(model), [read_lora(str(other))], layer_devices(8, 999, [1]), 1)
     with pytest.raises(PlannerError, match="not a LoRA adapter"):
-        lora_bytes(read_shape(model), [str(model)], layer_devices(8, 999, [1]), 1)
+        read_lora(str(model))
 
 
 def test_a_file_is_checked_alone_or_against_a_model_as_llama_cpp_would(deep: tuple[Path, Path], tmp_path: Path) -> None:
@@ -72,7 +80,7 @@ def test_a_plan_refuses_a_draft_llama_cpp_would_not_speculate_with(deep: tuple[P
     model, _ = deep
     big_vocab = str(gguf_factory.ensure(shapes.BY_NAME["llama-3.1-8b-instruct-q4_k_m"]))
     with pytest.raises(PlannerError, match="cannot speculate with it"):
-        make_plan(read_shape(model), _gpu(), LaunchSettings(n_ctx=4096, draft_model=big_vocab))
+        plan_with_files(read_shape(model), _gpu(), LaunchSettings(n_ctx=4096, draft_model=big_vocab))
 
 
 def test_a_plan_with_a_lora_and_a_draft_counts_them_on_the_gpu_with_their_sources(deep: tuple[Path, Path]) -> None:
@@ -80,8 +88,8 @@ def test_a_plan_with_a_lora_and_a_draft_counts_them_on_the_gpu_with_their_source
     draft = str(adapters.draft_model())
     settings = LaunchSettings(n_ctx=32768, lora=(str(lora),), draft_model=draft, draft_type_k="q8_0",
                               draft_type_v="q8_0")
-    plan = make_plan(read_shape(model), _gpu(), settings)
-    plain = make_plan(read_shape(model), _gpu(), LaunchSettings(n_ctx=32768))
+    plan = plan_with_files(read_shape(model), _gpu(), settings)
+    plain = plan_with_files(read_shape(model), _gpu(), LaunchSettings(n_ctx=32768))
     g, p = plan.gpus[0], plain.gpus[0]
     assert g.extras.lora == 8 * 2 * (128 * RANK + RANK * 128) * 4
     assert 4 * MiB < g.extras.draft_kv < 4.5 * MiB  # one q8_0 layer of 64 K and 64 V values × 32k cells
@@ -99,7 +107,7 @@ def test_pass_1_of_the_draft_gives_its_compute_and_the_log_parts_it_from_the_mod
                     draft=Measurement((DeviceMeasurement("CPU", compute=3 * MiB, host=True),), "CPU", "0c1e57098",
                                       0.0, launch=settings.draft_settings()))
     inv = Inventory((), HostMemory(64 * GiB, 60 * GiB))
-    plan = make_plan(read_shape(model), inv, settings.with_(n_gpu_layers=0), measurement=m)
+    plan = plan_with_files(read_shape(model), inv, settings.with_(n_gpu_layers=0), measurement=m)
     assert plan.host.extras.draft_compute == 3 * MiB and plan.host.compute_pinned == 5 * MiB
     assert str(plan.host.sources["draft_compute"]) == "measured by pass 1"
     log = parse_log("\n".join([

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,17 +16,11 @@ from app.engine.check import check_plan
 from app.llamacpp.logs import parse_log
 from app.planner.devices import Inventory
 from app.planner.errors import PlannerError
-from app.planner.gguf.model import read_shape
+from app.planner.gguf.beside import projector_beside, read_beside, read_projector
+from app.planner.gguf.model import ModelShape, read_shape
 from app.planner.measurement import DeviceMeasurement, Measurement
-from app.planner.memory.projector import (
-    CPU_ALIGNMENT,
-    GPU_ALIGNMENT,
-    estimate_compute,
-    projector_beside,
-    read_projector,
-    weights_bytes,
-)
-from app.planner.plan_types import PlanMode
+from app.planner.memory.projector import CPU_ALIGNMENT, GPU_ALIGNMENT, estimate_compute, weights_bytes
+from app.planner.plan_types import Plan, PlanMode
 from app.planner.settings import FlashAttn, LaunchSettings
 from app.planner.solve.plan import make_plan
 from app.planner.sources import SourceKind
@@ -41,6 +36,11 @@ ENGINE_LINES = """\
 0.00.305.428 I reserve_compute_meta:        CPU compute buffer size =     3.41 MiB
 0.00.305.480 I warmup: flash attention is enabled
 """
+
+def plan_with_files(shape: ModelShape, inventory: Inventory, settings: LaunchSettings, **kw: Any) -> Plan:
+    """``make_plan`` with the files the settings name beside the model read as the plan request reads them."""
+    return make_plan(shape, inventory, settings, beside=read_beside(settings), **kw)
+
 
 
 @pytest.fixture(scope="module")
@@ -71,14 +71,14 @@ def test_the_estimate_is_above_what_pass_1_measured_with_and_without_flash_atten
 
 def test_on_a_gpu_the_projector_takes_that_gpus_memory_and_off_it_host_ram(mmproj: Path, chat: Path) -> None:
     shape = read_shape(chat)
-    bare = make_plan(shape, h200(), LaunchSettings(n_ctx=4096))
-    on = make_plan(shape, h200(), LaunchSettings(n_ctx=4096, mmproj=str(mmproj)))
+    bare = plan_with_files(shape, h200(), LaunchSettings(n_ctx=4096))
+    on = plan_with_files(shape, h200(), LaunchSettings(n_ctx=4096, mmproj=str(mmproj)))
     assert on.projector is not None and on.projector.device == "CUDA0"
     assert on.gpus[0].extras.projector == on.projector.weights + on.projector.compute > 6 * MiB
     assert bare.gpus[0].free - on.gpus[0].free == on.gpus[0].extras.projector and on.host.free == bare.host.free
     assert on.gpus[0].used - bare.gpus[0].used == on.gpus[0].extras.projector
     assert on.projector.sources["compute"].kind is SourceKind.ESTIMATED
-    off = make_plan(shape, h200(), LaunchSettings(n_ctx=4096, mmproj=str(mmproj), mmproj_offload=False))
+    off = plan_with_files(shape, h200(), LaunchSettings(n_ctx=4096, mmproj=str(mmproj), mmproj_offload=False))
     assert off.projector is not None and off.projector.device == "host" and off.gpus[0].extras.projector == 0
     assert bare.host.free - off.host.free == off.host.extras.projector == off.projector.total
     assert on.to_json()["projector"]["device"] == "CUDA0" and on.to_json()["gpus"][0]["projector"] > 0
@@ -90,7 +90,7 @@ def test_without_a_gpu_the_launch_says_no_mmproj_offload_and_pass_1_numbers_are_
     measured = Measurement((DeviceMeasurement("CPU", compute=5 * MiB, host=True),), "CPU", "0c1e570", 0.1,
                            launch=settings.with_(n_gpu_layers=0, mmproj_offload=False),
                            projector_compute=(("CPU", round(3.41 * MiB)),))
-    plan = make_plan(read_shape(chat), Inventory((), h200().host), settings, measurement=measured)
+    plan = plan_with_files(read_shape(chat), Inventory((), h200().host), settings, measurement=measured)
     assert plan.mode is PlanMode.CPU and not plan.launch.mmproj_offload
     assert plan.projector is not None and plan.projector.compute == round(3.41 * MiB)
     assert plan.projector.sources["compute"].kind is SourceKind.MEASURED
@@ -107,7 +107,7 @@ def test_a_cpu_pass_1_is_not_taken_for_a_gpus_projector(mmproj: Path, chat: Path
     settings = LaunchSettings(n_ctx=4096, mmproj=str(mmproj))
     cpu_probe = Measurement((DeviceMeasurement("CPU", compute=5 * MiB, host=True),), "CPU", "0c1e570", 0.1,
                             launch=settings, projector_compute=(("CPU", round(3.41 * MiB)),))
-    plan = make_plan(read_shape(chat), h200(), settings, measurement=cpu_probe)
+    plan = plan_with_files(read_shape(chat), h200(), settings, measurement=cpu_probe)
     assert plan.projector is not None and plan.projector.sources["compute"].kind is SourceKind.ESTIMATED
 
 
@@ -119,12 +119,12 @@ def test_the_engine_log_lines_parse_and_a_second_reserve_replaces_the_first() ->
 
 def test_a_file_that_is_not_a_projector_or_not_for_this_model_is_refused(mmproj: Path, chat: Path) -> None:
     with pytest.raises(PlannerError, match=r"not a vision projector: its general\.architecture is 'llama'"):
-        make_plan(read_shape(chat), h200(), LaunchSettings(n_ctx=4096, mmproj=str(chat)))
+        plan_with_files(read_shape(chat), h200(), LaunchSettings(n_ctx=4096, mmproj=str(chat)))
     deep = read_shape(gguf_factory.ensure(shapes.TINY_DEEP))  # n_embd 128, the projector outputs 64
     with pytest.raises(PlannerError, match="outputs 64 values per token, but the model's n_embd is 128"):
-        make_plan(deep, h200(), LaunchSettings(n_ctx=4096, mmproj=str(mmproj)))
+        plan_with_files(deep, h200(), LaunchSettings(n_ctx=4096, mmproj=str(mmproj)))
     with pytest.raises(PlannerError, match="cannot read"):
-        make_plan(deep, h200(), LaunchSettings(n_ctx=4096, mmproj="/nonexistent/mmproj.gguf"))
+        plan_with_files(deep, h200(), LaunchSettings(n_ctx=4096, mmproj="/nonexistent/mmproj.gguf"))
 
 
 def test_a_projector_beside_the_model_is_offered_when_it_fits(tmp_path: Path, mmproj: Path, chat: Path) -> None:
