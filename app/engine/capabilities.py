@@ -140,7 +140,7 @@ def engine_env() -> dict[str, str]:
 def _probe(command: Sequence[str], args: Sequence[str], timeout: float) -> tuple[ProbeResult, str]:
     """One probe's verdict and its output."""
     # --port 0: the engine binds a free port itself (tools/server/server-http.cpp ``bind_to_any_port``), so
-    # two probes never race for one port that a free_port() had released (issue 31: "unknown" verdicts)
+    # two probes never race for one port that a free_port() had released ("unknown" verdicts)
     argv = [*command, *args, "--host", "127.0.0.1", "--port", "0", "-m", MISSING_MODEL]
     try:
         proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout,
@@ -197,7 +197,7 @@ def capabilities(binary: Path, command: Sequence[str], *, refresh: bool = False)
     caps = probe_all(command)
     entries = _read_cache(file)  # re-read: another process may have written meanwhile
     entries[str(binary)] = {"stamp": stamp, "results": caps.to_json(), "system_info": caps.system_info}
-    with contextlib.suppress(OSError):  # a full or read-only cache (issue 31): probed again next time
+    with contextlib.suppress(OSError):  # a full or read-only cache: probed again next time
         atomic_text(file, json.dumps(entries, indent=1, sort_keys=True))
     return caps
 

@@ -3,7 +3,7 @@
 The window writes it when the user chooses an engine (File ▸ Choose engine…, the Engine list) and
 when it closes: ``~/.config/headroom/chosen-engine`` (``app.paths.CHOSEN_ENGINE_FILE``), one path.
 ``headroom doctor``, ``engine where``, ``plan``, ``measure`` and ``serve`` without ``--engine`` read it
-here (``app.engine.discover.candidates`` puts it first). A window from before 2026-12-02 kept the
+here (``app.engine.discover.candidates`` puts it first). An older window kept the
 choice only in its state file (``gui-state.json``, its ``engine_path``): that is read when there is no
 chosen-engine file yet. Standard library only; no Qt.
 """

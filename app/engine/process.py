@@ -144,7 +144,7 @@ def die_with_parent() -> Callable[[], None]:
 
 def record_child(pid: int, argv: Sequence[str], kind: str = "engine", **extra: str) -> Path | None:
     """Write the PID file that lets ``reap_leftovers`` kill ``pid`` once this process is gone. None when
-    the cache cannot be written (a full or read-only disk: issue 31): nothing half-written is left, and
+    the cache cannot be written (a full or read-only disk): nothing half-written is left, and
     the child still dies with Headroom (its parent-death signal); only the reaping after a crash is lost."""
     if kind not in CHILD_KINDS:
         raise ValueError(f"kind must be one of {CHILD_KINDS}, not {kind!r}")
@@ -407,7 +407,7 @@ class ServerProcess:
                 self.log_path.parent.mkdir(parents=True, exist_ok=True)
             _prune_logs(self.log_path.parent)
             log = os.fdopen(_private_file(self.log_path), "wb")  # closed by the reader thread
-        except OSError:  # a full or read-only cache (issue 31): the log goes to a private temp folder
+        except OSError:  # a full or read-only cache: the log goes to a private temp folder
             self.log_path = Path(tempfile.mkdtemp(prefix="headroom-engine-")) / self.log_path.name
             log = os.fdopen(_private_file(self.log_path), "wb")
         try:

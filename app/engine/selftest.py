@@ -75,7 +75,7 @@ def _written(folder: Path | None, name: str, write: Callable[[Path], None]) -> P
         return path
     try:
         folder.mkdir(parents=True, exist_ok=True)
-    except OSError:  # a full or read-only cache (issue 31): written to a private temp folder instead
+    except OSError:  # a full or read-only cache: written to a private temp folder instead
         folder = Path(tempfile.mkdtemp(prefix="headroom-selftest-"))
         path = folder / name
     with atomic_file(path) as tmp:

@@ -240,8 +240,8 @@ def calibration(inventory: Inventory, *, path: Path | None = None,
             "gpu_bandwidth": {}, "learned": {}, "measured_busy": busy()}
         changed = memo_key not in _UNSTORED
     elif retime and data.get("measured_busy") and busy() is None:
-        # the host's figures were timed while the machine was busy (a walkthrough read 9 GB/s against
-        # 18-21 idle): timed again now that it is not, the rest kept
+        # the host's figures were timed while the machine was busy (a figure of that moment, not of the
+        # machine): timed again now that it is not, the rest kept
         data |= {"measured_at": time.time(), "host_bandwidth": measure_host_bandwidth(),
                  "host_flops": measure_host_flops(), "measured_busy": None}
         changed = True

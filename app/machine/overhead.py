@@ -62,7 +62,7 @@ def record_overhead(gpu_name: str, driver: str | None, beyond_buffers: int, *,
     """Keep what an engine process used on a ``gpu_name`` GPU under ``driver`` beyond every buffer
     llama.cpp logged for it there (NVML's ``usedGpuMemory`` less those buffers:
     ``PlanCheck.process_overhead``), once per GPU model and driver. Returns what was stored, or None
-    when nothing new was: a figure was already kept, or the cache cannot be written (issue 31: a full
+    when nothing new was: a figure was already kept, or the cache cannot be written (a full
     or read-only cache keeps the default and leaves nothing half-written)."""
     store = path or overhead_path()
     if known_overhead(gpu_name, driver, path=store).measured:

@@ -136,7 +136,7 @@ def flash_attention_off(n_ctx: int) -> str:
 def compute_source_warning(source: Source, measurement: Measurement | None) -> str | None:
     """What the compute buffers' source means for trusting the plan (None: measured for this launch)."""
     if source.kind is SourceKind.ESTIMATED and measurement is not None:
-        # Whose numbers (issue 4): the one sentence the CLI and the UI both show, from gpu_caveat.
+        # Whose numbers: the one sentence the CLI and the UI both show, from gpu_caveat.
         return (gpu_caveat(measurement, targets_gpu=True) or
                 f"pass 1 measured {', '.join(d.name for d in measurement.devices)}, not these GPUs: "
                 "compute buffers are an estimate")

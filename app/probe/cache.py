@@ -80,7 +80,7 @@ class MeasureCache:
             return None
 
     def put(self, key: str, measurement: Measurement, *, model: Path, settings: LaunchSettings) -> None:
-        """Store it; a full or read-only cache (issue 31) stores nothing and leaves nothing half-written:
+        """Store it; a full or read-only cache stores nothing and leaves nothing half-written:
         the measurement is still returned, and measured again next time."""
         record = {"model": str(model), "settings": settings.to_json(), "measurement": measurement.to_json()}
         with contextlib.suppress(OSError):

@@ -1,4 +1,4 @@
-"""Speed after launch, in the window (issue 30, build item 3): the plan's predicted tokens/s beside
+"""Speed after launch, in the window: the plan's predicted tokens/s beside
 what the engine measured — a chat reply's own ``timings`` (``prompt_n``, ``prompt_per_second``,
 ``predicted_n``, ``predicted_per_second``) and ``/metrics``' averages (``prompt_tokens_seconds``,
 ``predicted_tokens_seconds``: the engine averages them over the time between two reads of

@@ -71,7 +71,7 @@ def turn_html(role: str, text: str, stats: str = "") -> str:
             f"<tr><td><b style='color:{name}'>{who}</b><br>{shown(text)}{foot}</td></tr></table>")
 
 
-#: Said when the engine is ready with a model that carries no chat template (issue 29).
+#: Said when the engine is ready with a model that carries no chat template.
 NO_TEMPLATE = ("This model carries no chat template: the engine formats the chat as ChatML (<|im_start|>…), "
                "which the model may not know, so its replies may repeat those tags or wander.")
 

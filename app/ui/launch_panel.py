@@ -276,7 +276,7 @@ class LaunchPanel(QWidget):
 
     def what_runs(self, plan: Plan) -> Plan:
         """``plan``, or, when the chosen engine cannot use its GPUs, the same settings planned for what it
-        will run on: what Launch starts, checks and predicts the speed of (issue 46)."""
+        will run on: what Launch starts, checks and predicts the speed of."""
         found = self.gpu_reach()
         if not plan.gpus or not found.sentence or self._state is None:
             return plan

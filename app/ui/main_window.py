@@ -730,7 +730,7 @@ class MainWindow(QMainWindow):
                 advanced_open=self.settings.advanced_open()))
             try:
                 save_state(state, self.state_file)
-            except OSError as exc:  # a full or read-only disk (issue 31): the window still closes cleanly
+            except OSError as exc:  # a full or read-only disk: the window still closes cleanly
                 print(f"headroom: the window's settings were not saved: {exc.strerror or exc}", file=sys.stderr)
             self._remember_engine(state.engine_path)
         super().closeEvent(e)

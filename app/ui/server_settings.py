@@ -1,5 +1,5 @@
 """Where the engine listens, as a record: what the server panel (app/ui/server_panel.py) shows, the
-window remembers and a launch profile holds. No widgets here (issue 28: a plain record does not live in
+window remembers and a launch profile holds. No widgets here (a plain record does not live in
 a widget module)."""
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ from app.ui.workers import StreamBatcher, TaskPool
 N_PREDICT = 48
 
 
-#: Shared sessions are completions, not a chat (issue 29: said, so a reply that continues the text is expected).
+#: Shared sessions are completions, not a chat (said, so a reply that continues the text is expected).
 PLAIN_TEXT = ("Sessions send your text as it is, with no chat template: the model continues it (the Chat tab "
               "formats a conversation with the model's template).")
 

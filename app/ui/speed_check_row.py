@@ -1,4 +1,4 @@
-"""The speed row after launch (issue 30): the running plan's predicted tokens/s, and after each chat
+"""The speed row after launch: the running plan's predicted tokens/s, and after each chat
 reply what the engine measured beside them (app/sessions/reply_speed.py). The reply's timings come
 with the reply; ``/metrics`` is read in the window's task pool, never on the GUI thread."""
 

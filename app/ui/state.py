@@ -2,9 +2,9 @@
 
 One small JSON file under the config directory (``~/.config/headroom/gui-state.json``: settings, not a
 cache a user may clear), written atomically (app/files.py) so a crash mid-write never
-leaves a half file; an unreadable file is treated as "no state". Headroom before 2026-12-02 kept it
-under the cache directory: that file is read when the config one does not exist yet, and the next
-save writes the config one (the old one is left as it was).
+leaves a half file; an unreadable file is treated as "no state". An older Headroom kept it under
+the cache directory: that file is read when the config one does not exist yet, and the next save
+writes the config one (the old one is left as it was).
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def _fits(value: object, default: object) -> bool:
 def usable_fields(data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """The fields of a state file that ``UiState`` can use, and the names of those it cannot (a
     hand-edited or older file: ``"simulated_gpus": "RTX 4090"``, ``"engine_path": 7``): those keep their
-    defaults, so the window opens whatever the file holds (issue 31)."""
+    defaults, so the window opens whatever the file holds."""
     defaults = asdict(UiState())
     known: dict[str, Any] = {}
     ignored: list[str] = []

@@ -1,4 +1,4 @@
-"""The main window's decisions, apart from its widgets (issue 28): what the demo changed and puts back,
+"""The main window's decisions, apart from its widgets: what the demo changed and puts back,
 what opening a model does to the settings (another model starts at its own context), reading and
 saving launch profiles, the engine file chosen and the KV placement an engine found asks for, the
 card simulated, where a file dialog starts, and what is remembered when the window closes. No Qt

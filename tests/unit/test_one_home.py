@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 APP = Path(__file__).resolve().parents[2] / "app"
@@ -31,4 +32,13 @@ def test_llama_cpps_abort_words_are_matched_only_under_app_llamacpp() -> None:
     found = [f"{p.relative_to(APP.parent)}:{line}" for p in sorted(APP.rglob("*.py"))
              if "llamacpp" not in p.parts
              for line, text in _strings(ast.parse(p.read_text())) if "GGML_ASSERT" in text or "GGML_ABORT" in text]
+    assert found == [], found
+
+
+def test_the_code_says_what_it_does_not_what_happened() -> None:
+    """Docstrings and comments are in the present tense: history (which issue, what an older version did on
+    which day) lives in git and CHANGELOG.md."""
+    history = re.compile(r"\(issue \d+|issue \d+\)|\bbefore 20\d\d-\d\d-\d\d")
+    found = [f"{p.relative_to(APP.parent)}:{i}: {line.strip()}" for p in sorted(APP.rglob("*.py"))
+             for i, line in enumerate(p.read_text().splitlines(), 1) if history.search(line)]
     assert found == [], found

@@ -1,6 +1,6 @@
 """The solver: a model shape, the devices and the launch settings → a :class:`Plan`.
 
-Modes (issue 3):
+Modes:
 - *window* (an engine with a position window, opencoti): every layer on the GPU; the resident
   window is ⌊(budget − weights − compute − overhead − safety − fixed KV) / KV-bytes-per-cell⌋, aligned
   down to 256 and capped at the context; the rest of the context is the host tail.

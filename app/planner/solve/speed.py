@@ -32,7 +32,7 @@ Where each side runs (llama.cpp 0c1e57098, ggml-backend's scheduler; docs/domain
   for the host tail (flash attention follows its device neighbours: tests/fixtures/sched_debug);
 - the KV host tail by layer (``-ngl`` + ``-ot``): on the stock engine the scheduler puts the layer's
   attention on the device and copies that layer's whole used KV over the link for every token, six
-  graph splits a layer (issue 30, ``GGML_SCHED_DEBUG=2``). An engine with Headroom's host-attention
+  graph splits a layer (``GGML_SCHED_DEBUG=2``). An engine with Headroom's host-attention
   patch (``host_attention``) runs it on the CPU for a decode batch (under ``OP_OFFLOAD_MIN_BATCH``
   tokens): the KV read at host bandwidth, two splits a layer; large prefill batches still stream it;
 - experts on the CPU (``--n-cpu-moe``): their share read at host bandwidth, two splits a layer;
@@ -135,7 +135,7 @@ OVERLAP_SHARE = 0.4
 #: the logits out.
 BASE_SPLITS = 2
 #: Splits each host-tail layer adds to a decode graph: the stock engine's (FLASH_ATTN on the device,
-#: the K/V write on the CPU: issue 30) and the host-attention patch's (attention on the CPU).
+#: the K/V write on the CPU) and the host-attention patch's (attention on the CPU).
 SPLITS_PER_HOST_KV_LAYER_STOCK = 6
 SPLITS_PER_HOST_KV_LAYER_PATCHED = 2
 #: Splits each layer with its attention (-nkvo) or its experts (--n-cpu-moe) on the CPU adds.
