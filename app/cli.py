@@ -49,6 +49,9 @@ def main(argv: list[str] | None = None) -> int:
             first.lower().endswith(".gguf") or first.startswith("hf:") or os.path.isfile(first)):
         # ``headroom MODEL.gguf`` (a file manager opening a model, a user typing it): the window on it
         args_list = ["gui", *args_list]
+    elif first.startswith("-") and first not in ("-h", "--help", "--version"):
+        # ``headroom --demo --ctx 4k`` (``./dev app --demo``): the window's options, the GUI being the default
+        args_list = ["gui", *args_list]
     args = parser.parse_args(args_list)
     if args.command is None:
         args_list = ["gui", *args_list]

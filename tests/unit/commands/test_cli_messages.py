@@ -239,3 +239,17 @@ def test_a_smaller_kv_type_chosen_is_named_on_the_first_line(
     assert cli.main(["plan", model, "--ctx", "512k", "--gpu", "RTX 4090"]) == 0
     first = capsys.readouterr().out.splitlines()[0]
     assert first.endswith("planned instead: -ctk q8_0 -ctv q8_0"), first
+
+
+def test_the_windows_options_open_the_window_without_naming_it(monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """The window is the default command: ``headroom --demo --ctx 4k`` (``./dev app --demo``) is ``headroom gui
+    --demo --ctx 4k``, not "invalid choice: '4k'"; ``--help`` and ``--version`` stay the program's own."""
+    from app.commands import gui
+
+    seen: list[tuple[bool, object]] = []
+    monkeypatch.setattr(gui, "run", lambda args: seen.append((args.demo, args.ctx)) or 0)
+    assert cli.main(["--demo", "--ctx", "4k"]) == 0 and seen == [(True, "4k")]
+    with pytest.raises(SystemExit):
+        cli.main(["--version"])
+    assert capsys.readouterr().out.startswith("headroom ")
