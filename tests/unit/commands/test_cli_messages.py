@@ -248,7 +248,11 @@ def test_the_windows_options_open_the_window_without_naming_it(monkeypatch: pyte
     from app.commands import gui
 
     seen: list[tuple[bool, object]] = []
-    monkeypatch.setattr(gui, "run", lambda args: seen.append((args.demo, args.ctx)) or 0)
+    def run(args: object) -> int:
+        seen.append((getattr(args, "demo"), getattr(args, "ctx")))  # noqa: B009
+        return 0
+
+    monkeypatch.setattr(gui, "run", run)
     assert cli.main(["--demo", "--ctx", "4k"]) == 0 and seen == [(True, "4k")]
     with pytest.raises(SystemExit):
         cli.main(["--version"])
