@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import sys
+import time
 from pathlib import Path
 
 import pexpect
@@ -33,6 +34,18 @@ def _running_with(path: Path) -> list[psutil.Process]:
         except (psutil.Error, TypeError):
             continue
     return found
+
+
+def _wait_reading(pid: int) -> None:
+    """Until the chat's main thread waits in ``select`` for a key. CPython's readline shows the prompt and
+    then selects; a SIGINT that lands between the two is seen only at the next key (Modules/readline.c,
+    ``readline_until_enter_or_signal``), so a test that presses Ctrl-C on the prompt's first byte can
+    lose it on a busy machine, where a person pressing it would press again."""
+    syscall = Path(f"/proc/{pid}/syscall")
+    deadline = time.monotonic() + 60
+    while syscall.read_text().split()[0] not in ("23", "270"):  # x86-64 select, pselect6
+        assert time.monotonic() < deadline, "the chat never waited for a key"
+        time.sleep(0.05)
 
 
 def test_a_terminal_chat_answers_remembers_forks_stops_on_ctrl_c_and_leaves_nothing_running(
@@ -74,6 +87,7 @@ def test_a_terminal_chat_answers_remembers_forks_stops_on_ctrl_c_and_leaves_noth
         chat.expect(r"\[stopped after (\d+) pieces; what came is kept\]")
         assert 0 < int(chat.match.group(1)) < 60000
         chat.expect_exact(PROMPT)
+        _wait_reading(chat.pid)
         chat.sendintr()  # at the prompt: says how to leave, and stays
         chat.expect_exact("(to leave: /exit or Ctrl-D)")
         chat.sendline("/exit")

@@ -12,8 +12,9 @@ from app.engine.discover import EngineInfo, EngineKind, EngineOrigin
 from app.engine.process import pid_alive
 from app.planner.gguf.model import read_shape
 from app.planner.plan_types import PlanMode
-from app.planner.solve.plan import make_plan
 from app.ui.qt import QLabel, Qt
+from tests.fixtures.plans import plan_with_files
+from tests.ui.windows import choose_engine
 
 LEFT = Qt.MouseButton.LeftButton
 K = 1024
@@ -93,7 +94,7 @@ def test_measure_runs_in_the_background_and_the_plan_uses_it(window, tiny_model,
     m = sig.args[0]
     assert window.measure.busy.isHidden() and window.measure.button.isEnabled()
     assert "measured by pass 1" in window.measure.status_text()
-    expected = make_plan(read_shape(tiny_model), window.current.inventory, settings, measurement=m)
+    expected = plan_with_files(read_shape(tiny_model), window.current.inventory, settings, measurement=m)
     assert window.plan is not None
     assert window.plan.host == expected.host
     assert "measured by pass 1" in [str(s) for s in window.plan.host.sources.values()]
@@ -143,9 +144,7 @@ def test_settings_the_engine_rejects_show_both_messages(window, tiny_model, engi
 @pytest.mark.engine
 def test_the_picture_stays_on_the_running_plan_and_session_texts_outlive_the_engine(window, tiny_model,
                                                                                     engine_build, qtbot):
-    with qtbot.waitSignal(window.launch.enginesFound, timeout=120_000) as found:
-        window.launch.discover()
-    window.settings.engine.setCurrentIndex([e.path for e in found.args[0]].index(str(engine_build.server)))
+    choose_engine(qtbot, window, engine_build.server)
     window.settings.n_parallel.setValue(2)
     window.settings.kv_unified.setChecked(True)
     assert window.open_model(tiny_model)
@@ -199,9 +198,7 @@ def test_pass_1_on_the_cpu_says_gpu_compute_is_still_estimated_once(window, tiny
 @pytest.mark.engine
 def test_after_stop_the_check_and_command_say_they_were_the_last_run(window, tiny_model, engine_build,
                                                                      qtbot):
-    with qtbot.waitSignal(window.launch.enginesFound, timeout=120_000) as found:
-        window.launch.discover()
-    window.settings.engine.setCurrentIndex([e.path for e in found.args[0]].index(str(engine_build.server)))
+    choose_engine(qtbot, window, engine_build.server)
     assert window.open_model(tiny_model)
     window.settings.context.set_value(4096, emit=True)
     with qtbot.waitSignal(window.launch.checked, timeout=120_000):

@@ -4,29 +4,24 @@ stacked as a second model with its own settings, each number with its source."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from app.llamacpp.logs import parse_log
 from app.planner.devices import DeviceKind, GpuDevice, HostMemory, Inventory
 from app.planner.errors import PlannerError
-from app.planner.gguf.beside import check_draft, check_lora, read_beside, read_lora
-from app.planner.gguf.model import ModelShape, read_shape
+from app.planner.gguf.beside import check_draft, check_lora, read_lora
+from app.planner.gguf.model import read_shape
 from app.planner.measurement import DeviceMeasurement, Measurement
 from app.planner.memory.extras import lora_bytes
 from app.planner.memory.weights import layer_devices
-from app.planner.plan_types import Plan
 from app.planner.settings import LaunchSettings
-from app.planner.solve.plan import make_plan
 from app.planner.units import GiB, MiB
 from tests.fixtures import adapters, gguf_factory, shapes
+from tests.fixtures.plans import plan_with_files
 
 RANK = 16
 
-def plan_with_files(shape: ModelShape, inventory: Inventory, settings: LaunchSettings, **kw: Any) -> Plan:
-    """``make_plan`` with the files the settings name beside the model read as the plan request reads them."""
-    return make_plan(shape, inventory, settings, beside=read_beside(settings), **kw)
 
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -16,16 +15,16 @@ from app.engine.check import check_plan
 from app.llamacpp.logs import parse_log
 from app.planner.devices import Inventory
 from app.planner.errors import PlannerError
-from app.planner.gguf.beside import projector_beside, read_beside, read_projector
-from app.planner.gguf.model import ModelShape, read_shape
+from app.planner.gguf.beside import projector_beside, read_projector
+from app.planner.gguf.model import read_shape
 from app.planner.measurement import DeviceMeasurement, Measurement
 from app.planner.memory.projector import CPU_ALIGNMENT, GPU_ALIGNMENT, estimate_compute, weights_bytes
-from app.planner.plan_types import Plan, PlanMode
+from app.planner.plan_types import PlanMode
 from app.planner.settings import FlashAttn, LaunchSettings
-from app.planner.solve.plan import make_plan
 from app.planner.sources import SourceKind
 from app.planner.units import MiB
 from tests.fixtures import gguf_factory, shapes
+from tests.fixtures.plans import plan_with_files
 from tests.unit.engine.test_argv import MODEL, STOCK
 from tests.unit.planner.test_plan import h200
 
@@ -37,9 +36,6 @@ ENGINE_LINES = """\
 0.00.305.480 I warmup: flash attention is enabled
 """
 
-def plan_with_files(shape: ModelShape, inventory: Inventory, settings: LaunchSettings, **kw: Any) -> Plan:
-    """``make_plan`` with the files the settings name beside the model read as the plan request reads them."""
-    return make_plan(shape, inventory, settings, beside=read_beside(settings), **kw)
 
 
 
