@@ -12,6 +12,7 @@ from app.ui.qt import (
     QObject,
     QResizeEvent,
     QScrollArea,
+    QShowEvent,
     QSize,
     Qt,
     QVBoxLayout,
@@ -42,8 +43,23 @@ class FormScroll(QScrollArea):
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
         if watched is self.widget() and event.type() == QEvent.Type.LayoutRequest:
             self.updateGeometry()  # the form's minimum width may have changed: the splitter re-asks
+            self._hold_column()
             self.roomChanged.emit()
         return super().eventFilter(watched, event)
+
+    def _hold_column(self) -> None:
+        """The column holding this scroll area (a splitter's child) at least as wide as the form needs, now:
+        a splitter lays out a child by the minimum it was told when it last laid out, and would widen it only
+        at its next layout (after Stop, moving the buttons under it)."""
+        self.updateGeometry()
+        column = self.parentWidget()
+        if column is not None and column.minimumSizeHint().width() != column.minimumWidth():
+            column.setMinimumWidth(column.minimumSizeHint().width())
+
+    def showEvent(self, e: QShowEvent) -> None:
+        super().showEvent(e)
+        # (the scroll bar's width is the style's only once shown)
+        self._hold_column()
 
     def resizeEvent(self, e: QResizeEvent) -> None:
         super().resizeEvent(e)
