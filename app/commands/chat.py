@@ -32,7 +32,7 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
-from app.commands.common import exit_status, positive_int
+from app.commands.common import exit_status, help_text, positive_int
 from app.paths import cache_dir
 from app.text import printable, printable_text
 
@@ -50,7 +50,8 @@ START_TIMEOUT_S = 900.0
 def register(sub: Any) -> None:
     p = sub.add_parser("chat", allow_abbrev=False, epilog=EXIT_STATUS,
                        help="chat with a model in the terminal (starts the engine for it, stops it on exit)",
-                       description=(__doc__ or "").split("\n\n")[1].replace("``", "`"))
+                       description=help_text(__doc__ or "", skip=1),
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("target", metavar="MODEL|URL",
                    help="a GGUF, a llamafile or hf:owner/name (Headroom serves it for the chat), or the URL of a "
                         "running engine (http://127.0.0.1:8080)")

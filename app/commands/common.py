@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -500,7 +501,31 @@ def hub_model(text: str, *, download: bool) -> str:
     return str(path)
 
 
+#: A source file named in a docstring: ``(app/planner/law.py)``, ``, app/sessions/chat.py``.
+_SOURCE_PATH = re.compile(r"\s*\((?:app|tests|native)/[\w/.-]+\.py\)|,\s*(?:app|tests|native)/[\w/.-]+\.py")
+
+
+def help_text(doc: str, *, skip: int = 0) -> str:
+    """A command's module docstring as its ``--help`` prints it under ``RawDescriptionHelpFormatter``:
+    the paragraphs after the first ``skip``, prose wrapped to the terminal, indented blocks (a list of the
+    chat's commands) as written; ```code``` quotes as single backquotes and no source path, which
+    are for the reader of the code, not of the help."""
+    import shutil
+    import textwrap
+
+    width = max(40, min(100, shutil.get_terminal_size().columns - 2))
+    out = []
+    for para in doc.strip("\n").split("\n\n")[skip:]:
+        para = _SOURCE_PATH.sub("", para.replace("``", "`"))
+        if para.startswith(" "):
+            out.append(textwrap.dedent(para).rstrip())
+        else:
+            out.append(textwrap.fill(" ".join(para.split()), width))
+    return "\n\n".join(out)
+
+
 def exit_status(ok: str, negative: str, unusable: str) -> str:
     """Every subcommand's ``--help`` epilog, in the same words: 0 it fits / it ran; 1 it ran but the
-    answer is negative; 2 the input or the request cannot be used."""
-    return f"Exit status: 0 {ok}; 1 {negative}; 2 {unusable}."
+    answer is negative; 2 the input or the request cannot be used. Wrapped here, for the commands
+    whose help is printed as written (:func:`help_text`)."""
+    return help_text(f"Exit status: 0 {ok}; 1 {negative}; 2 {unusable}.")

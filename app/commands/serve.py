@@ -34,6 +34,7 @@ from app.commands.common import (
     exit_status,
     for_what_runs,
     given_engine_problem,
+    help_text,
     hub_model,
     inventory_from_args,
     llamafile_lines,
@@ -61,7 +62,8 @@ if TYPE_CHECKING:
 
 def register(sub: Any) -> None:
     p = sub.add_parser("serve", help="plan, launch the engine, check the plan held, serve until Ctrl-C",
-                       description=_DESCRIPTION, epilog=EXIT_STATUS, allow_abbrev=False)
+                       description=_DESCRIPTION, epilog=EXIT_STATUS, allow_abbrev=False,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model", help="the GGUF file (the first part of a split model), a llamafile (it serves its own "
                                  "weights; with --engine, another engine serves a copy), or hf:owner/name[:QUANT] "
                                  "(downloaded first)")
@@ -98,7 +100,7 @@ def register(sub: Any) -> None:
     p.set_defaults(func=run, n_parallel=None)  # None: not given (--smoke then takes 2 slots in one pool)
 
 
-_DESCRIPTION = (__doc__ or "").replace("``", "`")
+_DESCRIPTION = help_text(__doc__ or "")
 EXIT_STATUS = exit_status("served, then stopped cleanly (Ctrl-C); with --smoke: the smoke test passed",
                           "the plan does not fit, pass 1 or the engine failed, or the smoke test failed",
                           "the model, a file, a hub ref, the settings or the launch cannot be used (a refused "

@@ -71,7 +71,7 @@ def register(sub: Any) -> None:
                        description="Fork, continue and inspect named sessions that share one KV pool.",
                        epilog=EXIT_STATUS)
     _engine_args(p, after=False)
-    acts = p.add_subparsers(dest="action", metavar="ACTION", required=True, parser_class=_ActionParser)
+    acts = p.add_subparsers(dest="action", metavar="ACTION", required=False, parser_class=_ActionParser)
     acts.add_parser("list", allow_abbrev=False, help="sessions and the engine's slots")
     acts.add_parser("metrics", allow_abbrev=False, help="prompt/generation counters and slot use")
     acts.add_parser("smoke", allow_abbrev=False, help="the shared-sequence smoke test (fork 2, continue both)")
@@ -96,7 +96,7 @@ def register(sub: Any) -> None:
         s.add_argument("name")
         if name == "restore":
             s.add_argument("--slot", type=int, default=None, help="restore into this slot")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, actions=[(a.dest, a.help or "") for a in acts._choices_actions])
 
 
 class _ActionParser(argparse.ArgumentParser):
@@ -208,6 +208,13 @@ def key_from_file(path: Path) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.action is None:  # ``headroom sessions``: what it can do, not argparse's "required: ACTION"
+        print("headroom sessions: say what to do with the sessions, one of:", file=sys.stderr)
+        for name, words in args.actions:
+            print(f"  {name:<9} {words}", file=sys.stderr)
+        print("(headroom sessions ACTION --help for each; a chat in the terminal is headroom chat MODEL)",
+              file=sys.stderr)
+        return 2
     try:
         client = EngineClient(_check_url(args.url), _api_key(args), timeout=args.timeout)
         store = SessionStore(client.base_url)

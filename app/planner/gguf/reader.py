@@ -579,6 +579,15 @@ def parse_prefix(prefix: bytes, name: str, size: int) -> GGUFHeader | None:
         raise
 
 
+def _what_it_begins_with(head: bytes) -> str:
+    """The first bytes of a file that is not a GGUF, as a person reads them: the text a text file begins
+    with, else the bytes in hex; either beside what a GGUF begins with."""
+    if head and all(32 <= b < 127 or b in (9, 10, 13) for b in head):
+        first = " ".join(head.decode("ascii").split())[:24]
+        return f"it is text (it begins '{first}'), where a GGUF begins with the bytes 'GGUF'"
+    return f"it begins with the bytes {head[:4].hex(' ')}, where a GGUF begins with 'GGUF' (47 47 55 46)"
+
+
 def _parse(mm: Any, path: Path, size: int, split: int, *, base: int = 0, label: str = "") -> GGUFHeader:
     """The header of the GGUF whose ``size`` bytes start at ``base`` of ``mm``; offsets in the record
     are the GGUF's own (``GGUFHeader.start`` says where it starts in its file)."""
@@ -588,7 +597,7 @@ def _parse(mm: Any, path: Path, size: int, split: int, *, base: int = 0, label: 
     if magic != GGUF_MAGIC:
         if base == 0 and looks_archived(bytes(mm[:8])):
             raise PlannerError(f"{label}: not a GGUF file: an executable or archive (magic {magic!r})")
-        raise PlannerError(f"{label}: not a GGUF file (magic {magic!r})")
+        raise PlannerError(f"{label}: not a GGUF file: {_what_it_begins_with(bytes(mm[base:base + 32]))}")
     cur.pos = base + 4
     version = cur.u32("version")
     if version not in (2, 3):

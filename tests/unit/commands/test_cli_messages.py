@@ -5,13 +5,14 @@ messages that say what is wrong."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
 import socket
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -135,6 +136,28 @@ def test_serve_and_engine_build_help_read_as_plain_text(capsys: pytest.CaptureFi
     assert re.search(r"--jobs N\s+parallel compile jobs", capsys.readouterr().out)
 
 
+def _every_help(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], str]]:
+    yield path, parser.format_help()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                yield from _every_help(child, (*path, name))
+
+
+def test_no_help_names_a_source_file_and_the_chat_lists_its_commands(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A newcomer's walkthrough read "(app/planner/law.py)" in serve --help and a chat --help that ended
+    at "At the prompt:" with the list of /fork, /pick, /save left out."""
+    monkeypatch.setenv("COLUMNS", "100")
+    helps = dict(_every_help(cli.build_parser()))
+    assert len(helps) > 15
+    for path, text in helps.items():
+        assert not re.search(r"\b(app|tests|native)/\S*\.py\b", text), (path, text)
+    chat = helps[("chat",)]
+    for command in ("/fork K", "/pick N", "/save", "/set max-tokens N", "/exit"):
+        assert command in chat
+    assert "Ctrl-C stops a reply" in chat and chat.index("At the prompt:") < chat.index("/fork K")
+
+
 # --- 7. hub errors that say what is wrong ---
 
 def _headroom(*argv: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -187,6 +210,16 @@ def test_sessions_send_with_only_a_prompt_sends_it_to_session_chat(
     shown = " ".join(capsys.readouterr().out.split())
     assert "usage: headroom sessions send [options] [NAME] PROMPT" in shown
     assert 'the session (default chat: `send "Hello"` is session chat)' in shown
+
+
+def test_sessions_without_an_action_lists_what_it_can_do(capsys: pytest.CaptureFixture[str]) -> None:
+    """A newcomer typing ``headroom sessions`` got argparse's "the following arguments are required: ACTION"."""
+    assert cli.main(["sessions"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "required" not in err and err.startswith("headroom sessions: say what to do")
+    for action in ("list", "send", "continue", "fork", "save", "restore"):
+        assert re.search(rf"^  {action} +\S", err, re.M), action
+    assert "headroom chat MODEL" in err
 
 
 def test_sessions_against_a_web_server_that_is_no_engine_says_so(

@@ -83,7 +83,7 @@ def test_broken_files_are_listed_with_their_error_and_a_fifo_is_never_opened(tmp
     assert set(found) == {"good.gguf", "short.gguf", "text.gguf", "gone.gguf"}
     assert found["good.gguf"].openable
     assert found["short.gguf"].error == "not a GGUF file: only 4 bytes"
-    assert found["text.gguf"].error.startswith("not a GGUF file (magic b'this')")
+    assert found["text.gguf"].error.startswith("not a GGUF file: it is text (it begins 'this")
     assert found["gone.gguf"].error == "cannot read: No such file or directory"
     assert not any(found[n].openable for n in ("short.gguf", "text.gguf", "gone.gguf"))
 
