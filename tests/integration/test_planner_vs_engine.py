@@ -42,7 +42,7 @@ pytestmark = pytest.mark.engine
 
 MODELS = [s.name for s in (shapes.QWEN25_14B_1M, shapes.LLAMA31_8B, shapes.QWEN3_30B_A3B, shapes.GEMMA3_12B,
                            shapes.DEEPSEEK_V2_LITE, shapes.GRANITE4_H_TINY, shapes.QWEN3_30B_A3B_Q8,
-                           *shapes.PLAIN_KV_SHAPES)]
+                           *shapes.ARCH_2026_SHAPES)]
 SETTINGS = {
     "f16-np1": LaunchSettings(n_ctx=8192),
     "q8_0-np4": LaunchSettings(n_ctx=10000, type_k="q8_0", type_v="q8_0", n_parallel=4),

@@ -40,6 +40,17 @@ MODELLED_ARCHS = frozenset({
     # a plain KV cache (src/models/phi3.cpp reads sliding_window and turns it off; smollm3.cpp's
     # every-4th layer without RoPE keeps its cache; olmo2.cpp is iSWA only with sliding_window):
     "phi3", "smollm3", "olmo2",
+    # a plain cache over the trunk, a NextN layer skipped (src/models/glm4-moe.cpp):
+    "glm4moe",
+})
+#: Architectures whose NextN/MTP layers (those past the trunk, ``nextn_predict_layers``) the engine skips
+#: unless it drafts with them, which no launch of Headroom's asks: their tensors stay in the file, unread
+#: and unallocated (src/models/<arch>.cpp ``if (!ml.load_mtp) mtp_flags |= TENSOR_SKIP``; the loader says
+#: "model has unused tensor … -- ignoring"). tests/unit/engine/test_architectures.py reads the list from
+#: the engine's source.
+MTP_SKIPPED_ARCHS = frozenset({
+    "bailingmoe3", "cohere2moe", "deepseek2", "deepseek32", "deepseek4", "glm-dsa", "glm4moe", "glm5-next",
+    "hy_v3", "mimo2", "nemotron_h", "qwen35", "qwen35moe", "qwen3next", "step35",
 })
 #: Hybrid architectures whose recurrent layers are those with no KV heads
 #: (src/models/granite-hybrid.cpp: ``is_recr_impl[i] = n_head_kv(i) == 0``).
@@ -117,6 +128,15 @@ class ModelShape:
     def n_layer_main(self) -> int:
         """llama-hparams ``n_layer()``: the trunk, without NextN/MTP layers."""
         return self.n_layer - self.n_layer_nextn
+
+    @property
+    def loaded(self) -> tuple[TensorInfo, ...]:
+        """The tensors the engine loads: all of them but a NextN/MTP layer's where its architecture
+        skips those (``MTP_SKIPPED_ARCHS``; a file of NextN layers alone, a draft, loads them)."""
+        if not self.n_layer_nextn or self.n_layer_main <= 0 or self.arch not in MTP_SKIPPED_ARCHS:
+            return self.tensors
+        trunk = self.n_layer_main
+        return tuple(t for t in self.tensors if t.layer is None or t.layer < trunk)
 
 
 def split_parts(path: Path) -> tuple[Path, ...]:

@@ -81,8 +81,8 @@ def ffn_width(shape: ModelShape) -> FfnWidth:
 
     Read from the tensors rather than the metadata, so it holds for every architecture's key names."""
     dense = expert = shared = 0
-    names = {t.name for t in shape.tensors}
-    for t in shape.tensors:
+    names = {t.name for t in shape.loaded}
+    for t in shape.loaded:
         if not t.name.startswith("blk.") or len(t.shape) < 2:
             continue
         kind = t.name.split(".", 2)[2] if t.name.count(".") >= 2 else ""
@@ -206,8 +206,8 @@ def _cpu(shape: ModelShape, settings: LaunchSettings, ctx: ContextSize, mask: in
         attn = 4 * q + 4 * e + lora if flash else 2 * q + n_head * lora + attn_output_width(shape) + e
         if not flash:
             extra = ctx.n_ctx * lora * 2
-    else:
-        attn = 3 * e + (3 if post_norms else 2) * q + 2 * kv
+    else:  # (a Q wider than two residual rows, GLM-4.5-Air's 96 heads over 4096: the residual beside three Q rows)
+        attn = max(3 * e + (3 if post_norms else 2) * q, e + 3 * q) + 2 * kv
     if not flash:
         kq = ctx.n_ctx_seq * ub * n_head * 4
     # The output layer: the normed stream, and the logits of the outputs the server reserves
@@ -222,13 +222,13 @@ def _cpu(shape: ModelShape, settings: LaunchSettings, ctx: ContextSize, mask: in
 @lru_cache(maxsize=64)
 def has_post_norms(shape: ModelShape) -> bool:
     """Norms after attention and after the FFN (Gemma 3's ``post_attention_norm``/``post_ffw_norm``)."""
-    return any(t.name == "blk.0.post_ffw_norm.weight" for t in shape.tensors)
+    return any(t.name == "blk.0.post_ffw_norm.weight" for t in shape.loaded)
 
 
 @lru_cache(maxsize=64)
 def attn_output_width(shape: ModelShape) -> int:
     """Layer 0's attention output input width (n_head × the value head: MLA's ``value_length_mla``)."""
-    for t in shape.tensors:
+    for t in shape.loaded:
         if t.name == "blk.0.attn_output.weight":
             return t.shape[0]
     return max(shape.n_head) * shape.head_dim_v

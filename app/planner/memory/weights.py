@@ -114,9 +114,9 @@ def _gpu_size(n_bytes: int) -> int:
 
 def _tied_duplicate(shape: ModelShape) -> TensorInfo | None:
     """The token embedding a model without ``output.weight`` duplicates for its output layer."""
-    if any(t.name == "output.weight" for t in shape.tensors):
+    if any(t.name == "output.weight" for t in shape.loaded):
         return None
-    return next((t for t in shape.tensors if t.name == "token_embd.weight"), None)
+    return next((t for t in shape.loaded if t.name == "token_embd.weight"), None)
 
 
 def _tensor_slot(t: TensorInfo, n_layer: int) -> int:
@@ -150,7 +150,7 @@ def _unread_pages(shape: ModelShape) -> dict[int, tuple[Span, ...]]:
     """Per split file, the whole pages between two consecutive tensors (in file order) that hold no
     tensor byte: padding no computation reads. Empty for a file written with a usual alignment."""
     by_file: dict[int, list[TensorInfo]] = {}
-    for t in shape.tensors:
+    for t in shape.loaded:
         by_file.setdefault(t.split, []).append(t)
     out: dict[int, tuple[Span, ...]] = {}
     for split, ts in by_file.items():
@@ -188,7 +188,7 @@ def _slot_table(shape: ModelShape, cpu: CpuFeatures) -> _SlotTable:
     spans: dict[int, dict[int, Span]] = {}
     repacked: dict[int, int] = {}
     names = set()
-    for t in shape.tensors:
+    for t in shape.loaded:
         names.add(t.name)
         slot = _tensor_slot(t, shape.n_layer)
         gpu[slot] = gpu.get(slot, 0) + _gpu_size(t.n_bytes)
@@ -199,7 +199,7 @@ def _slot_table(shape: ModelShape, cpu: CpuFeatures) -> _SlotTable:
         span = Span(t.offset, t.offset + t.n_bytes)
         per[t.split] = per[t.split].union(span) if t.split in per else span
     if "output.weight" not in names:
-        tok = next((t for t in shape.tensors if t.name == "token_embd.weight"), None)
+        tok = next((t for t in shape.loaded if t.name == "token_embd.weight"), None)
         if tok is not None:  # tied output: a duplicate lands on the output layer's GPU
             gpu[shape.n_layer] = gpu.get(shape.n_layer, 0) + _gpu_size(tok.n_bytes)
             # ... or, on the CPU, a MUL_MAT weight that may be repacked (its mapped range is the input's)
@@ -256,7 +256,7 @@ def override_shifts(shape: ModelShape, n_gpu_layers: int, n_devices: int,
     compiled = [(re.compile(p), dev) for p, dev in overrides]
     slots: dict[int, int] = {}
     pinned = [0] * n_devices
-    for t in shape.tensors:
+    for t in shape.loaded:
         slot = _tensor_slot(t, shape.n_layer)
         hit = next((dev for rx, dev in compiled if rx.search(t.name)), -1)
         if hit is not None and hit >= 0:
@@ -306,7 +306,7 @@ def _overridden_split(shape: ModelShape, n_gpu_layers: int, gpu_free: tuple[int,
                 return dev
         return None if slot < 0 else devices[slot]
 
-    for t in shape.tensors:
+    for t in shape.loaded:
         slot = _tensor_slot(t, shape.n_layer)
         dev = place(t.name, slot)
         if dev is not None:

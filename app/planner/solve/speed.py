@@ -634,14 +634,14 @@ def active_weights(shape: ModelShape) -> tuple[int, float]:
     """Bytes a decoded token reads over the repeating and output layers (experts: their used share;
     the token embedding is a row lookup) and the matmul flops (2 per parameter read)."""
     total, params = 0, 0.0
-    for t in shape.tensors:
+    for t in shape.loaded:
         if t.name.startswith("token_embd"):
             continue
         share = shape.n_expert_used / shape.n_expert if "_exps" in t.name and shape.n_expert else 1.0
         total += int(t.n_bytes * share)
         params += math.prod(t.shape) * share
-    if not any(t.name == "output.weight" for t in shape.tensors):  # tied: the embedding is the output
-        tok = next((t for t in shape.tensors if t.name == "token_embd.weight"), None)
+    if not any(t.name == "output.weight" for t in shape.loaded):  # tied: the embedding is the output
+        tok = next((t for t in shape.loaded if t.name == "token_embd.weight"), None)
         if tok is not None:
             total += tok.n_bytes
             params += math.prod(tok.shape)

@@ -25,7 +25,7 @@ def _active(shape: ModelShape) -> tuple[int, float]:
 def _attn_tensor(shape: ModelShape, il: int) -> TensorInfo | None:
     """A tensor of layer ``il``'s attention (its Q or QKV projection), to see where -ot put it."""
     prefix = f"blk.{il}.attn_"
-    return next((t for t in shape.tensors if t.name.startswith(prefix)), None)
+    return next((t for t in shape.loaded if t.name.startswith(prefix)), None)
 
 
 def workload(shape: ModelShape, inv: Inventory, launch: LaunchSettings, ws: WeightSplit, kvp: KvPerLayer,
@@ -71,7 +71,7 @@ def workload(shape: ModelShape, inv: Inventory, launch: LaunchSettings, ws: Weig
     moe_layers = 0
     if launch.n_cpu_moe and shape.n_expert:
         rx = re.compile(r"blk\.(\d+)\.ffn_\w*exps")
-        moe_layers = len({int(m.group(1)) for t in shape.tensors if (m := rx.match(t.name))
+        moe_layers = len({int(m.group(1)) for t in shape.loaded if (m := rx.match(t.name))
                           and int(m.group(1)) < launch.n_cpu_moe and ws.devices[int(m.group(1))] is not None})
     nkvo_layers = sum(1 for il in kvp.per_cell if ws.devices[il] is not None) if n_dev and not launch.offload_kqv else 0
     return Workload(
