@@ -48,6 +48,14 @@ def _wait_reading(pid: int) -> None:
         time.sleep(0.05)
 
 
+def _signal_state(pid: int) -> str:
+    """What the kernel says of a chat that did not answer a Ctrl-C: its signal masks and each thread's call."""
+    status = [line for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith(("Sig", "Shd"))]
+    threads = {t.name: (t / "syscall").read_text().split()[0] + " " + (t / "comm").read_text().strip()
+               for t in Path(f"/proc/{pid}/task").iterdir()}
+    return f"{status}; threads {threads}"
+
+
 def test_a_terminal_chat_answers_remembers_forks_stops_on_ctrl_c_and_leaves_nothing_running(
         engine_build: EngineBuild, tiny_chat_model: Path, tmp_path: Path) -> None:
     env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "TERM": "xterm",
@@ -89,7 +97,8 @@ def test_a_terminal_chat_answers_remembers_forks_stops_on_ctrl_c_and_leaves_noth
         chat.expect_exact(PROMPT)
         _wait_reading(chat.pid)
         chat.sendintr()  # at the prompt: says how to leave, and stays
-        chat.expect_exact("(to leave: /exit or Ctrl-D)")
+        if chat.expect_exact(["(to leave: /exit or Ctrl-D)", pexpect.TIMEOUT], timeout=60) == 1:
+            pytest.fail(f"Ctrl-C at the prompt said nothing in 60 s; the chat's state: {_signal_state(chat.pid)}")
         chat.sendline("/exit")
         chat.expect_exact("engine stopped")
         chat.expect(pexpect.EOF)
