@@ -58,7 +58,7 @@ from app.ui.qt import (
 )
 from app.ui.server_settings import ServerSettings
 from app.ui.speed_check_row import SpeedCheckRow
-from app.ui.window_state import WindowState, no_engine_yet
+from app.ui.window_state import NO_ENGINE_YET, WindowState, no_engine_yet
 from app.ui.workers import StreamBatcher, TaskPool
 
 NO_MODEL = "Open a model first: there is nothing to launch yet"
@@ -244,7 +244,8 @@ class LaunchPanel(QWidget):
         self.builder.setVisible(not engines or self.builder.running)
         if not engines:
             self.status.setText(NO_ENGINE)
-        elif self.status.text() in (NO_ENGINE, LOOKING_FOR_ENGINES) or self.status.text().startswith(DISCOVERY_FAILED):
+        elif (self.status.text() in (NO_ENGINE, LOOKING_FOR_ENGINES)
+              or self.status.text().startswith((DISCOVERY_FAILED, *NO_ENGINE_YET))):
             self.status.setText("")  # an engine is there now: what was said about finding none is no longer true
         self.enginesFound.emit(engines)
 

@@ -72,7 +72,11 @@ def no_engine_yet(engines: list[EngineInfo] | None, to: str) -> str:
     if engines is None:
         return f"Still looking for engines: {to} once one is found."
     return (f"No engine yet to {to} with: choose one in the Engine list or with File ▸ Choose engine…, "
-            "or press Build engine….")
+            "or press Build engine… to build Headroom's own.")
+
+
+#: How each of ``no_engine_yet``'s sentences begins: none of them holds once an engine is there.
+NO_ENGINE_YET = ("Still looking for engines:", "No engine yet to ")
 
 
 class WindowState(QObject):

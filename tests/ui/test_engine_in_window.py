@@ -79,8 +79,12 @@ def test_no_engine_at_all_is_said_plainly(window, tiny_model, qtbot):
     with qtbot.assertNotEmitted(window.launch.launchFailed, wait=0):  # nothing failed: a step to do
         qtbot.mouseClick(window.launch.launch_button, LEFT)
     assert window.launch.status.text().startswith("No engine yet to launch with")
-    assert "Build engine…" in window.launch.status.text()
+    assert "Build engine…" in window.launch.status.text() and "…." not in window.launch.status.text()
     assert window.current.running_engine is None
+    # an engine found after that: the sentence that there is none goes (walkthrough of issue 46, item 11)
+    window.launch.set_engines([EngineInfo(EngineKind.LLAMA_SERVER, "/opt/llama.cpp/bin/llama-server", "0.5.0-dev",
+                                          "0c1e570", EngineOrigin.PATH)])
+    assert not window.launch.status.text().startswith("No engine yet")
 
 
 @pytest.mark.engine
