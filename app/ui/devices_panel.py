@@ -30,6 +30,8 @@ from app.ui.workers import TaskPool
 
 #: The simulated-GPU choice meaning "use the real inventory".
 REAL_GPUS = "This machine's GPUs"
+#: The same choice on a machine NVML finds no GPU on: what is planned for then is its CPU.
+REAL_CPU = "This machine's CPU"
 #: Memory cards a row (the panel is in the form's column, about 440 px wide).
 CARDS_PER_ROW = 2
 SIMULATE_TIP = ("Plan for a GPU you do not have: pick a card, or type one as --gpu takes it "
@@ -236,6 +238,8 @@ class DevicesPanel(QWidget):
     def show_inventory(self, inv: Inventory, nvml_reason: str = "") -> None:
         """The GPUs being planned for. ``nvml_reason``: why the machine has no real GPU, if so."""
         reason = nvml_reason or ("" if inv.gpus else inv.reason)
+        real = self.simulate.currentIndex() <= 0
+        self.simulate.setItemText(0, REAL_CPU if nvml_reason or (real and not inv.gpus) else REAL_GPUS)
         if reason:
             note = (f"<b>{reason}</b>" + (f" — planning uses the simulated GPU{'s' if len(inv.gpus) > 1 else ''} below." if inv.gpus
                                            else " — planning still works: pick a simulated GPU above, "

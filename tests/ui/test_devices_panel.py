@@ -67,3 +67,19 @@ def test_two_simulated_cards_plan_a_split_and_are_remembered(no_gpu_window, shap
     assert again.devices.simulate.currentText().startswith("2 × H200")
     assert len(again.current.inventory.gpus) == 2
     again.close()
+
+
+def test_without_a_driver_the_first_choice_says_the_cpu_not_gpus(no_gpu_window, qtbot):
+    """A machine NVML finds no GPU on plans for its CPU: the choice says so beside "no NVIDIA driver"
+    (the walkthrough of issue 46 read "Plan for: This machine's GPUs" there), and a GPU machine's says GPUs."""
+    window = no_gpu_window
+    assert not window.devices.notice.isHidden()
+    assert window.devices.simulate.itemText(0) == "This machine's CPU"
+    assert window.devices.simulate.currentIndex() == 0 and "GPUs" not in window.devices.simulate.currentText()
+
+
+def test_with_a_driver_the_first_choice_is_this_machines_gpus(qtbot, tmp_path):
+    w = MainWindow(state=UiState(), persist=False, state_file=tmp_path / "s.json", nvml=FakeNvml(state="idle"))
+    gpus_read(qtbot, w)
+    qtbot.addWidget(w)
+    assert w.devices.simulate.itemText(0) == "This machine's GPUs"
