@@ -382,6 +382,19 @@ PASS1_HINTS: tuple[tuple[re.Pattern[str], str], ...] = (
 )
 
 
+#: Pass 1's errors in Python's words rather than llama.cpp's, said as what is missing.
+PASS1_PLAIN: tuple[tuple[re.Pattern[str], str], ...] = (
+    # llama-cpp-python's _ctypes_extensions.load_shared_library (PASS1_HINTS says what to do):
+    (re.compile(r"FileNotFoundError: Shared library with base name 'llama' not found"),
+     "there is no llama.cpp library (libllama) to measure with"),
+)
+
+
+def plain_error(error: str) -> str:
+    """Pass 1's ``error`` in plain words where PASS1_PLAIN knows it, else as it is."""
+    return next((words for regex, words in PASS1_PLAIN if regex.search(error)), error)
+
+
 def failure_hint(lines: Sequence[str]) -> str:
     """What the user can do about a pass-1 failure whose log is ``lines`` (PASS1_HINTS), or ``""``."""
     for regex, hint in PASS1_HINTS:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from app.engine.native_build import EngineBuild, find_build
 from app.engine.process import die_with_parent, forget_child, reap_leftovers, record_child, spawn_lasting
-from app.llamacpp.failures import failure_hint, last_lines, up_to_reason
+from app.llamacpp.failures import failure_hint, last_lines, plain_error, up_to_reason
 from app.llamacpp.logs import LogBuffers, is_host_device, parse_log, recurrent_parts
 from app.llamafile.views import view_for, views_for
 from app.planner.devices import Backend
@@ -287,9 +287,10 @@ def _wait_worker(proc: subprocess.Popen[str], deadline: float, *, timeout: float
         raise MeasureError(f"pass 1: the llama.cpp probe {what}{said}; the app is unaffected",
                            hint=failure_hint(lines), log_tail=tail, reason=reason)
     if not result.get("ok"):
-        error = str(result.get("error") or f"the probe exited with status {proc.returncode}")
-        raise MeasureError(f"pass 1 failed: {error}", hint=failure_hint([*lines, error]), log_tail=tail,
-                           reason=reason or error)
+        said = str(result.get("error") or f"the probe exited with status {proc.returncode}")
+        error = plain_error(said)
+        raise MeasureError(f"pass 1 failed: {error}", hint=failure_hint([*lines, said]), log_tail=tail,
+                           reason=plain_error(reason) if reason else error)
     return result, lines
 
 
